@@ -1,1 +1,49 @@
+//! The `etcd.database.coreos.com/v1beta2` API: `EtcdBackup`, `EtcdRestore` and `EtcdCluster`.
+//!
+//! Field for field compatible with the archived coreos etcd-operator, so its manifests apply
+//! unchanged, plus optional fields for what coreos lacked (cron schedules, compression, local
+//! storage, conditions). Types only: no runtime, no storage SDK. The CRD YAML in `crds/` is
+//! generated from these types by `cargo run -p backup-api --bin crdgen`.
 
+pub mod backup;
+pub mod cluster;
+pub mod condition;
+mod crd;
+pub mod error;
+pub mod restore;
+pub mod storage;
+
+pub use backup::{
+    BackupFailure, BackupPolicy, BackupRecord, BackupSchedule, Compression, DeletionPolicy,
+    EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
+};
+pub use cluster::{
+    ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberSecret,
+    MembersStatus, PodPolicy, StaticTls, TlsPolicy,
+};
+pub use crd::{crd_files, crd_yaml, crds, strip_cel};
+pub use error::SpecError;
+pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};
+pub use storage::{
+    AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3Source, StorageType,
+};
+
+/// API group of all three kinds.
+pub const GROUP: &str = "etcd.database.coreos.com";
+/// API version of all three kinds.
+pub const VERSION: &str = "v1beta2";
+/// `apiVersion` as written in manifests.
+pub const API_VERSION: &str = "etcd.database.coreos.com/v1beta2";
+/// `kubectl get etcd` lists all three kinds. kubectl expands categories before short names, so
+/// EtcdCluster's short name is `etcdc` rather than a second meaning of `etcd`.
+pub const CATEGORY: &str = "etcd";
+
+/// Secret keys of `clientTLSSecret`, as coreos defined them.
+pub mod client_tls {
+    /// Client certificate (PEM).
+    pub const CERT_KEY: &str = "etcd-client.crt";
+    /// Client private key (PEM).
+    pub const KEY_KEY: &str = "etcd-client.key";
+    /// CA bundle that signed the etcd server certificates (PEM).
+    pub const CA_KEY: &str = "etcd-client-ca.crt";
+}

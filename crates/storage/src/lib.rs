@@ -1,1 +1,24 @@
+//! Streaming object storage for backups.
+//!
+//! Two backends behind one [`Store`]: S3 (any S3-compatible server) and a local directory
+//! (a PVC mount, or the embedded default when no S3 is configured).
+//!
+//! The contract every caller relies on:
+//! - [`Upload`] takes a stream of unknown length with bounded memory. Nothing is visible under
+//!   the key until [`Upload::commit`]; [`Upload::abort`] (or dropping the upload) leaves nothing
+//!   behind.
+//! - [`Download`] streams an object and resumes after a dropped connection.
+//! - Listing paginates, so retention sees every object.
 
+mod error;
+mod local;
+mod location;
+mod part_size;
+mod s3;
+mod store;
+
+pub use error::{Result, StorageError};
+pub use location::Location;
+pub use part_size::PartSizer;
+pub use s3::{S3Credentials, S3Options};
+pub use store::{Download, ObjectInfo, Store, Upload, UploadOptions};

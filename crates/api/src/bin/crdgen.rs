@@ -1,0 +1,46 @@
+//! Writes `crds/<plural>.yaml` from the API types.
+//!
+//! Usage: `cargo run -p backup-api --bin crdgen [-- [--check] [DIR]]`. DIR defaults to the
+//! workspace's `crds/`. With `--check` nothing is written; the exit code is 1 if a file differs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut check = false;
+    let mut dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds"));
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--check" => check = true,
+            "-h" | "--help" => {
+                eprintln!("usage: crdgen [--check] [DIR]");
+                return ExitCode::SUCCESS;
+            }
+            _ => dir = PathBuf::from(arg),
+        }
+    }
+    let mut stale = false;
+    for (name, yaml) in backup_api::crd_files() {
+        let path = dir.join(&name);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        if current == yaml {
+            continue;
+        }
+        if check {
+            eprintln!("{} is out of date", path.display());
+            stale = true;
+        } else if let Err(e) =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, yaml))
+        {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        } else {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if stale {
+        eprintln!("run `cargo run -p backup-api --bin crdgen` and commit crds/");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

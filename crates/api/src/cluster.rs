@@ -1,0 +1,299 @@
+//! `EtcdCluster`: coreos's cluster resource, typed so the restore controller can read, pause and
+//! resume it. JSON names follow coreos exactly, including the capitalised `TLS`,
+//! `DNSTimeoutInSecond` and `ClusterDomain` keys.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
+    Toleration,
+};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::condition;
+
+/// Image repository coreos used when `repository` is empty.
+pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
+/// etcd version coreos used when `version` is empty.
+pub const DEFAULT_VERSION: &str = "3.2.13";
+
+/// Desired etcd cluster.
+// The repeated `type_ = "..."` inside printcolumn(...) is not a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "etcd.database.coreos.com",
+    version = "v1beta2",
+    kind = "EtcdCluster",
+    namespaced,
+    status = "EtcdClusterStatus",
+    derive = "PartialEq",
+    shortname = "etcdc",
+    category = "etcd",
+    doc = "An etcd cluster managed by an etcd operator (coreos-compatible).",
+    printcolumn(name = "Size", type_ = "integer", json_path = ".spec.size"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Paused",
+        type_ = "boolean",
+        json_path = ".spec.paused",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// Number of members, 1 to 7.
+    #[schemars(range(min = 1, max = 7))]
+    pub size: i32,
+    /// Image repository with the official etcd tags; default `quay.io/coreos/etcd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// etcd version (semver, a leading `v` is ignored); default `3.2.13`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Stop the operator from managing the cluster (the restore controller pauses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// How member pods are created. Changes do not affect running pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodPolicy>,
+    /// TLS for peers and clients (coreos key `TLS`).
+    #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsPolicy>,
+}
+
+impl EtcdClusterSpec {
+    /// The image repository, with the coreos default.
+    pub fn repository(&self) -> &str {
+        crate::storage::non_empty(self.repository.as_deref()).unwrap_or(DEFAULT_REPOSITORY)
+    }
+
+    /// The version without a leading `v`, with the coreos default.
+    pub fn version(&self) -> &str {
+        let v = crate::storage::non_empty(self.version.as_deref()).unwrap_or(DEFAULT_VERSION);
+        v.trim_start_matches('v')
+    }
+
+    /// The member image, `<repository>:v<version>` as coreos tagged it.
+    pub fn image(&self) -> String {
+        format!("{}:v{}", self.repository(), self.version())
+    }
+
+    /// Whether the operator is told to keep its hands off.
+    pub fn is_paused(&self) -> bool {
+        self.paused.unwrap_or(false)
+    }
+}
+
+/// How the operator builds member pods (coreos `PodPolicy`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPolicy {
+    /// Pod labels; `app` and `etcd_*` are reserved by the operator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Node labels the pod must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Scheduling constraints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Deprecated: spread members across nodes; use `affinity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anti_affinity: Option<bool>,
+    /// Resources of the etcd container; fixed at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Pod tolerations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Extra environment of the etcd container; must not override bootstrap flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_env: Option<Vec<EnvVar>>,
+    /// PVC for the data directory instead of emptyDir (alpha in coreos).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim_spec: Option<PersistentVolumeClaimSpec>,
+    /// Pod annotations; `etcd.version` is reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Image of the DNS-wait init container; coreos default `busybox:1.28.0-glibc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busybox_image: Option<String>,
+    /// Pod security context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// How long the init container waits for the pod's DNS name; 0 waits forever.
+    #[serde(
+        rename = "DNSTimeoutInSecond",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dns_timeout_in_second: Option<i64>,
+    /// Cluster domain for member URLs, e.g. `.cluster.local`; empty means none.
+    #[serde(
+        rename = "ClusterDomain",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cluster_domain: Option<String>,
+}
+
+/// TLS settings (coreos `TLSPolicy`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct TlsPolicy {
+    /// Certificates supplied as Secrets.
+    #[serde(rename = "static", default, skip_serializing_if = "Option::is_none")]
+    pub static_tls: Option<StaticTls>,
+}
+
+/// Static TLS Secrets. As coreos checks: `operatorSecret` and `member.serverSecret` go together.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new(
+    "(has(self.operatorSecret) && self.operatorSecret != '') == (has(self.member) && has(self.member.serverSecret) && self.member.serverSecret != '')"
+).message("operatorSecret and member.serverSecret must be set together"))]
+#[serde(rename_all = "camelCase")]
+pub struct StaticTls {
+    /// Secrets mounted in every member pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<MemberSecret>,
+    /// Client certificate Secret the operator uses to reach the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub operator_secret: Option<String>,
+}
+
+/// Member certificate Secrets.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberSecret {
+    /// Certificates for peer traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_secret: Option<String>,
+    /// Serving certificates for client traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub server_secret: Option<String>,
+}
+
+/// Observed cluster state (coreos `ClusterStatus`). coreos writes every field, sometimes as
+/// `null`, so all are optional.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClusterPhase>,
+    /// Why the cluster is in this phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Whether the operator has paused control (mirrors `spec.paused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_paused: Option<bool>,
+    /// coreos conditions: `Available`, `Recovering`, `Scaling`, `Upgrading`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "condition::list_schema::<ClusterCondition>")]
+    pub conditions: Option<Vec<ClusterCondition>>,
+    /// Current number of members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i32>,
+    /// Client Service name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// Client Service port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_port: Option<i32>,
+    /// Member pods by readiness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<MembersStatus>,
+    /// Version all members run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// Version being upgraded to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_version: Option<String>,
+}
+
+/// coreos cluster phases; `""` is the phase of a cluster nobody has looked at yet.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClusterPhase {
+    /// Not yet handled by the operator.
+    #[serde(rename = "")]
+    None,
+    /// Seed member being created.
+    Creating,
+    /// Up and reconciled.
+    Running,
+    /// Given up; needs a restore.
+    Failed,
+}
+
+/// A coreos cluster condition (not metav1: it has `lastUpdateTime` and string times).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterCondition {
+    /// `Available`, `Recovering`, `Scaling` or `Upgrading`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// RFC 3339 time of the last update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<String>,
+    /// RFC 3339 time of the last status change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// Machine-readable cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Member pod names by readiness.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct MembersStatus {
+    /// Members serving requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<Vec<String>>,
+    /// Members not serving requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unready: Option<Vec<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coreos_defaults() {
+        let mut spec = EtcdClusterSpec {
+            size: 3,
+            ..Default::default()
+        };
+        assert_eq!(spec.image(), "quay.io/coreos/etcd:v3.2.13");
+        spec.version = Some("v3.5.17".into());
+        spec.repository = Some("gcr.io/etcd-development/etcd".into());
+        assert_eq!(spec.image(), "gcr.io/etcd-development/etcd:v3.5.17");
+        assert!(!spec.is_paused());
+    }
+
+    #[test]
+    fn coreos_status_with_nulls_deserializes() {
+        let status: EtcdClusterStatus = serde_json::from_value(serde_json::json!({
+            "phase": "", "reason": "", "controlPaused": false, "conditions": null, "size": 0,
+            "members": {}, "currentVersion": "", "targetVersion": ""
+        }))
+        .unwrap();
+        assert_eq!(status.phase, Some(ClusterPhase::None));
+        assert_eq!(status.conditions, None);
+    }
+}

@@ -1,0 +1,338 @@
+//! Storage locations shared by `EtcdBackup` and `EtcdRestore`.
+//!
+//! coreos had separate backup and restore structs with the same JSON fields; one struct per
+//! backend keeps the two CRDs in step. Every field coreos wrote is kept, optional where coreos
+//! tolerated its absence, so coreos manifests round-trip unchanged.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Secret keys of an `awsSecret` (AWS shared-file format, profile `default`), as in coreos.
+pub const AWS_SECRET_CREDENTIALS_KEY: &str = "credentials";
+/// See [`AWS_SECRET_CREDENTIALS_KEY`].
+pub const AWS_SECRET_CONFIG_KEY: &str = "config";
+/// Key of the PEM bundle in the Secret named by `s3.caSecret`.
+pub const CA_SECRET_KEY: &str = "ca.crt";
+/// Where the backup Job mounts `local.persistentVolumeClaim`.
+pub const LOCAL_PVC_MOUNT_PATH: &str = "/var/lib/etcd-backup";
+
+/// Which backend holds the snapshot. The coreos values plus `Local`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum StorageType {
+    /// Amazon S3 or an S3-compatible server (`s3`).
+    #[default]
+    S3,
+    /// Azure Blob Storage (`abs`). Accepted for coreos compatibility.
+    #[serde(rename = "ABS")]
+    Abs,
+    /// Google Cloud Storage (`gcs`). Accepted for coreos compatibility.
+    #[serde(rename = "GCS")]
+    Gcs,
+    /// Alibaba Cloud OSS (`oss`). Accepted for coreos compatibility.
+    #[serde(rename = "OSS")]
+    Oss,
+    /// A directory in the backup pod, usually a PVC mount (`local`).
+    Local,
+}
+
+impl StorageType {
+    /// The value as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageType::S3 => "S3",
+            StorageType::Abs => "ABS",
+            StorageType::Gcs => "GCS",
+            StorageType::Oss => "OSS",
+            StorageType::Local => "Local",
+        }
+    }
+
+    /// The JSON name of the block that must accompany this type (`s3`, `abs`, ...).
+    pub fn field_name(self) -> &'static str {
+        match self {
+            StorageType::S3 => "s3",
+            StorageType::Abs => "abs",
+            StorageType::Gcs => "gcs",
+            StorageType::Oss => "oss",
+            StorageType::Local => "local",
+        }
+    }
+
+    /// All values, for building per-type CEL rules and tests.
+    pub const ALL: [StorageType; 5] = [
+        StorageType::S3,
+        StorageType::Abs,
+        StorageType::Gcs,
+        StorageType::Oss,
+        StorageType::Local,
+    ];
+}
+
+impl fmt::Display for StorageType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An S3 (or S3-compatible) object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Source {
+    /// Full path `<bucket>/<key>`, e.g. `mybucket/etcd.backup`. Periodic backups append
+    /// `_v<revision>_<time>` to the key.
+    #[schemars(length(max = 1024), regex(pattern = r"^[^/:]+/.+$"))]
+    pub path: String,
+    /// Secret with the keys `credentials` and `config` (AWS shared files, profile `default`).
+    /// Required by coreos; here it may be omitted to use the ambient AWS credential chain
+    /// (environment, web identity/IRSA, instance role).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub aws_secret: Option<String>,
+    /// Endpoint URL of an S3-compatible server; empty or absent means AWS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: Option<String>,
+    /// Use path-style URLs (`endpoint/bucket/key`), needed by most S3-compatible servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_path_style: Option<bool>,
+    /// AWS region. Overrides the region in the `config` file; needed when neither is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub region: Option<String>,
+    /// Secret holding a PEM CA bundle under the key `ca.crt`, trusted in addition to the
+    /// system roots when talking to `endpoint` (self-signed MinIO, Ceph RGW, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub ca_secret: Option<String>,
+}
+
+impl S3Source {
+    /// Bucket and key of `path`.
+    pub fn location(&self) -> Result<S3Path, S3PathError> {
+        S3Path::parse(&self.path)
+    }
+
+    /// The endpoint, treating `""` (which coreos restores always wrote) as unset.
+    pub fn endpoint(&self) -> Option<&str> {
+        non_empty(self.endpoint.as_deref())
+    }
+
+    /// The credentials Secret, or `None` for the ambient credential chain.
+    pub fn aws_secret(&self) -> Option<&str> {
+        non_empty(self.aws_secret.as_deref())
+    }
+
+    /// Whether to use path-style addressing (coreos default: false).
+    pub fn force_path_style(&self) -> bool {
+        self.force_path_style.unwrap_or(false)
+    }
+}
+
+/// Azure Blob Storage object (coreos compatibility; no backend implements it yet).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AbsSource {
+    /// Full path `<container>/<blob>`.
+    pub path: String,
+    /// Secret with `storage-account`, `storage-key` and optionally `cloud`.
+    pub abs_secret: String,
+}
+
+/// Google Cloud Storage object (coreos compatibility; no backend implements it yet).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GcsSource {
+    /// Full path `<bucket>/<object>`.
+    pub path: String,
+    /// Secret with `access-token` or `credentials.json`; default application credentials if
+    /// omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcp_secret: Option<String>,
+}
+
+/// Alibaba Cloud OSS object (coreos compatibility; no backend implements it yet).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OssSource {
+    /// Full path `<bucket>/<object>`.
+    pub path: String,
+    /// Secret with `accessKeyID` and `accessKeySecret`.
+    pub oss_secret: String,
+    /// OSS endpoint; coreos defaulted to `http://oss-cn-hangzhou.aliyuncs.com`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+/// A file on a filesystem mounted in the backup or restore pod.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "(has(self.persistentVolumeClaim) && self.persistentVolumeClaim != '') || self.path.startsWith('/')"
+).message("local.path must be absolute unless local.persistentVolumeClaim is set"))]
+#[serde(rename_all = "camelCase")]
+pub struct LocalSource {
+    /// Backup file path, the counterpart of `s3.path`: one-shot backups write exactly this file,
+    /// periodic ones append `_v<revision>_<time>`; its directory must exist. With
+    /// `persistentVolumeClaim` the path is inside that volume (mounted at
+    /// `/var/lib/etcd-backup`), otherwise it is an absolute path in the pod.
+    #[schemars(length(min = 1, max = 1024))]
+    pub path: String,
+    /// PVC in the same namespace to mount for this backup; shared by backup and restore pods,
+    /// so use a ReadWriteMany claim or one that is only used by one pod at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub persistent_volume_claim: Option<String>,
+}
+
+impl LocalSource {
+    /// Whether a PVC is mounted for this location.
+    pub fn uses_pvc(&self) -> bool {
+        non_empty(self.persistent_volume_claim.as_deref()).is_some()
+    }
+
+    /// The path inside the pod: under [`LOCAL_PVC_MOUNT_PATH`] when a PVC is used.
+    pub fn pod_path(&self) -> PathBuf {
+        if self.uses_pvc() {
+            Path::new(LOCAL_PVC_MOUNT_PATH).join(self.path.trim_start_matches('/'))
+        } else {
+            PathBuf::from(&self.path)
+        }
+    }
+}
+
+/// `<bucket>/<key>` split into its parts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Path {
+    /// Bucket name (the text before the first `/`).
+    pub bucket: String,
+    /// Object key, which may contain further `/`.
+    pub key: String,
+}
+
+/// Why an `s3.path` is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum S3PathError {
+    /// No bucket before the first `/`.
+    #[error("s3 path {0:?} has no bucket; expected \"<bucket>/<key>\"")]
+    MissingBucket(String),
+    /// A URL such as `s3://bucket/key` where coreos expects `bucket/key`.
+    #[error("s3 path {0:?} must not have a scheme; expected \"<bucket>/<key>\"")]
+    Scheme(String),
+    /// Nothing after the bucket.
+    #[error(
+        "s3 path {0:?} has no object key; expected \"<bucket>/<key>\", e.g. \"mybucket/etcd.backup\""
+    )]
+    MissingKey(String),
+}
+
+impl S3Path {
+    /// Splits a coreos `s3.path` at the first `/`.
+    pub fn parse(path: &str) -> Result<S3Path, S3PathError> {
+        let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+        if bucket.contains(':') {
+            return Err(S3PathError::Scheme(path.to_string()));
+        }
+        if bucket.is_empty() {
+            return Err(S3PathError::MissingBucket(path.to_string()));
+        }
+        if key.is_empty() {
+            return Err(S3PathError::MissingKey(path.to_string()));
+        }
+        Ok(S3Path {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for S3Path {
+    /// `s3://bucket/key`, the form recorded in `status.lastBackup.objectKey`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s3://{}/{}", self.bucket, self.key)
+    }
+}
+
+pub(crate) fn non_empty(s: Option<&str>) -> Option<&str> {
+    s.filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_path_splits_at_the_first_slash() {
+        let p = S3Path::parse("mybucket/a/b/etcd.backup").unwrap();
+        assert_eq!(p.bucket, "mybucket");
+        assert_eq!(p.key, "a/b/etcd.backup");
+        assert_eq!(p.to_string(), "s3://mybucket/a/b/etcd.backup");
+        assert!(matches!(
+            S3Path::parse("s3://b/k"),
+            Err(S3PathError::Scheme(_))
+        ));
+    }
+
+    #[test]
+    fn s3_path_errors_name_the_missing_part() {
+        for bad in ["mybucket", "mybucket/", "", "s3://mybucket/k"] {
+            let err = S3Path::parse(bad).unwrap_err();
+            assert!(err.to_string().contains("<bucket>/<key>"), "{bad}: {err}");
+        }
+        assert!(matches!(
+            S3Path::parse("mybucket"),
+            Err(S3PathError::MissingKey(_))
+        ));
+        assert!(matches!(
+            S3Path::parse("/key"),
+            Err(S3PathError::MissingBucket(_))
+        ));
+    }
+
+    #[test]
+    fn storage_type_uses_coreos_spellings() {
+        let names: Vec<String> = StorageType::ALL
+            .iter()
+            .map(|t| {
+                serde_json::to_value(t)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(names, ["S3", "ABS", "GCS", "OSS", "Local"]);
+        for t in StorageType::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+    }
+
+    #[test]
+    fn empty_strings_count_as_unset() {
+        let s3 = S3Source {
+            path: "b/k".into(),
+            endpoint: Some(String::new()),
+            aws_secret: Some(String::new()),
+            ..Default::default()
+        };
+        assert_eq!(s3.endpoint(), None);
+        assert_eq!(s3.aws_secret(), None);
+        assert!(!s3.force_path_style());
+    }
+
+    #[test]
+    fn local_path_is_under_the_pvc_mount() {
+        let mut l = LocalSource {
+            path: "/backups/etcd.db".into(),
+            persistent_volume_claim: Some("etcd-backups".into()),
+        };
+        assert_eq!(
+            l.pod_path(),
+            Path::new("/var/lib/etcd-backup/backups/etcd.db")
+        );
+        l.persistent_volume_claim = None;
+        assert_eq!(l.pod_path(), Path::new("/backups/etcd.db"));
+    }
+}

@@ -1,0 +1,239 @@
+//! Streaming zstd with bounded buffers in both directions.
+
+use std::io::Write;
+
+use bytes::Bytes;
+
+use serde::{Deserialize, Serialize};
+use zstd::stream::raw::{Decoder as RawDecoder, InBuffer, Operation, OutBuffer};
+
+use crate::{Error, Result};
+
+/// zstd frames start with these bytes; bbolt databases never do (their first page is a meta page).
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const LEVEL: i32 = 3;
+const DECODE_CHUNK: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Zstd,
+}
+
+impl Compression {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+        }
+    }
+
+    /// Guess from the first bytes of an object (for objects without a manifest).
+    pub fn sniff(first_bytes: &[u8]) -> Compression {
+        if first_bytes.starts_with(&ZSTD_MAGIC) {
+            Compression::Zstd
+        } else {
+            Compression::None
+        }
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "none" => Ok(Compression::None),
+            "zstd" => Ok(Compression::Zstd),
+            other => Err(format!(
+                "unknown compression {other:?} (expected none or zstd)"
+            )),
+        }
+    }
+}
+
+/// Compresses chunk by chunk; each call returns the bytes ready to store.
+pub(crate) enum Encoder {
+    Plain,
+    Zstd(Box<zstd::stream::write::Encoder<'static, Vec<u8>>>),
+}
+
+impl Encoder {
+    pub fn new(compression: Compression) -> Result<Encoder> {
+        Ok(match compression {
+            Compression::None => Encoder::Plain,
+            Compression::Zstd => {
+                // Single-threaded on purpose: zstd's worker threads buffer whole jobs (several MiB
+                // each), and level 3 on one core outruns most uplinks.
+                let enc = zstd::stream::write::Encoder::new(Vec::new(), LEVEL)
+                    .map_err(|e| Error::Compress(e.to_string()))?;
+                Encoder::Zstd(Box::new(enc))
+            }
+        })
+    }
+
+    /// Feeds `input`; returns output to store (possibly empty), borrowed until the next call.
+    pub fn encode<'a>(&'a mut self, input: &'a [u8]) -> Result<&'a [u8]> {
+        match self {
+            Encoder::Plain => Ok(input),
+            Encoder::Zstd(enc) => {
+                enc.get_mut().clear();
+                enc.write_all(input)
+                    .map_err(|e| Error::Compress(e.to_string()))?;
+                Ok(enc.get_ref())
+            }
+        }
+    }
+
+    /// Ends the stream; returns the last bytes to store.
+    pub fn finish(self) -> Result<Vec<u8>> {
+        match self {
+            Encoder::Plain => Ok(Vec::new()),
+            Encoder::Zstd(mut enc) => {
+                enc.get_mut().clear();
+                enc.finish().map_err(|e| Error::Compress(e.to_string()))
+            }
+        }
+    }
+}
+
+/// Decompresses chunk by chunk into fixed-size pieces, so a highly compressible object does not
+/// expand into one huge buffer. Pull-based so the caller can await between pieces:
+/// `feed` a chunk, then take pieces with `next_piece` until it returns `None`.
+pub(crate) struct Decoder {
+    zstd: Option<Box<RawDecoder<'static>>>,
+    input: Bytes,
+    pos: usize,
+    out: Vec<u8>,
+    /// True when the last zstd frame ended exactly: a truncated stream leaves this false.
+    frame_done: bool,
+}
+
+impl Decoder {
+    pub fn new(compression: Compression) -> Result<Decoder> {
+        let zstd = match compression {
+            Compression::None => None,
+            Compression::Zstd => Some(Box::new(
+                RawDecoder::new().map_err(|e| Error::Decompress(e.to_string()))?,
+            )),
+        };
+        Ok(Decoder {
+            zstd,
+            input: Bytes::new(),
+            pos: 0,
+            out: vec![0; DECODE_CHUNK],
+            frame_done: true,
+        })
+    }
+
+    /// Hands over the next stored chunk; call after `next_piece` returned `None`.
+    pub fn feed(&mut self, chunk: Bytes) {
+        debug_assert!(
+            self.pos >= self.input.len(),
+            "previous chunk not fully decoded"
+        );
+        self.input = chunk;
+        self.pos = 0;
+    }
+
+    pub fn next_piece(&mut self) -> Result<Option<&[u8]>> {
+        let Some(decoder) = self.zstd.as_mut() else {
+            if self.pos >= self.input.len() {
+                return Ok(None);
+            }
+            self.pos = self.input.len();
+            return Ok(Some(&self.input));
+        };
+        // A run may consume input (headers) without output; keep going until there is output
+        // or the chunk is used up.
+        loop {
+            let mut input = InBuffer::around(&self.input[self.pos..]);
+            let mut output = OutBuffer::around(self.out.as_mut_slice());
+            let hint = decoder
+                .run(&mut input, &mut output)
+                .map_err(|e| Error::Decompress(e.to_string()))?;
+            let produced = output.pos();
+            // zstd answers 0 exactly when a frame ends; a call that made no progress says
+            // nothing new about the frame.
+            if input.pos() > 0 || produced > 0 {
+                self.frame_done = hint == 0;
+            }
+            self.pos += input.pos();
+            if produced > 0 {
+                return Ok(Some(&self.out[..produced]));
+            }
+            if self.pos >= self.input.len() {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub fn finish(self) -> Result<()> {
+        if self.frame_done {
+            Ok(())
+        } else {
+            Err(Error::Decompress(
+                "the zstd stream ends in the middle of a frame (truncated object)".into(),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(data: &[u8], chunk: usize) -> Result<Vec<u8>> {
+        let mut enc = Encoder::new(Compression::Zstd)?;
+        let mut stored = Vec::new();
+        for c in data.chunks(chunk) {
+            stored.extend_from_slice(enc.encode(c)?);
+        }
+        stored.extend(enc.finish()?);
+        assert_eq!(Compression::sniff(&stored), Compression::Zstd);
+        decode_all(&stored, 777)
+    }
+
+    fn decode_all(stored: &[u8], chunk: usize) -> Result<Vec<u8>> {
+        let mut dec = Decoder::new(Compression::sniff(stored))?;
+        let mut out = Vec::new();
+        for c in stored.chunks(chunk) {
+            dec.feed(Bytes::copy_from_slice(c));
+            while let Some(piece) = dec.next_piece()? {
+                assert!(piece.len() <= DECODE_CHUNK);
+                out.extend_from_slice(piece);
+            }
+        }
+        dec.finish()?;
+        Ok(out)
+    }
+
+    #[test]
+    fn zstd_roundtrips_compressible_and_random_data() {
+        let zeros = vec![0u8; 3 * 1024 * 1024];
+        assert_eq!(roundtrip(&zeros, 32 * 1024).unwrap(), zeros);
+        let noise: Vec<u8> = (0..500_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        assert_eq!(roundtrip(&noise, 4096).unwrap(), noise);
+    }
+
+    #[test]
+    fn truncated_zstd_is_an_error() {
+        let data = vec![7u8; 1 << 20];
+        let mut enc = Encoder::new(Compression::Zstd).unwrap();
+        let mut stored = enc.encode(&data).unwrap().to_vec();
+        stored.extend(enc.finish().unwrap());
+        let err = decode_all(&stored[..stored.len() - 3], 1000).unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        assert_eq!(decode_all(&stored, 1 << 20).unwrap(), data);
+    }
+
+    #[test]
+    fn plain_data_is_not_sniffed_as_zstd_and_passes_through() {
+        let plain = [0, 0, 0, 0, 0xed, 0xda];
+        assert_eq!(Compression::sniff(&plain), Compression::None);
+        assert_eq!(decode_all(&plain, 4).unwrap(), plain);
+    }
+}

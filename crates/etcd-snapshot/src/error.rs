@@ -1,0 +1,81 @@
+use backup_storage::StorageError;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Snapshot failures, each naming its cause in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no etcd endpoint given")]
+    NoEndpoints,
+
+    #[error("cannot reach etcd at {endpoint}: {message}")]
+    Unreachable { endpoint: String, message: String },
+
+    #[error("TLS failure talking to etcd at {endpoint}: {message}")]
+    Tls { endpoint: String, message: String },
+
+    #[error("none of the etcd endpoints answered: {0}")]
+    NoMemberAnswered(String),
+
+    #[error("invalid TLS material: {0}")]
+    TlsMaterial(String),
+
+    #[error("etcd snapshot stream from {endpoint} failed after {bytes} bytes: {message}")]
+    Stream {
+        endpoint: String,
+        bytes: u64,
+        message: String,
+    },
+
+    #[error("etcd sent no snapshot data for {seconds} s (stall timeout) after {bytes} bytes")]
+    Stalled { seconds: u64, bytes: u64 },
+
+    #[error("backup deadline of {seconds} s exceeded after {bytes} bytes")]
+    DeadlineExceeded { seconds: u64, bytes: u64 },
+
+    #[error("snapshot has no sha256 trailer ({bytes} bytes is not a bbolt database plus 32 bytes)")]
+    MissingTrailer { bytes: u64 },
+
+    #[error("snapshot hash mismatch: the trailer says {expected}, the data hashes to {actual}")]
+    HashMismatch { expected: String, actual: String },
+
+    #[error("{what} mismatch with the manifest: expected {expected}, found {found}")]
+    ManifestMismatch {
+        what: &'static str,
+        expected: String,
+        found: String,
+    },
+
+    #[error("invalid manifest {key}: {message}")]
+    BadManifest { key: String, message: String },
+
+    #[error("decompression failed: {0}")]
+    Decompress(String),
+
+    #[error("compression failed: {0}")]
+    Compress(String),
+
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// True for failures that mean the data is wrong (not the transport): exit code 3 in the CLI.
+    pub fn is_integrity(&self) -> bool {
+        matches!(
+            self,
+            Error::MissingTrailer { .. }
+                | Error::HashMismatch { .. }
+                | Error::ManifestMismatch { .. }
+                | Error::BadManifest { .. }
+                | Error::Decompress(_)
+        )
+    }
+}

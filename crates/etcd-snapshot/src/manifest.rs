@@ -1,0 +1,127 @@
+//! The manifest written beside each backup once it is committed.
+//!
+//! S3 fixes user metadata when an upload starts, but the sha256 and size are known only at
+//! the end; the manifest holds both, so `verify`, `list` and the controllers can check an
+//! object without trusting its name.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{Compression, Error, Result};
+
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+pub const FORMAT: &str = "etcd-snapshot/v1";
+
+pub fn manifest_key(object_key: &str) -> String {
+    format!("{object_key}{MANIFEST_SUFFIX}")
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub format: String,
+    /// Bytes stored (after compression) and their sha256.
+    pub stored_bytes: u64,
+    pub stored_sha256: String,
+    pub compression: Compression,
+    /// The snapshot as etcd sent it: database bytes (without the 32-byte trailer) and the
+    /// trailer's sha256, which `etcdutl snapshot restore` checks.
+    pub db_bytes: u64,
+    pub db_sha256: String,
+    /// Revision of the member before the snapshot started; the snapshot holds at least this.
+    pub etcd_revision: i64,
+    pub etcd_version: String,
+    pub cluster_id: String,
+    pub member_id: String,
+    pub endpoint: String,
+    pub start_time: DateTime<Utc>,
+    pub completion_time: DateTime<Utc>,
+    pub duration_seconds: f64,
+    pub tool: String,
+}
+
+impl Manifest {
+    pub fn parse(key: &str, bytes: &[u8]) -> Result<Manifest> {
+        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| Error::BadManifest {
+            key: key.to_string(),
+            message: e.to_string(),
+        })?;
+        if manifest.format != FORMAT {
+            return Err(Error::BadManifest {
+                key: key.to_string(),
+                message: format!("unknown format {:?} (expected {FORMAT})", manifest.format),
+            });
+        }
+        Ok(manifest)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("a manifest always serializes")
+    }
+}
+
+/// What is known when the upload starts, stored as S3 user metadata on the object itself so
+/// that `aws s3api head-object` shows it too.
+pub(crate) fn object_metadata(
+    revision: i64,
+    version: &str,
+    cluster_id: &str,
+    member_id: &str,
+    compression: Compression,
+    start: DateTime<Utc>,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("format".into(), FORMAT.into()),
+        ("etcd-revision".into(), revision.to_string()),
+        ("etcd-version".into(), version.into()),
+        ("etcd-cluster-id".into(), cluster_id.into()),
+        ("etcd-member-id".into(), member_id.into()),
+        ("compression".into(), compression.as_str().into()),
+        ("created".into(), start.to_rfc3339()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            format: FORMAT.into(),
+            stored_bytes: 10,
+            stored_sha256: "ab".into(),
+            compression: Compression::Zstd,
+            db_bytes: 4096,
+            db_sha256: "cd".into(),
+            etcd_revision: 42,
+            etcd_version: "3.4.23".into(),
+            cluster_id: "c".into(),
+            member_id: "m".into(),
+            endpoint: "http://127.0.0.1:2379".into(),
+            start_time: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            completion_time: DateTime::from_timestamp(1_700_000_001, 0).unwrap(),
+            duration_seconds: 1.0,
+            tool: "test".into(),
+        }
+    }
+
+    #[test]
+    fn roundtrips_with_camel_case_fields() {
+        let json = sample().to_json();
+        let text = String::from_utf8(json.clone()).unwrap();
+        assert!(text.contains("\"dbSha256\": \"cd\""), "{text}");
+        assert!(text.contains("\"compression\": \"zstd\""), "{text}");
+        assert_eq!(Manifest::parse("k", &json).unwrap(), sample());
+    }
+
+    #[test]
+    fn rejects_garbage_and_unknown_formats() {
+        assert!(Manifest::parse("k", b"{").is_err());
+        let mut m = sample();
+        m.format = "other/v9".into();
+        let err = Manifest::parse("k", &m.to_json()).unwrap_err().to_string();
+        assert!(err.contains("unknown format"), "{err}");
+    }
+}

@@ -1,0 +1,171 @@
+//! Connecting to etcd and choosing the member to snapshot.
+
+use std::time::Duration;
+
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+
+use crate::{Error, Result};
+
+/// Client TLS material in PEM, as in the coreos `clientTLSSecret` (`etcd-client-ca.crt`,
+/// `etcd-client.crt`, `etcd-client.key`).
+#[derive(Clone)]
+pub struct TlsPem {
+    pub ca: Vec<u8>,
+    pub cert: Option<Vec<u8>>,
+    pub key: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsPem { .. }")
+    }
+}
+
+/// How to reach the etcd cluster.
+#[derive(Debug, Clone)]
+pub struct EtcdConnection {
+    pub endpoints: Vec<String>,
+    pub tls: Option<TlsPem>,
+    /// Per endpoint: connecting, and the status call that picks the member.
+    pub dial_timeout: Duration,
+}
+
+impl EtcdConnection {
+    pub fn new(endpoints: Vec<String>) -> Self {
+        EtcdConnection {
+            endpoints,
+            tls: None,
+            dial_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn options(&self) -> Result<ConnectOptions> {
+        // No request timeout: it would cut a long snapshot stream. Stalls are caught per chunk.
+        let mut options = ConnectOptions::new().with_connect_timeout(self.dial_timeout);
+        if let Some(tls) = &self.tls {
+            if !String::from_utf8_lossy(&tls.ca).contains("BEGIN CERTIFICATE") {
+                return Err(Error::TlsMaterial(
+                    "the CA bundle holds no PEM certificate".into(),
+                ));
+            }
+            let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca));
+            match (&tls.cert, &tls.key) {
+                (Some(cert), Some(key)) => config = config.identity(Identity::from_pem(cert, key)),
+                (None, None) => {}
+                _ => {
+                    return Err(Error::TlsMaterial(
+                        "a client certificate needs its key, and a key its certificate".into(),
+                    ));
+                }
+            }
+            options = options.with_tls(config);
+        }
+        Ok(options)
+    }
+}
+
+/// The member chosen for the snapshot, with what it reported before the snapshot started.
+pub struct Member {
+    pub endpoint: String,
+    pub client: Client,
+    pub revision: i64,
+    pub version: String,
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub db_size: i64,
+}
+
+impl Member {
+    pub fn cluster_id_hex(&self) -> String {
+        format!("{:x}", self.cluster_id)
+    }
+    pub fn member_id_hex(&self) -> String {
+        format!("{:x}", self.member_id)
+    }
+}
+
+/// Asks every endpoint for its status and picks the member with the highest revision (the most
+/// up-to-date state, as coreos did). Unreachable members are skipped; if none answers, the
+/// error lists each endpoint's cause.
+pub async fn select_member(connection: &EtcdConnection) -> Result<Member> {
+    if connection.endpoints.is_empty() {
+        return Err(Error::NoEndpoints);
+    }
+    let options = connection.options()?;
+    let mut best: Option<Member> = None;
+    let mut failures = Vec::new();
+    for endpoint in &connection.endpoints {
+        match probe(endpoint, options.clone(), connection.dial_timeout).await {
+            Ok(member) => {
+                tracing::debug!(%endpoint, revision = member.revision, "etcd member answered");
+                if best.as_ref().is_none_or(|b| member.revision > b.revision) {
+                    best = Some(member);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%endpoint, error = %e, "etcd member did not answer");
+                failures.push(e);
+            }
+        }
+    }
+    match (best, failures.len()) {
+        (Some(member), _) => Ok(member),
+        (None, 1) => Err(failures.remove(0)),
+        (None, _) => Err(Error::NoMemberAnswered(
+            failures
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
+    }
+}
+
+async fn probe(endpoint: &str, options: ConnectOptions, timeout: Duration) -> Result<Member> {
+    let call = async {
+        let mut client = Client::connect([endpoint], Some(options)).await?;
+        let status = client.status().await?;
+        Ok::<_, etcd_client::Error>((client, status))
+    };
+    let (client, status) = match tokio::time::timeout(timeout, call).await {
+        Err(_) => {
+            return Err(Error::Unreachable {
+                endpoint: endpoint.to_string(),
+                message: format!("no answer within {} s", timeout.as_secs()),
+            });
+        }
+        Ok(result) => result.map_err(|e| classify(endpoint, &e))?,
+    };
+    let header = status.header();
+    Ok(Member {
+        endpoint: endpoint.to_string(),
+        client,
+        revision: header.map_or(0, |h| h.revision()),
+        version: status.version().to_string(),
+        cluster_id: header.map_or(0, |h| h.cluster_id()),
+        member_id: header.map_or(0, |h| h.member_id()),
+        db_size: status.db_size(),
+    })
+}
+
+/// tonic hides the root cause in the source chain; walk it to tell TLS from network failures.
+pub(crate) fn classify(endpoint: &str, err: &etcd_client::Error) -> Error {
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    let lower = message.to_lowercase();
+    if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
+        Error::Tls {
+            endpoint: endpoint.to_string(),
+            message,
+        }
+    } else {
+        Error::Unreachable {
+            endpoint: endpoint.to_string(),
+            message,
+        }
+    }
+}

@@ -1,0 +1,82 @@
+use std::path::PathBuf;
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Storage failures, phrased so that the one-line message tells a user what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("invalid storage location {url:?}: {reason}")]
+    InvalidLocation { url: String, reason: String },
+
+    #[error("cannot reach S3 endpoint {endpoint}: {message}")]
+    Unreachable { endpoint: String, message: String },
+
+    #[error("TLS failure talking to S3 endpoint {endpoint}: {message}")]
+    Tls { endpoint: String, message: String },
+
+    #[error(
+        "S3 rejected the credentials ({code}): {message}; check the access key, secret and region"
+    )]
+    Credentials { code: String, message: String },
+
+    #[error("no S3 credentials found: {message}")]
+    NoCredentials { message: String },
+
+    #[error("access denied to bucket {bucket:?} ({code}): {message}")]
+    AccessDenied {
+        bucket: String,
+        code: String,
+        message: String,
+    },
+
+    #[error("bucket {bucket:?} does not exist")]
+    NoSuchBucket { bucket: String },
+
+    #[error("object {url} not found")]
+    NotFound { url: String },
+
+    #[error("object {url} changed while it was being read (ETag {expected} became {found})")]
+    ChangedWhileReading {
+        url: String,
+        expected: String,
+        found: String,
+    },
+
+    #[error("S3 {operation} on {url} failed: {message}")]
+    S3 {
+        operation: &'static str,
+        url: String,
+        message: String,
+    },
+
+    #[error("object too large: part {part} would exceed the S3 limit of 10,000 parts")]
+    TooManyParts { part: i32 },
+
+    #[error("custom CA bundle {path}: {message}")]
+    CaBundle { path: PathBuf, message: String },
+
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StorageError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StorageError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True when retrying later may succeed (network, server unavailable); false for
+    /// configuration problems a user must fix.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Unreachable { .. } | StorageError::S3 { .. } | StorageError::Io { .. }
+        )
+    }
+}

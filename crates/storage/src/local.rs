@@ -1,0 +1,304 @@
+//! Local directory backend: write under a temporary name beside the target, fsync, rename.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, Utc};
+use tokio::fs::File;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+
+use crate::{ObjectInfo, Result, StorageError};
+
+const TEMP_MARKER: &str = ".part-";
+const WRITE_BUFFER: usize = 1024 * 1024;
+const READ_CHUNK: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Copy)]
+pub struct LocalStore;
+
+fn path_of(key: &str) -> PathBuf {
+    Path::new("/").join(key.trim_start_matches('/'))
+}
+
+fn key_of(path: &Path) -> String {
+    path.to_string_lossy().trim_start_matches('/').to_string()
+}
+
+/// Temporary files are hidden (`.name.part-<random>`) so listings and retention skip them.
+fn is_temp(name: &str) -> bool {
+    name.starts_with('.') && name.contains(TEMP_MARKER)
+}
+
+fn info_of(path: &Path, meta: &std::fs::Metadata) -> ObjectInfo {
+    ObjectInfo {
+        key: key_of(path),
+        size: meta.len(),
+        last_modified: meta.modified().ok().map(DateTime::<Utc>::from),
+        etag: None,
+        metadata: BTreeMap::new(),
+    }
+}
+
+/// fsync the directory so a rename survives a crash.
+async fn sync_dir(dir: &Path) -> Result<()> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || std::fs::File::open(&dir).and_then(|d| d.sync_all()))
+        .await
+        .expect("fsync task panicked")
+        .map_err(|e| StorageError::io(path_of(""), e))
+}
+
+impl LocalStore {
+    pub async fn upload(&self, key: &str) -> Result<LocalUpload> {
+        let target = path_of(key);
+        let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+            return Err(StorageError::InvalidLocation {
+                url: target.display().to_string(),
+                reason: "a local backup needs a file name".into(),
+            });
+        };
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| StorageError::io(dir, e))?;
+        let temp = dir.join(format!(
+            ".{}{TEMP_MARKER}{:016x}",
+            name.to_string_lossy(),
+            rand::random::<u64>()
+        ));
+        let file = File::create(&temp)
+            .await
+            .map_err(|e| StorageError::io(&temp, e))?;
+        Ok(LocalUpload {
+            target,
+            temp,
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            bytes: 0,
+        })
+    }
+
+    pub async fn put_small(&self, key: &str, body: Bytes) -> Result<()> {
+        let mut upload = self.upload(key).await?;
+        upload.write(&body).await?;
+        upload.commit().await.map(|_| ())
+    }
+
+    pub async fn get_small(&self, key: &str) -> Result<Option<Bytes>> {
+        let path = path_of(key);
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => Ok(Some(bytes.into())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StorageError::io(path, e)),
+        }
+    }
+
+    pub async fn download(&self, key: &str) -> Result<LocalDownload> {
+        let path = path_of(key);
+        let file = File::open(&path).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => StorageError::NotFound {
+                url: format!("file://{}", path.display()),
+            },
+            _ => StorageError::io(&path, e),
+        })?;
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| StorageError::io(&path, e))?;
+        Ok(LocalDownload {
+            info: info_of(&path, &meta),
+            file,
+        })
+    }
+
+    pub async fn head(&self, key: &str) -> Result<Option<ObjectInfo>> {
+        let path = path_of(key);
+        match tokio::fs::metadata(&path).await {
+            Ok(meta) if meta.is_file() => Ok(Some(info_of(&path, &meta))),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StorageError::io(path, e)),
+        }
+    }
+
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        Ok(self
+            .walk(prefix)
+            .await?
+            .into_iter()
+            .filter(|(path, _)| !is_temp(&path.file_name().unwrap_or_default().to_string_lossy()))
+            .map(|(path, meta)| info_of(&path, &meta))
+            .collect())
+    }
+
+    /// Every file under the directory part of `prefix` whose key starts with `prefix`.
+    async fn walk(&self, prefix: &str) -> Result<Vec<(PathBuf, std::fs::Metadata)>> {
+        let prefix_path = path_of(prefix);
+        let start = if prefix.ends_with('/') {
+            prefix_path.clone()
+        } else {
+            prefix_path.parent().unwrap_or(Path::new("/")).to_path_buf()
+        };
+        let prefix = prefix.trim_start_matches('/').to_string();
+        let mut found = Vec::new();
+        let mut dirs = vec![start];
+        while let Some(dir) = dirs.pop() {
+            let mut entries = match tokio::fs::read_dir(&dir).await {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(StorageError::io(dir, e)),
+            };
+            while let Some(entry) = entries
+                .next_entry()
+                .await
+                .map_err(|e| StorageError::io(&dir, e))?
+            {
+                let path = entry.path();
+                let key = key_of(&path);
+                let meta = entry
+                    .metadata()
+                    .await
+                    .map_err(|e| StorageError::io(&path, e))?;
+                if meta.is_dir() && (key.starts_with(&prefix) || prefix.starts_with(&key)) {
+                    dirs.push(path);
+                } else if meta.is_file() && key.starts_with(&prefix) {
+                    found.push((path, meta));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        let path = path_of(key);
+        match tokio::fs::remove_file(&path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io(path, e)),
+            _ => Ok(()),
+        }
+    }
+
+    pub async fn clean_incomplete(&self, prefix: &str, older_than: Duration) -> Result<usize> {
+        // Temp files are named `.<name>.part-…`, so match them on the directory of the prefix.
+        let prefix_path = path_of(prefix);
+        let dir = if prefix.ends_with('/') {
+            prefix_path
+        } else {
+            prefix_path.parent().unwrap_or(Path::new("/")).to_path_buf()
+        };
+        let mut removed = 0;
+        for (path, meta) in self.walk(&format!("{}/", key_of(&dir))).await? {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let age = meta
+                .modified()
+                .ok()
+                .and_then(|m| SystemTime::now().duration_since(m).ok())
+                .unwrap_or_default();
+            if is_temp(&name) && age >= older_than {
+                self.delete(&key_of(&path)).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+pub struct LocalUpload {
+    target: PathBuf,
+    temp: PathBuf,
+    file: Option<BufWriter<File>>,
+    bytes: u64,
+}
+
+impl LocalUpload {
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        let file = self.file.as_mut().expect("upload already finished");
+        if let Err(e) = file.write_all(data).await {
+            let err = StorageError::io(&self.temp, e);
+            self.discard().await;
+            return Err(err);
+        }
+        self.bytes += data.len() as u64;
+        Ok(())
+    }
+
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    pub async fn commit(mut self) -> Result<ObjectInfo> {
+        match self.finish().await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                self.discard().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn finish(&mut self) -> Result<ObjectInfo> {
+        let mut file = self.file.take().expect("upload already finished");
+        let io = |e| StorageError::io(&self.temp, e);
+        file.flush().await.map_err(io)?;
+        let file = file.into_inner();
+        file.sync_all().await.map_err(io)?;
+        drop(file);
+        tokio::fs::rename(&self.temp, &self.target)
+            .await
+            .map_err(|e| StorageError::io(&self.target, e))?;
+        sync_dir(self.target.parent().unwrap_or(Path::new("/"))).await?;
+        let meta = tokio::fs::metadata(&self.target)
+            .await
+            .map_err(|e| StorageError::io(&self.target, e))?;
+        // Committed: nothing left for Drop to remove.
+        self.temp = PathBuf::new();
+        Ok(info_of(&self.target, &meta))
+    }
+
+    pub async fn abort(mut self) -> Result<()> {
+        self.file.take();
+        match tokio::fs::remove_file(&self.temp).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(StorageError::io(&self.temp, e))
+            }
+            _ => {
+                self.temp = PathBuf::new();
+                Ok(())
+            }
+        }
+    }
+
+    async fn discard(&mut self) {
+        self.file.take();
+        let _ = tokio::fs::remove_file(&self.temp).await;
+        self.temp = PathBuf::new();
+    }
+}
+
+impl Drop for LocalUpload {
+    fn drop(&mut self) {
+        if !self.temp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+pub struct LocalDownload {
+    info: ObjectInfo,
+    file: File,
+}
+
+impl LocalDownload {
+    pub fn info(&self) -> &ObjectInfo {
+        &self.info
+    }
+
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>> {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        let n = self
+            .file
+            .read_buf(&mut buf)
+            .await
+            .map_err(|e| StorageError::io(path_of(&self.info.key), e))?;
+        Ok((n > 0).then(|| buf.freeze()))
+    }
+}

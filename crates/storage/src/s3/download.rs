@@ -1,0 +1,118 @@
+//! Streaming download that resumes after a dropped connection with a ranged GET pinned to the
+//! object's ETag (so a replaced object is never spliced into the old one).
+
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+
+use super::{S3Store, object_info};
+use crate::store::backoff;
+use crate::{ObjectInfo, Result, StorageError};
+
+/// Consecutive failed resumes before giving up.
+const MAX_RESUMES: u32 = 8;
+
+pub struct S3Download {
+    store: S3Store,
+    info: ObjectInfo,
+    body: ByteStream,
+    offset: u64,
+}
+
+impl S3Download {
+    pub(super) async fn start(store: S3Store, key: &str) -> Result<S3Download> {
+        let out = store
+            .client
+            .get_object()
+            .bucket(&store.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| store.classify(e, "GetObject", key))?;
+        let info = object_info(
+            key,
+            out.content_length(),
+            out.last_modified(),
+            out.e_tag(),
+            out.metadata(),
+        );
+        Ok(S3Download {
+            store,
+            info,
+            body: out.body,
+            offset: 0,
+        })
+    }
+
+    pub fn info(&self) -> &ObjectInfo {
+        &self.info
+    }
+
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>> {
+        let mut failures = 0;
+        loop {
+            match self.body.next().await {
+                Some(Ok(chunk)) => {
+                    self.offset += chunk.len() as u64;
+                    return Ok(Some(chunk));
+                }
+                None if self.offset >= self.info.size => return Ok(None),
+                // Cut short (None before the end) or a read error: resume from `offset`.
+                ended => {
+                    let cause = match ended {
+                        Some(Err(e)) => e.to_string(),
+                        _ => "connection closed early".to_string(),
+                    };
+                    if failures >= MAX_RESUMES {
+                        return Err(StorageError::S3 {
+                            operation: "GetObject",
+                            url: self.store.url(&self.info.key),
+                            message: format!(
+                                "download stopped at byte {} of {} and {failures} resumes failed: {cause}",
+                                self.offset, self.info.size
+                            ),
+                        });
+                    }
+                    tracing::warn!(key = %self.info.key, offset = self.offset, %cause, "resuming download");
+                    tokio::time::sleep(backoff(failures)).await;
+                    failures += 1;
+                    if let Err(e) = self.resume().await {
+                        if matches!(e, StorageError::ChangedWhileReading { .. }) {
+                            return Err(e);
+                        }
+                        tracing::warn!(key = %self.info.key, error = %e, "resume attempt failed");
+                        self.body = ByteStream::from_static(b"");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn resume(&mut self) -> Result<()> {
+        let mut request = self
+            .store
+            .client
+            .get_object()
+            .bucket(&self.store.bucket)
+            .key(&self.info.key)
+            .range(format!("bytes={}-", self.offset));
+        if let Some(etag) = &self.info.etag {
+            request = request.if_match(etag);
+        }
+        let out = request.send().await.map_err(|e| {
+            match self.store.classify(e, "GetObject", &self.info.key) {
+                StorageError::S3 { message, .. }
+                    if message.contains("412") || message.contains("PreconditionFailed") =>
+                {
+                    StorageError::ChangedWhileReading {
+                        url: self.store.url(&self.info.key),
+                        expected: self.info.etag.clone().unwrap_or_default(),
+                        found: "a different version".into(),
+                    }
+                }
+                other => other,
+            }
+        })?;
+        self.body = out.body;
+        Ok(())
+    }
+}

@@ -1,0 +1,257 @@
+//! Multipart upload of a stream of unknown length with bounded memory.
+//!
+//! One part buffer fills while at most `max_in_flight` earlier parts are being sent; `write`
+//! waits when the pipeline is full, which pushes back on the producer (the etcd stream).
+//! A stream that ends before the first part is full is sent with one PUT.
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::BytesMut;
+use tokio::task::JoinSet;
+
+use super::S3Store;
+use crate::part_size::MAX_PARTS;
+use crate::{ObjectInfo, Result, StorageError, UploadOptions};
+
+pub struct S3Upload {
+    store: S3Store,
+    key: String,
+    options: UploadOptions,
+    buffer: BytesMut,
+    upload_id: Option<String>,
+    /// Number of the part being filled (1-based).
+    next_part: i32,
+    in_flight: JoinSet<Result<CompletedPart>>,
+    completed: Vec<CompletedPart>,
+    bytes: u64,
+    finished: bool,
+}
+
+impl S3Upload {
+    pub(super) fn new(store: S3Store, key: &str, options: UploadOptions) -> Self {
+        let first = options.part_sizer.size_of(1);
+        S3Upload {
+            store,
+            key: key.to_string(),
+            options,
+            buffer: BytesMut::with_capacity(first),
+            upload_id: None,
+            next_part: 1,
+            in_flight: JoinSet::new(),
+            completed: Vec::new(),
+            bytes: 0,
+            finished: false,
+        }
+    }
+
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        match self.write_parts(data).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.abort_quietly().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn write_parts(&mut self, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            let part_size = self.options.part_sizer.size_of(self.next_part);
+            let take = (part_size - self.buffer.len()).min(data.len());
+            self.buffer.extend_from_slice(&data[..take]);
+            self.bytes += take as u64;
+            data = &data[take..];
+            if self.buffer.len() == part_size {
+                self.send_part().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the multipart upload on the first full part.
+    async fn upload_id(&mut self) -> Result<String> {
+        if let Some(id) = &self.upload_id {
+            return Ok(id.clone());
+        }
+        let out = self
+            .store
+            .client
+            .create_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.key)
+            .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
+            .set_content_type(self.options.content_type.clone())
+            .send()
+            .await
+            .map_err(|e| self.store.classify(e, "CreateMultipartUpload", &self.key))?;
+        let id = out.upload_id().unwrap_or_default().to_string();
+        tracing::debug!(key = %self.key, upload_id = %id, "multipart upload started");
+        self.upload_id = Some(id.clone());
+        Ok(id)
+    }
+
+    async fn send_part(&mut self) -> Result<()> {
+        let number = self.next_part;
+        if number > MAX_PARTS {
+            return Err(StorageError::TooManyParts { part: number });
+        }
+        let upload_id = self.upload_id().await?;
+        while self.in_flight.len() >= self.options.max_in_flight.max(1) {
+            self.collect_one().await?;
+        }
+        let next_size = self.options.part_sizer.size_of(number + 1);
+        let body = std::mem::replace(&mut self.buffer, BytesMut::with_capacity(next_size)).freeze();
+        let store = self.store.clone();
+        let key = self.key.clone();
+        self.in_flight.spawn(async move {
+            let length = body.len() as i64;
+            // ByteStream from Bytes is replayable, so the SDK can retry the part on its own.
+            let out = store
+                .client
+                .upload_part()
+                .bucket(&store.bucket)
+                .key(&key)
+                .upload_id(upload_id)
+                .part_number(number)
+                .content_length(length)
+                .body(ByteStream::from(body))
+                .send()
+                .await
+                .map_err(|e| store.classify(e, "UploadPart", &key))?;
+            Ok(CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(out.e_tag().map(str::to_string))
+                .build())
+        });
+        self.next_part += 1;
+        Ok(())
+    }
+
+    async fn collect_one(&mut self) -> Result<()> {
+        match self.in_flight.join_next().await {
+            Some(Ok(part)) => {
+                self.completed.push(part?);
+                Ok(())
+            }
+            Some(Err(join)) => Err(StorageError::S3 {
+                operation: "UploadPart",
+                url: self.store.url(&self.key),
+                message: format!("part task failed: {join}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    pub async fn commit(mut self) -> Result<ObjectInfo> {
+        match self.finish().await {
+            Ok(info) => {
+                self.finished = true;
+                Ok(info)
+            }
+            Err(e) => {
+                self.abort_quietly().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn finish(&mut self) -> Result<ObjectInfo> {
+        let etag = if self.upload_id.is_none() {
+            let body = std::mem::take(&mut self.buffer).freeze();
+            let out = self
+                .store
+                .client
+                .put_object()
+                .bucket(&self.store.bucket)
+                .key(&self.key)
+                .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
+                .set_content_type(self.options.content_type.clone())
+                .body(ByteStream::from(body))
+                .send()
+                .await
+                .map_err(|e| self.store.classify(e, "PutObject", &self.key))?;
+            out.e_tag().map(str::to_string)
+        } else {
+            if !self.buffer.is_empty() {
+                self.send_part().await?;
+            }
+            while !self.in_flight.is_empty() {
+                self.collect_one().await?;
+            }
+            let mut parts = std::mem::take(&mut self.completed);
+            parts.sort_by_key(|p| p.part_number());
+            let out = self
+                .store
+                .client
+                .complete_multipart_upload()
+                .bucket(&self.store.bucket)
+                .key(&self.key)
+                .upload_id(self.upload_id.clone().unwrap_or_default())
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(|e| self.store.classify(e, "CompleteMultipartUpload", &self.key))?;
+            out.e_tag().map(str::to_string)
+        };
+        Ok(ObjectInfo {
+            key: self.key.clone(),
+            size: self.bytes,
+            last_modified: None,
+            etag,
+            metadata: self.options.metadata.clone(),
+        })
+    }
+
+    pub async fn abort(mut self) -> Result<()> {
+        self.finished = true;
+        self.in_flight.abort_all();
+        while self.in_flight.join_next().await.is_some() {}
+        match self.upload_id.take() {
+            Some(id) => self.store.abort_multipart(&self.key, &id).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn abort_quietly(&mut self) {
+        self.finished = true;
+        self.in_flight.abort_all();
+        while self.in_flight.join_next().await.is_some() {}
+        if let Some(id) = self.upload_id.take()
+            && let Err(e) = self.store.abort_multipart(&self.key, &id).await
+        {
+            tracing::warn!(
+                key = %self.key, upload_id = %id, error = %e,
+                "could not abort the multipart upload; `prune` or a bucket lifecycle rule removes it later"
+            );
+        }
+    }
+}
+
+impl Drop for S3Upload {
+    /// An upload dropped without commit or abort (e.g. its task was cancelled) is aborted in
+    /// the background so no parts are left on the server.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        if let (Some(id), Ok(runtime)) =
+            (self.upload_id.take(), tokio::runtime::Handle::try_current())
+        {
+            let store = self.store.clone();
+            let key = self.key.clone();
+            runtime.spawn(async move {
+                if let Err(e) = store.abort_multipart(&key, &id).await {
+                    tracing::warn!(key = %key, upload_id = %id, error = %e, "could not abort a dropped upload");
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,212 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use crate::local::{LocalDownload, LocalStore, LocalUpload};
+use crate::s3::{S3Download, S3Options, S3Store, S3Upload};
+use crate::{Location, PartSizer, Result};
+
+/// What a listing or a HEAD tells about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Key within the store (for local storage: the path without its leading `/`).
+    pub key: String,
+    pub size: u64,
+    pub last_modified: Option<DateTime<Utc>>,
+    pub etag: Option<String>,
+    /// User metadata (`x-amz-meta-*` on S3). Only HEAD fills it; listings leave it empty.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// Tuning for one upload. The defaults keep at most `(max_in_flight + 1) * 8 MiB` in memory.
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    pub part_sizer: PartSizer,
+    /// Parts being sent at once; the writer waits when this many are in flight.
+    pub max_in_flight: usize,
+    /// Stored with the object (S3 user metadata; ignored by local storage).
+    pub metadata: BTreeMap<String, String>,
+    pub content_type: Option<String>,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        UploadOptions {
+            part_sizer: PartSizer::default(),
+            max_in_flight: 3,
+            metadata: BTreeMap::new(),
+            content_type: None,
+        }
+    }
+}
+
+/// A backup store: an S3 bucket or the local filesystem.
+#[derive(Debug, Clone)]
+pub enum Store {
+    S3(S3Store),
+    Local(LocalStore),
+}
+
+impl Store {
+    /// Opens the store that holds `location`. For S3 this builds a client from `s3` and checks
+    /// that the bucket exists, so a typo fails before any data is read.
+    pub async fn open(location: &Location, s3: &S3Options) -> Result<Store> {
+        match location {
+            Location::S3 { bucket, .. } => {
+                let store = S3Store::connect(bucket, s3).await?;
+                store.check_bucket().await?;
+                Ok(Store::S3(store))
+            }
+            Location::Local { .. } => Ok(Store::Local(LocalStore)),
+        }
+    }
+
+    /// The location of `key` in this store, for messages and status.
+    pub fn location(&self, key: &str) -> Location {
+        match self {
+            Store::S3(s) => Location::S3 {
+                bucket: s.bucket().to_string(),
+                key: key.to_string(),
+            },
+            Store::Local(_) => Location::Local {
+                path: std::path::Path::new("/").join(key),
+            },
+        }
+    }
+
+    /// Starts an upload to `key`. Nothing is visible under `key` until [`Upload::commit`].
+    pub async fn upload(&self, key: &str, options: UploadOptions) -> Result<Upload> {
+        Ok(match self {
+            Store::S3(s) => Upload::S3(s.upload(key, options)),
+            Store::Local(s) => Upload::Local(s.upload(key).await?),
+        })
+    }
+
+    /// Writes a small object in one request (manifests).
+    pub async fn put_small(&self, key: &str, body: Bytes, content_type: &str) -> Result<()> {
+        match self {
+            Store::S3(s) => s.put_small(key, body, content_type).await,
+            Store::Local(s) => s.put_small(key, body).await,
+        }
+    }
+
+    /// Reads a whole small object, or `None` when it does not exist.
+    pub async fn get_small(&self, key: &str) -> Result<Option<Bytes>> {
+        match self {
+            Store::S3(s) => s.get_small(key).await,
+            Store::Local(s) => s.get_small(key).await,
+        }
+    }
+
+    /// Streams an object; S3 downloads resume with ranged GETs after a dropped connection.
+    pub async fn download(&self, key: &str) -> Result<Download> {
+        Ok(match self {
+            Store::S3(s) => Download::S3(s.download(key).await?),
+            Store::Local(s) => Download::Local(s.download(key).await?),
+        })
+    }
+
+    pub async fn head(&self, key: &str) -> Result<Option<ObjectInfo>> {
+        match self {
+            Store::S3(s) => s.head(key).await,
+            Store::Local(s) => s.head(key).await,
+        }
+    }
+
+    /// Every object whose key starts with `prefix`, all pages, sorted by key.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        let mut objects = match self {
+            Store::S3(s) => s.list(prefix).await?,
+            Store::Local(s) => s.list(prefix).await?,
+        };
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    /// Deletes an object; deleting a missing object is not an error.
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        match self {
+            Store::S3(s) => s.delete(key).await,
+            Store::Local(s) => s.delete(key).await,
+        }
+    }
+
+    /// Removes uploads under `prefix` that were started more than `older_than` ago and never
+    /// committed or aborted (a process killed mid-upload). Returns how many were removed.
+    pub async fn clean_incomplete(&self, prefix: &str, older_than: Duration) -> Result<usize> {
+        match self {
+            Store::S3(s) => s.clean_incomplete(prefix, older_than).await,
+            Store::Local(s) => s.clean_incomplete(prefix, older_than).await,
+        }
+    }
+}
+
+/// An upload in progress. Commit makes it visible; abort or drop leaves nothing behind.
+/// If `write` or `commit` fails, the upload has already been aborted.
+pub enum Upload {
+    S3(S3Upload),
+    Local(LocalUpload),
+}
+
+impl Upload {
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        match self {
+            Upload::S3(u) => u.write(data).await,
+            Upload::Local(u) => u.write(data).await,
+        }
+    }
+
+    /// Bytes accepted so far.
+    pub fn bytes_written(&self) -> u64 {
+        match self {
+            Upload::S3(u) => u.bytes_written(),
+            Upload::Local(u) => u.bytes_written(),
+        }
+    }
+
+    /// Makes the object visible under its key and returns what was stored.
+    pub async fn commit(self) -> Result<ObjectInfo> {
+        match self {
+            Upload::S3(u) => u.commit().await,
+            Upload::Local(u) => u.commit().await,
+        }
+    }
+
+    /// Discards everything written; the key is left as it was before the upload.
+    pub async fn abort(self) -> Result<()> {
+        match self {
+            Upload::S3(u) => u.abort().await,
+            Upload::Local(u) => u.abort().await,
+        }
+    }
+}
+
+/// An object being read, chunk by chunk.
+pub enum Download {
+    S3(S3Download),
+    Local(LocalDownload),
+}
+
+impl Download {
+    pub fn info(&self) -> &ObjectInfo {
+        match self {
+            Download::S3(d) => d.info(),
+            Download::Local(d) => d.info(),
+        }
+    }
+
+    /// The next chunk, or `None` at the end of the object.
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>> {
+        match self {
+            Download::S3(d) => d.next_chunk().await,
+            Download::Local(d) => d.next_chunk().await,
+        }
+    }
+}
+
+/// Retry pacing shared by the S3 abort and resume loops.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((250u64 << attempt.min(4)).min(4000))
+}

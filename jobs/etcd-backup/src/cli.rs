@@ -1,0 +1,169 @@
+//! Command-line interface. S3 settings also come from the standard AWS environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+//! `AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, web identity, instance profile).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use etcd_snapshot::Compression;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "etcd-backup",
+    version,
+    about = "Save, verify, fetch, list and prune etcd snapshots in S3 or a local directory"
+)]
+#[command(
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 the backup failed verification."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Result format on stdout: human text, or one JSON line.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Snapshot the most up-to-date etcd member straight into storage, verified while streaming.
+    Save(SaveArgs),
+    /// Stream a stored backup and check its sha256 trailer, compression and manifest.
+    Verify {
+        /// s3://bucket/key or file:///path
+        url: String,
+    },
+    /// Download, verify and decompress a backup into a file that `etcdutl snapshot restore` accepts.
+    Fetch {
+        url: String,
+        /// Destination file; written as <out>.part and renamed only when verified.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// List the backups under a prefix with their manifests.
+    List {
+        /// s3://bucket/prefix or file:///dir/prefix
+        prefix: String,
+    },
+    /// Delete all but the newest N scheduled backups of a base name (never the newest one).
+    Prune(PruneArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SaveArgs {
+    /// etcd client URLs; the member with the highest revision is snapshotted.
+    #[arg(
+        long,
+        env = "ETCDCTL_ENDPOINTS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub endpoints: Vec<String>,
+
+    /// Destination: s3://bucket/key or file:///dir/name.
+    #[arg(long)]
+    pub to: String,
+
+    /// Append the coreos suffix `_v<revision>_<YYYY-MM-DD-HH:MM:SS>` to the key (for schedules).
+    #[arg(long)]
+    pub scheduled_name: bool,
+
+    #[arg(long, value_enum, default_value_t = CompressArg::None)]
+    pub compress: CompressArg,
+
+    /// CA bundle to verify etcd's server certificate.
+    #[arg(long, env = "ETCDCTL_CACERT")]
+    pub cacert: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long, env = "ETCDCTL_CERT")]
+    pub cert: Option<PathBuf>,
+    /// Client key for etcd.
+    #[arg(long, env = "ETCDCTL_KEY")]
+    pub key: Option<PathBuf>,
+
+    /// Fail when etcd sends no data for this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub stall_timeout: u64,
+    /// Optional total deadline in seconds.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Seconds to wait for each endpoint to connect and report its status.
+    #[arg(long, default_value_t = 10)]
+    pub dial_timeout: u64,
+
+    /// Initial S3 part size in MiB (parts grow so 10,000 always suffice).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(8..=5120))]
+    pub part_size_mib: u64,
+    /// Parts uploaded in parallel.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=32))]
+    pub parts_in_flight: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct PruneArgs {
+    /// Base name the scheduled backups share: s3://bucket/etcd.backup or file:///dir/etcd.backup
+    pub base: String,
+    /// How many of the newest backups to keep (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep: u64,
+    /// Show what would be deleted without deleting.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also remove unfinished uploads under the base started more than this many seconds ago.
+    #[arg(long, default_value_t = 3600)]
+    pub incomplete_older_than: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct S3Args {
+    /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
+    #[arg(long, global = true)]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION or the AWS config, then us-east-1).
+    #[arg(long, global = true)]
+    pub s3_region: Option<String>,
+    /// Use path-style URLs (https://endpoint/bucket/key); most S3-compatible servers need it.
+    #[arg(long, global = true, env = "S3_FORCE_PATH_STYLE")]
+    pub s3_force_path_style: bool,
+    /// Extra CA bundle (PEM) to trust for the S3 endpoint.
+    #[arg(long, global = true)]
+    pub s3_ca_file: Option<PathBuf>,
+    /// Attempts per S3 request, with exponential backoff.
+    #[arg(long, global = true, default_value_t = 5)]
+    pub s3_max_attempts: u32,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CompressArg {
+    None,
+    Zstd,
+}
+
+impl From<CompressArg> for Compression {
+    fn from(c: CompressArg) -> Self {
+        match c {
+            CompressArg::None => Compression::None,
+            CompressArg::Zstd => Compression::Zstd,
+        }
+    }
+}

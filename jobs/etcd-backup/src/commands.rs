@@ -1,0 +1,286 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use backup_storage::{Location, PartSizer, S3Options, Store, UploadOptions};
+use etcd_snapshot::naming::select_for_deletion;
+use etcd_snapshot::{
+    EtcdConnection, MANIFEST_SUFFIX, Manifest, ObjectName, SaveOptions, TlsPem, manifest_key,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::cli::{Cli, Command, Output, PruneArgs, S3Args, SaveArgs};
+
+/// Exit code 3 marks a backup that failed verification, so scripts can tell "the data is bad"
+/// from "the network was down" (1).
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    let integrity = err.chain().any(|e| {
+        e.downcast_ref::<etcd_snapshot::Error>()
+            .is_some_and(|e| e.is_integrity())
+    });
+    if integrity { 3 } else { 1 }
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let output = cli.output;
+    match cli.command {
+        Command::Save(args) => save(args, &cli.s3, output).await,
+        Command::Verify { url } => {
+            let (store, location) = open(&url, &cli.s3).await?;
+            let report = etcd_snapshot::verify(&store, &location.key()).await?;
+            print_verified("verified", &report, output);
+            Ok(())
+        }
+        Command::Fetch { url, out } => {
+            let (store, location) = open(&url, &cli.s3).await?;
+            let report = etcd_snapshot::fetch(&store, &location.key(), &out).await?;
+            print_verified(&format!("fetched to {}", out.display()), &report, output);
+            Ok(())
+        }
+        Command::List { prefix } => list(&prefix, &cli.s3, output).await,
+        Command::Prune(args) => prune(args, &cli.s3, output).await,
+    }
+}
+
+async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
+    let location = Location::parse(url)?;
+    let mut options = S3Options {
+        endpoint: args.s3_endpoint.clone(),
+        region: args.s3_region.clone(),
+        force_path_style: args.s3_force_path_style,
+        max_attempts: args.s3_max_attempts,
+        ..S3Options::default()
+    };
+    if let Some(ca) = &args.s3_ca_file {
+        options = options.with_ca_file(ca)?;
+    }
+    let store = Store::open(&location, &options).await?;
+    Ok((store, location))
+}
+
+fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
+}
+
+async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
+    let mut connection = EtcdConnection::new(args.endpoints.clone());
+    connection.dial_timeout = Duration::from_secs(args.dial_timeout);
+    connection.tls = match (&args.cacert, &args.cert, &args.key) {
+        (None, None, None) => None,
+        (Some(ca), cert, key) => Some(TlsPem {
+            ca: read(ca, "CA bundle")?,
+            cert: cert
+                .as_deref()
+                .map(|p| read(p, "client certificate"))
+                .transpose()?,
+            key: key.as_deref().map(|p| read(p, "client key")).transpose()?,
+        }),
+        (None, _, _) => bail!("--cert/--key need --cacert to verify the etcd server"),
+    };
+    let (store, location) = open(&args.to, s3).await?;
+    let key = location.key();
+    let mut options = SaveOptions::new(if args.scheduled_name {
+        ObjectName::Scheduled(key)
+    } else {
+        ObjectName::Exact(key)
+    });
+    options.compression = args.compress.into();
+    options.stall_timeout = Duration::from_secs(args.stall_timeout);
+    options.deadline = args.timeout.map(Duration::from_secs);
+    options.upload = UploadOptions {
+        part_sizer: PartSizer::new((args.part_size_mib as usize) << 20),
+        max_in_flight: args.parts_in_flight as usize,
+        ..UploadOptions::default()
+    };
+    let bar = progress_bar(output);
+    if let Some(bar) = bar.clone() {
+        options.progress = Some(Arc::new(move |p| {
+            bar.set_length(p.expected.max(p.received));
+            bar.set_position(p.received);
+        }));
+    }
+    let started = Instant::now();
+    let result = etcd_snapshot::save(&connection, &store, &options).await;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let report = result?;
+    let seconds = started.elapsed().as_secs_f64();
+    let m = &report.manifest;
+    let mb_per_s = m.db_bytes as f64 / 1e6 / seconds.max(1e-9);
+    match output {
+        Output::Json => println!(
+            "{}",
+            json!({
+                "object": report.url, "bytes": m.stored_bytes, "sha256": m.stored_sha256,
+                "dbBytes": m.db_bytes, "dbSha256": m.db_sha256, "compression": m.compression,
+                "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
+                "clusterId": m.cluster_id, "memberId": m.member_id, "endpoint": m.endpoint,
+                "seconds": round(seconds), "mbPerSecond": round(mb_per_s),
+            })
+        ),
+        Output::Text => println!(
+            "saved {} ({} bytes stored, {} compression, sha256 {})\n  snapshot of {} at revision {} (etcd {}), {} database bytes, trailer sha256 {} verified\n  {:.1} s, {:.1} MB/s",
+            report.url,
+            m.stored_bytes,
+            m.compression.as_str(),
+            m.stored_sha256,
+            m.endpoint,
+            m.etcd_revision,
+            m.etcd_version,
+            m.db_bytes,
+            m.db_sha256,
+            seconds,
+            mb_per_s
+        ),
+    }
+    Ok(())
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// A progress bar on a terminal only: logs and JSON output stay clean in jobs.
+fn progress_bar(output: Output) -> Option<ProgressBar> {
+    use std::io::IsTerminal;
+    if output == Output::Json || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{bytes}/{total_bytes} {wide_bar} {bytes_per_sec} {eta}")
+            .expect("valid template"),
+    );
+    Some(bar)
+}
+
+fn print_verified(what: &str, r: &etcd_snapshot::VerifyReport, output: Output) {
+    let m = r.manifest.as_ref();
+    match output {
+        Output::Json => println!(
+            "{}",
+            json!({
+                "object": r.url, "bytes": r.stored_bytes, "sha256": r.stored_sha256,
+                "dbBytes": r.db_bytes, "dbSha256": r.db_sha256, "compression": r.compression,
+                "manifest": m.is_some(), "revision": m.map(|m| m.etcd_revision),
+                "etcdVersion": m.map(|m| m.etcd_version.clone()),
+            })
+        ),
+        Output::Text => {
+            println!(
+                "{what}: {} ({} bytes stored, {} compression, {} database bytes)",
+                r.url,
+                r.stored_bytes,
+                r.compression.as_str(),
+                r.db_bytes
+            );
+            println!("  sha256 trailer matches the data: {}", r.db_sha256);
+            match m {
+                Some(m) => println!(
+                    "  manifest matches: size, stored sha256 {}, revision {}, etcd {}, taken {}",
+                    r.stored_sha256, m.etcd_revision, m.etcd_version, m.start_time
+                ),
+                None => println!("  no manifest beside the object: only the trailer was checked"),
+            }
+        }
+    }
+}
+
+async fn list(prefix: &str, s3: &S3Args, output: Output) -> Result<()> {
+    let (store, location) = open(prefix, s3).await?;
+    let objects = store.list(&location.key()).await?;
+    let mut rows = Vec::new();
+    for object in objects.iter().filter(|o| !o.key.ends_with(MANIFEST_SUFFIX)) {
+        let manifest_key = manifest_key(&object.key);
+        let manifest = match store.get_small(&manifest_key).await? {
+            Some(bytes) => Manifest::parse(&manifest_key, &bytes).ok(),
+            None => None,
+        };
+        rows.push((object, manifest));
+    }
+    match output {
+        Output::Json => {
+            for (object, manifest) in &rows {
+                println!(
+                    "{}",
+                    json!({
+                        "object": store.location(&object.key).to_string(), "bytes": object.size,
+                        "lastModified": object.last_modified, "manifest": manifest,
+                    })
+                );
+            }
+        }
+        Output::Text => {
+            println!(
+                "{:<60} {:>12} {:>10} {:<6} {:<25}",
+                "OBJECT", "BYTES", "REVISION", "COMPR", "TAKEN"
+            );
+            for (object, manifest) in &rows {
+                let (revision, compression, taken) = match manifest {
+                    Some(m) => (
+                        m.etcd_revision.to_string(),
+                        m.compression.as_str().to_string(),
+                        m.start_time.to_rfc3339(),
+                    ),
+                    None => ("-".into(), "-".into(), "(no manifest)".into()),
+                };
+                println!(
+                    "{:<60} {:>12} {:>10} {:<6} {:<25}",
+                    store.location(&object.key).to_string(),
+                    object.size,
+                    revision,
+                    compression,
+                    taken
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn prune(args: PruneArgs, s3: &S3Args, output: Output) -> Result<()> {
+    let (store, location) = open(&args.base, s3).await?;
+    let base = location.key();
+    let objects = store.list(&base).await?;
+    let delete = select_for_deletion(
+        &base,
+        objects.iter().map(|o| o.key.as_str()),
+        args.keep as usize,
+    );
+    let mut cleaned = 0;
+    if !args.dry_run {
+        for key in &delete {
+            store.delete(key).await?;
+        }
+        cleaned = store
+            .clean_incomplete(&base, Duration::from_secs(args.incomplete_older_than))
+            .await?;
+    }
+    let urls: Vec<String> = delete
+        .iter()
+        .map(|k| store.location(k).to_string())
+        .collect();
+    match output {
+        Output::Json => println!(
+            "{}",
+            json!({ "deleted": urls, "dryRun": args.dry_run, "incompleteUploadsRemoved": cleaned })
+        ),
+        Output::Text => {
+            let verb = if args.dry_run {
+                "would delete"
+            } else {
+                "deleted"
+            };
+            for url in &urls {
+                println!("{verb} {url}");
+            }
+            println!(
+                "{} objects {verb}; {cleaned} unfinished uploads removed",
+                urls.len()
+            );
+        }
+    }
+    Ok(())
+}
