@@ -154,10 +154,13 @@ impl Decoder {
                 .run(&mut input, &mut output)
                 .map_err(|e| Error::Decompress(e.to_string()))?;
             let produced = output.pos();
-            // zstd answers 0 exactly when a frame ends; a call that made no progress says
-            // nothing new about the frame.
-            if input.pos() > 0 || produced > 0 {
-                self.frame_done = hint == 0;
+            // zstd answers 0 when a frame is fully decoded and flushed (possibly on a call with
+            // no new input). After that, an idle call asks for the next frame's header, which
+            // says nothing about the finished frame; any progress starts a new one.
+            if hint == 0 {
+                self.frame_done = true;
+            } else if input.pos() > 0 || produced > 0 {
+                self.frame_done = false;
             }
             self.pos += input.pos();
             if produced > 0 {
@@ -217,6 +220,11 @@ mod tests {
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
         assert_eq!(roundtrip(&noise, 4096).unwrap(), noise);
+        // The whole object in one chunk: the frame end is seen on a call without new input.
+        let mut enc = Encoder::new(Compression::Zstd).unwrap();
+        let mut stored = enc.encode(&noise).unwrap().to_vec();
+        stored.extend(enc.finish().unwrap());
+        assert_eq!(decode_all(&stored, stored.len()).unwrap(), noise);
     }
 
     #[test]

@@ -1,1 +1,40 @@
+//! Real servers on loopback for tests, the demo and the benchmark: etcd (Debian's `etcd-server`)
+//! and Garage (S3). Each fixture gets free ports and its own temporary directory, so tests run in
+//! parallel; dropping a fixture kills its process and removes its files.
+//! `e2e/install-deps.sh` installs the servers.
 
+mod etcd;
+mod garage;
+mod tls;
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Mutex;
+
+pub use etcd::{Etcd, snapshot_restore};
+pub use garage::Garage;
+pub use tls::TlsFiles;
+
+/// A free loopback port, never the same twice in one process: the OS may hand a closed port out
+/// again before the server that asked for it first has bound it.
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind a loopback port")
+            .port();
+        if given.insert(port) {
+            return port;
+        }
+    }
+}
+
+/// The last `lines` lines of a log file, for error messages.
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

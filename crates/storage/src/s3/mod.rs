@@ -213,6 +213,11 @@ impl S3Store {
         &self.bucket
     }
 
+    /// The underlying SDK client (tests use it to look at the server directly).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub(crate) fn url(&self, key: &str) -> String {
         format!("s3://{}/{key}", self.bucket)
     }

@@ -1,0 +1,103 @@
+//! The local directory backend: temp name, fsync, rename on commit; nothing left on abort.
+
+use std::time::Duration;
+
+use backup_storage::{Location, S3Options, Store, UploadOptions};
+
+async fn store_in(dir: &tempfile::TempDir) -> (Store, String) {
+    let location = Location::parse(dir.path().to_str().unwrap()).unwrap();
+    let store = Store::open(&location, &S3Options::default()).await.unwrap();
+    (store, location.key())
+}
+
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn commit_renames_into_place_and_hides_the_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, base) = store_in(&dir).await;
+    let key = format!("{base}/sub/snap.db");
+    let mut upload = store.upload(&key, UploadOptions::default()).await.unwrap();
+    upload.write(b"abc").await.unwrap();
+    upload.write(&vec![7u8; 3 << 20]).await.unwrap();
+    // Only a hidden temp file exists, and listings skip it.
+    let sub = dir.path().join("sub");
+    assert_eq!(names(&sub).len(), 1);
+    assert!(names(&sub)[0].starts_with(".snap.db.part-"));
+    assert_eq!(store.list(&format!("{base}/")).await.unwrap(), vec![]);
+    assert_eq!(store.head(&key).await.unwrap(), None);
+
+    let info = upload.commit().await.unwrap();
+    assert_eq!(info.size, 3 + (3 << 20));
+    assert_eq!(names(&sub), vec!["snap.db"]);
+    let listed = store.list(&format!("{base}/sub/sn")).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key, key);
+    let bytes = std::fs::read(sub.join("snap.db")).unwrap();
+    assert_eq!(&bytes[..3], b"abc");
+
+    let mut download = store.download(&key).await.unwrap();
+    let mut total = 0;
+    while let Some(chunk) = download.next_chunk().await.unwrap() {
+        total += chunk.len();
+    }
+    assert_eq!(total, bytes.len());
+}
+
+#[tokio::test]
+async fn abort_and_drop_remove_the_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, base) = store_in(&dir).await;
+    let mut aborted = store.upload(&format!("{base}/a"), UploadOptions::default()).await.unwrap();
+    aborted.write(b"data").await.unwrap();
+    aborted.abort().await.unwrap();
+    let mut dropped = store.upload(&format!("{base}/b"), UploadOptions::default()).await.unwrap();
+    dropped.write(b"data").await.unwrap();
+    drop(dropped);
+    assert_eq!(names(dir.path()), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn commit_replaces_an_existing_file_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, base) = store_in(&dir).await;
+    let key = format!("{base}/snap");
+    store.put_small(&key, "old".into(), "").await.unwrap();
+    let mut upload = store.upload(&key, UploadOptions::default()).await.unwrap();
+    upload.write(b"new").await.unwrap();
+    assert_eq!(store.get_small(&key).await.unwrap().unwrap(), "old");
+    upload.commit().await.unwrap();
+    assert_eq!(store.get_small(&key).await.unwrap().unwrap(), "new");
+    assert_eq!(store.get_small(&format!("{base}/missing")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn clean_incomplete_removes_only_old_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, base) = store_in(&dir).await;
+    std::fs::write(dir.path().join(".snap.part-0000000000000001"), b"orphan").unwrap();
+    std::fs::write(dir.path().join("snap"), b"keep").unwrap();
+    let prefix = format!("{base}/snap");
+    assert_eq!(store.clean_incomplete(&prefix, Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(store.clean_incomplete(&prefix, Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(names(dir.path()), vec!["snap"]);
+}
+
+#[tokio::test]
+async fn missing_object_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, base) = store_in(&dir).await;
+    let err = match store.download(&format!("{base}/nope")).await {
+        Err(e) => e,
+        Ok(_) => panic!("downloaded a missing file"),
+    };
+    assert!(err.to_string().contains("not found"), "{err}");
+    store.delete(&format!("{base}/nope")).await.unwrap();
+}

@@ -1,0 +1,290 @@
+//! The S3 backend against a real Garage server on loopback.
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use backup_storage::{Location, S3Credentials, S3Options, Store, StorageError, UploadOptions};
+use futures::StreamExt;
+use testbed::Garage;
+
+const MIB: usize = 1024 * 1024;
+
+fn options(garage: &Garage) -> S3Options {
+    S3Options {
+        endpoint: Some(garage.endpoint.clone()),
+        region: Some(garage.region.clone()),
+        force_path_style: true,
+        credentials: S3Credentials::Static {
+            access_key_id: garage.access_key.clone(),
+            secret_access_key: garage.secret_key.clone(),
+            session_token: None,
+        },
+        max_attempts: 2,
+        abort_retry_window: Duration::from_secs(30),
+        ..S3Options::default()
+    }
+}
+
+async fn open(garage: &Garage) -> Store {
+    let location = Location::S3 {
+        bucket: garage.bucket.clone(),
+        key: String::new(),
+    };
+    Store::open(&location, &options(garage)).await.unwrap()
+}
+
+/// A raw SDK client, to look at the server without going through the code under test.
+async fn raw_client(garage: &Garage) -> Client {
+    match open(garage).await {
+        Store::S3(s3) => s3.client().clone(),
+        Store::Local(_) => unreachable!(),
+    }
+}
+
+async fn multipart_uploads(garage: &Garage) -> usize {
+    let out = raw_client(garage)
+        .await
+        .list_multipart_uploads()
+        .bucket(&garage.bucket)
+        .send()
+        .await
+        .unwrap();
+    out.uploads().len()
+}
+
+/// Deterministic, incompressible-looking bytes.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+async fn read_all(store: &Store, key: &str) -> Vec<u8> {
+    let mut download = store.download(key).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(chunk) = download.next_chunk().await.unwrap() {
+        out.extend_from_slice(&chunk);
+    }
+    out
+}
+
+#[tokio::test]
+async fn multipart_upload_is_invisible_until_commit_and_roundtrips() {
+    let garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let data = pattern(20 * MIB + 123, 1);
+    let mut upload = store.upload("big/object", UploadOptions::default()).await.unwrap();
+    for chunk in data.chunks(32 * 1024) {
+        upload.write(chunk).await.unwrap();
+    }
+    // Two 8 MiB parts are on the server, but the object does not exist yet.
+    assert_eq!(store.head("big/object").await.unwrap(), None);
+    assert_eq!(multipart_uploads(&garage).await, 1);
+    let info = upload.commit().await.unwrap();
+    assert_eq!(info.size, data.len() as u64);
+    assert_eq!(store.head("big/object").await.unwrap().unwrap().size, data.len() as u64);
+    assert_eq!(read_all(&store, "big/object").await, data);
+    assert_eq!(multipart_uploads(&garage).await, 0);
+}
+
+#[tokio::test]
+async fn small_stream_uses_one_put_with_metadata() {
+    let garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let mut options = UploadOptions::default();
+    options.metadata.insert("etcd-revision".into(), "42".into());
+    let mut upload = store.upload("small", options).await.unwrap();
+    upload.write(b"hello").await.unwrap();
+    assert_eq!(store.head("small").await.unwrap(), None);
+    upload.commit().await.unwrap();
+    let head = store.head("small").await.unwrap().unwrap();
+    assert_eq!(head.size, 5);
+    assert_eq!(head.metadata.get("etcd-revision").map(String::as_str), Some("42"));
+}
+
+#[tokio::test]
+async fn abort_and_drop_leave_nothing_behind() {
+    let garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let data = pattern(9 * MIB, 2);
+
+    let mut upload = store.upload("aborted", UploadOptions::default()).await.unwrap();
+    upload.write(&data).await.unwrap();
+    upload.abort().await.unwrap();
+
+    let mut dropped = store.upload("dropped", UploadOptions::default()).await.unwrap();
+    dropped.write(&data).await.unwrap();
+    drop(dropped);
+    // The drop aborts in the background.
+    for _ in 0..50 {
+        if multipart_uploads(&garage).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(multipart_uploads(&garage).await, 0);
+    assert_eq!(store.list("").await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
+    let mut garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let mut upload = store.upload("victim", UploadOptions::default()).await.unwrap();
+    // Two parts sent; then the server dies.
+    upload.write(&pattern(16 * MIB, 3)).await.unwrap();
+    garage.kill();
+    let restarted = tokio::spawn(async move {
+        // Stay down long enough for the part retries (2 attempts) to give up, then come back so
+        // the abort, which keeps retrying, reaches the server.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        garage.restart().await.unwrap();
+        garage
+    });
+    let mut result = Ok(());
+    for _ in 0..4 {
+        result = upload.write(&pattern(8 * MIB, 4)).await;
+        if result.is_err() {
+            break;
+        }
+    }
+    let err = match result {
+        Err(e) => e,
+        Ok(()) => upload.commit().await.unwrap_err(),
+    };
+    assert!(
+        matches!(err, StorageError::Unreachable { .. }),
+        "expected an unreachable-endpoint error, got: {err}"
+    );
+    let garage = restarted.await.unwrap();
+    let store = open(&garage).await;
+    assert_eq!(store.head("victim").await.unwrap(), None);
+    assert_eq!(multipart_uploads(&garage).await, 0, "the failed upload was not aborted");
+}
+
+#[tokio::test]
+async fn download_resumes_after_the_server_restarts() {
+    let mut garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let data = pattern(24 * MIB, 5);
+    let mut upload = store.upload("resume", UploadOptions::default()).await.unwrap();
+    upload.write(&data).await.unwrap();
+    upload.commit().await.unwrap();
+
+    let mut download = store.download("resume").await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < MIB {
+        got.extend_from_slice(&download.next_chunk().await.unwrap().unwrap());
+    }
+    garage.kill();
+    let restarted = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        garage.restart().await.unwrap();
+        garage
+    });
+    while let Some(chunk) = download.next_chunk().await.unwrap() {
+        got.extend_from_slice(&chunk);
+    }
+    let _garage = restarted.await.unwrap();
+    assert_eq!(got.len(), data.len());
+    assert!(got == data, "resumed download differs from the object");
+}
+
+#[tokio::test]
+async fn listing_follows_every_page() {
+    let garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let keys: Vec<String> = (0..1005).map(|i| format!("many/{i:05}")).collect();
+    futures::stream::iter(keys.iter())
+        .for_each_concurrent(32, |k| {
+            let store = store.clone();
+            async move { store.put_small(k, "x".into(), "text/plain").await.unwrap() }
+        })
+        .await;
+    store.put_small("other/0", "x".into(), "text/plain").await.unwrap();
+    let listed = store.list("many/").await.unwrap();
+    assert_eq!(listed.len(), 1005);
+    assert_eq!(listed.iter().map(|o| o.key.clone()).collect::<Vec<_>>(), keys);
+    store.delete("many/00000").await.unwrap();
+    store.delete("never-existed").await.unwrap();
+    assert_eq!(store.list("many/").await.unwrap().len(), 1004);
+}
+
+#[tokio::test]
+async fn clean_incomplete_removes_orphaned_uploads() {
+    let garage = Garage::start().await.unwrap();
+    let client = raw_client(&garage).await;
+    // An upload left behind by a process that was killed.
+    client
+        .create_multipart_upload()
+        .bucket(&garage.bucket)
+        .key("prefix/orphan")
+        .send()
+        .await
+        .unwrap();
+    let store = open(&garage).await;
+    assert_eq!(store.clean_incomplete("other/", Duration::ZERO).await.unwrap(), 0);
+    assert_eq!(store.clean_incomplete("prefix/", Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(store.clean_incomplete("prefix/", Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(multipart_uploads(&garage).await, 0);
+}
+
+#[tokio::test]
+async fn errors_name_the_cause() {
+    let garage = Garage::start().await.unwrap();
+
+    let missing = Location::S3 {
+        bucket: "no-such-bucket".into(),
+        key: "k".into(),
+    };
+    let err = Store::open(&missing, &options(&garage)).await.unwrap_err();
+    assert!(matches!(err, StorageError::NoSuchBucket { .. }), "{err}");
+
+    let mut wrong = options(&garage);
+    wrong.credentials = S3Credentials::Static {
+        access_key_id: "GK0123456789abcdef01234567".into(),
+        secret_access_key: "0".repeat(64),
+        session_token: None,
+    };
+    let location = Location::S3 {
+        bucket: garage.bucket.clone(),
+        key: "k".into(),
+    };
+    let store = Store::open(&location, &wrong).await.unwrap();
+    let err = store.put_small("k", "x".into(), "text/plain").await.unwrap_err();
+    assert!(matches!(err, StorageError::Credentials { .. }), "{err}");
+
+    let mut unreachable = options(&garage);
+    unreachable.endpoint = Some(format!("http://127.0.0.1:{}", testbed::free_port()));
+    let err = Store::open(&location, &unreachable).await.unwrap_err();
+    assert!(matches!(err, StorageError::Unreachable { .. }), "{err}");
+    assert!(err.to_string().contains("cannot reach S3 endpoint"), "{err}");
+}
+
+#[tokio::test]
+async fn coreos_secret_files_supply_credentials_and_region() {
+    let garage = Garage::start().await.unwrap();
+    let mut opts = options(&garage);
+    opts.region = None;
+    opts.credentials = S3Credentials::SharedFiles {
+        credentials: Some(format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            garage.access_key, garage.secret_key
+        )),
+        config: Some(format!("[default]\nregion = {}\n", garage.region)),
+        profile: None,
+    };
+    let location = Location::S3 {
+        bucket: garage.bucket.clone(),
+        key: "k".into(),
+    };
+    let store = Store::open(&location, &opts).await.unwrap();
+    store.put_small("from-secret", "x".into(), "text/plain").await.unwrap();
+    assert!(store.head("from-secret").await.unwrap().is_some());
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the tests, the demo and the benchmark run against, on Debian 12. Idempotent:
+# installs only what is missing and says what it installed.
+set -euo pipefail
+
+sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+installed=()
+
+# etcd 3.4 (server, etcdctl), protoc for etcd-client's build, GNU time for the benchmark.
+packages=(etcd-server etcd-client protobuf-compiler time)
+# pip, to install the aws CLI below when it is missing.
+command -v aws >/dev/null || packages+=(python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  $sudo apt-get update -q
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  installed+=("${missing[@]}")
+fi
+
+# Garage (S3 server): not packaged by Debian; building it takes ~15 minutes on 2 cores.
+if ! command -v garage >/dev/null && [[ ! -x $HOME/.cargo/bin/garage ]]; then
+  cargo install garage --locked --version 2.5.0
+  installed+=(garage)
+fi
+
+# aws CLI: the benchmark's baseline client and a handy independent S3 client in tests.
+if ! command -v aws >/dev/null; then
+  # Debian 12's Python refuses pip installs outside a venv unless told otherwise (PEP 668).
+  python3 -m pip install -q awscli 2>/dev/null || python3 -m pip install -q --break-system-packages awscli
+  installed+=(awscli)
+fi
+
+echo "install-deps: ${installed[*]:-nothing to install}"

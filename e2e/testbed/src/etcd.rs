@@ -1,0 +1,342 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use rand::RngCore;
+
+use crate::{TlsFiles, free_port, tail};
+
+/// Client certificate files of a TLS member, copied into its own directory so the member does
+/// not depend on the `TlsFiles` outliving it.
+struct ClientTls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// One etcd member (Debian's `etcd`, 3.4) on loopback ports. `put` and `get_all` go through
+/// `etcdctl`, so checks do not share the client library of the code under test.
+pub struct Etcd {
+    /// `http://127.0.0.1:PORT`, or `https://…` for `start_tls`.
+    pub endpoint: String,
+    pub name: String,
+    pub peer_url: String,
+    pub data_dir: PathBuf,
+    child: Child,
+    tls: Option<ClientTls>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    /// A fresh single-member cluster over plain HTTP.
+    pub async fn start() -> Result<Etcd> {
+        let dir = tempfile::tempdir()?;
+        let data_dir = dir.path().join("data");
+        let peer_url = format!("http://127.0.0.1:{}", free_port());
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None).await
+    }
+
+    /// A fresh member on https that requires client certificates signed by `tls`'s CA.
+    pub async fn start_tls(tls: &TlsFiles) -> Result<Etcd> {
+        let dir = tempfile::tempdir()?;
+        let data_dir = dir.path().join("data");
+        let peer_url = format!("http://127.0.0.1:{}", free_port());
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, Some(tls)).await
+    }
+
+    /// A member on a data dir made by `snapshot_restore` with the same `name` and `peer_url`
+    /// (take the peer port from `free_port`). The data dir stays when the member is dropped.
+    pub async fn start_on_data_dir(data_dir: &Path, name: &str, peer_url: &str) -> Result<Etcd> {
+        Etcd::spawn(
+            tempfile::tempdir()?,
+            data_dir.to_path_buf(),
+            name,
+            peer_url,
+            None,
+        )
+        .await
+    }
+
+    async fn spawn(
+        dir: tempfile::TempDir,
+        data_dir: PathBuf,
+        name: &str,
+        peer_url: &str,
+        tls: Option<&TlsFiles>,
+    ) -> Result<Etcd> {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoint = format!("{scheme}://127.0.0.1:{}", free_port());
+        let log = dir.path().join("etcd.log");
+        let mut command = Command::new("etcd");
+        command
+            .args(["--name", name, "--logger", "zap"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args([
+                "--listen-client-urls",
+                &endpoint,
+                "--advertise-client-urls",
+                &endpoint,
+            ])
+            .args([
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+            ])
+            .args(["--initial-cluster", &format!("{name}={peer_url}")])
+            .args(["--initial-cluster-token", "testbed"])
+            // Room for benchmark databases of several GiB (the default quota is 2 GiB).
+            .args(["--quota-backend-bytes", &(8u64 << 30).to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?);
+        let mut client_tls = None;
+        if let Some(tls) = tls {
+            let copy = |from: &Path, name: &str| -> Result<PathBuf> {
+                let to = dir.path().join(name);
+                std::fs::copy(from, &to)?;
+                Ok(to)
+            };
+            command
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(copy(&tls.ca_cert, "ca.crt")?)
+                .arg("--cert-file")
+                .arg(copy(&tls.server_cert, "server.crt")?)
+                .arg("--key-file")
+                .arg(copy(&tls.server_key, "server.key")?);
+            client_tls = Some(ClientTls {
+                ca: dir.path().join("ca.crt"),
+                cert: copy(&tls.client_cert, "client.crt")?,
+                key: copy(&tls.client_key, "client.key")?,
+            });
+        }
+        let child = command
+            .spawn()
+            .context("cannot run etcd: install Debian's etcd-server (e2e/install-deps.sh)")?;
+        let mut etcd = Etcd {
+            endpoint,
+            name: name.to_string(),
+            peer_url: peer_url.to_string(),
+            data_dir,
+            child,
+            tls: client_tls,
+            log,
+            _dir: dir,
+        };
+        etcd.wait_ready().await?;
+        Ok(etcd)
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("etcd exited with {status}; log:\n{}", tail(&self.log, 20));
+            }
+            // `endpoint health` does a quorum read: the member is elected and serving.
+            let health = self.etcdctl().args(["endpoint", "health"]).output().await?;
+            if health.status.success() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!(
+            "etcd at {} not healthy after 30 s; log:\n{}",
+            self.endpoint,
+            tail(&self.log, 20)
+        )
+    }
+
+    /// `etcdctl` (API v3) aimed at this member, with the client certificate when TLS is on.
+    pub fn etcdctl(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint))
+            .args(["--dial-timeout=2s", "--command-timeout=30s"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.cert)
+                .arg("--key")
+                .arg(&tls.key);
+        }
+        command
+    }
+
+    /// An etcd-client connection to this member (with the client certificate when TLS is on).
+    pub async fn client(&self) -> Result<Client> {
+        let mut options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(5));
+        if let Some(tls) = &self.tls {
+            let identity = Identity::from_pem(std::fs::read(&tls.cert)?, std::fs::read(&tls.key)?);
+            options = options.with_tls(
+                TlsOptions::new()
+                    .ca_certificate(Certificate::from_pem(std::fs::read(&tls.ca)?))
+                    .identity(identity),
+            );
+        }
+        Ok(Client::connect([self.endpoint.as_str()], Some(options)).await?)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Path of etcd's log (its stderr).
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// SIGKILL, as a crash would. The data dir stays.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub async fn put(&self, key: &str, value: &str) -> Result<()> {
+        // `--` so keys and values starting with '-' are not taken for flags.
+        run(self.etcdctl().args(["put", "--", key, value]))
+            .await
+            .map(|_| ())
+    }
+
+    /// Every key and value (as lossy UTF-8). Meant for test-sized data.
+    pub async fn get_all(&self) -> Result<BTreeMap<String, String>> {
+        let out = run(self.etcdctl().args(["get", "", "--prefix", "-w", "json"])).await?;
+        let json: serde_json::Value =
+            serde_json::from_slice(&out).context("etcdctl get -w json")?;
+        let text = |v: &serde_json::Value| -> Result<String> {
+            let b64 = v.as_str().unwrap_or_default(); // an empty value is left out of the JSON
+            Ok(String::from_utf8_lossy(&base64_decode(b64)?).into_owned())
+        };
+        let mut all = BTreeMap::new();
+        for kv in json["kvs"].as_array().into_iter().flatten() {
+            all.insert(text(&kv["key"])?, text(&kv["value"])?);
+        }
+        Ok(all)
+    }
+
+    /// Writes `total_bytes` (rounded up to whole values) of random, so incompressible, values of
+    /// `value_size` bytes (below etcd's 1.5 MiB request limit) under `/fill/`, with many puts in
+    /// flight; returns the number of keys written.
+    pub async fn fill_random(&self, total_bytes: u64, value_size: usize) -> Result<u64> {
+        anyhow::ensure!(value_size > 0, "value_size must be positive");
+        let client = self.client().await?;
+        let count = total_bytes.div_ceil(value_size as u64);
+        let mut puts = tokio::task::JoinSet::new();
+        for i in 0..count {
+            if puts.len() >= 32 {
+                puts.join_next().await.expect("non-empty")??;
+            }
+            let mut value = vec![0u8; value_size];
+            rand::rng().fill_bytes(&mut value);
+            let mut kv = client.kv_client();
+            puts.spawn(async move { kv.put(format!("/fill/{i:010}"), value, None).await });
+        }
+        while let Some(put) = puts.join_next().await {
+            put??;
+        }
+        Ok(count)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs a command to completion; its stdout, or an error with its stderr.
+async fn run(command: &mut tokio::process::Command) -> Result<Vec<u8>> {
+    let output = command
+        .output()
+        .await
+        .with_context(|| format!("cannot run {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output.stdout)
+}
+
+/// Standard base64 (etcdctl's JSON output); small enough not to need a dependency.
+fn base64_decode(text: &str) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|&c| c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => bail!("invalid base64 in etcdctl output: {text:?}"),
+        };
+        acc = (acc << 6 | u32::from(v)) & 0xffff;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
+}
+
+/// Restores `snapshot` into `data_dir` (which must not exist yet) as member `name` at `peer_url`,
+/// with the stock tool and its hash check: `etcdutl` when installed (etcd 3.5+), otherwise
+/// `etcdctl` (Debian's 3.4).
+pub fn snapshot_restore(
+    snapshot: &Path,
+    data_dir: &Path,
+    name: &str,
+    peer_url: &str,
+) -> Result<()> {
+    let etcdutl = Command::new("etcdutl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut command = Command::new(if etcdutl { "etcdutl" } else { "etcdctl" });
+    let output = command
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "restore"])
+        .arg(snapshot)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--name", name])
+        .args(["--initial-cluster", &format!("{name}={peer_url}")])
+        .args(["--initial-advertise-peer-urls", peer_url])
+        .args(["--initial-cluster-token", "testbed-restored"])
+        .output()
+        .context("cannot run etcdutl/etcdctl (e2e/install-deps.sh)")?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_decode() {
+        assert_eq!(super::base64_decode("").unwrap(), b"");
+        assert_eq!(super::base64_decode("Zg==").unwrap(), b"f");
+        assert_eq!(super::base64_decode("Zm9vYg==").unwrap(), b"foob");
+        assert_eq!(super::base64_decode("/+8A").unwrap(), [0xff, 0xef, 0x00]);
+        assert!(super::base64_decode("a b").is_err());
+    }
+}

@@ -1,0 +1,146 @@
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::free_port;
+
+/// The start script, shared with the demo and the benchmark.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../garage-up.sh");
+
+/// A single-node Garage S3 server on loopback, started by `e2e/garage-up.sh`, with bucket
+/// `backups` and the script's fixed test key (read/write/owner).
+pub struct Garage {
+    /// `http://127.0.0.1:PORT`
+    pub endpoint: String,
+    pub region: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub bucket: String,
+    dir: tempfile::TempDir,
+    /// S3, RPC and admin ports, kept for `restart`.
+    ports: [u16; 3],
+}
+
+impl Garage {
+    pub async fn start() -> Result<Garage> {
+        let dir = tempfile::tempdir()?;
+        let ports = [free_port(), free_port(), free_port()];
+        let exports = script(&up_args(dir.path(), ports)).await?;
+        let var = |name: &str| -> Result<String> {
+            exports
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("export ")?
+                        .strip_prefix(name)?
+                        .strip_prefix('=')
+                })
+                .map(str::to_string)
+                .with_context(|| format!("garage-up.sh printed no {name}"))
+        };
+        Ok(Garage {
+            endpoint: var("AWS_ENDPOINT_URL")?,
+            region: var("AWS_REGION")?,
+            access_key: var("AWS_ACCESS_KEY_ID")?,
+            secret_key: var("AWS_SECRET_ACCESS_KEY")?,
+            bucket: var("GARAGE_BUCKET")?,
+            dir,
+            ports,
+        })
+    }
+
+    /// Where the config, data and `garage.log` live.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// SIGKILL, as a crash would; returns once the process is gone (ports free). Data stays.
+    pub fn kill(&mut self) {
+        let Ok(pid) = std::fs::read_to_string(self.dir.path().join("garage.pid")) else {
+            return;
+        };
+        let pid = pid.trim();
+        let _ = Command::new("kill").args(["-9", pid]).status();
+        // Dead once gone or a zombie whose threads have all exited: the main thread turns
+        // zombie while other threads still hold the sockets, and init reaps zombies slowly.
+        let status = format!("/proc/{pid}/status");
+        let dead = || {
+            std::fs::read_to_string(&status).map_or(true, |s| {
+                let field = |name| s.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+                field("State:").is_some_and(|v| v.starts_with('Z'))
+                    && field("Threads:") == Some("1")
+            })
+        };
+        for _ in 0..500 {
+            if dead() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts the server again on the same data, config and ports.
+    pub async fn restart(&mut self) -> Result<()> {
+        script(&up_args(self.dir.path(), self.ports))
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates bucket `name` and gives the test key read/write/owner on it.
+    pub async fn create_bucket(&self, name: &str) -> Result<()> {
+        script(&[
+            OsStr::new("--bucket"),
+            self.dir.path().as_os_str(),
+            OsStr::new(name),
+        ])
+        .await
+        .map(|_| ())
+    }
+
+    /// AWS variables for child processes (aws CLI, etcd-backup). `AWS_DEFAULT_REGION` is for
+    /// aws CLI v1, which ignores `AWS_REGION`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ACCESS_KEY_ID", &self.access_key),
+            ("AWS_SECRET_ACCESS_KEY", &self.secret_key),
+            ("AWS_REGION", &self.region),
+            ("AWS_DEFAULT_REGION", &self.region),
+            ("AWS_ENDPOINT_URL", &self.endpoint),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+    }
+}
+
+impl Drop for Garage {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `DIR S3_PORT RPC_PORT ADMIN_PORT`
+fn up_args(dir: &Path, ports: [u16; 3]) -> Vec<OsString> {
+    let ports = ports.iter().map(|p| p.to_string().into());
+    std::iter::once(dir.into()).chain(ports).collect()
+}
+
+/// Runs `garage-up.sh` with `args`; its stdout, or an error with its stderr (which says to run
+/// `e2e/install-deps.sh` when the garage binary is missing).
+async fn script<S: AsRef<OsStr>>(args: &[S]) -> Result<String> {
+    let output = tokio::process::Command::new("bash")
+        .arg(SCRIPT)
+        .args(args)
+        .output()
+        .await
+        .with_context(|| format!("cannot run {SCRIPT}"))?;
+    if !output.status.success() {
+        bail!(
+            "{SCRIPT} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}

@@ -1,0 +1,105 @@
+//! A damaged backup is rejected by `verify` and `fetch` (exit code 3), and `fetch` leaves no file.
+
+mod common;
+
+use backup_storage::{Location, S3Credentials, S3Options, Store};
+use common::*;
+use testbed::{Etcd, Garage};
+
+async fn saved_local_backup(dir: &std::path::Path, compress: &str) -> std::path::PathBuf {
+    let etcd = Etcd::start().await.unwrap();
+    write_sample_keys(&etcd).await;
+    let path = dir.join("etcd.backup");
+    let url = format!("file://{}", path.display());
+    run(&["save", "--endpoints", &etcd.endpoint, "--to", &url, "--compress", compress], &[])
+        .await
+        .ok();
+    path
+}
+
+async fn assert_rejected(url: &str, flags: &[String], env: &[(String, String)], cause: &str) {
+    let mut verify = vec!["verify", url];
+    verify.extend(strs(flags));
+    let result = run(&verify, env).await;
+    assert_eq!(result.code, 3, "verify accepted a damaged backup: {}{}", result.stdout, result.stderr);
+    assert!(result.stderr.contains(cause), "expected {cause:?} in: {}", result.stderr);
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fetched.db");
+    let mut fetch = vec!["fetch", url, "--out", out.to_str().unwrap()];
+    fetch.extend(strs(flags));
+    let result = run(&fetch, env).await;
+    assert_eq!(result.code, 3, "fetch accepted a damaged backup: {}", result.stderr);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "fetch left files behind: {left:?}");
+}
+
+#[tokio::test]
+async fn flipped_byte_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = saved_local_backup(dir.path(), "none").await;
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    assert_rejected(path.to_str().unwrap(), &[], &[], "hash mismatch").await;
+}
+
+#[tokio::test]
+async fn truncated_object_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = saved_local_backup(dir.path(), "none").await;
+    let bytes = std::fs::read(&path).unwrap();
+    // Cut at a page boundary plus 32 bytes, so even the size test of etcdutl would pass.
+    std::fs::write(&path, &bytes[..4096 * 2 + 32]).unwrap();
+    assert_rejected(path.to_str().unwrap(), &[], &[], "hash mismatch").await;
+}
+
+#[tokio::test]
+async fn truncated_zstd_object_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = saved_local_backup(dir.path(), "zstd").await;
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+    assert_rejected(path.to_str().unwrap(), &[], &[], "decompression failed").await;
+}
+
+#[tokio::test]
+async fn object_replaced_behind_the_manifest_is_rejected() {
+    // A valid snapshot that is not the one the manifest describes.
+    let dir = tempfile::tempdir().unwrap();
+    let path = saved_local_backup(dir.path(), "none").await;
+    let other = saved_local_backup(&dir.path().join("other"), "none").await;
+    std::fs::copy(&other, &path).unwrap();
+    assert_rejected(path.to_str().unwrap(), &[], &[], "mismatch with the manifest").await;
+}
+
+#[tokio::test]
+async fn corrupted_s3_object_is_rejected() {
+    let garage = Garage::start().await.unwrap();
+    let (flags, env) = s3_args(&garage);
+    let etcd = Etcd::start().await.unwrap();
+    write_sample_keys(&etcd).await;
+    let url = format!("s3://{}/etcd.backup", garage.bucket);
+    let mut save = vec!["save", "--endpoints", &etcd.endpoint, "--to", &url];
+    save.extend(strs(&flags));
+    run(&save, &env).await.ok();
+
+    // Overwrite the object with a damaged copy, leaving the manifest as it was.
+    let options = S3Options {
+        endpoint: Some(garage.endpoint.clone()),
+        region: Some(garage.region.clone()),
+        force_path_style: true,
+        credentials: S3Credentials::Static {
+            access_key_id: garage.access_key.clone(),
+            secret_access_key: garage.secret_key.clone(),
+            session_token: None,
+        },
+        ..S3Options::default()
+    };
+    let store = Store::open(&Location::parse(&url).unwrap(), &options).await.unwrap();
+    let mut bytes = store.get_small("etcd.backup").await.unwrap().unwrap().to_vec();
+    bytes[5000] ^= 1;
+    store.put_small("etcd.backup", bytes.into(), "application/octet-stream").await.unwrap();
+    assert_rejected(&url, &flags, &env, "hash mismatch").await;
+}
