@@ -6,8 +6,12 @@ set -euo pipefail
 sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
 installed=()
 
-# etcd 3.4 (server, etcdctl), protoc for etcd-client's build, GNU time for the benchmark.
-packages=(etcd-server etcd-client protobuf-compiler time)
+# etcd 3.4 (server, etcdctl); protoc and the well-known .proto files (libprotobuf-dev) for
+# etcd-client's build; GNU time for the benchmark.
+packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev time)
+# MariaDB server and mariadb-backup for the MySQL runner's tests (the tests start their own
+# servers on temporary data dirs; the packaged service is not used).
+packages+=(mariadb-server mariadb-backup mariadb-client)
 # pip, to install the aws CLI below when it is missing.
 command -v aws >/dev/null || packages+=(python3-pip)
 missing=()

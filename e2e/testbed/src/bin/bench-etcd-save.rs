@@ -1,0 +1,200 @@
+//! Benchmark of `etcd-backup save` against the way users back up etcd today, in one run.
+//!
+//! It fills a real etcd with incompressible values, starts a real Garage S3 server, and measures
+//! each way with GNU time (wall time and peak RSS):
+//!   (a) `etcd-backup save` straight to S3,
+//!   (b) `etcdctl snapshot save FILE && aws s3 cp FILE s3://...` (today's two-step way),
+//!   (c) `etcdctl snapshot save FILE` alone,
+//!   (d) `aws s3 cp FILE s3://...` alone,
+//! then (a) again on a small database, to show that memory does not grow with snapshot size.
+//!
+//! Run it with `e2e/bench-etcd.sh` (builds release binaries first). Not a test: nothing here
+//! asserts timings; it prints the figures and the ratios the README records.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use testbed::{Etcd, Garage};
+
+struct Args {
+    size_mib: u64,
+    small_mib: u64,
+    etcd_backup: PathBuf,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        size_mib: 1024,
+        small_mib: 100,
+        etcd_backup: PathBuf::from("target/release/etcd-backup"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--size-mib" => args.size_mib = value()?.parse()?,
+            "--small-mib" => args.small_mib = value()?.parse()?,
+            "--etcd-backup" => args.etcd_backup = value()?.into(),
+            _ => bail!(
+                "usage: bench-etcd-save [--size-mib 1024] [--small-mib 100] [--etcd-backup PATH]"
+            ),
+        }
+    }
+    if !args.etcd_backup.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p etcd-backup`",
+            args.etcd_backup.display()
+        );
+    }
+    Ok(args)
+}
+
+/// One measured command.
+struct Measured {
+    label: &'static str,
+    seconds: f64,
+    peak_rss_mib: f64,
+}
+
+/// Runs `script` under `bash -c` with GNU time; fails when the command fails.
+fn measure(label: &'static str, script: &str, env: &[(String, String)]) -> Result<Measured> {
+    let dir = tempfile::tempdir()?;
+    let report = dir.path().join("time");
+    let output = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("%e %M")
+        .arg("-o")
+        .arg(&report)
+        .args(["bash", "-c", script])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("ETCDCTL_API", "3")
+        .output()
+        .context("cannot run /usr/bin/time (apt install time)")?;
+    if !output.status.success() {
+        bail!(
+            "{label} failed: {}\n{}",
+            script,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&report)?;
+    let mut fields = text.split_whitespace();
+    let seconds: f64 = fields.next().context("time output")?.parse()?;
+    let kib: f64 = fields.next().context("time output")?.parse()?;
+    Ok(Measured {
+        label,
+        seconds,
+        peak_rss_mib: kib / 1024.0,
+    })
+}
+
+async fn filled_etcd(mib: u64) -> Result<(Etcd, u64)> {
+    let etcd = Etcd::start().await?;
+    etcd.fill_random(mib << 20, 256 << 10).await?;
+    let out = etcd
+        .etcdctl()
+        .args(["endpoint", "status", "-w", "json"])
+        .output()
+        .await?;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let db_size = status[0]["Status"]["dbSize"].as_u64().context("dbSize")?;
+    Ok((etcd, db_size))
+}
+
+fn save_script(etcd_backup: &Path, garage: &Garage, etcd: &Etcd, key: &str) -> String {
+    format!(
+        "{} --s3-endpoint {} --s3-region {} --s3-force-path-style save --endpoints {} --to s3://{}/{key} >/dev/null",
+        etcd_backup.display(),
+        garage.endpoint,
+        garage.region,
+        etcd.endpoint,
+        garage.bucket
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    let etcd_backup = std::fs::canonicalize(&args.etcd_backup)?;
+    let garage = Garage::start().await?;
+    let env = garage.env();
+    let work = tempfile::tempdir()?;
+    let file = work.path().join("snapshot.db");
+    let (file, bucket) = (file.display(), &garage.bucket);
+
+    eprintln!(
+        "filling etcd with {} MiB of random values ...",
+        args.size_mib
+    );
+    let (etcd, db_size) = filled_etcd(args.size_mib).await?;
+    let mb = db_size as f64 / 1e6;
+    let snapshot = format!(
+        "etcdctl --endpoints {} snapshot save {file} >/dev/null",
+        etcd.endpoint
+    );
+    let upload = format!("aws s3 cp --only-show-errors {file} s3://{bucket}/bench/upload-only");
+
+    eprintln!("measuring (database {:.0} MB) ...", mb);
+    let c = measure("(c) etcdctl snapshot save", &snapshot, &env)?;
+    let d = measure("(d) aws s3 cp (upload alone)", &upload, &env)?;
+    std::fs::remove_file(work.path().join("snapshot.db"))?;
+    let two_step =
+        format!("{snapshot} && aws s3 cp --only-show-errors {file} s3://{bucket}/bench/two-step");
+    let b = measure("(b) etcdctl save + aws s3 cp", &two_step, &env)?;
+    let a = measure(
+        "(a) etcd-backup save -> S3",
+        &save_script(&etcd_backup, &garage, &etcd, "bench/etcd-backup"),
+        &env,
+    )?;
+    drop(etcd);
+
+    eprintln!("measuring (a) on a {} MiB database ...", args.small_mib);
+    let (small, small_size) = filled_etcd(args.small_mib).await?;
+    let a_small = measure(
+        "(a) etcd-backup save, small db",
+        &save_script(&etcd_backup, &garage, &small, "bench/etcd-backup-small"),
+        &env,
+    )?;
+
+    println!(
+        "\ndatabase: {mb:.0} MB (small run: {:.0} MB)",
+        small_size as f64 / 1e6
+    );
+    println!(
+        "{:<34} {:>9} {:>10} {:>14}",
+        "way", "seconds", "MB/s", "peak RSS MiB"
+    );
+    for m in [&a, &b, &c, &d] {
+        println!(
+            "{:<34} {:>9.2} {:>10.1} {:>14.1}",
+            m.label,
+            m.seconds,
+            mb / m.seconds.max(0.01),
+            m.peak_rss_mib
+        );
+    }
+    println!(
+        "{:<34} {:>9.2} {:>10.1} {:>14.1}",
+        a_small.label,
+        a_small.seconds,
+        small_size as f64 / 1e6 / a_small.seconds.max(0.01),
+        a_small.peak_rss_mib
+    );
+    let slowest_step = c.seconds.max(d.seconds);
+    println!("\nratios (target in brackets):");
+    println!(
+        "  (a) / (b)            = {:.2}  [<= 0.60]",
+        a.seconds / b.seconds
+    );
+    println!(
+        "  (a) / max((c), (d))  = {:.2}  [<= 1.15]",
+        a.seconds / slowest_step
+    );
+    println!(
+        "  RSS (a) big / small  = {:.2}  [<= 1.10; big <= 64 MiB: {:.1} MiB]",
+        a.peak_rss_mib / a_small.peak_rss_mib,
+        a.peak_rss_mib
+    );
+    Ok(())
+}
