@@ -152,7 +152,8 @@ async fn stream(
     let endpoint = member.endpoint.clone();
     let mut verifier = TrailerVerifier::new();
     let mut encoder = Encoder::new(options.compression)?;
-    let mut stored_hash = Sha256::new();
+    // Uncompressed, the stored bytes are the stream, whose hash the verifier already computes.
+    let mut stored_hash = (options.compression != Compression::None).then(Sha256::new);
     let expected = member.db_size.max(0) as u64;
 
     // Waits for the next step of the stream, bounded by the stall timeout and the deadline.
@@ -203,7 +204,9 @@ async fn stream(
         verifier.update(blob);
         let out = encoder.encode(blob)?;
         if !out.is_empty() {
-            stored_hash.update(out);
+            if let Some(hash) = stored_hash.as_mut() {
+                hash.update(out);
+            }
             upload.write(out).await?;
         }
         if let Some(progress) = &options.progress {
@@ -217,12 +220,17 @@ async fn stream(
     let verified = verifier.finish()?;
     let tail = encoder.finish()?;
     if !tail.is_empty() {
-        stored_hash.update(&tail);
+        if let Some(hash) = stored_hash.as_mut() {
+            hash.update(&tail);
+        }
         upload.write(&tail).await?;
     }
     Ok(Streamed {
         db_bytes: verified.db_bytes,
+        stored_sha256: match stored_hash {
+            Some(hash) => hex::encode(hash.finalize()),
+            None => verified.stream_sha256,
+        },
         db_sha256: verified.db_sha256,
-        stored_sha256: hex::encode(stored_hash.finalize()),
     })
 }

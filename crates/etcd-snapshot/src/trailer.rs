@@ -25,6 +25,8 @@ pub struct Verified {
     pub db_bytes: u64,
     /// The trailer, hex: sha256 of the database.
     pub db_sha256: String,
+    /// sha256 of the whole stream, trailer included: the sha256 of an uncompressed object.
+    pub stream_sha256: String,
 }
 
 impl TrailerVerifier {
@@ -58,14 +60,19 @@ impl TrailerVerifier {
         if self.total % PAGE_ALIGNMENT != TRAILER_LEN as u64 {
             return Err(Error::MissingTrailer { bytes: self.total });
         }
-        let actual = hex::encode(self.hasher.finalize());
+        // One pass gives both hashes: the state before the trailer is the database's hash, and
+        // the same state fed the trailer is the whole stream's.
+        let actual = hex::encode(self.hasher.clone().finalize());
         let expected = hex::encode(&self.tail);
         if actual != expected {
             return Err(Error::HashMismatch { expected, actual });
         }
+        let mut whole = self.hasher;
+        whole.update(&self.tail);
         Ok(Verified {
             db_bytes: self.total - TRAILER_LEN as u64,
             db_sha256: actual,
+            stream_sha256: hex::encode(whole.finalize()),
         })
     }
 }
@@ -96,6 +103,7 @@ mod tests {
             let v = verify_in_chunks(&snap, chunk).unwrap();
             assert_eq!(v.db_bytes, 4096 * 3);
             assert_eq!(v.db_sha256, hex::encode(Sha256::digest(&snap[..4096 * 3])));
+            assert_eq!(v.stream_sha256, hex::encode(Sha256::digest(&snap)));
         }
     }
 

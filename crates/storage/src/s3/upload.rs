@@ -3,10 +3,14 @@
 //! One part buffer fills while at most `max_in_flight` earlier parts are being sent; `write`
 //! waits when the pipeline is full, which pushes back on the producer (the etcd stream).
 //! A stream that ends before the first part is full is sent with one PUT.
+//!
+//! Part buffers are recycled once their part is acknowledged, so a long upload allocates
+//! `max_in_flight + 1` buffers in all: allocating a fresh 8 MiB buffer per part lets the
+//! allocator keep freed ones around and memory creep up with the object size.
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::task::JoinSet;
 
 use super::S3Store;
@@ -21,8 +25,11 @@ pub struct S3Upload {
     upload_id: Option<String>,
     /// Number of the part being filled (1-based).
     next_part: i32,
-    in_flight: JoinSet<Result<CompletedPart>>,
+    /// Each task gives its part buffer back with the result, for reuse.
+    in_flight: JoinSet<(Result<CompletedPart>, Bytes)>,
     completed: Vec<CompletedPart>,
+    /// Buffers of acknowledged parts, ready for the next ones.
+    spare_buffers: Vec<BytesMut>,
     bytes: u64,
     finished: bool,
 }
@@ -39,6 +46,7 @@ impl S3Upload {
             next_part: 1,
             in_flight: JoinSet::new(),
             completed: Vec::new(),
+            spare_buffers: Vec::new(),
             bytes: 0,
             finished: false,
         }
@@ -103,37 +111,54 @@ impl S3Upload {
         while self.in_flight.len() >= self.options.max_in_flight.max(1) {
             self.collect_one().await?;
         }
-        let next_size = self.options.part_sizer.size_of(number + 1);
-        let body = std::mem::replace(&mut self.buffer, BytesMut::with_capacity(next_size)).freeze();
+        let next_buffer = self.buffer_for(number + 1);
+        let body = std::mem::replace(&mut self.buffer, next_buffer).freeze();
         let store = self.store.clone();
         let key = self.key.clone();
         self.in_flight.spawn(async move {
-            let length = body.len() as i64;
             // ByteStream from Bytes is replayable, so the SDK can retry the part on its own.
-            let out = store
+            let result = store
                 .client
                 .upload_part()
                 .bucket(&store.bucket)
                 .key(&key)
                 .upload_id(upload_id)
                 .part_number(number)
-                .content_length(length)
-                .body(ByteStream::from(body))
+                .content_length(body.len() as i64)
+                .body(ByteStream::from(body.clone()))
                 .send()
                 .await
-                .map_err(|e| store.classify(e, "UploadPart", &key))?;
-            Ok(CompletedPart::builder()
-                .part_number(number)
-                .set_e_tag(out.e_tag().map(str::to_string))
-                .build())
+                .map_err(|e| store.classify(e, "UploadPart", &key))
+                .map(|out| {
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .set_e_tag(out.e_tag().map(str::to_string))
+                        .build()
+                });
+            (result, body)
         });
         self.next_part += 1;
         Ok(())
     }
 
+    /// An empty buffer for part `number`: a recycled one when it is large enough.
+    fn buffer_for(&mut self, number: i32) -> BytesMut {
+        let size = self.options.part_sizer.size_of(number);
+        match self.spare_buffers.pop() {
+            Some(buffer) if buffer.capacity() >= size => buffer,
+            _ => BytesMut::with_capacity(size),
+        }
+    }
+
     async fn collect_one(&mut self) -> Result<()> {
         match self.in_flight.join_next().await {
-            Some(Ok(part)) => {
+            Some(Ok((part, body))) => {
+                // The SDK has dropped its copies once the request finished; if it has not,
+                // the buffer is simply freed.
+                if let Ok(mut buffer) = body.try_into_mut() {
+                    buffer.clear();
+                    self.spare_buffers.push(buffer);
+                }
                 self.completed.push(part?);
                 Ok(())
             }

@@ -54,6 +54,8 @@ fn parse_args() -> Result<Args> {
 struct Measured {
     label: &'static str,
     seconds: f64,
+    /// User + system CPU seconds of the client processes (not of etcd or Garage).
+    cpu_seconds: f64,
     peak_rss_mib: f64,
 }
 
@@ -63,7 +65,7 @@ fn measure(label: &'static str, script: &str, env: &[(String, String)]) -> Resul
     let report = dir.path().join("time");
     let output = Command::new("/usr/bin/time")
         .arg("-f")
-        .arg("%e %M")
+        .arg("%e %M %U %S")
         .arg("-o")
         .arg(&report)
         .args(["bash", "-c", script])
@@ -79,12 +81,18 @@ fn measure(label: &'static str, script: &str, env: &[(String, String)]) -> Resul
         );
     }
     let text = std::fs::read_to_string(&report)?;
-    let mut fields = text.split_whitespace();
-    let seconds: f64 = fields.next().context("time output")?.parse()?;
-    let kib: f64 = fields.next().context("time output")?.parse()?;
+    let fields: Vec<f64> = text
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("GNU time output: {text}"))?;
+    let [seconds, kib, user, system] = fields[..] else {
+        bail!("GNU time output: {text}");
+    };
     Ok(Measured {
         label,
         seconds,
+        cpu_seconds: user + system,
         peak_rss_mib: kib / 1024.0,
     })
 }
@@ -162,25 +170,23 @@ async fn main() -> Result<()> {
         small_size as f64 / 1e6
     );
     println!(
-        "{:<34} {:>9} {:>10} {:>14}",
-        "way", "seconds", "MB/s", "peak RSS MiB"
+        "{:<34} {:>9} {:>10} {:>14} {:>12}",
+        "way", "seconds", "MB/s", "peak RSS MiB", "client CPU s"
     );
-    for m in [&a, &b, &c, &d] {
+    let row = |m: &Measured, bytes: u64| {
         println!(
-            "{:<34} {:>9.2} {:>10.1} {:>14.1}",
+            "{:<34} {:>9.2} {:>10.1} {:>14.1} {:>12.2}",
             m.label,
             m.seconds,
-            mb / m.seconds.max(0.01),
-            m.peak_rss_mib
-        );
+            bytes as f64 / 1e6 / m.seconds.max(0.01),
+            m.peak_rss_mib,
+            m.cpu_seconds
+        )
+    };
+    for m in [&a, &b, &c, &d] {
+        row(m, db_size);
     }
-    println!(
-        "{:<34} {:>9.2} {:>10.1} {:>14.1}",
-        a_small.label,
-        a_small.seconds,
-        small_size as f64 / 1e6 / a_small.seconds.max(0.01),
-        a_small.peak_rss_mib
-    );
+    row(&a_small, small_size);
     let slowest_step = c.seconds.max(d.seconds);
     println!("\nratios (target in brackets):");
     println!(

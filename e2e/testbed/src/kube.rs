@@ -1,0 +1,311 @@
+//! A real Kubernetes API server for tests: kube-apiserver and kube-controller-manager 1.20.2
+//! (built from Debian 12's `kubernetes` source package by `e2e/apiserver/build.sh`) with their own
+//! etcd, on 127.0.0.1 only, started by `e2e/apiserver/up.sh`. There is no kubelet: pods are
+//! created as objects and stay Pending; the controller manager runs garbage collection, Jobs,
+//! StatefulSets and the other built-in controllers.
+//!
+//! ```no_run
+//! # async fn t() -> anyhow::Result<()> {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use testbed::kube::KubeTestbed;
+//!
+//! let kube = KubeTestbed::start().await?; // one server shared by all tests of this binary
+//! kube.install_crds().await?; // crds/*.yaml, waits until Established
+//! let ns = kube.namespace("my-test").await?; // a fresh namespace, e.g. `my-test-x7k2p9`
+//! let config_maps: kube::Api<ConfigMap> = kube::Api::namespaced(kube.client.clone(), &ns);
+//! // ... run the code under test with `kube.client` or `kube.kubeconfig` ...
+//! kube.delete_namespace(&ns).await?; // optional; matters against a long-lived cluster
+//! # Ok(()) }
+//! ```
+//!
+//! - With `KUBECONFIG` set, that cluster is used instead (nothing is started); tests stay apart
+//!   by using their own namespace from [`KubeTestbed::namespace`].
+//! - Otherwise one control plane is started per test process, on first use, and shared by all
+//!   tests in it (starting one takes a few seconds). Statics are never dropped, so `up.sh` leaves
+//!   a watcher behind that stops the servers (and removes their directory) once the test process
+//!   is gone, however it ends. `KUBE_TESTBED_KEEP=1` keeps the directory (logs, certs) for
+//!   debugging; its path is in [`KubeTestbed::dir`].
+//! - The binaries must have been built once with `e2e/apiserver/build.sh` (about 4 minutes on 2
+//!   cores, cached under `~/.cache/etcd-backup-suite/kube-1.20.2`, see the script for the env
+//!   variables); `start` fails with that advice when they are missing, or runs the build itself
+//!   when `KUBE_TESTBED_AUTO_BUILD=1`.
+//! - Each call of `start` returns a new [`kube::Client`] bound to the calling test's runtime
+//!   (a client must not outlive the tokio runtime that created it, and each `#[tokio::test]` has
+//!   its own).
+//! - Kubernetes 1.20 limits (see `shared/reference/test-apiserver-from-debian.md`): no CEL
+//!   (`install_crds` strips the `x-kubernetes-validations` rules on servers older than 1.25),
+//!   server-side apply of fields unknown to 1.20 fails with HTTP 500, no batch/v1 CronJob,
+//!   no policy/v1 PDB, no `watcher::Config::streaming_lists()`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use rand::Rng;
+use tokio::sync::OnceCell;
+
+/// The scripts, shared with CI and developers.
+const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../apiserver");
+/// The committed CRDs.
+const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds");
+/// Label put on every namespace made by [`KubeTestbed::namespace`], for cleaning up a real
+/// cluster: `kubectl delete namespace -l etcd-backup-suite/testbed=true`.
+pub const NAMESPACE_LABEL: &str = "etcd-backup-suite/testbed";
+/// Field manager of `install_crds`'s server-side apply.
+const MANAGER: &str = "testbed";
+
+/// A Kubernetes API server to test against: the shared 1.20.2 test bed, or `KUBECONFIG`'s
+/// cluster. Cloning shares the client.
+#[derive(Clone)]
+pub struct KubeTestbed {
+    /// A client for the admin user (`system:masters`), bound to the caller's tokio runtime.
+    pub client: kube::Client,
+    /// The kubeconfig `client` was made from (for `kubectl` or a process under test). With
+    /// `KUBECONFIG` set, its value as is.
+    pub kubeconfig: PathBuf,
+    dir: Option<PathBuf>,
+}
+
+/// What the process-wide control plane left: its directory and kubeconfig. A failure is kept as
+/// text so every test reports it without starting again.
+struct Shared {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+static SHARED: OnceCell<Result<Shared, String>> = OnceCell::const_new();
+
+impl KubeTestbed {
+    /// `KUBECONFIG`'s cluster when that is set, otherwise the test process's own 1.20.2 control
+    /// plane, started on the first call.
+    pub async fn start() -> Result<KubeTestbed> {
+        if let Some(path) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+            let kubeconfig = Kubeconfig::read().context("cannot read $KUBECONFIG")?;
+            return Ok(KubeTestbed {
+                client: client(kubeconfig).await?,
+                kubeconfig: PathBuf::from(path),
+                dir: None,
+            });
+        }
+        let shared = SHARED
+            .get_or_init(|| async { start_servers().await.map_err(|e| format!("{e:#}")) })
+            .await
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("cannot start the kube test bed: {e}"))?;
+        let kubeconfig = Kubeconfig::read_from(&shared.kubeconfig)
+            .with_context(|| format!("cannot read {}", shared.kubeconfig.display()))?;
+        Ok(KubeTestbed {
+            client: client(kubeconfig).await?,
+            kubeconfig: shared.kubeconfig.clone(),
+            dir: Some(shared.dir.clone()),
+        })
+    }
+
+    /// The servers' directory (certs, tokens, `*.log`, `*.pid`); `None` with `KUBECONFIG`.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Applies every `crds/*.yaml` (server-side apply, forced, so concurrent and repeated calls
+    /// are fine) and waits until each is Established. On servers without CEL (before 1.25) the
+    /// `x-kubernetes-validations` rules are stripped first: 1.20 rejects them.
+    pub async fn install_crds(&self) -> Result<()> {
+        let strip = !self.has_cel().await?;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let mut names = Vec::new();
+        for path in crd_paths()? {
+            let text = std::fs::read_to_string(&path)?;
+            let mut crd: serde_json::Value = serde_yaml::from_str(&text)
+                .with_context(|| format!("{} is not YAML", path.display()))?;
+            if strip {
+                strip_key(&mut crd, "x-kubernetes-validations");
+            }
+            let name = crd["metadata"]["name"]
+                .as_str()
+                .with_context(|| format!("{} has no metadata.name", path.display()))?
+                .to_string();
+            api.patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .with_context(|| format!("cannot apply {}", path.display()))?;
+            names.push(name);
+        }
+        for name in names {
+            let established = await_condition(api.clone(), &name, conditions::is_crd_established());
+            tokio::time::timeout(Duration::from_secs(60), established)
+                .await
+                .with_context(|| format!("CRD {name} not Established after 60 s"))?
+                .with_context(|| format!("waiting for CRD {name}"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the server evaluates CRD validation rules (CEL): Kubernetes 1.25 and later.
+    pub async fn has_cel(&self) -> Result<bool> {
+        let info = self.client.apiserver_version().await?;
+        let minor: u32 = info
+            .minor
+            .trim_end_matches('+')
+            .parse()
+            .with_context(|| format!("server minor version {:?}", info.minor))?;
+        Ok(info.major != "1" || minor >= 25)
+    }
+
+    /// Creates a fresh namespace `<prefix>-<random>` (prefix cut to a valid DNS label) labelled
+    /// [`NAMESPACE_LABEL`]`=true` and returns its name. One per test keeps tests sharing a
+    /// server apart.
+    pub async fn namespace(&self, prefix: &str) -> Result<String> {
+        let mut base: String = prefix
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        base.truncate(50);
+        let base = base.trim_matches('-');
+        let base = if base.is_empty() { "test" } else { base };
+        let suffix: String = (0..6)
+            .map(|_| {
+                let c = rand::rng().random_range(0..36u8);
+                char::from(if c < 10 { b'0' + c } else { b'a' + c - 10 })
+            })
+            .collect();
+        let name = format!("{base}-{suffix}");
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { NAMESPACE_LABEL: "true" } }
+        }))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("cannot create namespace {name}"))?;
+        Ok(name)
+    }
+
+    /// Deletes a namespace (and so everything in it), without waiting. Only needed against a
+    /// long-lived cluster: the test bed's own servers go away with the test process.
+    pub async fn delete_namespace(&self, name: &str) -> Result<()> {
+        Api::<Namespace>::all(self.client.clone())
+            .delete(name, &DeleteParams::background())
+            .await
+            .with_context(|| format!("cannot delete namespace {name}"))?;
+        Ok(())
+    }
+}
+
+async fn client(kubeconfig: Kubeconfig) -> Result<kube::Client> {
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// `crds/*.yaml`, sorted.
+fn crd_paths() -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(CRDS).with_context(|| format!("cannot list {CRDS}"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    anyhow::ensure!(!paths.is_empty(), "no CRDs in {CRDS}");
+    Ok(paths)
+}
+
+/// Removes `key` from every object in `value`, recursively.
+pub fn strip_key(value: &mut serde_json::Value, key: &str) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.remove(key);
+            map.values_mut().for_each(|v| strip_key(v, key));
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strip_key(v, key)),
+        _ => {}
+    }
+}
+
+/// Where build.sh puts the binaries (the same defaults as the scripts).
+fn bin_dir() -> PathBuf {
+    if let Some(bin) = std::env::var_os("KUBE_TESTBED_BIN") {
+        return bin.into();
+    }
+    let cache = std::env::var_os("KUBE_TESTBED_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+                })
+                .join("etcd-backup-suite/kube-1.20.2")
+        });
+    cache.join("bin")
+}
+
+/// Runs a script; its stdout, or an error with its stderr (which carries the servers' log tail).
+async fn script(args: &[&std::ffi::OsStr], name: &str) -> Result<String> {
+    let path = Path::new(SCRIPTS).join(name);
+    let output = tokio::process::Command::new(&path)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}):\n{}",
+            path.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+async fn start_servers() -> Result<Shared> {
+    let bin = bin_dir();
+    let built = ["kube-apiserver", "kube-controller-manager"]
+        .iter()
+        .all(|b| bin.join(b).is_file());
+    if !built {
+        if std::env::var_os("KUBE_TESTBED_AUTO_BUILD").is_some_and(|v| v == "1") {
+            script(&[], "build.sh").await?;
+        } else {
+            bail!(
+                "no kube-apiserver/kube-controller-manager 1.20.2 in {}: build them once with \
+                 e2e/apiserver/build.sh (about 4 minutes on 2 cores; installs Debian packages), \
+                 set KUBE_TESTBED_AUTO_BUILD=1 to let the tests run it, or set KUBECONFIG to \
+                 test against an existing cluster",
+                bin.display()
+            );
+        }
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("kube-testbed-")
+        .tempdir()?
+        .keep();
+    let pid = std::process::id().to_string();
+    let keep = std::env::var_os("KUBE_TESTBED_KEEP").is_some_and(|v| v == "1");
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--watch-pid".as_ref(), pid.as_ref()];
+    if !keep {
+        args.push("--rm".as_ref());
+    }
+    args.push(dir.as_os_str());
+    let stdout = script(&args, "up.sh")
+        .await
+        .with_context(|| format!("servers' directory: {}", dir.display()))?;
+    let kubeconfig = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+        .map(PathBuf::from)
+        .context("up.sh printed no KUBECONFIG")?;
+    Ok(Shared { dir, kubeconfig })
+}
