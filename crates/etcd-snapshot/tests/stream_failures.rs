@@ -10,7 +10,9 @@ use testbed::{Etcd, Garage};
 
 /// About `mib` MiB of incompressible values, written with etcd-client (etcdctl is too slow).
 async fn fill(etcd: &Etcd, mib: usize) {
-    let mut client = etcd_client::Client::connect([etcd.endpoint.as_str()], None).await.unwrap();
+    let mut client = etcd_client::Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
     let mut x = 0x9e3779b97f4a7c15u64;
     for i in 0..mib {
         let value: Vec<u8> = (0..1024 * 1024)
@@ -21,7 +23,10 @@ async fn fill(etcd: &Etcd, mib: usize) {
                 x as u8
             })
             .collect();
-        client.put(format!("/fill/{i:05}"), value, None).await.unwrap();
+        client
+            .put(format!("/fill/{i:05}"), value, None)
+            .await
+            .unwrap();
     }
 }
 
@@ -68,20 +73,39 @@ async fn etcd_killed_mid_stream_stores_nothing() {
     let flag = killed.clone();
     options.progress = Some(Arc::new(move |p| {
         if p.received > 12 << 20 && !flag.swap(true, Ordering::SeqCst) {
-            std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+            std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .unwrap();
         }
     }));
-    let err = save(&EtcdConnection::new(vec![etcd.endpoint.clone()]), &store, &options)
-        .await
-        .unwrap_err();
-    assert!(killed.load(Ordering::SeqCst), "the stream finished before the kill");
+    let err = save(
+        &EtcdConnection::new(vec![etcd.endpoint.clone()]),
+        &store,
+        &options,
+    )
+    .await
+    .unwrap_err();
     assert!(
-        matches!(err, Error::Stream { .. } | Error::MissingTrailer { .. } | Error::HashMismatch { .. } | Error::Stalled { .. }),
+        killed.load(Ordering::SeqCst),
+        "the stream finished before the kill"
+    );
+    assert!(
+        matches!(
+            err,
+            Error::Stream { .. }
+                | Error::MissingTrailer { .. }
+                | Error::HashMismatch { .. }
+                | Error::Stalled { .. }
+        ),
         "unexpected error: {err}"
     );
     etcd.kill();
     assert_eq!(store.head("killed.backup").await.unwrap(), None);
-    assert_eq!(store.head("killed.backup.manifest.json").await.unwrap(), None);
+    assert_eq!(
+        store.head("killed.backup.manifest.json").await.unwrap(),
+        None
+    );
     assert_eq!(multipart_uploads(&store, &garage.bucket).await, 0);
 }
 
@@ -101,13 +125,27 @@ async fn stalled_etcd_hits_the_stall_timeout_and_stores_nothing() {
     let flag = stopped.clone();
     options.progress = Some(Arc::new(move |p| {
         if p.received > 4 << 20 && !flag.swap(true, Ordering::SeqCst) {
-            std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
+            std::process::Command::new("kill")
+                .args(["-STOP", &pid.to_string()])
+                .status()
+                .unwrap();
         }
     }));
-    let result = save(&EtcdConnection::new(vec![etcd.endpoint.clone()]), &store, &options).await;
-    std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status().unwrap();
+    let result = save(
+        &EtcdConnection::new(vec![etcd.endpoint.clone()]),
+        &store,
+        &options,
+    )
+    .await;
+    std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status()
+        .unwrap();
     let err = result.unwrap_err();
-    assert!(matches!(err, Error::Stalled { seconds: 2, .. }), "unexpected error: {err}");
+    assert!(
+        matches!(err, Error::Stalled { seconds: 2, .. }),
+        "unexpected error: {err}"
+    );
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "files left behind: {left:?}");
 }

@@ -55,10 +55,16 @@ async fn commit_renames_into_place_and_hides_the_temp_file() {
 async fn abort_and_drop_remove_the_temp_file() {
     let dir = tempfile::tempdir().unwrap();
     let (store, base) = store_in(&dir).await;
-    let mut aborted = store.upload(&format!("{base}/a"), UploadOptions::default()).await.unwrap();
+    let mut aborted = store
+        .upload(&format!("{base}/a"), UploadOptions::default())
+        .await
+        .unwrap();
     aborted.write(b"data").await.unwrap();
     aborted.abort().await.unwrap();
-    let mut dropped = store.upload(&format!("{base}/b"), UploadOptions::default()).await.unwrap();
+    let mut dropped = store
+        .upload(&format!("{base}/b"), UploadOptions::default())
+        .await
+        .unwrap();
     dropped.write(b"data").await.unwrap();
     drop(dropped);
     assert_eq!(names(dir.path()), Vec::<String>::new());
@@ -75,7 +81,10 @@ async fn commit_replaces_an_existing_file_atomically() {
     assert_eq!(store.get_small(&key).await.unwrap().unwrap(), "old");
     upload.commit().await.unwrap();
     assert_eq!(store.get_small(&key).await.unwrap().unwrap(), "new");
-    assert_eq!(store.get_small(&format!("{base}/missing")).await.unwrap(), None);
+    assert_eq!(
+        store.get_small(&format!("{base}/missing")).await.unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
@@ -85,8 +94,20 @@ async fn clean_incomplete_removes_only_old_temp_files() {
     std::fs::write(dir.path().join(".snap.part-0000000000000001"), b"orphan").unwrap();
     std::fs::write(dir.path().join("snap"), b"keep").unwrap();
     let prefix = format!("{base}/snap");
-    assert_eq!(store.clean_incomplete(&prefix, Duration::from_secs(3600)).await.unwrap(), 0);
-    assert_eq!(store.clean_incomplete(&prefix, Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .clean_incomplete(&prefix, Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .clean_incomplete(&prefix, Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(names(dir.path()), vec!["snap"]);
 }
 

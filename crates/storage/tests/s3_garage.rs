@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use backup_storage::{Location, S3Credentials, S3Options, Store, StorageError, UploadOptions};
+use backup_storage::{Location, S3Credentials, S3Options, StorageError, Store, UploadOptions};
 use futures::StreamExt;
 use testbed::Garage;
 
@@ -79,7 +79,10 @@ async fn multipart_upload_is_invisible_until_commit_and_roundtrips() {
     let garage = Garage::start().await.unwrap();
     let store = open(&garage).await;
     let data = pattern(20 * MIB + 123, 1);
-    let mut upload = store.upload("big/object", UploadOptions::default()).await.unwrap();
+    let mut upload = store
+        .upload("big/object", UploadOptions::default())
+        .await
+        .unwrap();
     for chunk in data.chunks(32 * 1024) {
         upload.write(chunk).await.unwrap();
     }
@@ -88,7 +91,10 @@ async fn multipart_upload_is_invisible_until_commit_and_roundtrips() {
     assert_eq!(multipart_uploads(&garage).await, 1);
     let info = upload.commit().await.unwrap();
     assert_eq!(info.size, data.len() as u64);
-    assert_eq!(store.head("big/object").await.unwrap().unwrap().size, data.len() as u64);
+    assert_eq!(
+        store.head("big/object").await.unwrap().unwrap().size,
+        data.len() as u64
+    );
     assert_eq!(read_all(&store, "big/object").await, data);
     assert_eq!(multipart_uploads(&garage).await, 0);
 }
@@ -105,7 +111,10 @@ async fn small_stream_uses_one_put_with_metadata() {
     upload.commit().await.unwrap();
     let head = store.head("small").await.unwrap().unwrap();
     assert_eq!(head.size, 5);
-    assert_eq!(head.metadata.get("etcd-revision").map(String::as_str), Some("42"));
+    assert_eq!(
+        head.metadata.get("etcd-revision").map(String::as_str),
+        Some("42")
+    );
 }
 
 #[tokio::test]
@@ -114,11 +123,17 @@ async fn abort_and_drop_leave_nothing_behind() {
     let store = open(&garage).await;
     let data = pattern(9 * MIB, 2);
 
-    let mut upload = store.upload("aborted", UploadOptions::default()).await.unwrap();
+    let mut upload = store
+        .upload("aborted", UploadOptions::default())
+        .await
+        .unwrap();
     upload.write(&data).await.unwrap();
     upload.abort().await.unwrap();
 
-    let mut dropped = store.upload("dropped", UploadOptions::default()).await.unwrap();
+    let mut dropped = store
+        .upload("dropped", UploadOptions::default())
+        .await
+        .unwrap();
     dropped.write(&data).await.unwrap();
     drop(dropped);
     // The drop aborts in the background.
@@ -136,7 +151,10 @@ async fn abort_and_drop_leave_nothing_behind() {
 async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
     let mut garage = Garage::start().await.unwrap();
     let store = open(&garage).await;
-    let mut upload = store.upload("victim", UploadOptions::default()).await.unwrap();
+    let mut upload = store
+        .upload("victim", UploadOptions::default())
+        .await
+        .unwrap();
     // Two parts sent; then the server dies.
     upload.write(&pattern(16 * MIB, 3)).await.unwrap();
     garage.kill();
@@ -165,7 +183,11 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
     let garage = restarted.await.unwrap();
     let store = open(&garage).await;
     assert_eq!(store.head("victim").await.unwrap(), None);
-    assert_eq!(multipart_uploads(&garage).await, 0, "the failed upload was not aborted");
+    assert_eq!(
+        multipart_uploads(&garage).await,
+        0,
+        "the failed upload was not aborted"
+    );
 }
 
 #[tokio::test]
@@ -173,7 +195,10 @@ async fn download_resumes_after_the_server_restarts() {
     let mut garage = Garage::start().await.unwrap();
     let store = open(&garage).await;
     let data = pattern(24 * MIB, 5);
-    let mut upload = store.upload("resume", UploadOptions::default()).await.unwrap();
+    let mut upload = store
+        .upload("resume", UploadOptions::default())
+        .await
+        .unwrap();
     upload.write(&data).await.unwrap();
     upload.commit().await.unwrap();
 
@@ -207,10 +232,16 @@ async fn listing_follows_every_page() {
             async move { store.put_small(k, "x".into(), "text/plain").await.unwrap() }
         })
         .await;
-    store.put_small("other/0", "x".into(), "text/plain").await.unwrap();
+    store
+        .put_small("other/0", "x".into(), "text/plain")
+        .await
+        .unwrap();
     let listed = store.list("many/").await.unwrap();
     assert_eq!(listed.len(), 1005);
-    assert_eq!(listed.iter().map(|o| o.key.clone()).collect::<Vec<_>>(), keys);
+    assert_eq!(
+        listed.iter().map(|o| o.key.clone()).collect::<Vec<_>>(),
+        keys
+    );
     store.delete("many/00000").await.unwrap();
     store.delete("never-existed").await.unwrap();
     assert_eq!(store.list("many/").await.unwrap().len(), 1004);
@@ -229,9 +260,27 @@ async fn clean_incomplete_removes_orphaned_uploads() {
         .await
         .unwrap();
     let store = open(&garage).await;
-    assert_eq!(store.clean_incomplete("other/", Duration::ZERO).await.unwrap(), 0);
-    assert_eq!(store.clean_incomplete("prefix/", Duration::from_secs(3600)).await.unwrap(), 0);
-    assert_eq!(store.clean_incomplete("prefix/", Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .clean_incomplete("other/", Duration::ZERO)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .clean_incomplete("prefix/", Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .clean_incomplete("prefix/", Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(multipart_uploads(&garage).await, 0);
 }
 
@@ -257,14 +306,20 @@ async fn errors_name_the_cause() {
         key: "k".into(),
     };
     let store = Store::open(&location, &wrong).await.unwrap();
-    let err = store.put_small("k", "x".into(), "text/plain").await.unwrap_err();
+    let err = store
+        .put_small("k", "x".into(), "text/plain")
+        .await
+        .unwrap_err();
     assert!(matches!(err, StorageError::Credentials { .. }), "{err}");
 
     let mut unreachable = options(&garage);
     unreachable.endpoint = Some(format!("http://127.0.0.1:{}", testbed::free_port()));
     let err = Store::open(&location, &unreachable).await.unwrap_err();
     assert!(matches!(err, StorageError::Unreachable { .. }), "{err}");
-    assert!(err.to_string().contains("cannot reach S3 endpoint"), "{err}");
+    assert!(
+        err.to_string().contains("cannot reach S3 endpoint"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -285,6 +340,9 @@ async fn coreos_secret_files_supply_credentials_and_region() {
         key: "k".into(),
     };
     let store = Store::open(&location, &opts).await.unwrap();
-    store.put_small("from-secret", "x".into(), "text/plain").await.unwrap();
+    store
+        .put_small("from-secret", "x".into(), "text/plain")
+        .await
+        .unwrap();
     assert!(store.head("from-secret").await.unwrap().is_some());
 }

@@ -11,9 +11,20 @@ async fn saved_local_backup(dir: &std::path::Path, compress: &str) -> std::path:
     write_sample_keys(&etcd).await;
     let path = dir.join("etcd.backup");
     let url = format!("file://{}", path.display());
-    run(&["save", "--endpoints", &etcd.endpoint, "--to", &url, "--compress", compress], &[])
-        .await
-        .ok();
+    run(
+        &[
+            "save",
+            "--endpoints",
+            &etcd.endpoint,
+            "--to",
+            &url,
+            "--compress",
+            compress,
+        ],
+        &[],
+    )
+    .await
+    .ok();
     path
 }
 
@@ -21,15 +32,27 @@ async fn assert_rejected(url: &str, flags: &[String], env: &[(String, String)], 
     let mut verify = vec!["verify", url];
     verify.extend(strs(flags));
     let result = run(&verify, env).await;
-    assert_eq!(result.code, 3, "verify accepted a damaged backup: {}{}", result.stdout, result.stderr);
-    assert!(result.stderr.contains(cause), "expected {cause:?} in: {}", result.stderr);
+    assert_eq!(
+        result.code, 3,
+        "verify accepted a damaged backup: {}{}",
+        result.stdout, result.stderr
+    );
+    assert!(
+        result.stderr.contains(cause),
+        "expected {cause:?} in: {}",
+        result.stderr
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fetched.db");
     let mut fetch = vec!["fetch", url, "--out", out.to_str().unwrap()];
     fetch.extend(strs(flags));
     let result = run(&fetch, env).await;
-    assert_eq!(result.code, 3, "fetch accepted a damaged backup: {}", result.stderr);
+    assert_eq!(
+        result.code, 3,
+        "fetch accepted a damaged backup: {}",
+        result.stderr
+    );
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "fetch left files behind: {left:?}");
 }
@@ -71,7 +94,13 @@ async fn object_replaced_behind_the_manifest_is_rejected() {
     let path = saved_local_backup(dir.path(), "none").await;
     let other = saved_local_backup(&dir.path().join("other"), "none").await;
     std::fs::copy(&other, &path).unwrap();
-    assert_rejected(path.to_str().unwrap(), &[], &[], "mismatch with the manifest").await;
+    assert_rejected(
+        path.to_str().unwrap(),
+        &[],
+        &[],
+        "mismatch with the manifest",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -97,9 +126,19 @@ async fn corrupted_s3_object_is_rejected() {
         },
         ..S3Options::default()
     };
-    let store = Store::open(&Location::parse(&url).unwrap(), &options).await.unwrap();
-    let mut bytes = store.get_small("etcd.backup").await.unwrap().unwrap().to_vec();
+    let store = Store::open(&Location::parse(&url).unwrap(), &options)
+        .await
+        .unwrap();
+    let mut bytes = store
+        .get_small("etcd.backup")
+        .await
+        .unwrap()
+        .unwrap()
+        .to_vec();
     bytes[5000] ^= 1;
-    store.put_small("etcd.backup", bytes.into(), "application/octet-stream").await.unwrap();
+    store
+        .put_small("etcd.backup", bytes.into(), "application/octet-stream")
+        .await
+        .unwrap();
     assert_rejected(&url, &flags, &env, "hash mismatch").await;
 }

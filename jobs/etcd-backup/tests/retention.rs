@@ -16,9 +16,23 @@ async fn scheduled_saves_then_prune_keeps_the_newest_and_ignores_foreign_objects
     for i in 0..3 {
         // A write between saves gives each backup its own revision, hence its own name.
         etcd.put("/tick", &i.to_string()).await.unwrap();
-        let mut save = vec!["save", "--endpoints", &etcd.endpoint, "--to", &base, "--scheduled-name", "--output", "json"];
+        let mut save = vec![
+            "save",
+            "--endpoints",
+            &etcd.endpoint,
+            "--to",
+            &base,
+            "--scheduled-name",
+            "--output",
+            "json",
+        ];
         save.extend(strs(&flags));
-        saved.push(run(&save, &env).await.ok().json()["object"].as_str().unwrap().to_string());
+        saved.push(
+            run(&save, &env).await.ok().json()["object"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
     for object in &saved {
         assert!(object.starts_with(&format!("{base}_v")), "{object}");
@@ -33,7 +47,10 @@ async fn scheduled_saves_then_prune_keeps_the_newest_and_ignores_foreign_objects
     prune.extend(strs(&flags));
     let pruned = run(&prune, &env).await.ok().json();
     let deleted: Vec<String> = serde_json::from_value(pruned["deleted"].clone()).unwrap();
-    assert_eq!(deleted, vec![saved[0].clone(), format!("{}.manifest.json", saved[0])]);
+    assert_eq!(
+        deleted,
+        vec![saved[0].clone(), format!("{}.manifest.json", saved[0])]
+    );
 
     let mut list = vec!["list", &base, "--output", "json"];
     list.extend(strs(&flags));
@@ -42,7 +59,12 @@ async fn scheduled_saves_then_prune_keeps_the_newest_and_ignores_foreign_objects
         .ok()
         .stdout
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["object"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["object"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     let mut expected = vec![saved[1].clone(), saved[2].clone(), foreign.clone()];
     expected.sort();
@@ -53,7 +75,11 @@ async fn scheduled_saves_then_prune_keeps_the_newest_and_ignores_foreign_objects
 async fn prune_orders_by_revision_not_string_when_it_gains_a_digit() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("etcd.backup");
-    for name in ["_v98_2020-01-01-00:00:00", "_v99_2020-01-01-00:01:00", "_v100_2020-01-01-00:02:00"] {
+    for name in [
+        "_v98_2020-01-01-00:00:00",
+        "_v99_2020-01-01-00:01:00",
+        "_v100_2020-01-01-00:02:00",
+    ] {
         std::fs::write(format!("{}{name}", base.display()), b"x").unwrap();
     }
     let base = base.to_str().unwrap();

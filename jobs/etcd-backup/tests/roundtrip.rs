@@ -9,7 +9,17 @@ async fn roundtrip(url: String, compress: &str, s3: (Vec<String>, Vec<(String, S
     let etcd = Etcd::start().await.unwrap();
     let expected = write_sample_keys(&etcd).await;
     let (flags, env) = s3;
-    let mut save = vec!["save", "--endpoints", &etcd.endpoint, "--to", &url, "--compress", compress, "--output", "json"];
+    let mut save = vec![
+        "save",
+        "--endpoints",
+        &etcd.endpoint,
+        "--to",
+        &url,
+        "--compress",
+        compress,
+        "--output",
+        "json",
+    ];
     save.extend(strs(&flags));
     let saved = run(&save, &env).await.ok().json();
     assert_eq!(saved["object"], url.as_str());
@@ -75,11 +85,24 @@ async fn snapshot_from_a_plain_etcdctl_save_verifies_without_manifest() {
     let file = dir.path().join("etcdctl.db");
     let status = std::process::Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &etcd.endpoint, "snapshot", "save", file.to_str().unwrap()])
+        .args([
+            "--endpoints",
+            &etcd.endpoint,
+            "snapshot",
+            "save",
+            file.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-    let verified = run(&["verify", file.to_str().unwrap(), "--output", "json"], &[]).await.ok().json();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let verified = run(&["verify", file.to_str().unwrap(), "--output", "json"], &[])
+        .await
+        .ok()
+        .json();
     assert_eq!(verified["manifest"], false);
     assert_eq!(verified["compression"], "none");
 }

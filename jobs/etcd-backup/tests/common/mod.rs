@@ -17,7 +17,11 @@ pub struct Run {
 impl Run {
     #[track_caller]
     pub fn ok(self) -> Self {
-        assert_eq!(self.code, 0, "etcd-backup failed:\n{}\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "etcd-backup failed:\n{}\n{}",
+            self.stdout, self.stderr
+        );
         self
     }
 
@@ -42,7 +46,11 @@ pub async fn run(args: &[&str], env: &[(String, String)]) -> Run {
     for (k, v) in env {
         command.env(k, v);
     }
-    let Output { status, stdout, stderr } = command.output().await.unwrap();
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command.output().await.unwrap();
     Run {
         code: status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -74,7 +82,11 @@ pub fn strs(v: &[String]) -> Vec<&str> {
 pub async fn write_sample_keys(etcd: &Etcd) -> BTreeMap<String, String> {
     let mut expected = BTreeMap::new();
     for i in 0..200 {
-        let value = if i % 50 == 0 { "x".repeat(100_000) } else { format!("value-{i}") };
+        let value = if i % 50 == 0 {
+            "x".repeat(100_000)
+        } else {
+            format!("value-{i}")
+        };
         etcd.put(&format!("/sample/{i:03}"), &value).await.unwrap();
         expected.insert(format!("/sample/{i:03}"), value);
     }
@@ -88,6 +100,8 @@ pub async fn restore_and_read(snapshot: &Path) -> BTreeMap<String, String> {
     let data_dir = dir.path().join("restored");
     let peer = format!("http://127.0.0.1:{}", testbed::free_port());
     testbed::snapshot_restore(snapshot, &data_dir, "restored", &peer).unwrap();
-    let etcd = Etcd::start_on_data_dir(&data_dir, "restored", &peer).await.unwrap();
+    let etcd = Etcd::start_on_data_dir(&data_dir, "restored", &peer)
+        .await
+        .unwrap();
     etcd.get_all().await.unwrap()
 }
