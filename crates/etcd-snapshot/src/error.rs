@@ -17,6 +17,11 @@ pub enum Error {
     #[error("none of the etcd endpoints answered: {0}")]
     NoMemberAnswered(String),
 
+    #[error(
+        "the endpoints belong to different etcd clusters ({0}); list the members of one cluster"
+    )]
+    MixedClusters(String),
+
     #[error("invalid TLS material: {0}")]
     TlsMaterial(String),
 

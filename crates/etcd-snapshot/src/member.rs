@@ -92,15 +92,22 @@ pub async fn select_member(connection: &EtcdConnection) -> Result<Member> {
         return Err(Error::NoEndpoints);
     }
     let options = connection.options()?;
-    let mut best: Option<Member> = None;
+    // In parallel, so a dead member costs one dial timeout, not one per dead member.
+    let probes = connection
+        .endpoints
+        .iter()
+        .map(|endpoint| probe(endpoint, options.clone(), connection.dial_timeout));
+    let mut members = Vec::new();
     let mut failures = Vec::new();
-    for endpoint in &connection.endpoints {
-        match probe(endpoint, options.clone(), connection.dial_timeout).await {
+    for (endpoint, result) in connection
+        .endpoints
+        .iter()
+        .zip(futures::future::join_all(probes).await)
+    {
+        match result {
             Ok(member) => {
                 tracing::debug!(%endpoint, revision = member.revision, "etcd member answered");
-                if best.as_ref().is_none_or(|b| member.revision > b.revision) {
-                    best = Some(member);
-                }
+                members.push(member);
             }
             Err(e) => {
                 tracing::warn!(%endpoint, error = %e, "etcd member did not answer");
@@ -108,17 +115,54 @@ pub async fn select_member(connection: &EtcdConnection) -> Result<Member> {
             }
         }
     }
-    match (best, failures.len()) {
-        (Some(member), _) => Ok(member),
-        (None, 1) => Err(failures.remove(0)),
-        (None, _) => Err(Error::NoMemberAnswered(
-            failures
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        )),
+    if members.is_empty() {
+        return Err(match failures.len() {
+            1 => failures.remove(0),
+            _ => Error::NoMemberAnswered(
+                failures
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        });
     }
+    let seen: Vec<Seen> = members
+        .iter()
+        .map(|m| Seen {
+            endpoint: &m.endpoint,
+            revision: m.revision,
+            cluster_id: m.cluster_id,
+        })
+        .collect();
+    let best = most_up_to_date(&seen)?;
+    Ok(members.swap_remove(best))
+}
+
+/// What a probe learned about one member, for choosing among them.
+#[derive(Debug, Clone, Copy)]
+struct Seen<'a> {
+    endpoint: &'a str,
+    revision: i64,
+    cluster_id: u64,
+}
+
+/// Index of the member with the highest revision (the first one on a tie). Members of different
+/// clusters are refused: a snapshot of the wrong cluster would be a silent disaster at restore.
+fn most_up_to_date(seen: &[Seen]) -> Result<usize> {
+    if let Some(other) = seen.iter().find(|s| s.cluster_id != seen[0].cluster_id) {
+        return Err(Error::MixedClusters(format!(
+            "{} is in cluster {:x}, {} in cluster {:x}",
+            seen[0].endpoint, seen[0].cluster_id, other.endpoint, other.cluster_id
+        )));
+    }
+    let mut best = 0;
+    for (i, s) in seen.iter().enumerate() {
+        if s.revision > seen[best].revision {
+            best = i;
+        }
+    }
+    Ok(best)
 }
 
 async fn probe(endpoint: &str, options: ConnectOptions, timeout: Duration) -> Result<Member> {
@@ -167,5 +211,35 @@ pub(crate) fn classify(endpoint: &str, err: &etcd_client::Error) -> Error {
             endpoint: endpoint.to_string(),
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(endpoint: &str, revision: i64, cluster_id: u64) -> Seen<'_> {
+        Seen {
+            endpoint,
+            revision,
+            cluster_id,
+        }
+    }
+
+    #[test]
+    fn the_highest_revision_wins_and_ties_keep_the_first() {
+        let members = [seen("a", 90, 7), seen("b", 100, 7), seen("c", 100, 7)];
+        assert_eq!(most_up_to_date(&members).unwrap(), 1);
+        assert_eq!(most_up_to_date(&members[..1]).unwrap(), 0);
+    }
+
+    #[test]
+    fn members_of_different_clusters_are_refused() {
+        let err = most_up_to_date(&[seen("a", 5, 0xa1), seen("b", 9, 0xb2)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the endpoints belong to different etcd clusters (a is in cluster a1, b in cluster b2); \
+             list the members of one cluster"
+        );
     }
 }

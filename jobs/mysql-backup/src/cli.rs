@@ -1,0 +1,235 @@
+//! Command line. Secrets come from files or the environment only: `MYSQL_BACKUP_PASSWORD`,
+//! `MYSQL_BACKUP_TOKEN`, `MYSQL_REPLICATION_PASSWORD` (or the matching `--*-file` flags), and the
+//! standard AWS variables for S3.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mysql-backup",
+    version,
+    about = "Streaming MySQL/MariaDB physical backups with xtrabackup or mariadb-backup"
+)]
+#[command(
+    after_help = "Exit codes: 0 success, 1 failure, 3 the data failed verification (corrupted, truncated, no manifest)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Tool family: mariadb (mariadb-backup, mbstream) or percona (xtrabackup, xbstream, MySQL 8).
+    #[arg(long, global = true, value_enum, default_value_t = ToolArg::Auto, env = "MYSQL_BACKUP_TOOL")]
+    pub tool: ToolArg,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub s3: S3Args,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the backup tool beside the server and upload its stream (committed only if complete).
+    Backup {
+        /// Destination: s3://bucket/key or file:///dir/name.
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        tool: BackupToolArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Sidecar: stream a fresh backup to one authenticated client at a time.
+    Serve {
+        /// Address to listen on, e.g. 0.0.0.0:3307.
+        #[arg(long)]
+        listen: String,
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        tool: BackupToolArgs,
+        #[command(flatten)]
+        auth: AuthArgs,
+    },
+    /// Receive a backup from `serve` and upload it.
+    Pull {
+        /// The serve address, HOST:PORT.
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        #[command(flatten)]
+        auth: AuthArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Init container of a new replica: receive from `serve`, extract, prepare. Skips an
+    /// initialised data dir; wipes what an interrupted earlier attempt left.
+    Clone {
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        datadir: PathBuf,
+        #[command(flatten)]
+        auth: AuthArgs,
+        #[command(flatten)]
+        remote: RemoteArgs,
+        #[command(flatten)]
+        prepare: PrepareArgs,
+    },
+    /// Download, verify, extract, prepare and move a backup into an empty data dir.
+    Restore {
+        /// s3://bucket/key or file:///dir/name.
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        datadir: PathBuf,
+        /// Restore an object without a valid manifest (the stream checks still apply).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        prepare: PrepareArgs,
+    },
+    /// Once per data dir: point the local server at the source using the backup's binlog
+    /// coordinates, and start replication.
+    ConfigureReplication {
+        /// The restored/cloned data dir (holds the coordinates and the done-marker).
+        #[arg(long)]
+        datadir: PathBuf,
+        #[arg(long)]
+        source_host: String,
+        #[arg(long, default_value_t = 3306)]
+        source_port: u16,
+        /// Replication user on the source.
+        #[arg(long, env = "MYSQL_REPLICATION_USER")]
+        replication_user: String,
+        /// File holding the replication password (else MYSQL_REPLICATION_PASSWORD).
+        #[arg(long, env = "MYSQL_REPLICATION_PASSWORD_FILE")]
+        replication_password_file: Option<PathBuf>,
+        /// How long to wait for the local server to accept connections, in seconds.
+        #[arg(long, default_value_t = 300)]
+        wait_timeout: u64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// How to reach the database (the local server for backup/serve/configure-replication).
+#[derive(Args, Debug, Clone)]
+pub struct DbArgs {
+    #[arg(long, env = "MYSQL_BACKUP_SOCKET")]
+    pub socket: Option<PathBuf>,
+    #[arg(long, env = "MYSQL_BACKUP_HOST")]
+    pub host: Option<String>,
+    #[arg(long, env = "MYSQL_BACKUP_PORT")]
+    pub port: Option<u16>,
+    #[arg(long, env = "MYSQL_BACKUP_USER")]
+    pub user: Option<String>,
+    /// File holding the password (else MYSQL_BACKUP_PASSWORD; never a flag value).
+    #[arg(long, env = "MYSQL_BACKUP_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+    /// An option file with [client] credentials, used as is instead of the flags above.
+    #[arg(long)]
+    pub defaults_extra_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BackupToolArgs {
+    /// The server's data directory, as the tool must read it.
+    #[arg(long, env = "MYSQL_BACKUP_DATADIR")]
+    pub datadir: Option<PathBuf>,
+    /// Copy threads for the tool (--parallel).
+    #[arg(long)]
+    pub parallel: Option<u32>,
+    /// Also record the source's replication coordinates (--slave-info; back up a replica).
+    #[arg(long)]
+    pub replica_info: bool,
+    /// Extra argument for the backup tool (repeatable), e.g. --tool-arg=--no-lock.
+    #[arg(long = "tool-arg", allow_hyphen_values = true)]
+    pub tool_args: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    #[arg(long, value_enum, default_value_t = CompressArg::None)]
+    pub compress: CompressArg,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    pub zstd_level: i32,
+    /// zstd worker threads (each buffers a few MiB).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub zstd_threads: u32,
+    /// Initial S3 part size in MiB (parts grow so 10,000 always suffice).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(8..=5120))]
+    pub part_size_mib: u64,
+    /// Parts uploaded in parallel.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=32))]
+    pub parts_in_flight: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AuthArgs {
+    /// File holding the shared token of serve and its clients (else MYSQL_BACKUP_TOKEN).
+    #[arg(long, env = "MYSQL_BACKUP_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RemoteArgs {
+    #[arg(long, default_value_t = 10)]
+    pub connect_timeout: u64,
+    /// Fail when the source sends nothing for this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub stall_timeout: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PrepareArgs {
+    /// Memory for --prepare, e.g. 1G.
+    #[arg(long)]
+    pub use_memory: Option<String>,
+    /// Extractor threads.
+    #[arg(long)]
+    pub parallel: Option<u32>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct S3Args {
+    /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
+    #[arg(long, global = true)]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION or the AWS config, then us-east-1).
+    #[arg(long, global = true)]
+    pub s3_region: Option<String>,
+    /// Path-style URLs (https://endpoint/bucket/key); most S3-compatible servers need it.
+    #[arg(long, global = true, env = "S3_FORCE_PATH_STYLE")]
+    pub s3_force_path_style: bool,
+    /// Extra CA bundle (PEM) to trust for the S3 endpoint.
+    #[arg(long, global = true)]
+    pub s3_ca_file: Option<PathBuf>,
+    #[arg(long, global = true, default_value_t = 5)]
+    pub s3_max_attempts: u32,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum ToolArg {
+    Auto,
+    Mariadb,
+    Percona,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CompressArg {
+    None,
+    Zstd,
+}

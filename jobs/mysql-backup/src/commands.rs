@@ -1,0 +1,305 @@
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use backup_storage::{Location, PartSizer, S3Options, Store, UploadOptions};
+use mysql_backup::compress::Compression;
+use mysql_backup::credentials::DbConnection;
+use mysql_backup::ingest::IngestOptions;
+use mysql_backup::manifest::Manifest;
+use mysql_backup::profile::{BackupToolOptions, Family, ToolProfile};
+use mysql_backup::remote::{self, CloneOutcome, RemoteOptions};
+use mysql_backup::replication::{self, ReplicationOutcome, SourceSettings};
+use mysql_backup::restore::{self, PrepareOptions};
+use mysql_backup::serve::{self, ServeConfig};
+use serde_json::json;
+
+use crate::cli::{
+    AuthArgs, BackupToolArgs, Cli, Command, CompressArg, DbArgs, PrepareArgs, RemoteArgs, S3Args,
+    StoreArgs, ToolArg,
+};
+
+/// 3 marks "the data is bad" as opposed to "something was unreachable" (1).
+pub fn exit_code(err: &anyhow::Error) -> u8 {
+    let integrity = err.chain().any(|e| {
+        e.downcast_ref::<mysql_backup::Error>()
+            .is_some_and(|e| e.is_integrity())
+    });
+    if integrity { 3 } else { 1 }
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let profile = match cli.tool {
+        ToolArg::Auto => ToolProfile::detect(),
+        ToolArg::Mariadb => ToolProfile::new(Family::Mariadb),
+        ToolArg::Percona => ToolProfile::new(Family::Percona),
+    };
+    match cli.command {
+        Command::Backup {
+            to,
+            db,
+            tool,
+            store,
+        } => {
+            let (storage, location) = open(&to, &cli.s3).await?;
+            let manifest = mysql_backup::backup::backup(
+                &profile,
+                &db_connection(&db)?,
+                &tool_options(&tool),
+                &storage,
+                &location.key(),
+                &ingest_options(&store),
+            )
+            .await?;
+            print_manifest(&storage.location(&location.key()).to_string(), &manifest);
+        }
+        Command::Serve {
+            listen,
+            db,
+            tool,
+            auth,
+        } => {
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("cannot listen on {listen}"))?;
+            let config = ServeConfig {
+                profile,
+                db: db_connection(&db)?,
+                tool_options: tool_options(&tool),
+                token: token(&auth)?,
+            };
+            serve::serve(listener, Arc::new(config)).await?;
+        }
+        Command::Pull {
+            from,
+            to,
+            auth,
+            remote,
+            store,
+        } => {
+            let (storage, location) = open(&to, &cli.s3).await?;
+            let manifest = remote::pull(
+                &from,
+                &token(&auth)?,
+                &remote_options(&remote),
+                &profile,
+                &storage,
+                &location.key(),
+                &ingest_options(&store),
+            )
+            .await?;
+            print_manifest(&storage.location(&location.key()).to_string(), &manifest);
+        }
+        Command::Clone {
+            from,
+            datadir,
+            auth,
+            remote,
+            prepare,
+        } => {
+            let outcome = remote::clone(
+                &from,
+                &token(&auth)?,
+                &remote_options(&remote),
+                &profile,
+                &datadir,
+                &prepare_options(&prepare),
+            )
+            .await?;
+            match outcome {
+                CloneOutcome::Skipped => println!(
+                    "{}",
+                    json!({"datadir": datadir, "cloned": false, "reason": "already initialised"})
+                ),
+                CloneOutcome::Cloned(s) => println!(
+                    "{}",
+                    json!({"datadir": datadir, "cloned": true, "files": s.files, "streamBytes": s.stream_bytes})
+                ),
+            }
+        }
+        Command::Restore {
+            from,
+            datadir,
+            force,
+            prepare,
+        } => {
+            let (storage, location) = open(&from, &cli.s3).await?;
+            let s = restore::restore(
+                &profile,
+                &storage,
+                &location.key(),
+                &datadir,
+                &prepare_options(&prepare),
+                force,
+            )
+            .await?;
+            println!(
+                "{}",
+                json!({"restored": from, "datadir": datadir, "files": s.files, "streamBytes": s.stream_bytes})
+            );
+        }
+        Command::ConfigureReplication {
+            datadir,
+            source_host,
+            source_port,
+            replication_user,
+            replication_password_file,
+            wait_timeout,
+            db,
+        } => {
+            let password = secret(
+                replication_password_file.as_deref(),
+                "MYSQL_REPLICATION_PASSWORD",
+                "replication password",
+            )?;
+            let source = SourceSettings {
+                host: source_host,
+                port: source_port,
+                user: replication_user,
+                password,
+            };
+            let outcome = replication::configure(
+                &profile,
+                &db_connection(&db)?,
+                &datadir,
+                &source,
+                Duration::from_secs(wait_timeout),
+            )
+            .await?;
+            match outcome {
+                ReplicationOutcome::AlreadyConfigured => println!(
+                    "{}",
+                    json!({"configured": false, "reason": "already configured"})
+                ),
+                ReplicationOutcome::Configured(pos) => {
+                    println!("{}", json!({"configured": true, "binlog": pos}))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_manifest(url: &str, m: &Manifest) {
+    let mut value = serde_json::to_value(m).expect("manifest serializes");
+    value["object"] = json!(url);
+    value["peakRssMiB"] = json!(peak_rss_mib());
+    println!("{value}");
+}
+
+/// This process's peak resident memory (VmHWM), for the benchmark and capacity planning.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some((kib / 1024.0 * 10.0).round() / 10.0)
+}
+
+async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
+    let location = Location::parse(url)?;
+    let mut options = S3Options {
+        endpoint: args.s3_endpoint.clone(),
+        region: args.s3_region.clone(),
+        force_path_style: args.s3_force_path_style,
+        max_attempts: args.s3_max_attempts,
+        ..S3Options::default()
+    };
+    if let Some(ca) = &args.s3_ca_file {
+        options = options.with_ca_file(ca)?;
+    }
+    let store = Store::open(&location, &options).await?;
+    Ok((store, location))
+}
+
+/// A secret from a file, else from an environment variable; never from a flag value.
+fn secret(file: Option<&Path>, env: &str, what: &str) -> Result<String> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the {what} file {}", path.display()))?;
+        return Ok(text.trim_end_matches(['\r', '\n']).to_string());
+    }
+    match std::env::var(env) {
+        Ok(v) => Ok(v),
+        Err(_) => bail!("no {what}: set {env} or pass the --*-file flag"),
+    }
+}
+
+fn db_connection(args: &DbArgs) -> Result<DbConnection> {
+    let password = match &args.password_file {
+        Some(path) => Some(secret(
+            Some(path),
+            "MYSQL_BACKUP_PASSWORD",
+            "database password",
+        )?),
+        None => std::env::var("MYSQL_BACKUP_PASSWORD").ok(),
+    };
+    Ok(DbConnection {
+        user: args.user.clone(),
+        password,
+        socket: args.socket.clone(),
+        host: args.host.clone(),
+        port: args.port,
+        defaults_file: args.defaults_extra_file.clone(),
+    })
+}
+
+fn token(args: &AuthArgs) -> Result<Vec<u8>> {
+    let token = secret(
+        args.token_file.as_deref(),
+        "MYSQL_BACKUP_TOKEN",
+        "serve token",
+    )?;
+    if token.len() < 16 {
+        bail!(
+            "the serve token is too short: use at least 16 characters (e.g. `openssl rand -hex 32`)"
+        );
+    }
+    Ok(token.into_bytes())
+}
+
+fn tool_options(args: &BackupToolArgs) -> BackupToolOptions {
+    BackupToolOptions {
+        datadir: args.datadir.clone(),
+        parallel: args.parallel,
+        replica_info: args.replica_info,
+        extra_args: args.tool_args.clone(),
+    }
+}
+
+fn ingest_options(args: &StoreArgs) -> IngestOptions {
+    IngestOptions {
+        compression: match args.compress {
+            CompressArg::None => Compression::None,
+            CompressArg::Zstd => Compression::Zstd,
+        },
+        zstd_level: args.zstd_level,
+        zstd_threads: args.zstd_threads,
+        upload: UploadOptions {
+            part_sizer: PartSizer::new((args.part_size_mib as usize) << 20),
+            max_in_flight: args.parts_in_flight as usize,
+            content_type: Some("application/octet-stream".into()),
+            ..UploadOptions::default()
+        },
+    }
+}
+
+fn remote_options(args: &RemoteArgs) -> RemoteOptions {
+    RemoteOptions {
+        connect_timeout: Duration::from_secs(args.connect_timeout),
+        stall_timeout: Duration::from_secs(args.stall_timeout),
+    }
+}
+
+fn prepare_options(args: &PrepareArgs) -> PrepareOptions {
+    PrepareOptions {
+        use_memory: args.use_memory.clone(),
+        parallel: args.parallel,
+    }
+}

@@ -1,0 +1,105 @@
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Failures of the runner, phrased so the one-line message tells an operator what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{tool} not found on PATH; install {package} or pass --tool-path")]
+    ToolMissing { tool: String, package: &'static str },
+
+    #[error("{tool} could not log in to the database (wrong user or password): {detail}")]
+    AccessDenied { tool: String, detail: String },
+
+    #[error(
+        "{tool} cannot reach the database server (is it running? socket/host right?): {detail}"
+    )]
+    ServerDown { tool: String, detail: String },
+
+    #[error(
+        "{tool} does not support this server ({detail}); use --tool mariadb for MariaDB and --tool percona for MySQL 8"
+    )]
+    WrongToolFamily { tool: String, detail: String },
+
+    #[error("no space left on the device while {during}: {detail}")]
+    DiskFull { during: String, detail: String },
+
+    #[error("{tool} failed ({status}); last output: {tail}")]
+    ToolFailed {
+        tool: String,
+        status: String,
+        tail: String,
+    },
+
+    #[error("the backup stream is invalid: {0}")]
+    Stream(#[from] crate::xbstream::StreamError),
+
+    #[error("the backup stream is incomplete: {0}")]
+    Incomplete(String),
+
+    #[error("the stored object {url} is corrupted or truncated: {detail}")]
+    Corrupted { url: String, detail: String },
+
+    #[error(
+        "no valid manifest for {url}: {detail}; the backup may be unfinished (pass --force to restore anyway)"
+    )]
+    NoManifest { url: String, detail: String },
+
+    #[error("data directory {path} is not empty; restore only into an empty directory")]
+    DataDirNotEmpty { path: PathBuf },
+
+    #[error("peer {peer}: {detail}")]
+    Peer { peer: String, detail: String },
+
+    #[error("peer {peer} rejected the authentication token")]
+    AuthRejected { peer: String },
+
+    #[error("peer {peer} is busy with another backup; retry later")]
+    Busy { peer: String },
+
+    #[error("the source reported a failed backup: {0}")]
+    RemoteFailure(String),
+
+    #[error("no replication coordinates in {path}: {detail}")]
+    NoCoordinates { path: PathBuf, detail: String },
+
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    #[error("compression: {0}")]
+    Compression(String),
+
+    #[error(transparent)]
+    Storage(#[from] backup_storage::StorageError),
+
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        let path = path.into();
+        if source.raw_os_error() == Some(28) {
+            return Error::DiskFull {
+                during: format!("writing {}", path.display()),
+                detail: source.to_string(),
+            };
+        }
+        Error::Io { path, source }
+    }
+
+    /// True for failures that mean "the data is bad" rather than "something was unreachable".
+    pub fn is_integrity(&self) -> bool {
+        matches!(
+            self,
+            Error::Stream(_)
+                | Error::Incomplete(_)
+                | Error::Corrupted { .. }
+                | Error::NoManifest { .. }
+        )
+    }
+}

@@ -1,0 +1,198 @@
+//! The backup data path: the xbstream is parsed, compressed, hashed and uploaded as it flows.
+//! Nothing becomes visible until [`Ingest::commit`], which the caller reaches only when the
+//! producer reported success; every other path aborts the upload.
+
+use std::time::Instant;
+
+use backup_storage::{Store, Upload, UploadOptions};
+use chrono::Utc;
+use sha2::{Digest, Sha256};
+
+use crate::compress::{Compression, Encoder};
+use crate::manifest::{FORMAT, Manifest, manifest_key};
+use crate::metadata::BackupMetadata;
+use crate::profile::Family;
+use crate::xbstream::{Parser, StreamSummary};
+use crate::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    pub compression: Compression,
+    pub zstd_level: i32,
+    pub zstd_threads: u32,
+    pub upload: UploadOptions,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            compression: Compression::None,
+            zstd_level: 3,
+            zstd_threads: 2,
+            upload: UploadOptions::default(),
+        }
+    }
+}
+
+pub struct Ingest {
+    parser: Parser,
+    encoder: Encoder,
+    sha: Sha256,
+    upload: Upload,
+    compression: Compression,
+    started: Instant,
+    start_time: chrono::DateTime<Utc>,
+}
+
+/// A stream that parsed cleanly, fully uploaded but not yet committed.
+pub struct Finished {
+    upload: Upload,
+    pub summary: StreamSummary,
+    pub metadata: BackupMetadata,
+    sha: String,
+    compression: Compression,
+    started: Instant,
+    start_time: chrono::DateTime<Utc>,
+}
+
+impl Ingest {
+    pub async fn start(store: &Store, key: &str, options: &IngestOptions) -> Result<Ingest> {
+        let encoder = Encoder::new(
+            options.compression,
+            options.zstd_level,
+            options.zstd_threads,
+        )?;
+        let upload = store.upload(key, options.upload.clone()).await?;
+        Ok(Ingest {
+            parser: Parser::new(),
+            encoder,
+            sha: Sha256::new(),
+            upload,
+            compression: options.compression,
+            started: Instant::now(),
+            start_time: Utc::now(),
+        })
+    }
+
+    /// On error the caller must [`Ingest::abort`] (a failed storage write has aborted already).
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.parser.feed(data)?;
+        let out = self.encoder.encode(data)?;
+        if !out.is_empty() {
+            self.sha.update(out);
+            self.upload.write(out).await?;
+        }
+        Ok(())
+    }
+
+    pub fn stream_position(&self) -> u64 {
+        self.parser.position()
+    }
+
+    /// Ends the stream: it must have ended cleanly, with the tool's final metadata files.
+    /// On error the upload is aborted.
+    pub async fn finish(self) -> Result<Finished> {
+        let Ingest {
+            parser,
+            encoder,
+            mut sha,
+            mut upload,
+            compression,
+            started,
+            start_time,
+        } = self;
+        let checked = (|| {
+            let summary = parser.finish()?;
+            let missing = BackupMetadata::missing_final_files(&summary.metadata);
+            if !missing.is_empty() {
+                return Err(Error::Incomplete(format!(
+                    "the tool's final files {} are missing",
+                    missing.join(", ")
+                )));
+            }
+            Ok(summary)
+        })();
+        let summary = match checked {
+            Ok(s) => s,
+            Err(e) => {
+                abort(upload).await;
+                return Err(e);
+            }
+        };
+        let tail = match encoder.finish() {
+            Ok(t) => t,
+            Err(e) => {
+                abort(upload).await;
+                return Err(e);
+            }
+        };
+        if !tail.is_empty() {
+            sha.update(&tail);
+            upload.write(&tail).await?;
+        }
+        Ok(Finished {
+            upload,
+            metadata: BackupMetadata::from_files(&summary.metadata),
+            summary,
+            sha: hex::encode(sha.finalize()),
+            compression,
+            started,
+            start_time,
+        })
+    }
+
+    pub async fn abort(self) {
+        abort(self.upload).await;
+    }
+}
+
+async fn abort(upload: Upload) {
+    if let Err(e) = upload.abort().await {
+        tracing::warn!("could not abort the upload (it stays invisible; prune cleans it): {e}");
+    }
+}
+
+impl Finished {
+    pub fn stored_bytes(&self) -> u64 {
+        self.upload.bytes_written()
+    }
+
+    /// Commits the object, then writes its manifest beside it.
+    pub async fn commit(
+        self,
+        store: &Store,
+        key: &str,
+        family: Family,
+        source: &str,
+    ) -> Result<Manifest> {
+        let info = self.upload.commit().await?;
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            stored_bytes: info.size,
+            stored_sha256: self.sha,
+            compression: self.compression,
+            stream_bytes: self.summary.stream_bytes,
+            payload_bytes: self.summary.payload_bytes,
+            file_count: self.summary.files,
+            tool_family: family,
+            backup: self.metadata,
+            source: source.to_string(),
+            start_time: self.start_time,
+            completion_time: Utc::now(),
+            duration_seconds: self.started.elapsed().as_secs_f64(),
+            runner: format!("mysql-backup {}", env!("CARGO_PKG_VERSION")),
+        };
+        store
+            .put_small(
+                &manifest_key(key),
+                manifest.to_json().into(),
+                "application/json",
+            )
+            .await?;
+        Ok(manifest)
+    }
+
+    pub async fn abort(self) {
+        abort(self.upload).await;
+    }
+}

@@ -1,0 +1,26 @@
+//! Streaming physical MySQL/MariaDB backups with Percona XtraBackup or mariadb-backup.
+//!
+//! The tool runs beside the server (sidecar or init container); its xbstream is parsed while it
+//! flows (chunk CRCs, file ends, metadata), optionally zstd-compressed, and stored as one object
+//! with a manifest. A backup is committed only when the tool exited 0 and the stream ended
+//! cleanly; everything else aborts the upload.
+
+pub mod backup;
+pub mod compress;
+pub mod credentials;
+pub mod datadir;
+mod error;
+pub mod extract;
+pub mod ingest;
+pub mod manifest;
+pub mod metadata;
+pub mod profile;
+pub mod protocol;
+pub mod remote;
+pub mod replication;
+pub mod restore;
+pub mod serve;
+pub mod tool;
+pub mod xbstream;
+
+pub use error::{Error, Result};

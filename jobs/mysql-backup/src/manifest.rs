@@ -1,0 +1,54 @@
+//! The manifest written beside a committed backup. S3 fixes user metadata when an upload starts,
+//! but the size, sha256 and file count are known only at the end; restore checks them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::compress::Compression;
+use crate::metadata::BackupMetadata;
+use crate::profile::Family;
+
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+pub const FORMAT: &str = "mysql-backup/v1";
+
+pub fn manifest_key(object_key: &str) -> String {
+    format!("{object_key}{MANIFEST_SUFFIX}")
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub format: String,
+    /// Bytes stored (after compression) and their sha256.
+    pub stored_bytes: u64,
+    pub stored_sha256: String,
+    pub compression: Compression,
+    /// The xbstream as the tool wrote it.
+    pub stream_bytes: u64,
+    pub payload_bytes: u64,
+    pub file_count: u64,
+    pub tool_family: Family,
+    /// Tool and server versions, binlog file/position/GTID set, LSNs, from the backup's files.
+    #[serde(flatten)]
+    pub backup: BackupMetadata,
+    /// `local` or the `serve` peer it was pulled from.
+    pub source: String,
+    pub start_time: DateTime<Utc>,
+    pub completion_time: DateTime<Utc>,
+    pub duration_seconds: f64,
+    pub runner: String,
+}
+
+impl Manifest {
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if m.format != FORMAT {
+            return Err(format!("unknown format {:?} (expected {FORMAT})", m.format));
+        }
+        Ok(m)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("a manifest always serializes")
+    }
+}

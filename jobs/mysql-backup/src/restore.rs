@@ -1,0 +1,198 @@
+//! `restore`: download, verify, extract into staging, prepare, move into the empty data dir.
+
+use std::path::Path;
+
+use backup_storage::Store;
+use sha2::{Digest, Sha256};
+
+use crate::compress::{Compression, Decoder};
+use crate::datadir::{self, Staging, State};
+use crate::extract::Extraction;
+use crate::manifest::{Manifest, manifest_key};
+use crate::metadata::BackupMetadata;
+use crate::profile::ToolProfile;
+use crate::tool::Tool;
+use crate::xbstream::StreamSummary;
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// `--use-memory` for `--prepare` (e.g. `1G`).
+    pub use_memory: Option<String>,
+    /// Extractor threads.
+    pub parallel: Option<u32>,
+}
+
+/// Runs `--prepare` in the staging dir, then moves the result into the data dir. On any error
+/// the staging dir is discarded.
+pub async fn prepare_and_install(
+    profile: &ToolProfile,
+    staging: Staging,
+    options: &PrepareOptions,
+    metadata: &BackupMetadata,
+) -> Result<()> {
+    let args = profile.prepare_args(&staging.dir, options.use_memory.as_deref());
+    let prepared = async {
+        let mut tool = Tool::spawn(&profile.backup_tool, &args, false, profile.package())?;
+        let (status, tail) = tool.wait().await?;
+        if !status.success() {
+            return Err(profile.classify_failure(&tool.name, &status.to_string(), &tail));
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = prepared {
+        staging.discard();
+        return Err(e);
+    }
+    let json = serde_json::to_vec_pretty(metadata).expect("metadata serializes");
+    staging.install(&json)
+}
+
+/// Checks that `datadir` may receive a restore.
+pub fn check_empty(datadir: &Path) -> Result<()> {
+    match datadir::state(datadir)? {
+        State::Empty | State::Incomplete => Ok(()),
+        State::Initialised => Err(Error::DataDirNotEmpty {
+            path: datadir.to_path_buf(),
+        }),
+    }
+}
+
+async fn load_manifest(
+    store: &Store,
+    key: &str,
+    url: &str,
+    force: bool,
+) -> Result<Option<Manifest>> {
+    let problem = match store.get_small(&manifest_key(key)).await? {
+        None => "the manifest object is missing".to_string(),
+        Some(bytes) => match Manifest::parse(&bytes) {
+            Ok(m) => return Ok(Some(m)),
+            Err(e) => e,
+        },
+    };
+    if force {
+        tracing::warn!(
+            "{url}: {problem}; restoring anyway (--force), integrity rests on the stream checks"
+        );
+        Ok(None)
+    } else {
+        Err(Error::NoManifest {
+            url: url.to_string(),
+            detail: problem,
+        })
+    }
+}
+
+pub async fn restore(
+    profile: &ToolProfile,
+    store: &Store,
+    key: &str,
+    datadir: &Path,
+    options: &PrepareOptions,
+    force: bool,
+) -> Result<StreamSummary> {
+    let url = store.location(key).to_string();
+    check_empty(datadir)?;
+    let manifest = load_manifest(store, key, &url, force).await?;
+    let corrupted = |detail: String| Error::Corrupted {
+        url: url.clone(),
+        detail,
+    };
+    let mut download = store.download(key).await?;
+    if let Some(m) = &manifest
+        && download.info().size != m.stored_bytes
+    {
+        return Err(corrupted(format!(
+            "{} bytes stored, the manifest says {}",
+            download.info().size,
+            m.stored_bytes
+        )));
+    }
+    let staging = Staging::begin(datadir)?;
+    let result = async {
+        let mut extraction = Extraction::start(profile, &staging.dir, options.parallel)?;
+        let streamed = stream_into(
+            &mut download,
+            &mut extraction,
+            manifest.as_ref(),
+            &corrupted,
+        )
+        .await;
+        if let Err(e) = streamed {
+            extraction.abort().await;
+            return Err(e);
+        }
+        let summary = extraction.finish().await.map_err(|e| match e {
+            Error::Stream(s) => corrupted(s.to_string()),
+            other => other,
+        })?;
+        if let Some(m) = &manifest
+            && m.file_count != summary.files
+        {
+            return Err(corrupted(format!(
+                "{} files, the manifest says {}",
+                summary.files, m.file_count
+            )));
+        }
+        Ok(summary)
+    }
+    .await;
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            staging.discard();
+            return Err(e);
+        }
+    };
+    let metadata = BackupMetadata::from_files(&summary.metadata);
+    prepare_and_install(profile, staging, options, &metadata).await?;
+    Ok(summary)
+}
+
+async fn stream_into(
+    download: &mut backup_storage::Download,
+    extraction: &mut Extraction,
+    manifest: Option<&Manifest>,
+    corrupted: &dyn Fn(String) -> Error,
+) -> Result<()> {
+    let mut sha = Sha256::new();
+    let mut decoder: Option<Decoder> = None;
+    while let Some(chunk) = download.next_chunk().await? {
+        sha.update(&chunk);
+        let dec = match &mut decoder {
+            Some(d) => d,
+            None => {
+                let compression =
+                    manifest.map_or_else(|| Compression::sniff(&chunk), |m| m.compression);
+                decoder.insert(Decoder::new(compression)?)
+            }
+        };
+        dec.feed(chunk);
+        loop {
+            let piece = match dec.next_piece() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(e) => return Err(corrupted(e.to_string())),
+            };
+            extraction.write(piece).await.map_err(|e| match e {
+                Error::Stream(s) => corrupted(s.to_string()),
+                other => other,
+            })?;
+        }
+    }
+    if let Some(dec) = &decoder {
+        dec.finish().map_err(|e| corrupted(e.to_string()))?;
+    }
+    let digest = hex::encode(sha.finalize());
+    if let Some(m) = manifest
+        && digest != m.stored_sha256
+    {
+        return Err(corrupted(format!(
+            "sha256 {digest} does not match the manifest's {}",
+            m.stored_sha256
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! `serve`: the sidecar that streams a fresh backup to one authenticated client at a time and
+//! ends the stream with an explicit success or failure frame.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::backup::{BackupProcess, READ_BUFFER};
+use crate::credentials::DbConnection;
+use crate::metadata::BackupMetadata;
+use crate::profile::{BackupToolOptions, ToolProfile};
+use crate::protocol::{self, TAG_DATA, TAG_FAILURE, TAG_SUCCESS};
+use crate::xbstream::Parser;
+use crate::{Error, Result};
+
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct ServeConfig {
+    pub profile: ToolProfile,
+    pub db: DbConnection,
+    pub tool_options: BackupToolOptions,
+    pub token: Vec<u8>,
+}
+
+pub async fn serve(listener: TcpListener, config: Arc<ServeConfig>) -> Result<()> {
+    let busy = Arc::new(Semaphore::new(1));
+    tracing::info!(addr = ?listener.local_addr().ok(), "serving backups");
+    loop {
+        let (socket, peer) = listener
+            .accept()
+            .await
+            .map_err(|e| Error::io("accept", e))?;
+        let config = config.clone();
+        let busy = busy.clone();
+        tokio::spawn(async move {
+            match handle(socket, &config, &busy).await {
+                Ok(()) => tracing::info!(%peer, "backup sent"),
+                Err(e) => tracing::warn!(%peer, "{e}"),
+            }
+        });
+    }
+}
+
+async fn handle(socket: TcpStream, config: &ServeConfig, busy: &Arc<Semaphore>) -> Result<()> {
+    let _ = socket.set_nodelay(true);
+    let (read, mut write) = socket.into_split();
+    let mut read = BufReader::new(read);
+    let io = |e: std::io::Error| Error::io("client connection", e);
+    let nonce = hex::encode(rand::random::<[u8; 16]>());
+    write
+        .write_all(format!("{} {nonce}\n", protocol::GREETING).as_bytes())
+        .await
+        .map_err(io)?;
+    let line = tokio::time::timeout(AUTH_TIMEOUT, protocol::read_line(&mut read))
+        .await
+        .map_err(|_| Error::Config("client sent no authentication in time".into()))?
+        .map_err(io)?;
+    let proof = line.strip_prefix("BACKUP ").unwrap_or("");
+    if !protocol::verify_proof(&config.token, &nonce, proof) {
+        let _ = write.write_all(b"ERR authentication failed\n").await;
+        return Err(Error::Config("client failed authentication".into()));
+    }
+    let Ok(_permit) = busy.clone().try_acquire_owned() else {
+        let _ = write.write_all(b"BUSY\n").await;
+        return Err(Error::Config(
+            "refused a second client: a backup is already running".into(),
+        ));
+    };
+    write.write_all(b"OK\n").await.map_err(io)?;
+    let verdict = stream_backup(config, &mut write).await;
+    match verdict {
+        Ok(summary) => {
+            write_frame(&mut write, TAG_SUCCESS, summary.as_bytes()).await?;
+            write.shutdown().await.map_err(io)?;
+            Ok(())
+        }
+        Err(StreamEnd::ClientGone(e)) => Err(Error::Peer {
+            peer: "client".into(),
+            detail: format!("went away mid-stream ({e}); backup stopped"),
+        }),
+        Err(StreamEnd::Failed(e)) => {
+            // Best effort: the client treats a missing success frame as failure anyway.
+            let _ = write_frame(&mut write, TAG_FAILURE, e.to_string().as_bytes()).await;
+            let _ = write.shutdown().await;
+            Err(e)
+        }
+    }
+}
+
+enum StreamEnd {
+    ClientGone(Error),
+    Failed(Error),
+}
+
+async fn write_frame(
+    w: &mut tokio::net::tcp::OwnedWriteHalf,
+    tag: u8,
+    payload: &[u8],
+) -> Result<()> {
+    protocol::write_frame(w, tag, payload)
+        .await
+        .map_err(|e| Error::io("client connection", e))
+}
+
+/// Streams one backup; checks it as `backup` does before declaring success.
+async fn stream_backup(
+    config: &ServeConfig,
+    write: &mut tokio::net::tcp::OwnedWriteHalf,
+) -> std::result::Result<String, StreamEnd> {
+    let mut process = BackupProcess::start(&config.profile, &config.db, &config.tool_options)
+        .map_err(StreamEnd::Failed)?;
+    let mut parser = Parser::new();
+    let mut buf = vec![0u8; READ_BUFFER];
+    loop {
+        let n = match process.stdout.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => return Err(StreamEnd::Failed(Error::io(&config.profile.backup_tool, e))),
+        };
+        if n == 0 {
+            break;
+        }
+        if let Err(e) = parser.feed(&buf[..n]) {
+            process.tool.kill().await;
+            return Err(StreamEnd::Failed(e.into()));
+        }
+        if let Err(e) = write_frame(write, TAG_DATA, &buf[..n]).await {
+            process.tool.kill().await;
+            return Err(StreamEnd::ClientGone(e));
+        }
+    }
+    process.wait_success().await.map_err(StreamEnd::Failed)?;
+    let summary = parser.finish().map_err(|e| StreamEnd::Failed(e.into()))?;
+    let missing = BackupMetadata::missing_final_files(&summary.metadata);
+    if !missing.is_empty() {
+        return Err(StreamEnd::Failed(Error::Incomplete(format!(
+            "the tool's final files {} are missing",
+            missing.join(", ")
+        ))));
+    }
+    Ok(
+        serde_json::json!({ "files": summary.files, "streamBytes": summary.stream_bytes })
+            .to_string(),
+    )
+}

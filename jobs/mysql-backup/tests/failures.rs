@@ -1,0 +1,448 @@
+//! Failures must never leave a backup that looks good, and must say what went wrong in one line.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Pid of the child of `parent` named `comm`, waiting for it to appear.
+async fn child_named(parent: u32, comm: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // comm is in parentheses; ppid is the second field after it.
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let ppid: u32 = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            if ppid == parent && head.ends_with(&format!("({comm}")) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "no {comm} child of {parent}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_killed_mid_stream_leaves_no_object() {
+    let garage = testbed::Garage::start().await.expect("garage");
+    let (s3_args, env) = s3(&garage);
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let url = format!("s3://{}/killed.xbstream", garage.bucket);
+    let mut a = args(&["backup", "--to", &url, "--tool-arg=--throttle=1"]);
+    a.extend(source.backup_args());
+    a.extend(s3_args.clone());
+    let child = command(&a, &env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tool = child_named(child.id().unwrap(), "mariadb-backup").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    std::process::Command::new("kill")
+        .args(["-9", &tool.to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("mariadb-backup failed (signal: 9"),
+        "{stderr}"
+    );
+
+    // Nothing under the key, no manifest, no multipart upload left behind.
+    let aws = |sub: &[&str]| {
+        std::process::Command::new("aws")
+            .args([
+                "--endpoint-url",
+                &garage.endpoint,
+                "--region",
+                &garage.region,
+            ])
+            .args(sub)
+            .env("AWS_ACCESS_KEY_ID", &garage.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", &garage.secret_key)
+            .output()
+            .unwrap()
+    };
+    let listing = aws(&["s3api", "list-objects-v2", "--bucket", &garage.bucket]);
+    assert!(
+        listing.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listing.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&listing.stdout).contains("killed"),
+        "{}",
+        String::from_utf8_lossy(&listing.stdout)
+    );
+    let uploads = aws(&[
+        "s3api",
+        "list-multipart-uploads",
+        "--bucket",
+        &garage.bucket,
+    ]);
+    assert!(
+        !String::from_utf8_lossy(&uploads.stdout).contains("killed"),
+        "{}",
+        String::from_utf8_lossy(&uploads.stdout)
+    );
+}
+
+/// A one-shot proxy to `target` that forwards `limit` bytes downstream, then drops both sides
+/// (a source pod that disappears mid-stream).
+async fn cutting_proxy(target: String, limit: usize) -> String {
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_addr = proxy.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (mut client, _) = proxy.accept().await.unwrap();
+        let mut upstream = loop {
+            match tokio::net::TcpStream::connect(&target).await {
+                Ok(s) => break s,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let (mut cr, mut cw) = client.split();
+        let (mut ur, mut uw) = upstream.split();
+        let up = async { tokio::io::copy(&mut cr, &mut uw).await.ok() };
+        let down = async {
+            let mut sent = 0usize;
+            let mut buf = vec![0u8; 64 * 1024];
+            while sent < limit {
+                let n = ur.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                cw.write_all(&buf[..n]).await.unwrap();
+                sent += n;
+            }
+        };
+        tokio::select! { _ = up => {}, _ = down => {} }
+    });
+    proxy_addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_disappearing_mid_pull_leaves_no_object() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let serve_addr = format!("127.0.0.1:{}", testbed::free_port());
+    let mut a = args(&["serve", "--listen", &serve_addr]);
+    a.extend(source.backup_args());
+    let _serve = command(&a, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let proxy_addr = cutting_proxy(serve_addr, 3_000_000).await;
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/pulled.xbstream", store.path().display());
+    let r = run(&args(&["pull", "--from", &proxy_addr, "--to", &url]), &[]).await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.error_line().contains("connection lost mid-stream"),
+        "{}",
+        r.error_line()
+    );
+    assert_eq!(
+        list_files(store.path()),
+        Vec::<String>::new(),
+        "no object, no manifest, no temp file"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cut_mid_clone_fails_and_leaves_the_data_dir_empty() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let serve_addr = format!("127.0.0.1:{}", testbed::free_port());
+    let mut a = args(&["serve", "--listen", &serve_addr]);
+    a.extend(source.backup_args());
+    let _serve = command(&a, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let proxy_addr = cutting_proxy(serve_addr.clone(), 3_000_000).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let datadir = dir.path().join("replica");
+    let run = run(
+        &args(&[
+            "clone",
+            "--from",
+            &proxy_addr,
+            "--datadir",
+            datadir.to_str().unwrap(),
+        ]),
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.error_line().contains("connection lost mid-stream"),
+        "{}",
+        run.error_line()
+    );
+    assert_eq!(
+        list_files(&datadir),
+        Vec::<String>::new(),
+        "the data dir must stay empty"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_truncated_or_unmanifested_objects_are_refused() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let store = tempfile::tempdir().unwrap();
+    let object = store.path().join("b.xbstream");
+    let url = format!("file://{}", object.display());
+    let mut a = args(&["backup", "--to", &url]);
+    a.extend(source.backup_args());
+    run(&a, &[]).await.ok();
+    let good = std::fs::read(&object).unwrap();
+    let restore = |datadir: &std::path::Path, force: bool| {
+        let mut a = args(&[
+            "restore",
+            "--from",
+            &url,
+            "--datadir",
+            datadir.to_str().unwrap(),
+        ]);
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let datadir = dir.path().join("d");
+
+    // One flipped bit in the middle of the object.
+    let mut bad = good.clone();
+    bad[good.len() / 2] ^= 0x10;
+    std::fs::write(&object, &bad).unwrap();
+    let r = run(&restore(&datadir, false), &[]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.error_line().contains("corrupted or truncated"),
+        "{}",
+        r.error_line()
+    );
+    assert_eq!(list_files(&datadir), Vec::<String>::new());
+
+    // Same bytes, manifest gone: refused unless forced; forced, the CRC check still catches it.
+    let manifest = store.path().join("b.xbstream.manifest.json");
+    let manifest_bytes = std::fs::read(&manifest).unwrap();
+    std::fs::remove_file(&manifest).unwrap();
+    let r = run(&restore(&datadir, false), &[]).await;
+    assert_eq!(r.code, 3);
+    assert!(
+        r.error_line().contains("no valid manifest"),
+        "{}",
+        r.error_line()
+    );
+    let r = run(&restore(&datadir, true), &[]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.error_line().contains("CRC32"), "{}", r.error_line());
+    assert_eq!(list_files(&datadir), Vec::<String>::new());
+
+    // Truncated at a chunk boundary (mbstream would extract it with exit 0), forced.
+    let cut = find_chunk_start(&good, good.len() / 2);
+    std::fs::write(&object, &good[..cut]).unwrap();
+    let r = run(&restore(&datadir, true), &[]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.error_line().contains("truncated"), "{}", r.error_line());
+    assert_eq!(list_files(&datadir), Vec::<String>::new());
+
+    // With the manifest back and the good object, the same data dir restores fine.
+    std::fs::write(&manifest, manifest_bytes).unwrap();
+    std::fs::write(&object, &good).unwrap();
+    run(&restore(&datadir, false), &[]).await.ok();
+    // ... and a second restore into it is refused without touching it.
+    let before = list_files(&datadir);
+    let r = run(&restore(&datadir, false), &[]).await;
+    assert_eq!(r.code, 1);
+    assert!(
+        r.error_line().contains("is not empty"),
+        "{}",
+        r.error_line()
+    );
+    assert_eq!(list_files(&datadir), before);
+}
+
+/// The first chunk magic at or after `from`.
+fn find_chunk_start(stream: &[u8], from: usize) -> usize {
+    from + stream[from..]
+        .windows(8)
+        .position(|w| w == b"XBSTCK01")
+        .expect("a later chunk")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_server_down_and_missing_tool_are_clear_errors() {
+    let source = Mariadb::fresh(1);
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/x.xbstream", store.path().display());
+    let mut a = args(&["backup", "--to", &url]);
+    a.extend(source.backup_args());
+
+    let r = run(
+        &a,
+        &[("MYSQL_BACKUP_PASSWORD".into(), "wrong-password".into())],
+    )
+    .await;
+    assert_eq!(r.code, 1);
+    assert!(
+        r.error_line()
+            .contains("could not log in to the database (wrong user or password)"),
+        "{}",
+        r.error_line()
+    );
+    assert!(!r.stderr.contains("wrong-password"), "password in the logs");
+
+    let mut down = args(&[
+        "backup",
+        "--to",
+        &url,
+        "--socket",
+        "/nonexistent/mysqld.sock",
+        "--user",
+        BACKUP_USER,
+    ]);
+    down.push(format!("--datadir={}", source.datadir.display()));
+    let r = run(&down, &[]).await;
+    assert_eq!(r.code, 1);
+    assert!(
+        r.error_line().contains("cannot reach the database server"),
+        "{}",
+        r.error_line()
+    );
+
+    let mut percona = a.clone();
+    percona.push("--tool=percona".into());
+    let r = run(&percona, &[]).await;
+    assert_eq!(r.code, 1);
+    assert!(
+        r.error_line().contains("xtrabackup not found on PATH"),
+        "{}",
+        r.error_line()
+    );
+
+    assert_eq!(
+        list_files(store.path()),
+        Vec::<String>::new(),
+        "no object after failures"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_busy_to_a_second_client() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let addr = format!("127.0.0.1:{}", testbed::free_port());
+    let mut a = args(&["serve", "--listen", &addr, "--tool-arg=--throttle=1"]);
+    a.extend(source.backup_args());
+    let _serve = command(&a, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(&addr).await.is_err() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let first_url = format!("file://{}/first.xbstream", store.path().display());
+    let first = command(&args(&["pull", "--from", &addr, "--to", &first_url]), &[])
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let second = run(
+        &args(&[
+            "pull",
+            "--from",
+            &addr,
+            "--to",
+            &format!("file://{}/second.xbstream", store.path().display()),
+        ]),
+        &[],
+    )
+    .await;
+    assert_eq!(second.code, 1);
+    assert!(
+        second.error_line().contains("busy with another backup"),
+        "{}",
+        second.error_line()
+    );
+    drop(first);
+}
+
+/// Unmounts on drop, so a failed assertion does not leave a mount behind.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Needs root (tmpfs mount), as the rest of the suite does for mariadbd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_during_restore_is_named_and_leaves_the_data_dir_empty() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/b.xbstream", store.path().display());
+    let mut a = args(&["backup", "--to", &url]);
+    a.extend(source.backup_args());
+    run(&a, &[]).await.ok();
+
+    let mount = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(mount.path())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "mounting a small tmpfs needs root (CAP_SYS_ADMIN)"
+    );
+    let _unmount = Tmpfs(mount.path().to_path_buf());
+    let datadir = mount.path().join("data");
+    let r = run(
+        &args(&[
+            "restore",
+            "--from",
+            &url,
+            "--datadir",
+            datadir.to_str().unwrap(),
+        ]),
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.error_line().contains("no space left on the device"),
+        "{}",
+        r.error_line()
+    );
+    assert_eq!(list_files(&datadir), Vec::<String>::new());
+}
