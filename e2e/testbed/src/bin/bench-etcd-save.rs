@@ -56,12 +56,35 @@ struct Measured {
     seconds: f64,
     /// User + system CPU seconds of the client processes (not of etcd or Garage).
     cpu_seconds: f64,
+    /// CPU seconds etcd and Garage spent meanwhile: with the client's, what the machine had to do.
+    server_cpu_seconds: f64,
     peak_rss_mib: f64,
 }
 
+/// CPU seconds (user + system) a process has used so far, from `/proc/PID/stat`.
+fn process_cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start at field 3; utime and stime
+    // are fields 14 and 15, in clock ticks (100 per second on Linux).
+    let after_name = &stat[stat.rfind(')').context("/proc stat")? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+fn servers_cpu_seconds(servers: &[u32]) -> Result<f64> {
+    servers.iter().map(|&pid| process_cpu_seconds(pid)).sum()
+}
+
 /// Runs `script` under `bash -c` with GNU time; fails when the command fails.
-fn measure(label: &'static str, script: &str, env: &[(String, String)]) -> Result<Measured> {
+fn measure(
+    label: &'static str,
+    script: &str,
+    env: &[(String, String)],
+    servers: &[u32],
+) -> Result<Measured> {
     let dir = tempfile::tempdir()?;
+    let servers_before = servers_cpu_seconds(servers)?;
     let report = dir.path().join("time");
     let output = Command::new("/usr/bin/time")
         .arg("-f")
@@ -93,6 +116,7 @@ fn measure(label: &'static str, script: &str, env: &[(String, String)]) -> Resul
         label,
         seconds,
         cpu_seconds: user + system,
+        server_cpu_seconds: servers_cpu_seconds(servers)? - servers_before,
         peak_rss_mib: kib / 1024.0,
     })
 }
@@ -136,6 +160,10 @@ async fn main() -> Result<()> {
         args.size_mib
     );
     let (etcd, db_size) = filled_etcd(args.size_mib).await?;
+    let garage_pid: u32 = std::fs::read_to_string(garage.dir().join("garage.pid"))?
+        .trim()
+        .parse()?;
+    let servers = [etcd.pid(), garage_pid];
     let mb = db_size as f64 / 1e6;
     let snapshot = format!(
         "etcdctl --endpoints {} snapshot save {file} >/dev/null",
@@ -144,16 +172,17 @@ async fn main() -> Result<()> {
     let upload = format!("aws s3 cp --only-show-errors {file} s3://{bucket}/bench/upload-only");
 
     eprintln!("measuring (database {:.0} MB) ...", mb);
-    let c = measure("(c) etcdctl snapshot save", &snapshot, &env)?;
-    let d = measure("(d) aws s3 cp (upload alone)", &upload, &env)?;
+    let c = measure("(c) etcdctl snapshot save", &snapshot, &env, &servers)?;
+    let d = measure("(d) aws s3 cp (upload alone)", &upload, &env, &servers)?;
     std::fs::remove_file(work.path().join("snapshot.db"))?;
     let two_step =
         format!("{snapshot} && aws s3 cp --only-show-errors {file} s3://{bucket}/bench/two-step");
-    let b = measure("(b) etcdctl save + aws s3 cp", &two_step, &env)?;
+    let b = measure("(b) etcdctl save + aws s3 cp", &two_step, &env, &servers)?;
     let a = measure(
         "(a) etcd-backup save -> S3",
         &save_script(&etcd_backup, &garage, &etcd, "bench/etcd-backup"),
         &env,
+        &servers,
     )?;
     drop(etcd);
 
@@ -163,6 +192,7 @@ async fn main() -> Result<()> {
         "(a) etcd-backup save, small db",
         &save_script(&etcd_backup, &garage, &small, "bench/etcd-backup-small"),
         &env,
+        &[small.pid(), garage_pid],
     )?;
 
     println!(
@@ -170,23 +200,36 @@ async fn main() -> Result<()> {
         small_size as f64 / 1e6
     );
     println!(
-        "{:<34} {:>9} {:>10} {:>14} {:>12}",
-        "way", "seconds", "MB/s", "peak RSS MiB", "client CPU s"
+        "{:<34} {:>9} {:>10} {:>14} {:>12} {:>12}",
+        "way", "seconds", "MB/s", "peak RSS MiB", "client CPU s", "server CPU s"
     );
     let row = |m: &Measured, bytes: u64| {
         println!(
-            "{:<34} {:>9.2} {:>10.1} {:>14.1} {:>12.2}",
+            "{:<34} {:>9.2} {:>10.1} {:>14.1} {:>12.2} {:>12.2}",
             m.label,
             m.seconds,
             bytes as f64 / 1e6 / m.seconds.max(0.01),
             m.peak_rss_mib,
-            m.cpu_seconds
+            m.cpu_seconds,
+            m.server_cpu_seconds
         )
     };
     for m in [&a, &b, &c, &d] {
         row(m, db_size);
     }
     row(&a_small, small_size);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let busy = |m: &Measured| m.cpu_seconds + m.server_cpu_seconds;
+    println!(
+        "\n{cores} cores. CPU seconds (client + etcd + Garage) per way: (a) {:.1}, (b) {:.1}, \
+         (c) {:.1}, (d) {:.1}. (a) cannot take less than {:.1} s here: its steps overlap, so \
+         it needs their CPU at the same time.",
+        busy(&a),
+        busy(&b),
+        busy(&c),
+        busy(&d),
+        busy(&a) / cores as f64
+    );
     let slowest_step = c.seconds.max(d.seconds);
     println!("\nratios (target in brackets):");
     println!(
