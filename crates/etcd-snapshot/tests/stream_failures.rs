@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use backup_storage::{Location, S3Credentials, S3Options, Store};
+use backup_storage::{Location, S3Options, Store};
 use etcd_snapshot::{Error, EtcdConnection, ObjectName, SaveOptions, save};
 use testbed::{Etcd, Garage};
 
@@ -31,17 +31,12 @@ async fn fill(etcd: &Etcd, mib: usize) {
 }
 
 fn s3_options(garage: &Garage) -> S3Options {
-    S3Options {
-        endpoint: Some(garage.endpoint.clone()),
-        region: Some(garage.region.clone()),
-        force_path_style: true,
-        credentials: S3Credentials::Static {
-            access_key_id: garage.access_key.clone(),
-            secret_access_key: garage.secret_key.clone(),
-            session_token: None,
-        },
-        ..S3Options::default()
-    }
+    S3Options::s3_compatible(
+        &garage.endpoint,
+        &garage.region,
+        &garage.access_key,
+        &garage.secret_key,
+    )
 }
 
 async fn multipart_uploads(store: &Store, bucket: &str) -> usize {

@@ -11,17 +11,14 @@ const MIB: usize = 1024 * 1024;
 
 fn options(garage: &Garage) -> S3Options {
     S3Options {
-        endpoint: Some(garage.endpoint.clone()),
-        region: Some(garage.region.clone()),
-        force_path_style: true,
-        credentials: S3Credentials::Static {
-            access_key_id: garage.access_key.clone(),
-            secret_access_key: garage.secret_key.clone(),
-            session_token: None,
-        },
         max_attempts: 2,
         abort_retry_window: Duration::from_secs(30),
-        ..S3Options::default()
+        ..S3Options::s3_compatible(
+            &garage.endpoint,
+            &garage.region,
+            &garage.access_key,
+            &garage.secret_key,
+        )
     }
 }
 

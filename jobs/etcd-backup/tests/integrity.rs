@@ -2,7 +2,7 @@
 
 mod common;
 
-use backup_storage::{Location, S3Credentials, S3Options, Store};
+use backup_storage::{Location, S3Options, Store};
 use common::*;
 use testbed::{Etcd, Garage};
 
@@ -115,17 +115,12 @@ async fn corrupted_s3_object_is_rejected() {
     run(&save, &env).await.ok();
 
     // Overwrite the object with a damaged copy, leaving the manifest as it was.
-    let options = S3Options {
-        endpoint: Some(garage.endpoint.clone()),
-        region: Some(garage.region.clone()),
-        force_path_style: true,
-        credentials: S3Credentials::Static {
-            access_key_id: garage.access_key.clone(),
-            secret_access_key: garage.secret_key.clone(),
-            session_token: None,
-        },
-        ..S3Options::default()
-    };
+    let options = S3Options::s3_compatible(
+        &garage.endpoint,
+        &garage.region,
+        &garage.access_key,
+        &garage.secret_key,
+    );
     let store = Store::open(&Location::parse(&url).unwrap(), &options)
         .await
         .unwrap();

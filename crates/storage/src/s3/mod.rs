@@ -97,6 +97,27 @@ impl Default for S3Options {
 }
 
 impl S3Options {
+    /// An S3-compatible server (Garage, MinIO, Ceph RGW) at `endpoint` with static keys and
+    /// path-style addressing, which such servers usually need.
+    pub fn s3_compatible(
+        endpoint: &str,
+        region: &str,
+        access_key_id: &str,
+        secret_access_key: &str,
+    ) -> Self {
+        S3Options {
+            endpoint: Some(endpoint.to_string()),
+            region: Some(region.to_string()),
+            force_path_style: true,
+            credentials: S3Credentials::Static {
+                access_key_id: access_key_id.to_string(),
+                secret_access_key: secret_access_key.to_string(),
+                session_token: None,
+            },
+            ..S3Options::default()
+        }
+    }
+
     /// Reads a CA bundle file into `ca_bundle_pem`.
     pub fn with_ca_file(mut self, path: &std::path::Path) -> Result<Self> {
         let pem = std::fs::read(path).map_err(|e| StorageError::CaBundle {

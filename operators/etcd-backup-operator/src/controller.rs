@@ -1,0 +1,552 @@
+//! The EtcdBackup controller: reconcile = dereference the object, validate and build a plan,
+//! apply the finalizer, decide whether a backup is due, and update status. Backups run in
+//! tasks of their own (bounded by [`Runs`]) and report through status and events when done;
+//! the next run is driven by requeue.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backup_api::condition::{self, PROGRESSING};
+use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::api::{Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::execute::{self, Outcome, RunError};
+use crate::metrics::{FailureLabels, Metrics, ObjectLabels, ResultLabels};
+use crate::plan::{self, BackupPlan, InvalidSpec};
+use crate::runs::{RunGuard, Runs};
+use crate::schedule::{self, Due, History};
+use crate::{secrets, status};
+
+/// Field manager for status and finalizer writes; also the event reporter.
+pub const MANAGER: &str = "etcd-backup-operator";
+/// Set only with `deletionPolicy: Delete`, so that the stored backups go before the object.
+pub const FINALIZER: &str = "etcd.database.coreos.com/delete-backups";
+/// Requeue while a run is in flight; its completion triggers a reconcile anyway.
+const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(300);
+const STALE_CACHE_RECHECK: Duration = Duration::from_secs(5);
+const RESULT_WRITE_ATTEMPTS: u32 = 3;
+
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("deleting the backups of a deleted EtcdBackup failed: {0}")]
+    Cleanup(RunError),
+}
+
+/// What reconcile needs. Small, shared, and built with a mock client in tests.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub runs: Arc<Runs>,
+    pub clock: Clock,
+    /// Invalid objects already reported, by UID and generation, so a status write does not
+    /// trigger another event.
+    reported_invalid: Mutex<HashMap<String, Option<i64>>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        instance: Option<String>,
+        metrics: Arc<Metrics>,
+        runs: Arc<Runs>,
+        clock: Clock,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            runs,
+            clock,
+            reported_invalid: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+pub async fn reconcile(
+    obj: Arc<DeserializeGuard<EtcdBackup>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    match &obj.0 {
+        Ok(backup) => reconcile_backup(backup, &ctx).await,
+        Err(invalid) => report_invalid_object(invalid, &ctx).await,
+    }
+}
+
+pub fn error_policy(
+    _obj: Arc<DeserializeGuard<EtcdBackup>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(%error, "reconcile failed");
+    ctx.metrics.reconcile_errors.inc();
+    Action::requeue(Duration::from_secs(30))
+}
+
+async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Action, Error> {
+    let api = api_for(backup, ctx);
+    let uid = backup.uid().unwrap_or_default();
+    let generation = backup.meta().generation;
+    let prev = backup.status.clone().unwrap_or_default();
+    let now = truncate((ctx.clock)());
+
+    let plan = plan::build(&backup.spec);
+    if backup.meta().deletion_timestamp.is_some() {
+        ctx.runs.cancel(&uid);
+        return finalize(backup, plan.ok().as_ref(), &api, ctx).await;
+    }
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(e) => {
+            ctx.runs.cancel(&uid);
+            return report_invalid_spec(backup, &prev, &e, &api, ctx, now).await;
+        }
+    };
+
+    let wants_finalizer = plan.deletion_policy == DeletionPolicy::Delete;
+    if wants_finalizer != has_finalizer(backup) {
+        set_finalizer(backup, wants_finalizer, &api).await?;
+        // The patch comes back as a watch event, which reconciles again.
+        return Ok(Action::await_change());
+    }
+
+    if ctx.runs.is_running(&uid) {
+        return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+    }
+    let last_run = prev.last_schedule_time.as_ref().map(status::chrono_time);
+    let progressing = condition::is_true(&prev.conditions, PROGRESSING);
+    if progressing && last_run.is_some_and(|t| ctx.runs.finished(&uid, t)) {
+        // The cache has not caught up with the result this process wrote; look again soon.
+        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+    }
+    let history = History {
+        last_run,
+        one_shot_finished: status::one_shot_finished(&prev),
+        // Progressing=True with no run in this process: the operator died mid-backup.
+        interrupted: progressing,
+    };
+    let created = backup
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map(status::chrono_time)
+        .unwrap_or(now);
+    match schedule::due(&plan.trigger, history, created, now) {
+        Due::Never => {
+            apply_if_changed(
+                &api,
+                backup,
+                &prev,
+                status::scheduled(&prev, generation, None),
+            )
+            .await?;
+            Ok(Action::await_change())
+        }
+        Due::At(at) => {
+            let next = status::scheduled(&prev, generation, Some(at));
+            apply_if_changed(&api, backup, &prev, next).await?;
+            Ok(Action::requeue((at - now).to_std().unwrap_or_default()))
+        }
+        Due::Now => {
+            let Some(guard) = ctx.runs.try_start(&uid) else {
+                return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+            };
+            // Recorded before any data moves, so a restart knows a run was under way.
+            let running = status::running(&prev, generation, now);
+            apply_status(&api, &backup.name_any(), &running).await?;
+            tokio::spawn(run(ctx.clone(), backup.clone(), plan, running, now, guard));
+            Ok(Action::requeue(IN_FLIGHT_RECHECK))
+        }
+    }
+}
+
+/// One backup, in its own task: waits for a global slot, reads the Secrets, snapshots, prunes,
+/// then records the result. A cancelled run (object deleted, shutdown) writes nothing: the
+/// object is gone, or the next start sees the run as interrupted and retries it.
+async fn run(
+    ctx: Arc<Context>,
+    backup: EtcdBackup,
+    plan: BackupPlan,
+    prev: EtcdBackupStatus,
+    started: DateTime<Utc>,
+    guard: RunGuard,
+) {
+    let name = backup.name_any();
+    let namespace = backup.namespace().unwrap_or_default();
+    let uid = backup.uid().unwrap_or_default();
+    let token = guard.token.clone();
+    let work = async {
+        let _slot = ctx.runs.slot().await;
+        ctx.metrics.running.inc();
+        let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+        let result = async {
+            let resolved = secrets::resolve(&secrets_api, &plan).await?;
+            execute::run_backup(&plan, resolved, &uid).await
+        }
+        .await;
+        ctx.metrics.running.dec();
+        result
+    };
+    let result = tokio::select! {
+        result = work => result,
+        () = token.cancelled() => {
+            tracing::info!(%namespace, %name, "backup cancelled; the partial upload is aborted");
+            return;
+        }
+    };
+    let now = truncate((ctx.clock)());
+    let next = schedule::next_after_run(&plan.trigger, started);
+    let elapsed = (now - started).to_std().unwrap_or_default().as_secs_f64();
+    let labels = ObjectLabels {
+        namespace: namespace.clone(),
+        name: name.clone(),
+    };
+    let (new_status, event) = match &result {
+        Ok(outcome) => {
+            record_success(&ctx.metrics, &labels, outcome);
+            tracing::info!(%namespace, %name, object = %outcome.report.url, bytes = outcome.report.manifest.stored_bytes, "backup succeeded");
+            (
+                status::succeeded(&prev, backup.meta().generation, outcome, next, now),
+                success_event(outcome),
+            )
+        }
+        Err(e) => {
+            ctx.metrics
+                .failures
+                .get_or_create(&FailureLabels {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    reason: e.reason().into(),
+                })
+                .inc();
+            ctx.metrics
+                .duration
+                .get_or_create(&ResultLabels {
+                    result: "failure".into(),
+                })
+                .observe(elapsed);
+            tracing::warn!(%namespace, %name, reason = e.reason(), error = %e, "backup failed");
+            (
+                status::failed(
+                    &prev,
+                    backup.meta().generation,
+                    e.reason(),
+                    &e.to_string(),
+                    next,
+                    now,
+                ),
+                Event {
+                    type_: EventType::Warning,
+                    reason: "BackupFailed".into(),
+                    note: Some(truncate_note(format!("{}: {e}", e.reason()))),
+                    action: "Backup".into(),
+                    secondary: None,
+                },
+            )
+        }
+    };
+    let api = api_for(&backup, &ctx);
+    record_result(&ctx, &api, &name, &new_status).await;
+    // Whether or not the write went through, this run is over: the cached "running" status
+    // must not read as an interrupted run, which would start a duplicate.
+    ctx.runs.mark_finished(&uid, started);
+    drop(guard);
+    publish(&ctx, &event, &backup.object_ref(&())).await;
+    if let Ok(Outcome { pruned: Err(e), .. }) = &result {
+        let warning = Event {
+            type_: EventType::Warning,
+            reason: "PruneFailed".into(),
+            note: Some(truncate_note(format!("removing old backups failed: {e}"))),
+            action: "Prune".into(),
+            secondary: None,
+        };
+        publish(&ctx, &warning, &backup.object_ref(&())).await;
+    }
+}
+
+/// Writes a run's result, retrying a few times: a lost result leaves the object looking busy
+/// (and not backed up again) until the next write.
+async fn record_result(ctx: &Context, api: &Api<EtcdBackup>, name: &str, s: &EtcdBackupStatus) {
+    for attempt in 1..=RESULT_WRITE_ATTEMPTS {
+        match apply_status(api, name, s).await {
+            Ok(()) => return,
+            Err(e) => {
+                ctx.metrics.reconcile_errors.inc();
+                tracing::warn!(%name, attempt, error = %e, "could not record the backup result");
+                tokio::time::sleep(Duration::from_secs(attempt.into())).await;
+            }
+        }
+    }
+}
+
+fn record_success(metrics: &Metrics, labels: &ObjectLabels, outcome: &Outcome) {
+    let m = &outcome.report.manifest;
+    metrics
+        .last_success
+        .get_or_create(labels)
+        .set(m.completion_time.timestamp_millis() as f64 / 1000.0);
+    metrics
+        .last_size
+        .get_or_create(labels)
+        .set(i64::try_from(m.stored_bytes).unwrap_or(i64::MAX));
+    metrics.bytes.inc_by(m.stored_bytes);
+    metrics
+        .duration
+        .get_or_create(&ResultLabels {
+            result: "success".into(),
+        })
+        .observe(m.duration_seconds);
+    match &outcome.pruned {
+        Ok(deleted) => {
+            metrics.pruned.inc_by(deleted.len() as u64);
+        }
+        Err(_) => {
+            metrics.prune_failures.inc();
+        }
+    }
+}
+
+fn success_event(outcome: &Outcome) -> Event {
+    let m = &outcome.report.manifest;
+    Event {
+        type_: EventType::Normal,
+        reason: "BackupSucceeded".into(),
+        note: Some(format!(
+            "{} ({} bytes, revision {}, sha256 {}) in {:.1} s",
+            outcome.report.url,
+            m.stored_bytes,
+            m.etcd_revision,
+            m.stored_sha256,
+            m.duration_seconds
+        )),
+        action: "Backup".into(),
+        secondary: None,
+    }
+}
+
+/// Deletion: with our finalizer, applies the deletion policy and releases the object.
+async fn finalize(
+    backup: &EtcdBackup,
+    plan: Option<&BackupPlan>,
+    api: &Api<EtcdBackup>,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    if !has_finalizer(backup) {
+        return Ok(Action::await_change());
+    }
+    if let Some(plan) = plan.filter(|p| p.deletion_policy == DeletionPolicy::Delete) {
+        let secrets_api: Api<Secret> =
+            Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+        let uid = backup.uid().unwrap_or_default();
+        let deleted = async {
+            let resolved = secrets::resolve(&secrets_api, plan).await?;
+            execute::delete_backups(plan, resolved, &uid).await
+        }
+        .await;
+        match deleted {
+            Ok(keys) => {
+                tracing::info!(name = %backup.name_any(), deleted = keys.len(), "deletion policy Delete: backups removed")
+            }
+            Err(e) => {
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "DeleteBackupsFailed".into(),
+                    note: Some(truncate_note(e.to_string())),
+                    action: "Delete".into(),
+                    secondary: None,
+                };
+                publish(ctx, &event, &backup.object_ref(&())).await;
+                return Err(Error::Cleanup(e));
+            }
+        }
+    }
+    set_finalizer(backup, false, api).await?;
+    Ok(Action::await_change())
+}
+
+async fn report_invalid_spec(
+    backup: &EtcdBackup,
+    prev: &EtcdBackupStatus,
+    error: &InvalidSpec,
+    api: &Api<EtcdBackup>,
+    ctx: &Context,
+    now: DateTime<Utc>,
+) -> Result<Action, Error> {
+    let generation = backup.meta().generation;
+    let new = status::invalid(prev, generation, error.reason(), &error.to_string(), now);
+    if !same_status(prev, &new) {
+        apply_status(api, &backup.name_any(), &new).await?;
+        let event = Event {
+            type_: EventType::Warning,
+            reason: error.reason().into(),
+            note: Some(truncate_note(error.to_string())),
+            action: "Validate".into(),
+            secondary: None,
+        };
+        publish(ctx, &event, &backup.object_ref(&())).await;
+    }
+    Ok(Action::await_change())
+}
+
+/// An object that does not even parse (e.g. an unknown `storageType` under a schemaless CRD):
+/// coreos crashed; here it gets a condition and a Warning event.
+async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result<Action, Error> {
+    let meta = &invalid.metadata;
+    let uid = meta.uid.clone().unwrap_or_default();
+    {
+        let mut seen = ctx
+            .reported_invalid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if seen.get(&uid) == Some(&meta.generation) {
+            return Ok(Action::await_change());
+        }
+        seen.insert(uid.clone(), meta.generation);
+    }
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let message = format!("the EtcdBackup cannot be read: {}", invalid.error);
+    let now = truncate((ctx.clock)());
+    let new = status::invalid(
+        &Default::default(),
+        meta.generation,
+        "InvalidObject",
+        &message,
+        now,
+    );
+    let api: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &namespace);
+    apply_status(&api, &name, &new).await?;
+    let reference = ObjectReference {
+        api_version: Some(backup_api::API_VERSION.into()),
+        kind: Some("EtcdBackup".into()),
+        name: Some(name),
+        namespace: Some(namespace),
+        uid: Some(uid),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "InvalidObject".into(),
+        note: Some(truncate_note(message)),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    publish(ctx, &event, &reference).await;
+    Ok(Action::await_change())
+}
+
+fn api_for(backup: &EtcdBackup, ctx: &Context) -> Api<EtcdBackup> {
+    Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default())
+}
+
+fn has_finalizer(backup: &EtcdBackup) -> bool {
+    backup.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Adds or removes our finalizer, keeping others. The resourceVersion makes the merge patch
+/// fail on a concurrent change instead of dropping someone else's finalizer.
+async fn set_finalizer(
+    backup: &EtcdBackup,
+    present: bool,
+    api: &Api<EtcdBackup>,
+) -> Result<(), Error> {
+    let mut finalizers: Vec<String> = backup
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(FINALIZER.into());
+    }
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": backup.resource_version()}
+    });
+    api.patch(
+        &backup.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The reply is read through a `DeserializeGuard`, so writing the status of an object that
+/// does not parse works too.
+async fn apply_status(
+    api: &Api<EtcdBackup>,
+    name: &str,
+    s: &EtcdBackupStatus,
+) -> Result<(), Error> {
+    let client = api.clone().into_client();
+    let api: Api<DeserializeGuard<EtcdBackup>> = match api.namespace() {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(status::apply_body(s)),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply_if_changed(
+    api: &Api<EtcdBackup>,
+    backup: &EtcdBackup,
+    prev: &EtcdBackupStatus,
+    new: EtcdBackupStatus,
+) -> Result<(), Error> {
+    if !same_status(prev, &new) {
+        apply_status(api, &backup.name_any(), &new).await?;
+    }
+    Ok(())
+}
+
+/// Compares as stored, so a write that changes nothing is skipped (and does not come back
+/// as a watch event, which would loop).
+fn same_status(a: &EtcdBackupStatus, b: &EtcdBackupStatus) -> bool {
+    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+}
+
+async fn publish(ctx: &Context, event: &Event, reference: &ObjectReference) {
+    if let Err(e) = ctx.recorder.publish(event, reference).await {
+        tracing::warn!(error = %e, reason = %event.reason, "could not publish an event");
+    }
+}
+
+/// Status times have whole seconds (metav1.Time); computing with the same precision keeps
+/// decisions stable across a status round trip.
+fn truncate(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
+/// Event notes are limited to 1 kB.
+fn truncate_note(mut note: String) -> String {
+    if note.len() > 1000 {
+        let mut cut = 1000;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push('…');
+    }
+    note
+}

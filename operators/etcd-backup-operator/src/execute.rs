@@ -1,0 +1,132 @@
+//! One backup run: snapshot to S3 through etcd-snapshot's verified streaming path, then
+//! retention. Free of Kubernetes, so it is tested against real etcd and S3.
+
+use std::time::Duration;
+
+use backup_storage::{Location, StorageError, Store, UploadOptions};
+use etcd_snapshot::{EtcdConnection, SaveOptions, SaveReport};
+
+use crate::plan::BackupPlan;
+use crate::retention::{self, OWNER_METADATA_KEY};
+use crate::secrets::{Resolved, SecretError};
+
+/// Multipart uploads under the object's prefix left unfinished this long (a killed operator)
+/// are removed before the next run. Long, so a slow backup of another EtcdBackup sharing the
+/// prefix is never hit.
+const ABANDONED_UPLOAD_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// A verified, committed backup, and what retention did afterwards.
+#[derive(Debug)]
+pub struct Outcome {
+    pub report: SaveReport,
+    /// Deleted keys, or why pruning failed. A failed prune never fails the backup.
+    pub pruned: Result<Vec<String>, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Snapshot(#[from] etcd_snapshot::Error),
+    #[error("backup cancelled: {0}")]
+    Cancelled(&'static str),
+}
+
+impl RunError {
+    /// Short machine-readable cause: status `lastFailure.reason`, event reason suffix and the
+    /// `reason` label of the failure metric.
+    pub fn reason(&self) -> &'static str {
+        use etcd_snapshot::Error as E;
+        match self {
+            RunError::Secret(SecretError::Missing(_)) => "SecretNotFound",
+            RunError::Secret(_) => "SecretInvalid",
+            RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => storage_reason(e),
+            RunError::Snapshot(e) => match e {
+                E::NoEndpoints | E::Unreachable { .. } | E::NoMemberAnswered(_) => {
+                    "EtcdUnreachable"
+                }
+                E::Tls { .. } | E::TlsMaterial(_) => "EtcdTLSFailed",
+                E::Stalled { .. } => "SnapshotStalled",
+                E::DeadlineExceeded { .. } => "Timeout",
+                e if e.is_integrity() => "SnapshotCorrupt",
+                _ => "SnapshotFailed",
+            },
+            RunError::Cancelled(_) => "Cancelled",
+        }
+    }
+}
+
+fn storage_reason(e: &StorageError) -> &'static str {
+    match e {
+        StorageError::NoSuchBucket { .. } => "BucketNotFound",
+        StorageError::AccessDenied { .. } => "AccessDenied",
+        StorageError::Credentials { .. } | StorageError::NoCredentials { .. } => {
+            "S3CredentialsRejected"
+        }
+        StorageError::Unreachable { .. } | StorageError::Tls { .. } => "S3Unreachable",
+        _ => "UploadFailed",
+    }
+}
+
+/// Runs one backup for `plan`, writing objects tagged with `owner` (the EtcdBackup's UID).
+/// Nothing is visible in S3 unless the snapshot was verified; a failure aborts the upload.
+pub async fn run_backup(
+    plan: &BackupPlan,
+    resolved: Resolved,
+    owner: &str,
+) -> Result<Outcome, RunError> {
+    let location = Location::S3 {
+        bucket: plan.location.bucket.clone(),
+        key: plan.location.key.clone(),
+    };
+    let store = Store::open(&location, &resolved.s3).await?;
+    let base = &plan.location.key;
+    match store.clean_incomplete(base, ABANDONED_UPLOAD_AGE).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, %location, "removed abandoned multipart uploads"),
+        Err(e) => tracing::warn!(error = %e, %location, "could not list abandoned uploads"),
+    }
+
+    let mut connection = EtcdConnection::new(plan.endpoints.clone());
+    connection.tls = resolved.tls;
+    let mut options = SaveOptions::new(plan.object_name());
+    options.compression = plan.compression;
+    options.stall_timeout = plan.stall_timeout;
+    options.deadline = plan.deadline;
+    options.upload = UploadOptions::default();
+    options
+        .upload
+        .metadata
+        .insert(OWNER_METADATA_KEY.into(), owner.into());
+    let report = etcd_snapshot::save(&connection, &store, &options).await?;
+
+    let pruned = match plan.max_backups {
+        Some(keep) if !plan.trigger.is_one_shot() => {
+            retention::prune(&store, base, owner, keep, &report.key)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        _ => Ok(Vec::new()),
+    };
+    Ok(Outcome { report, pruned })
+}
+
+/// The `Delete` deletion policy: removes what this EtcdBackup wrote.
+pub async fn delete_backups(
+    plan: &BackupPlan,
+    resolved: Resolved,
+    owner: &str,
+) -> Result<Vec<String>, RunError> {
+    let location = Location::S3 {
+        bucket: plan.location.bucket.clone(),
+        key: plan.location.key.clone(),
+    };
+    let store = Store::open(&location, &resolved.s3).await?;
+    // Both naming styles: the schedule may have changed since the objects were written.
+    let mut deleted = retention::delete_owned(&store, &plan.location.key, false, owner).await?;
+    deleted.extend(retention::delete_owned(&store, &plan.location.key, true, owner).await?);
+    Ok(deleted)
+}

@@ -1,0 +1,23 @@
+//! EtcdBackup controller: one-shot and scheduled etcd snapshots to S3.
+//!
+//! Pipeline per object: `plan` (validate + build, pure) → `secrets` (dereference) →
+//! `execute` (snapshot + retention, no Kubernetes) → `status` (pure builders) applied by
+//! `controller`. `schedule` and `retention` hold the domain rules, free of Kubernetes.
+
+pub mod controller;
+pub mod execute;
+pub mod http;
+pub mod metrics;
+pub mod plan;
+pub mod rbac;
+pub mod retention;
+pub mod runner;
+pub mod runs;
+pub mod schedule;
+pub mod secrets;
+pub mod status;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod reconcile_tests;

@@ -1,0 +1,165 @@
+//! `etcd-backup-operator`: watches EtcdBackup objects and runs their backups in-process.
+//! Runs in-cluster or out-of-cluster with `KUBECONFIG`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, ValueEnum};
+use etcd_backup_operator::controller::{Clock, Context, MANAGER};
+use etcd_backup_operator::http::{self, Health};
+use etcd_backup_operator::metrics::Metrics;
+use etcd_backup_operator::runner;
+use etcd_backup_operator::runs::Runs;
+use kube::Client;
+use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
+use tokio_util::sync::CancellationToken;
+
+/// The AWS SDK logs credential sources at info, access key ID included; keep it quiet.
+const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn";
+
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Watch EtcdBackups in this namespace only; empty watches all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    namespace: String,
+    /// Backups running at once, across all EtcdBackups.
+    #[arg(long, env = "MAX_CONCURRENT_BACKUPS", default_value_t = 4)]
+    max_concurrent_backups: usize,
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, env = "LISTEN_ADDRESS", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Elect a leader through a Lease so that replicas never back up the same object twice.
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = false)]
+    leader_election: bool,
+    /// Name of the Lease.
+    #[arg(long, env = "LEASE_NAME", default_value = "etcd-backup-operator")]
+    lease_name: String,
+    /// Namespace of the Lease; defaults to the pod's namespace (downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// This replica's identity in the Lease and in events (downward API pod name).
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// Seconds a Lease is held without renewal.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    lease_duration_seconds: u64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes configuration: set KUBECONFIG or run in a pod")?;
+
+    let stop = CancellationToken::new();
+    tokio::spawn(stop_on_signal(stop.clone()));
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::router(metrics.clone(), health.clone()),
+        stop.clone(),
+    ));
+
+    let identity = args
+        .pod_name
+        .clone()
+        .unwrap_or_else(|| format!("{MANAGER}-{}", std::process::id()));
+    let namespace = Some(args.namespace.as_str()).filter(|n| !n.is_empty());
+    let lost_leadership = if args.leader_election {
+        let lease_namespace = args
+            .lease_namespace
+            .clone()
+            .or_else(|| namespace.map(str::to_string))
+            .context("leader election needs --lease-namespace (POD_NAMESPACE)")?;
+        let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_namespace(&lease_namespace)
+            .with_parameters(LeaseParams::new(
+                &identity,
+                args.lease_duration_seconds,
+                (args.lease_duration_seconds / 3).max(1),
+            ))
+            .build()
+            .await
+            .context("cannot set up the leader-election Lease")?;
+        let (mut leader, _task) = manager.watch().await;
+        // A standby replica is healthy and ready; it only waits.
+        health.set_ready(true);
+        tracing::info!(%identity, lease = %args.lease_name, "waiting for leadership");
+        tokio::select! {
+            _ = leader.wait_for(|l| *l) => {}
+            () = stop.cancelled() => return Ok(()),
+        }
+        health.set_ready(false);
+        tracing::info!(%identity, "became leader");
+        let stop = stop.clone();
+        let lost = CancellationToken::new();
+        let flag = lost.clone();
+        tokio::spawn(async move {
+            if leader.wait_for(|l| !*l).await.is_ok() {
+                tracing::error!("lost leadership; stopping backups");
+            }
+            flag.cancel();
+            stop.cancel();
+        });
+        Some((lost, _task))
+    } else {
+        None
+    };
+
+    let runs = Runs::new(args.max_concurrent_backups, stop.clone());
+    let clock: Clock = Arc::new(chrono::Utc::now);
+    let ctx = Arc::new(Context::new(client, Some(identity), metrics, runs, clock));
+    tracing::info!(
+        namespace = namespace.unwrap_or("<all>"),
+        max_concurrent = args.max_concurrent_backups,
+        "operator started"
+    );
+    runner::run(ctx, namespace, health, stop.clone()).await;
+    let _ = server.await;
+    if let Some((lost, _task)) = lost_leadership
+        && lost.is_cancelled()
+    {
+        anyhow::bail!("leadership lost");
+    }
+    Ok(())
+}
+
+async fn stop_on_signal(stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: cancelling in-flight backups");
+    stop.cancel();
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

@@ -1,0 +1,178 @@
+//! Validate and build: an `EtcdBackup` spec becomes a [`BackupPlan`] or an input error.
+//! Pure, so every rule is unit-tested without an API server.
+
+use std::time::Duration;
+
+use backup_api::{DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SpecError, StorageType};
+use etcd_snapshot::{Compression, ObjectName};
+
+use crate::schedule::{InvalidSchedule, Trigger};
+
+/// Stall timeout when the spec sets none: long enough for a busy member, short enough that a
+/// hung stream is reported within minutes.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a spec cannot be acted on. Reported as a condition and a Warning event; the operator
+/// keeps running.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSpec {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Schedule(#[from] InvalidSchedule),
+    #[error("storageType {0} is not supported by this operator; use S3 (any S3-compatible server)")]
+    UnsupportedStorage(StorageType),
+}
+
+impl InvalidSpec {
+    /// Condition and event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            InvalidSpec::UnsupportedStorage(_) => "UnsupportedStorageType",
+            InvalidSpec::Schedule(_) => "InvalidSchedule",
+            InvalidSpec::Spec(_) => "InvalidSpec",
+        }
+    }
+}
+
+/// Everything a run needs from the spec. Secrets are named, not read: they are read at each
+/// run so rotation works.
+#[derive(Debug, Clone)]
+pub struct BackupPlan {
+    pub trigger: Trigger,
+    pub endpoints: Vec<String>,
+    pub s3: S3Source,
+    pub location: S3Path,
+    pub client_tls_secret: Option<String>,
+    pub compression: Compression,
+    pub stall_timeout: Duration,
+    /// `timeoutInSecond`, a total deadline when set.
+    pub deadline: Option<Duration>,
+    pub max_backups: Option<u32>,
+    pub deletion_policy: DeletionPolicy,
+}
+
+impl BackupPlan {
+    /// One-shot backups write exactly `s3.path`; scheduled ones add the coreos suffix.
+    pub fn object_name(&self) -> ObjectName {
+        if self.trigger.is_one_shot() {
+            ObjectName::Exact(self.location.key.clone())
+        } else {
+            ObjectName::Scheduled(self.location.key.clone())
+        }
+    }
+}
+
+/// Validates the spec (the CEL rules too, since 1.20 API servers cannot run them) and builds
+/// the plan.
+pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
+    spec.validate()?;
+    let trigger = Trigger::parse(spec.schedule())?;
+    let s3 = match (spec.storage_type, &spec.s3) {
+        (StorageType::S3, Some(s3)) => s3.clone(),
+        (other, _) => return Err(InvalidSpec::UnsupportedStorage(other)),
+    };
+    let location = s3.location().map_err(SpecError::from)?;
+    Ok(BackupPlan {
+        trigger,
+        endpoints: spec
+            .etcd_endpoints
+            .iter()
+            .map(|e| e.trim().to_string())
+            .filter(|e| !e.is_empty())
+            .collect(),
+        location,
+        s3,
+        client_tls_secret: spec.client_tls_secret.clone().filter(|s| !s.is_empty()),
+        compression: match spec.compression() {
+            backup_api::Compression::None => Compression::None,
+            backup_api::Compression::Zstd => Compression::Zstd,
+        },
+        stall_timeout: spec.stall_timeout().unwrap_or(DEFAULT_STALL_TIMEOUT),
+        deadline: spec.timeout(),
+        max_backups: spec.max_backups(),
+        deletion_policy: spec.deletion_policy(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use backup_api::{BackupPolicy, EtcdBackup};
+
+    /// The coreos periodic example, as users write it.
+    pub(crate) fn coreos_periodic() -> EtcdBackupSpec {
+        serde_yaml::from_str(
+            r#"
+etcdEndpoints: ["http://example-etcd-cluster-client:2379"]
+storageType: S3
+backupPolicy: {backupIntervalInSecond: 125, maxBackups: 4}
+s3: {path: mybucket/etcd.backup, awsSecret: aws}
+"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn coreos_periodic_example_builds() {
+        let plan = build(&coreos_periodic()).unwrap();
+        assert!(matches!(plan.trigger, Trigger::Interval(d) if d == Duration::from_secs(125)));
+        assert_eq!(plan.location.bucket, "mybucket");
+        assert!(matches!(plan.object_name(), ObjectName::Scheduled(k) if k == "etcd.backup"));
+        assert_eq!(plan.max_backups, Some(4));
+        assert_eq!(plan.deadline, None);
+        assert_eq!(plan.stall_timeout, DEFAULT_STALL_TIMEOUT);
+        assert_eq!(plan.deletion_policy, DeletionPolicy::Retain);
+    }
+
+    #[test]
+    fn one_shot_writes_exactly_the_path_and_honours_the_timeout() {
+        let mut spec = coreos_periodic();
+        spec.backup_policy = Some(BackupPolicy {
+            timeout_in_second: Some(600),
+            ..Default::default()
+        });
+        let plan = build(&spec).unwrap();
+        assert!(matches!(plan.object_name(), ObjectName::Exact(k) if k == "etcd.backup"));
+        assert_eq!(plan.deadline, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_with_a_reason() {
+        let mut spec = coreos_periodic();
+        spec.storage_type = StorageType::Gcs;
+        spec.gcs = Some(Default::default());
+        let err = build(&spec).unwrap_err();
+        assert_eq!(err.reason(), "UnsupportedStorageType");
+        assert!(err.to_string().contains("GCS"), "{err}");
+
+        let mut spec = coreos_periodic();
+        spec.s3.as_mut().unwrap().path = "mybucket".into();
+        assert_eq!(build(&spec).unwrap_err().reason(), "InvalidSpec");
+
+        let mut spec = coreos_periodic();
+        spec.backup_policy
+            .as_mut()
+            .unwrap()
+            .backup_interval_in_second = Some(0);
+        spec.backup_policy.as_mut().unwrap().schedule = Some("whenever".into());
+        assert_eq!(build(&spec).unwrap_err().reason(), "InvalidSchedule");
+
+        let mut spec = coreos_periodic();
+        spec.etcd_endpoints = vec![" ".into()];
+        assert_eq!(build(&spec).unwrap_err().reason(), "InvalidSpec");
+    }
+
+    #[test]
+    fn unknown_storage_type_fails_to_parse_instead_of_crashing() {
+        // coreos called Fatalf; here the object fails to deserialize, which the controller's
+        // DeserializeGuard turns into a condition.
+        let err = serde_json::from_value::<EtcdBackup>(serde_json::json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+            "metadata": {"name": "x"},
+            "spec": {"etcdEndpoints": ["http://e:2379"], "storageType": "Floppy"}
+        }))
+        .unwrap_err();
+        assert!(err.to_string().contains("Floppy"), "{err}");
+    }
+}

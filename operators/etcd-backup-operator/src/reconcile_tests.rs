@@ -1,0 +1,375 @@
+//! Reconcile flows against the mock API server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, StatusCode};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use crate::controller::{FINALIZER, reconcile};
+use crate::fixtures::*;
+
+fn guard(obj: backup_api::EtcdBackup) -> Arc<DeserializeGuard<backup_api::EtcdBackup>> {
+    Arc::new(DeserializeGuard(Ok(obj)))
+}
+
+/// A reconcile that must finish without any API call: one left unanswered fails the test.
+async fn without_calls(task: tokio::task::JoinHandle<Action>) -> Action {
+    tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("reconcile made an API call")
+        .unwrap()
+}
+
+/// Reconciles in a task of its own, so the test can answer its API calls meanwhile.
+fn start(
+    obj: Arc<DeserializeGuard<backup_api::EtcdBackup>>,
+    ctx: &Arc<crate::controller::Context>,
+) -> tokio::task::JoinHandle<Action> {
+    let ctx = ctx.clone();
+    tokio::spawn(async move { reconcile(obj, ctx).await.expect("reconcile failed") })
+}
+
+#[tokio::test]
+async fn one_shot_failure_lands_in_status_with_a_warning_event() {
+    let (ctx, mut api) = context();
+    let obj = backup(one_shot_spec(), None);
+    let task = start(guard(obj.clone()), &ctx);
+    // Before any data moves: Progressing and the start time, so a restart knows.
+    let running = api.expect_status_apply(&obj).await;
+    assert_eq!(
+        task.await.unwrap(),
+        Action::requeue(Duration::from_secs(300))
+    );
+    assert_eq!(running["lastScheduleTime"], NOW);
+    assert_eq!(running["conditions"][0]["type"], "Progressing");
+    assert_eq!(running["conditions"][0]["status"], "True");
+    assert_eq!(running["succeeded"], false);
+
+    // The run reads the Secret at run time; it is missing.
+    api.expect_secret_missing("aws").await;
+    let failed = api.expect_status_apply(&obj).await;
+    assert_eq!(failed["succeeded"], false);
+    assert_eq!(failed["Reason"], r#"Secret "aws" not found"#);
+    assert_eq!(failed["lastFailure"]["reason"], "SecretNotFound");
+    assert!(
+        failed.get("nextScheduleTime").is_none(),
+        "a one-shot has no next run"
+    );
+    let ready = failed["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(
+        (
+            ready["status"].as_str(),
+            ready["observedGeneration"].as_i64()
+        ),
+        (Some("False"), Some(2))
+    );
+    let event = api.expect_event().await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "BackupFailed");
+    assert!(event["note"].as_str().unwrap().contains("SecretNotFound"));
+    assert_eq!(event["regarding"]["name"], "b");
+
+    // The failed one-shot is final: reconciling the recorded status starts nothing.
+    wait_until_idle(&ctx).await;
+    let done = backup(one_shot_spec(), Some(failed));
+    let action = without_calls(start(guard(done), &ctx)).await;
+    assert_eq!(action, Action::await_change());
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_finished_one_shot_is_never_redone() {
+    let (ctx, mut api) = context();
+    let done = backup(
+        one_shot_spec(),
+        Some(
+            json!({"succeeded": true, "etcdRevision": 5, "lastSuccessDate": "2026-03-01T11:00:01Z",
+                    "observedGeneration": 2}),
+        ),
+    );
+    assert_eq!(
+        without_calls(start(guard(done), &ctx)).await,
+        Action::await_change()
+    );
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn scheduled_object_requeues_for_its_next_run() {
+    let (ctx, mut api) = context();
+    let spec = json!({
+        "etcdEndpoints": ["http://127.0.0.1:1"], "storageType": "S3",
+        "backupPolicy": {"backupIntervalInSecond": 125, "maxBackups": 2},
+        "s3": {"path": "mybucket/etcd.backup", "awsSecret": "aws"}
+    });
+    let obj = backup(
+        spec.clone(),
+        Some(json!({"succeeded": true, "lastScheduleTime": "2026-03-01T11:59:50Z"})),
+    );
+    let task = start(guard(obj.clone()), &ctx);
+    let status = api.expect_status_apply(&obj).await;
+    assert_eq!(
+        task.await.unwrap(),
+        Action::requeue(Duration::from_secs(115))
+    );
+    assert_eq!(status["nextScheduleTime"], "2026-03-01T12:01:55Z");
+    assert_eq!(status["observedGeneration"], 2);
+
+    // Once recorded, the same reconcile writes nothing (no write-event loop).
+    let recorded = backup(spec, Some(status));
+    let action = without_calls(start(guard(recorded), &ctx)).await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(115)));
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn cron_schedule_change_reschedules() {
+    let (ctx, mut api) = context();
+    let spec = |schedule: &str| {
+        json!({
+            "etcdEndpoints": ["http://127.0.0.1:1"], "storageType": "S3",
+            "backupPolicy": {"schedule": schedule},
+            "s3": {"path": "mybucket/etcd.backup"}
+        })
+    };
+    let status = json!({"succeeded": true, "lastScheduleTime": "2026-03-01T11:00:00Z",
+                        "nextScheduleTime": "2026-03-02T11:00:00Z"});
+    let obj = backup(spec("30 12 * * *"), Some(status));
+    let task = start(guard(obj.clone()), &ctx);
+    let written = api.expect_status_apply(&obj).await;
+    assert_eq!(
+        task.await.unwrap(),
+        Action::requeue(Duration::from_secs(30 * 60))
+    );
+    assert_eq!(written["nextScheduleTime"], "2026-03-01T12:30:00Z");
+}
+
+#[tokio::test]
+async fn first_interval_backup_starts_right_away() {
+    let (ctx, mut api) = context();
+    let spec = json!({
+        "etcdEndpoints": ["http://127.0.0.1:1"], "storageType": "S3",
+        "backupPolicy": {"backupIntervalInSecond": 3600},
+        "s3": {"path": "mybucket/etcd.backup", "awsSecret": "aws"}
+    });
+    let obj = backup(spec, None);
+    let task = start(guard(obj.clone()), &ctx);
+    let running = api.expect_status_apply(&obj).await;
+    assert_eq!(running["lastScheduleTime"], NOW);
+    task.await.unwrap();
+    // A second reconcile while the run is in flight starts nothing (the Secret read below
+    // is the first run's, which waits for its answer).
+    assert_eq!(
+        without_calls(start(guard(obj.clone()), &ctx)).await,
+        Action::requeue(Duration::from_secs(300))
+    );
+    api.expect_secret_missing("aws").await;
+    let failed = api.expect_status_apply(&obj).await;
+    assert_eq!(failed["nextScheduleTime"], "2026-03-01T13:00:00Z");
+    api.expect_event().await;
+}
+
+#[tokio::test]
+async fn delete_policy_adds_the_finalizer() {
+    let (ctx, mut api) = context();
+    let mut spec = one_shot_spec();
+    spec["deletionPolicy"] = json!("Delete");
+    let obj = backup(spec, None);
+    let task = start(guard(obj.clone()), &ctx);
+    let call = api
+        .expect(StatusCode::OK, |_| serde_json::to_value(&obj).unwrap())
+        .await;
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    assert_eq!(call.method, Method::PATCH);
+    assert_eq!(
+        call.path,
+        "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdbackups/b"
+    );
+    assert_eq!(call.body["metadata"]["finalizers"], json!([FINALIZER]));
+    assert_eq!(call.body["metadata"]["resourceVersion"], "7");
+}
+
+#[tokio::test]
+async fn finalizer_is_removed_when_no_longer_needed_keeping_others() {
+    let (ctx, mut api) = context();
+    let mut obj = backup(one_shot_spec(), Some(json!({"succeeded": true})));
+    obj.metadata.finalizers = Some(vec!["other/keep".into(), FINALIZER.into()]);
+    let task = start(guard(obj.clone()), &ctx);
+    let call = api
+        .expect(StatusCode::OK, |_| serde_json::to_value(&obj).unwrap())
+        .await;
+    task.await.unwrap();
+    assert_eq!(call.body["metadata"]["finalizers"], json!(["other/keep"]));
+
+    // Deleted object with Retain: the finalizer goes, no storage is touched.
+    obj.metadata.deletion_timestamp = Some(crate::status::time(now()));
+    let task = start(guard(obj.clone()), &ctx);
+    let call = api
+        .expect(StatusCode::OK, |_| serde_json::to_value(&obj).unwrap())
+        .await;
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    assert_eq!(call.method, Method::PATCH);
+    assert_eq!(call.body["metadata"]["finalizers"], json!(["other/keep"]));
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn unsupported_storage_type_gives_a_condition_and_one_warning() {
+    let (ctx, mut api) = context();
+    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "ABS",
+                      "abs": {"path": "c/b", "absSecret": "s"}});
+    let obj = backup(spec.clone(), None);
+    let task = start(guard(obj.clone()), &ctx);
+    let status = api.expect_status_apply(&obj).await;
+    assert_eq!(status["conditions"][0]["type"], "Ready");
+    assert_eq!(status["conditions"][0]["status"], "False");
+    assert_eq!(status["conditions"][0]["reason"], "UnsupportedStorageType");
+    let event = api.expect_event().await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("UnsupportedStorageType"))
+    );
+    assert_eq!(task.await.unwrap(), Action::await_change());
+
+    // The status write comes back as a watch event: no second write, no second event.
+    let again = backup(spec, Some(status));
+    without_calls(start(guard(again), &ctx)).await;
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn an_object_that_does_not_parse_is_reported_not_fatal() {
+    let (ctx, mut api) = context();
+    let raw = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "b", "namespace": "ns", "uid": "uid-9", "generation": 1},
+        "spec": {"etcdEndpoints": ["http://e:2379"], "storageType": "Floppy"}
+    });
+    let guarded: DeserializeGuard<backup_api::EtcdBackup> =
+        serde_json::from_value(raw.clone()).unwrap();
+    assert!(guarded.0.is_err());
+    let guarded = Arc::new(guarded);
+    let task = tokio::spawn(reconcile(guarded.clone(), ctx.clone()));
+    let call = api.expect(StatusCode::OK, |_| raw.clone()).await;
+    assert!(call.path.ends_with("/etcdbackups/b/status"));
+    assert_eq!(
+        call.body["status"]["conditions"][0]["reason"],
+        "InvalidObject"
+    );
+    assert!(
+        call.body["status"]["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Floppy")
+    );
+    let event = api.expect_event().await;
+    assert_eq!(event["reason"], "InvalidObject");
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    let again = tokio::time::timeout(Duration::from_secs(2), reconcile(guarded, ctx.clone()));
+    assert_eq!(
+        again.await.expect("reconcile made an API call").unwrap(),
+        Action::await_change()
+    );
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn an_interrupted_one_shot_is_retried() {
+    let (ctx, mut api) = context();
+    let interrupted = json!({
+        "succeeded": false, "lastScheduleTime": "2026-03-01T11:59:00Z",
+        "conditions": [{"type": "Progressing", "status": "True", "reason": "BackupRunning",
+                        "message": "taking a snapshot", "lastTransitionTime": "2026-03-01T11:59:00Z"}]
+    });
+    let obj = backup(one_shot_spec(), Some(interrupted));
+    let task = start(guard(obj.clone()), &ctx);
+    let running = api.expect_status_apply(&obj).await;
+    assert_eq!(running["lastScheduleTime"], NOW);
+    task.await.unwrap();
+    api.expect_secret_missing("aws").await;
+    api.expect_status_apply(&obj).await;
+    api.expect_event().await;
+}
+
+async fn wait_until_idle(ctx: &crate::controller::Context) {
+    for _ in 0..50 {
+        if ctx.runs.count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the run did not finish");
+}
+
+/// The whole one-shot path with real servers behind it: mock API server, real etcd, real S3.
+#[tokio::test]
+async fn one_shot_success_against_real_etcd_and_s3() {
+    let etcd = testbed::Etcd::start().await.unwrap();
+    let garage = testbed::Garage::start().await.unwrap();
+    etcd.put("/k", "v").await.unwrap();
+    let (ctx, mut api) = context();
+    let spec = json!({
+        "etcdEndpoints": [etcd.endpoint], "storageType": "S3",
+        "s3": {"path": format!("{}/etcd.backup", garage.bucket), "awsSecret": "aws",
+               "endpoint": garage.endpoint, "forcePathStyle": true}
+    });
+    let obj = backup(spec, None);
+    let task = start(guard(obj.clone()), &ctx);
+    api.expect_status_apply(&obj).await;
+    task.await.unwrap();
+
+    let b64 = |s: String| serde_json::to_value(k8s_openapi::ByteString(s.into_bytes())).unwrap();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws", "namespace": "ns"},
+        "data": {
+            "credentials": b64(format!("[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n", garage.access_key, garage.secret_key)),
+            "config": b64(format!("[default]\nregion = {}\n", garage.region)),
+        }
+    });
+    let call = api.expect(StatusCode::OK, |_| secret.clone()).await;
+    assert_eq!(call.path, "/api/v1/namespaces/ns/secrets/aws");
+
+    let done = api.expect_status_apply(&obj).await;
+    assert_eq!(done["succeeded"], true);
+    assert!(done.get("Reason").is_none());
+    let last = &done["lastBackup"];
+    assert_eq!(
+        last["objectKey"],
+        format!("s3://{}/etcd.backup", garage.bucket)
+    );
+    // Status says exactly what is stored: check it against an independent read-back.
+    let plan = crate::plan::build(&obj.spec).unwrap();
+    let data: crate::secrets::SecretData = serde_json::from_value(secret["data"].clone()).unwrap();
+    let options = crate::secrets::s3_options(&plan, Some(("aws", &data)), None).unwrap();
+    let location = backup_storage::Location::S3 {
+        bucket: garage.bucket.clone(),
+        key: "etcd.backup".into(),
+    };
+    let store = backup_storage::Store::open(&location, &options)
+        .await
+        .unwrap();
+    let verified = etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    assert_eq!(last["sha256"], verified.stored_sha256);
+    assert_eq!(last["sizeBytes"], verified.stored_bytes);
+    assert_eq!(done["etcdRevision"], last["etcdRevision"]);
+    let event = api.expect_event().await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Normal"), Some("BackupSucceeded"))
+    );
+    assert!(event["note"].as_str().unwrap().contains("etcd.backup"));
+    assert!(!event["note"].as_str().unwrap().contains(&garage.secret_key));
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains("etcd_backup_last_success_timestamp_seconds{namespace=\"ns\",name=\"b\"}"),
+        "{metrics}"
+    );
+}

@@ -1,0 +1,184 @@
+//! Retention (`maxBackups`) and the `Delete` deletion policy.
+//!
+//! Every object the operator writes carries the EtcdBackup's UID as S3 user metadata, so both
+//! touch only objects this EtcdBackup wrote, even when other objects share the key prefix.
+//! Ordering is by the time and revision parsed from the name (etcd-snapshot's naming), never
+//! by string order.
+
+use backup_storage::{StorageError, Store};
+use etcd_snapshot::naming::{parse_scheduled, select_for_deletion};
+use etcd_snapshot::{MANIFEST_SUFFIX, manifest_key};
+
+/// S3 user metadata naming the EtcdBackup (by UID) that wrote an object.
+pub const OWNER_METADATA_KEY: &str = "etcd-backup-uid";
+
+/// A listed backup object and the owner recorded on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub key: String,
+    pub owner: Option<String>,
+}
+
+/// Keys to delete so that the newest `keep` backups written by `owner` remain. `protect` (the
+/// backup just written) is never deleted, even if a skewed clock made its name sort older.
+/// Manifests go with their backup.
+pub fn select_prunable(
+    base: &str,
+    candidates: &[Candidate],
+    owner: &str,
+    keep: u32,
+    protect: &str,
+) -> Vec<String> {
+    let ours: Vec<String> = candidates
+        .iter()
+        .filter(|c| c.owner.as_deref() == Some(owner) && parse_scheduled(base, &c.key).is_some())
+        .flat_map(|c| [c.key.clone(), manifest_key(&c.key)])
+        .collect();
+    let protected_manifest = manifest_key(protect);
+    select_for_deletion(base, ours.iter().map(String::as_str), keep as usize)
+        .into_iter()
+        .filter(|k| k != protect && *k != protected_manifest)
+        .collect()
+}
+
+/// Backups of `base` in `store`, with their owner read by HEAD (listings carry no metadata).
+/// `scheduled` selects `<base>_v<rev>_<time>` objects; otherwise only `base` itself.
+pub async fn candidates(
+    store: &Store,
+    base: &str,
+    scheduled: bool,
+) -> Result<Vec<Candidate>, StorageError> {
+    let keys: Vec<String> = if scheduled {
+        store
+            .list(&format!("{base}_v"))
+            .await?
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| !k.ends_with(MANIFEST_SUFFIX) && parse_scheduled(base, k).is_some())
+            .collect()
+    } else {
+        vec![base.to_string()]
+    };
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        if let Some(info) = store.head(&key).await? {
+            out.push(Candidate {
+                owner: info.metadata.get(OWNER_METADATA_KEY).cloned(),
+                key,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Applies `maxBackups` after a successful scheduled run; returns the deleted keys.
+pub async fn prune(
+    store: &Store,
+    base: &str,
+    owner: &str,
+    keep: u32,
+    protect: &str,
+) -> Result<Vec<String>, StorageError> {
+    let found = candidates(store, base, true).await?;
+    let delete = select_prunable(base, &found, owner, keep, protect);
+    for key in &delete {
+        store.delete(key).await?;
+    }
+    Ok(delete)
+}
+
+/// The `Delete` policy: removes every backup (and manifest) `owner` wrote under `base`.
+pub async fn delete_owned(
+    store: &Store,
+    base: &str,
+    scheduled: bool,
+    owner: &str,
+) -> Result<Vec<String>, StorageError> {
+    let mut deleted = Vec::new();
+    for c in candidates(store, base, scheduled).await? {
+        if c.owner.as_deref() == Some(owner) {
+            for key in [manifest_key(&c.key), c.key] {
+                store.delete(&key).await?;
+                deleted.push(key);
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours(key: &str) -> Candidate {
+        Candidate {
+            key: key.into(),
+            owner: Some("uid-1".into()),
+        }
+    }
+
+    #[test]
+    fn revision_digit_growth_keeps_the_newest() {
+        let found = [
+            ours("etcd.backup_v98_2026-01-01-00:00:00"),
+            ours("etcd.backup_v99_2026-01-01-00:02:05"),
+            ours("etcd.backup_v100_2026-01-01-00:04:10"),
+        ];
+        let delete = select_prunable(
+            "etcd.backup",
+            &found,
+            "uid-1",
+            2,
+            "etcd.backup_v100_2026-01-01-00:04:10",
+        );
+        assert_eq!(
+            delete,
+            vec![
+                "etcd.backup_v98_2026-01-01-00:00:00",
+                "etcd.backup_v98_2026-01-01-00:00:00.manifest.json"
+            ]
+        );
+    }
+
+    #[test]
+    fn objects_of_others_are_never_touched_or_counted() {
+        let found = [
+            ours("b_v1_2026-01-01-00:00:00"),
+            ours("b_v2_2026-01-02-00:00:00"),
+            // Same prefix, written by another EtcdBackup or by hand: newer, but not ours.
+            Candidate {
+                key: "b_v3_2026-01-03-00:00:00".into(),
+                owner: Some("uid-2".into()),
+            },
+            Candidate {
+                key: "b_v4_2026-01-04-00:00:00".into(),
+                owner: None,
+            },
+        ];
+        let delete = select_prunable("b", &found, "uid-1", 1, "b_v2_2026-01-02-00:00:00");
+        assert_eq!(
+            delete,
+            vec![
+                "b_v1_2026-01-01-00:00:00",
+                "b_v1_2026-01-01-00:00:00.manifest.json"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_backup_just_written_survives_a_skewed_clock() {
+        // The operator's clock went back: the new backup's name sorts older than the last one.
+        let found = [
+            ours("b_v10_2026-01-02-00:00:00"),
+            ours("b_v11_2026-01-01-00:00:00"),
+        ];
+        let delete = select_prunable("b", &found, "uid-1", 1, "b_v11_2026-01-01-00:00:00");
+        assert!(delete.is_empty(), "{delete:?}");
+    }
+
+    #[test]
+    fn nothing_to_prune_within_the_limit() {
+        let found = [ours("b_v1_2026-01-01-00:00:00")];
+        assert!(select_prunable("b", &found, "uid-1", 4, "b_v1_2026-01-01-00:00:00").is_empty());
+    }
+}

@@ -1,0 +1,78 @@
+//! Wires the controller: a watch on EtcdBackup (one namespace or all) feeding a reflector,
+//! with deletions cancelling in-flight runs at once, and readiness once the cache has synced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backup_api::EtcdBackup;
+use futures::{StreamExt, TryStreamExt};
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Config, Controller};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector};
+use kube::{Api, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::controller::{Context, error_policy, reconcile};
+use crate::http::Health;
+
+/// Runs the controller until `stop` is cancelled, then waits (bounded) for cancelled runs to
+/// wind down so their uploads are aborted.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    health: Arc<Health>,
+    stop: CancellationToken,
+) {
+    let api: Api<DeserializeGuard<EtcdBackup>> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let (reader, writer) = reflector::store();
+    let runs = ctx.runs.clone();
+    let synced = reader.clone();
+    let events = reflector(writer, watcher(api))
+        .default_backoff()
+        .inspect_ok(move |event| match event {
+            // Deleting an EtcdBackup stops its run at once (coreos leaked a busy loop, #2091).
+            Event::Delete(obj) => runs.cancel(&obj.uid().unwrap_or_default()),
+            // After a relist, objects deleted while the watch was down are simply absent.
+            Event::InitDone => {
+                let present: std::collections::HashSet<String> =
+                    synced.state().iter().filter_map(|o| o.uid()).collect();
+                runs.cancel_unless(|uid| present.contains(uid));
+                health.set_ready(true);
+            }
+            _ => {}
+        })
+        .touched_objects();
+    let shutdown = stop.clone();
+    Controller::for_stream(events, reader)
+        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    stop.cancel();
+    wind_down(&ctx).await;
+}
+
+fn watcher(
+    api: Api<DeserializeGuard<EtcdBackup>>,
+) -> impl futures::Stream<Item = Result<Event<DeserializeGuard<EtcdBackup>>, watcher::Error>> {
+    watcher::watcher(api, watcher::Config::default())
+}
+
+/// Cancelled runs drop their uploads, which start an abort in the background; give those a
+/// moment before the process exits. Leftovers are invisible and removed by a later run.
+async fn wind_down(ctx: &Context) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ctx.runs.count() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}

@@ -1,0 +1,163 @@
+//! Backups in flight: at most one per EtcdBackup, at most `max_concurrent` in total, each
+//! cancellable at once (object deleted, leadership lost, shutdown).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+pub struct Runs {
+    in_flight: Mutex<HashMap<String, CancellationToken>>,
+    /// Start time of each object's last finished run: until the watch delivers the status that
+    /// run wrote, the cached status still says "running", which must not read as interrupted.
+    finished: Mutex<HashMap<String, DateTime<Utc>>>,
+    slots: Arc<Semaphore>,
+    /// Cancelled on shutdown; every run's token is its child.
+    root: CancellationToken,
+}
+
+/// A registered run. Dropping it frees the object for its next run.
+pub struct RunGuard {
+    runs: Arc<Runs>,
+    uid: String,
+    pub token: CancellationToken,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.runs.lock().remove(&self.uid);
+    }
+}
+
+impl Runs {
+    pub fn new(max_concurrent: usize, root: CancellationToken) -> Arc<Runs> {
+        Arc::new(Runs {
+            in_flight: Mutex::new(HashMap::new()),
+            finished: Mutex::new(HashMap::new()),
+            slots: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            root,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a run for `uid`, or `None` if one is already in flight.
+    pub fn try_start(self: &Arc<Self>, uid: &str) -> Option<RunGuard> {
+        let mut map = self.lock();
+        if map.contains_key(uid) || self.root.is_cancelled() {
+            return None;
+        }
+        let token = self.root.child_token();
+        map.insert(uid.to_string(), token.clone());
+        Some(RunGuard {
+            runs: self.clone(),
+            uid: uid.to_string(),
+            token,
+        })
+    }
+
+    pub fn is_running(&self, uid: &str) -> bool {
+        self.lock().contains_key(uid)
+    }
+
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Records that the run started at `started` has written its result.
+    pub fn mark_finished(&self, uid: &str, started: DateTime<Utc>) {
+        let mut map = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(uid.to_string(), started);
+    }
+
+    /// Whether this process finished the run that started at `started`.
+    pub fn finished(&self, uid: &str, started: DateTime<Utc>) -> bool {
+        let map = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(uid) == Some(&started)
+    }
+
+    /// Stops the run of `uid`, if any (the object was deleted).
+    pub fn cancel(&self, uid: &str) {
+        self.finished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        if let Some(token) = self.lock().get(uid) {
+            token.cancel();
+        }
+    }
+
+    /// Stops runs of objects for which `exists` is false (deleted while the watch was down).
+    pub fn cancel_unless(&self, exists: impl Fn(&str) -> bool) {
+        for (uid, token) in self.lock().iter() {
+            if !exists(uid) {
+                token.cancel();
+            }
+        }
+    }
+
+    /// Waits for one of the global slots.
+    pub async fn slot(&self) -> OwnedSemaphorePermit {
+        self.slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// Slots not in use.
+    pub fn free_slots(&self) -> usize {
+        self.slots.available_permits()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_two_runs_of_one_object() {
+        let runs = Runs::new(2, CancellationToken::new());
+        let first = runs.try_start("a").unwrap();
+        assert!(runs.try_start("a").is_none());
+        assert!(
+            runs.try_start("b").is_some(),
+            "other objects are independent"
+        );
+        drop(first);
+        assert!(
+            runs.try_start("a").is_some(),
+            "the next run may start once one ends"
+        );
+    }
+
+    #[test]
+    fn deletion_and_shutdown_cancel_runs() {
+        let root = CancellationToken::new();
+        let runs = Runs::new(2, root.clone());
+        let a = runs.try_start("a").unwrap();
+        let b = runs.try_start("b").unwrap();
+        runs.cancel("a");
+        assert!(a.token.is_cancelled() && !b.token.is_cancelled());
+        runs.cancel_unless(|uid| uid == "a");
+        assert!(b.token.is_cancelled());
+        let c = runs.try_start("c").unwrap();
+        root.cancel();
+        assert!(c.token.is_cancelled());
+        assert!(runs.try_start("d").is_none(), "no new runs after shutdown");
+    }
+
+    #[tokio::test]
+    async fn the_global_limit_holds() {
+        let runs = Runs::new(2, CancellationToken::new());
+        let _one = runs.slot().await;
+        let _two = runs.slot().await;
+        assert_eq!(runs.free_slots(), 0);
+        let third = tokio::time::timeout(std::time::Duration::from_millis(50), runs.slot()).await;
+        assert!(third.is_err(), "a third backup must wait");
+    }
+}

@@ -1,0 +1,207 @@
+//! Dereference: the Secrets a plan names, read at each run so rotated credentials are used.
+//! Values only ever go into client options; errors name the Secret and key, never the content.
+
+use std::collections::BTreeMap;
+
+use backup_api::client_tls;
+use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, CA_SECRET_KEY};
+use backup_storage::{S3Credentials, S3Options};
+use etcd_snapshot::TlsPem;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+use crate::plan::BackupPlan;
+
+/// The data of one Secret.
+pub type SecretData = BTreeMap<String, ByteString>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("Secret {0:?} not found")]
+    Missing(String),
+    #[error("Secret {secret:?} has no key {key:?}")]
+    MissingKey { secret: String, key: &'static str },
+    #[error("Secret {secret:?} key {key:?} is not UTF-8 text")]
+    NotText { secret: String, key: &'static str },
+    #[error("cannot read Secret {secret:?}: {message}")]
+    Read { secret: String, message: String },
+}
+
+/// What a run needs besides the plan: S3 client options and etcd TLS material.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub s3: S3Options,
+    pub tls: Option<TlsPem>,
+}
+
+/// Reads the Secrets named by `plan` in `secrets`' namespace.
+pub async fn resolve(secrets: &Api<Secret>, plan: &BackupPlan) -> Result<Resolved, SecretError> {
+    let aws = match plan.s3.aws_secret() {
+        Some(name) => Some((name, read(secrets, name).await?)),
+        None => None,
+    };
+    let ca = match plan.s3.ca_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(name) => Some((name, read(secrets, name).await?)),
+        None => None,
+    };
+    let tls = match &plan.client_tls_secret {
+        Some(name) => Some(tls_pem(name, &read(secrets, name).await?)?),
+        None => None,
+    };
+    let s3 = s3_options(
+        plan,
+        aws.as_ref().map(|(n, d)| (*n, d)),
+        ca.as_ref().map(|(n, d)| (*n, d)),
+    )?;
+    Ok(Resolved { s3, tls })
+}
+
+async fn read(secrets: &Api<Secret>, name: &str) -> Result<SecretData, SecretError> {
+    match secrets.get_opt(name).await {
+        Ok(Some(secret)) => Ok(secret.data.unwrap_or_default()),
+        Ok(None) => Err(SecretError::Missing(name.to_string())),
+        Err(e) => Err(SecretError::Read {
+            secret: name.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// S3 options from the spec and the coreos `awsSecret` (AWS shared files `credentials` and
+/// `config`). Without an `awsSecret`, the ambient AWS credential chain applies.
+pub fn s3_options(
+    plan: &BackupPlan,
+    aws_secret: Option<(&str, &SecretData)>,
+    ca_secret: Option<(&str, &SecretData)>,
+) -> Result<S3Options, SecretError> {
+    let credentials = match aws_secret {
+        None => S3Credentials::DefaultChain,
+        Some((name, data)) => {
+            let credentials = text(name, data, AWS_SECRET_CREDENTIALS_KEY)?;
+            let config = text(name, data, AWS_SECRET_CONFIG_KEY)?;
+            if credentials.is_none() && config.is_none() {
+                return Err(SecretError::MissingKey {
+                    secret: name.to_string(),
+                    key: AWS_SECRET_CREDENTIALS_KEY,
+                });
+            }
+            S3Credentials::SharedFiles {
+                credentials,
+                config,
+                profile: None,
+            }
+        }
+    };
+    let ca_bundle_pem = match ca_secret {
+        None => None,
+        Some((name, data)) => Some(required(name, data, CA_SECRET_KEY)?.0.clone()),
+    };
+    Ok(S3Options {
+        endpoint: plan.s3.endpoint().map(str::to_string),
+        region: plan.s3.region.clone().filter(|r| !r.is_empty()),
+        force_path_style: plan.s3.force_path_style(),
+        ca_bundle_pem,
+        credentials,
+        ..S3Options::default()
+    })
+}
+
+/// etcd client TLS from a coreos `clientTLSSecret`. The CA is required; certificate and key
+/// come together (etcd-snapshot rejects one without the other).
+pub fn tls_pem(name: &str, data: &SecretData) -> Result<TlsPem, SecretError> {
+    let optional = |key: &str| data.get(key).map(|v| v.0.clone());
+    Ok(TlsPem {
+        ca: required(name, data, client_tls::CA_KEY)?.0.clone(),
+        cert: optional(client_tls::CERT_KEY),
+        key: optional(client_tls::KEY_KEY),
+    })
+}
+
+fn required<'a>(
+    name: &str,
+    data: &'a SecretData,
+    key: &'static str,
+) -> Result<&'a ByteString, SecretError> {
+    data.get(key).ok_or_else(|| SecretError::MissingKey {
+        secret: name.to_string(),
+        key,
+    })
+}
+
+fn text(name: &str, data: &SecretData, key: &'static str) -> Result<Option<String>, SecretError> {
+    data.get(key)
+        .map(|v| {
+            String::from_utf8(v.0.clone()).map_err(|_| SecretError::NotText {
+                secret: name.to_string(),
+                key,
+            })
+        })
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> SecretData {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+            .collect()
+    }
+
+    fn plan() -> BackupPlan {
+        let mut spec = crate::plan::tests::coreos_periodic();
+        let s3 = spec.s3.as_mut().unwrap();
+        s3.endpoint = Some("http://127.0.0.1:3900".into());
+        s3.force_path_style = Some(true);
+        s3.region = Some("garage".into());
+        crate::plan::build(&spec).unwrap()
+    }
+
+    #[test]
+    fn coreos_aws_secret_becomes_shared_files() {
+        let secret = data(&[
+            (
+                "credentials",
+                "[default]\naws_access_key_id = AK\naws_secret_access_key = SUPERSECRET\n",
+            ),
+            ("config", "[default]\nregion = garage\n"),
+        ]);
+        let options = s3_options(&plan(), Some(("aws", &secret)), None).unwrap();
+        assert!(matches!(
+            &options.credentials,
+            S3Credentials::SharedFiles { credentials: Some(c), config: Some(_), .. } if c.contains("AK")
+        ));
+        assert_eq!(options.endpoint.as_deref(), Some("http://127.0.0.1:3900"));
+        assert!(options.force_path_style);
+        assert_eq!(options.region.as_deref(), Some("garage"));
+        // Debug output (logs) never shows the secret.
+        assert!(!format!("{options:?}").contains("SUPERSECRET"));
+    }
+
+    #[test]
+    fn missing_keys_name_the_secret_and_key_only() {
+        let err = s3_options(
+            &plan(),
+            Some(("aws", &data(&[("other", "SUPERSECRET")]))),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), r#"Secret "aws" has no key "credentials""#);
+        let err = s3_options(&plan(), None, Some(("ca", &data(&[])))).unwrap_err();
+        assert!(err.to_string().contains("ca.crt"), "{err}");
+        let err = tls_pem("tls", &data(&[("etcd-client.crt", "SUPERSECRET")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"Secret "tls" has no key "etcd-client-ca.crt""#
+        );
+    }
+
+    #[test]
+    fn no_aws_secret_uses_the_ambient_chain() {
+        let options = s3_options(&plan(), None, None).unwrap();
+        assert!(matches!(options.credentials, S3Credentials::DefaultChain));
+    }
+}

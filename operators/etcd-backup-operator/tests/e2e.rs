@@ -1,0 +1,470 @@
+//! End to end: the `etcd-backup-operator` binary, run out-of-cluster against a real API server
+//! (the 1.20.2 test bed, or `KUBECONFIG`'s cluster), backs up a real etcd to a real S3 server
+//! (Garage) from the coreos example manifests, applied with only their placeholders filled in.
+//!
+//! Needs the kube-apiserver binaries from `e2e/apiserver/build.sh` (which `e2e/test.sh` runs), or
+//! `KUBECONFIG`: `cargo test -p etcd-backup-operator --test e2e`.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use backup_api::EtcdBackup;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+use testbed::kube::KubeTestbed;
+use testbed::{Etcd, Garage};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::{aws_files, store};
+
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
+
+/// The operator process; killed when dropped.
+struct Operator {
+    child: tokio::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Operator {
+    async fn start(kube: &KubeTestbed, namespace: &str) -> Operator {
+        Operator::start_with(kube, namespace, "operator", &[]).await
+    }
+
+    /// Starts one operator process; its log goes to `$TMPDIR/<tag>-<namespace>-<port>.log`.
+    async fn start_with(
+        kube: &KubeTestbed,
+        namespace: &str,
+        tag: &str,
+        extra: &[&str],
+    ) -> Operator {
+        let port = testbed::free_port();
+        let log = std::env::temp_dir().join(format!("{tag}-{namespace}-{port}.log"));
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup-operator"))
+            .args([
+                "--namespace",
+                namespace,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--max-concurrent-backups", "2", "--log-format", "json"])
+            .args(extra)
+            .env("KUBECONFIG", &kube.kubeconfig)
+            // Credentials come from the EtcdBackup's Secret only.
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("AWS_CONFIG_FILE", "/nonexistent")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let op = Operator { child, port, log };
+        wait_for("the operator to be ready", 60, || async {
+            op.get("/readyz").await.is_some_and(|(code, _)| code == 200)
+        })
+        .await;
+        op
+    }
+
+    /// Backups this process reports as succeeded.
+    fn successes(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .matches("backup succeeded")
+            .count()
+    }
+
+    /// `(status, body)` of a GET on the operator's HTTP port.
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        let code = response.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, response))
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, seconds: u64, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("timed out after {seconds} s waiting for {what}");
+}
+
+/// Tests of this binary install the CRDs concurrently; a conflicting apply is retried.
+async fn install_crds(kube: &KubeTestbed) {
+    for attempt in 1.. {
+        match kube.install_crds().await {
+            Ok(()) => return,
+            Err(e) if attempt < 5 => {
+                eprintln!("install_crds attempt {attempt}: {e:#}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("{e:#}"),
+        }
+    }
+}
+
+/// A fresh namespace with the CRDs installed, an etcd, a Garage and the coreos `aws` Secret.
+async fn setup(prefix: &str) -> (KubeTestbed, String, Etcd, Garage) {
+    let kube = KubeTestbed::start().await.unwrap();
+    install_crds(&kube).await;
+    let ns = kube.namespace(prefix).await.unwrap();
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    create_aws_secret(&kube, &ns, &garage).await;
+    (kube, ns, etcd, garage)
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn example(name: &str) -> Value {
+    let text = std::fs::read_to_string(Path::new(EXAMPLES).join(name)).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+/// The coreos example with its placeholders filled in: our etcd, our bucket, and Garage's
+/// endpoint (the examples target AWS, which needs neither).
+fn fill(mut manifest: Value, etcd: &Etcd, garage: &Garage) -> Value {
+    manifest["spec"]["etcdEndpoints"] = json!([etcd.endpoint]);
+    let key = manifest["spec"]["s3"]["path"]
+        .as_str()
+        .unwrap()
+        .split_once('/')
+        .unwrap()
+        .1
+        .to_string();
+    manifest["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
+    manifest["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
+    manifest["spec"]["s3"]["forcePathStyle"] = json!(true);
+    manifest
+}
+
+async fn create_aws_secret(kube: &KubeTestbed, ns: &str, garage: &Garage) {
+    let mut secret = example("aws-secret.yaml");
+    for (key, file) in aws_files(garage) {
+        secret["stringData"][key] = json!(file);
+    }
+    let secret: Secret = serde_json::from_value(secret).unwrap();
+    Api::<Secret>::namespaced(kube.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+async fn create(kube: &KubeTestbed, ns: &str, manifest: Value) -> Api<EtcdBackup> {
+    let api: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), ns);
+    let backup: EtcdBackup = serde_json::from_value(manifest).unwrap();
+    api.create(&PostParams::default(), &backup).await.unwrap();
+    api
+}
+
+async fn events_for(kube: &KubeTestbed, ns: &str, name: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(kube.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
+fn ready(backup: &EtcdBackup) -> Option<(String, String, Option<i64>)> {
+    let status = backup.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.observed_generation))
+}
+
+#[tokio::test]
+async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
+    let (kube, ns, etcd, garage) = setup("eb-oneshot").await;
+    etcd.put("/e2e", "one-shot").await.unwrap();
+    let mut op = Operator::start(&kube, &ns).await;
+
+    let manifest = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest.clone()).await;
+    // Bad input beside it: a Secret that does not exist.
+    let mut bad = manifest;
+    bad["metadata"]["name"] = json!("no-secret");
+    bad["spec"]["s3"]["awsSecret"] = json!("missing");
+    create(&kube, &ns, bad).await;
+
+    wait_for("the one-shot backup to succeed", 60, || async {
+        api.get(&name)
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.succeeded)
+    })
+    .await;
+    let backup = api.get(&name).await.unwrap();
+    let status = backup.status.clone().unwrap();
+    let last = status.last_backup.clone().unwrap();
+    assert_eq!(
+        last.object_key,
+        format!("s3://{}/etcd.backup", garage.bucket)
+    );
+    assert_eq!(
+        ready(&backup),
+        Some((
+            "True".into(),
+            "BackupSucceeded".into(),
+            backup.metadata.generation
+        ))
+    );
+    assert!(status.last_success_date.is_some() && status.etcd_revision.is_some());
+
+    // The object in S3 is exactly what status says, and verifies.
+    let store = store(&garage).await;
+    let verified = etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    assert_eq!(Some(verified.stored_sha256.clone()), last.sha256);
+    assert_eq!(Some(verified.stored_bytes as i64), last.size_bytes);
+    let modified = store
+        .head("etcd.backup")
+        .await
+        .unwrap()
+        .unwrap()
+        .last_modified;
+
+    let events = events_for(&kube, &ns, &name).await;
+    assert!(
+        events.iter().any(|e| e.type_.as_deref() == Some("Normal")
+            && e.reason.as_deref() == Some("BackupSucceeded")),
+        "{events:?}"
+    );
+
+    // Bad input: a condition and a Warning event, and the operator keeps running.
+    wait_for("the missing Secret to be reported", 30, || async {
+        api.get("no-secret")
+            .await
+            .ok()
+            .and_then(|b| ready(&b))
+            .is_some_and(|(s, r, _)| s == "False" && r == "SecretNotFound")
+    })
+    .await;
+    let warnings = events_for(&kube, &ns, "no-secret").await;
+    assert!(
+        warnings
+            .iter()
+            .any(|e| e.type_.as_deref() == Some("Warning")),
+        "{warnings:?}"
+    );
+    assert!(op.is_running());
+    let (_, metrics) = op.get("/metrics").await.unwrap();
+    assert!(
+        metrics.contains("etcd_backup_last_success_timestamp_seconds{"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("reason=\"SecretNotFound\""), "{metrics}");
+
+    // A restart does not redo the one-shot.
+    drop(op);
+    let _op = Operator::start(&kube, &ns).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = api.get(&name).await.unwrap().status.unwrap();
+    assert_eq!(after.last_backup, status.last_backup);
+    assert_eq!(
+        store
+            .head("etcd.backup")
+            .await
+            .unwrap()
+            .unwrap()
+            .last_modified,
+        modified
+    );
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+#[tokio::test]
+async fn coreos_periodic_example_keeps_two_and_stops_when_deleted() {
+    let (kube, ns, etcd, garage) = setup("eb-periodic").await;
+    let _op = Operator::start(&kube, &ns).await;
+
+    let mut manifest = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
+    // The example's 125 s and 4, shortened so the test sees pruning within seconds.
+    manifest["spec"]["backupPolicy"] = json!({"backupIntervalInSecond": 2, "maxBackups": 2});
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest).await;
+    let store = store(&garage).await;
+
+    let backups = || async {
+        store
+            .list("etcd.backup_v")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| !k.ends_with(".manifest.json"))
+            .collect::<Vec<_>>()
+    };
+    // The first run is immediate; wait for at least four runs in all.
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {seen:?} after 60 s"
+        );
+        if let Some(last) = api
+            .get(&name)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.last_backup)
+        {
+            seen.insert(last.object_key);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let status = api.get(&name).await.unwrap().status.unwrap();
+    assert!(status.next_schedule_time.is_some());
+    let left = backups().await;
+    assert_eq!(left.len(), 2, "maxBackups: 2 keeps two: {left:?}");
+    let newest = status.last_backup.unwrap().object_key;
+    assert!(
+        left.iter().any(|k| newest.ends_with(k.as_str())),
+        "{newest} not in {left:?}"
+    );
+
+    // Deleting the EtcdBackup stops its runs at once; Retain keeps what was stored.
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the EtcdBackup to go", 30, || async {
+        api.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    let at_delete = store.list("etcd.backup").await.unwrap().len();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        store.list("etcd.backup").await.unwrap().len(),
+        at_delete,
+        "runs went on after deletion"
+    );
+    assert!(at_delete >= 2);
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+#[tokio::test]
+async fn two_replicas_with_leader_election_back_up_once_and_fail_over() {
+    let (kube, ns, etcd, garage) = setup("eb-leader").await;
+    let election = |id: &str| -> Vec<String> {
+        [
+            "--leader-election",
+            "--lease-namespace",
+            &ns,
+            "--pod-name",
+            id,
+        ]
+        .into_iter()
+        .chain(["--lease-duration-seconds", "4"])
+        .map(String::from)
+        .collect()
+    };
+    let (a_args, b_args) = (election("replica-a"), election("replica-b"));
+    let a = Operator::start_with(&kube, &ns, "replica-a", &strs(&a_args)).await;
+    let b = Operator::start_with(&kube, &ns, "replica-b", &strs(&b_args)).await;
+
+    let mut manifest = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
+    manifest["spec"]["backupPolicy"] = json!({"backupIntervalInSecond": 2});
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest).await;
+    wait_for("three backups", 60, || async {
+        a.successes() + b.successes() >= 3
+    })
+    .await;
+    let (leader, standby) = if a.successes() > 0 { (a, b) } else { (b, a) };
+    assert_eq!(standby.successes(), 0, "both replicas ran backups");
+
+    // The leader dies without releasing the Lease; the standby takes over once it expires.
+    drop(leader);
+    wait_for("the standby to take over", 60, || async {
+        standby.successes() >= 2
+    })
+    .await;
+    assert!(api.get(&name).await.unwrap().status.unwrap().succeeded);
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
+    let (kube, ns, etcd, garage) = setup("eb-shutdown").await;
+    // Large enough that the upload is still running when the signal arrives.
+    etcd.fill_random(160 << 20, 64 << 10).await.unwrap();
+    let mut op = Operator::start(&kube, &ns).await;
+    let manifest = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest).await;
+
+    wait_for("the backup to be running", 60, || async {
+        op.get("/metrics")
+            .await
+            .is_some_and(|(_, m)| m.contains("etcd_backup_running 1"))
+    })
+    .await;
+    let pid = op.child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), op.child.wait())
+        .await
+        .expect("the operator did not stop within 30 s of SIGTERM")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let log = std::fs::read_to_string(&op.log).unwrap();
+    assert!(log.contains("backup cancelled"), "{log}");
+
+    // Nothing visible, no multipart upload left behind, no result recorded.
+    let store = store(&garage).await;
+    assert!(store.head("etcd.backup").await.unwrap().is_none());
+    assert_eq!(
+        store
+            .clean_incomplete("etcd.backup", Duration::ZERO)
+            .await
+            .unwrap(),
+        0
+    );
+    let status = api.get(&name).await.unwrap().status.unwrap();
+    assert!(!status.succeeded && status.reason.is_none(), "{status:?}");
+
+    // The next start sees the interrupted one-shot and runs it, once.
+    let _op = Operator::start(&kube, &ns).await;
+    wait_for("the retried backup", 120, || async {
+        api.get(&name)
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.succeeded)
+    })
+    .await;
+    etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    kube.delete_namespace(&ns).await.unwrap();
+}
