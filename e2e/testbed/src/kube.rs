@@ -188,6 +188,41 @@ impl KubeTestbed {
         Ok(name)
     }
 
+    /// Writes a copy of [`KubeTestbed::kubeconfig`] to `path` whose every user impersonates the
+    /// ServiceAccount `namespace/name` (with the groups its token would carry), so a process
+    /// under test runs with exactly the RBAC granted to that ServiceAccount. The admin user may
+    /// impersonate anyone (`system:masters`; with `KUBECONFIG`, the user needs `impersonate`).
+    pub fn write_service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let mut config = Kubeconfig::read_from(&self.kubeconfig)
+            .with_context(|| format!("cannot read {}", self.kubeconfig.display()))?;
+        for user in &mut config.auth_infos {
+            let auth = user.auth_info.get_or_insert_with(Default::default);
+            auth.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+            auth.impersonate_groups = Some(vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ]);
+        }
+        let yaml = serde_yaml::to_string(&config)?;
+        // It holds the admin token: readable by the owner only.
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .and_then(|mut f| f.write_all(yaml.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
     /// Deletes a namespace (and so everything in it), without waiting. Only needed against a
     /// long-lived cluster: the test bed's own servers go away with the test process.
     pub async fn delete_namespace(&self, name: &str) -> Result<()> {

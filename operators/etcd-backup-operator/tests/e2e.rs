@@ -1,6 +1,8 @@
 //! End to end: the `etcd-backup-operator` binary, run out-of-cluster against a real API server
 //! (the 1.20.2 test bed, or `KUBECONFIG`'s cluster), backs up a real etcd to a real S3 server
 //! (Garage) from the coreos example manifests, applied with only their placeholders filled in.
+//! The operator runs as the ServiceAccount of `deploy/namespaced/rbac.yaml` (by impersonation),
+//! so every test also proves that the shipped least-privilege RBAC is enough.
 //!
 //! Needs the kube-apiserver binaries from `e2e/apiserver/build.sh` (which `e2e/test.sh` runs), or
 //! `KUBECONFIG`: `cargo test -p etcd-backup-operator --test e2e`.
@@ -10,10 +12,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use backup_api::EtcdBackup;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use testbed::kube::KubeTestbed;
 use testbed::{Etcd, Garage};
@@ -23,6 +27,9 @@ mod common;
 use common::{aws_files, store};
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
+const NAMESPACED_RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced/rbac.yaml");
+/// The ServiceAccount in `deploy/*/rbac.yaml`.
+const SERVICE_ACCOUNT: &str = "etcd-backup-operator";
 
 /// The operator process; killed when dropped.
 struct Operator {
@@ -32,17 +39,12 @@ struct Operator {
 }
 
 impl Operator {
-    async fn start(kube: &KubeTestbed, namespace: &str) -> Operator {
-        Operator::start_with(kube, namespace, "operator", &[]).await
+    async fn start(namespace: &str) -> Operator {
+        Operator::start_with(namespace, "operator", &[]).await
     }
 
     /// Starts one operator process; its log goes to `$TMPDIR/<tag>-<namespace>-<port>.log`.
-    async fn start_with(
-        kube: &KubeTestbed,
-        namespace: &str,
-        tag: &str,
-        extra: &[&str],
-    ) -> Operator {
+    async fn start_with(namespace: &str, tag: &str, extra: &[&str]) -> Operator {
         let port = testbed::free_port();
         let log = std::env::temp_dir().join(format!("{tag}-{namespace}-{port}.log"));
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup-operator"))
@@ -54,7 +56,7 @@ impl Operator {
             ])
             .args(["--max-concurrent-backups", "2", "--log-format", "json"])
             .args(extra)
-            .env("KUBECONFIG", &kube.kubeconfig)
+            .env("KUBECONFIG", service_account_kubeconfig(namespace))
             // Credentials come from the EtcdBackup's Secret only.
             .env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY")
@@ -72,6 +74,16 @@ impl Operator {
         })
         .await;
         op
+    }
+
+    /// Requests the API server refused (HTTP 403): the RBAC misses a rule.
+    fn forbidden(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("forbidden") || l.contains("Forbidden"))
+            .map(String::from)
+            .collect()
     }
 
     /// Backups this process reports as succeeded.
@@ -98,6 +110,20 @@ impl Operator {
 
     fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+}
+
+/// Every test's operator must have run without a single refused request.
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let forbidden = self.forbidden();
+        if !std::thread::panicking() {
+            assert!(
+                forbidden.is_empty(),
+                "the namespaced RBAC misses a rule:\n{}",
+                forbidden.join("\n")
+            );
+        }
     }
 }
 
@@ -130,11 +156,52 @@ async fn install_crds(kube: &KubeTestbed) {
     }
 }
 
-/// A fresh namespace with the CRDs installed, an etcd, a Garage and the coreos `aws` Secret.
+/// Where [`setup`] writes the kubeconfig that impersonates the operator's ServiceAccount.
+fn service_account_kubeconfig(namespace: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{namespace}-{SERVICE_ACCOUNT}.kubeconfig"))
+}
+
+/// Applies `deploy/namespaced/rbac.yaml` to `ns` (its namespace replaced) and writes the
+/// kubeconfig that impersonates its ServiceAccount.
+async fn install_namespaced_rbac(kube: &KubeTestbed, ns: &str) {
+    let text = std::fs::read_to_string(NAMESPACED_RBAC).unwrap();
+    let params = PatchParams::apply("e2e").force();
+    for de in serde_yaml::Deserializer::from_str(&text) {
+        let mut doc = Value::deserialize(de).unwrap();
+        doc["metadata"]["namespace"] = json!(ns);
+        if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
+            subjects.iter_mut().for_each(|s| s["namespace"] = json!(ns));
+        }
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        let client = kube.client.clone();
+        match doc["kind"].as_str().unwrap() {
+            "ServiceAccount" => Api::<ServiceAccount>::namespaced(client, ns)
+                .patch(&name, &params, &Patch::Apply(&doc))
+                .await
+                .map(drop),
+            "Role" => Api::<Role>::namespaced(client, ns)
+                .patch(&name, &params, &Patch::Apply(&doc))
+                .await
+                .map(drop),
+            "RoleBinding" => Api::<RoleBinding>::namespaced(client, ns)
+                .patch(&name, &params, &Patch::Apply(&doc))
+                .await
+                .map(drop),
+            other => panic!("unexpected {other} in {NAMESPACED_RBAC}"),
+        }
+        .unwrap_or_else(|e| panic!("cannot apply {name}: {e}"));
+    }
+    kube.write_service_account_kubeconfig(ns, SERVICE_ACCOUNT, &service_account_kubeconfig(ns))
+        .unwrap();
+}
+
+/// A fresh namespace with the CRDs and the operator's namespaced RBAC installed, an etcd, a
+/// Garage and the coreos `aws` Secret.
 async fn setup(prefix: &str) -> (KubeTestbed, String, Etcd, Garage) {
     let kube = KubeTestbed::start().await.unwrap();
     install_crds(&kube).await;
     let ns = kube.namespace(prefix).await.unwrap();
+    install_namespaced_rbac(&kube, &ns).await;
     let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
     create_aws_secret(&kube, &ns, &garage).await;
     (kube, ns, etcd, garage)
@@ -206,7 +273,7 @@ fn ready(backup: &EtcdBackup) -> Option<(String, String, Option<i64>)> {
 async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
     let (kube, ns, etcd, garage) = setup("eb-oneshot").await;
     etcd.put("/e2e", "one-shot").await.unwrap();
-    let mut op = Operator::start(&kube, &ns).await;
+    let mut op = Operator::start(&ns).await;
 
     let manifest = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
     let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
@@ -287,7 +354,7 @@ async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
 
     // A restart does not redo the one-shot.
     drop(op);
-    let _op = Operator::start(&kube, &ns).await;
+    let _op = Operator::start(&ns).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = api.get(&name).await.unwrap().status.unwrap();
     assert_eq!(after.last_backup, status.last_backup);
@@ -306,7 +373,7 @@ async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
 #[tokio::test]
 async fn coreos_periodic_example_keeps_two_and_stops_when_deleted() {
     let (kube, ns, etcd, garage) = setup("eb-periodic").await;
-    let _op = Operator::start(&kube, &ns).await;
+    let _op = Operator::start(&ns).await;
 
     let mut manifest = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
     // The example's 125 s and 4, shortened so the test sees pruning within seconds.
@@ -388,8 +455,8 @@ async fn two_replicas_with_leader_election_back_up_once_and_fail_over() {
         .collect()
     };
     let (a_args, b_args) = (election("replica-a"), election("replica-b"));
-    let a = Operator::start_with(&kube, &ns, "replica-a", &strs(&a_args)).await;
-    let b = Operator::start_with(&kube, &ns, "replica-b", &strs(&b_args)).await;
+    let a = Operator::start_with(&ns, "replica-a", &strs(&a_args)).await;
+    let b = Operator::start_with(&ns, "replica-b", &strs(&b_args)).await;
 
     let mut manifest = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
     manifest["spec"]["backupPolicy"] = json!({"backupIntervalInSecond": 2});
@@ -417,7 +484,7 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
     let (kube, ns, etcd, garage) = setup("eb-shutdown").await;
     // Large enough that the upload is still running when the signal arrives.
     etcd.fill_random(160 << 20, 64 << 10).await.unwrap();
-    let mut op = Operator::start(&kube, &ns).await;
+    let mut op = Operator::start(&ns).await;
     let manifest = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
     let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
     let api = create(&kube, &ns, manifest).await;
@@ -456,7 +523,7 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
     assert!(!status.succeeded && status.reason.is_none(), "{status:?}");
 
     // The next start sees the interrupted one-shot and runs it, once.
-    let _op = Operator::start(&kube, &ns).await;
+    let _op = Operator::start(&ns).await;
     wait_for("the retried backup", 120, || async {
         api.get(&name)
             .await
@@ -466,5 +533,63 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
     })
     .await;
     etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+#[tokio::test]
+async fn deletion_policy_delete_removes_only_this_backups_objects() {
+    let (kube, ns, etcd, garage) = setup("eb-delete").await;
+    let _op = Operator::start(&ns).await;
+    let store = store(&garage).await;
+    // An object under the same prefix that this EtcdBackup did not write.
+    const FOREIGN: &str = "etcd.backup_v1_2020-01-01-00:00:00";
+    store
+        .put_small(
+            FOREIGN,
+            b"not ours".to_vec().into(),
+            "application/octet-stream",
+        )
+        .await
+        .unwrap();
+    let ours = || async {
+        store
+            .list("etcd.backup")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| k != FOREIGN && !k.ends_with(".manifest.json"))
+            .count()
+    };
+
+    let mut manifest = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
+    manifest["spec"]["backupPolicy"] = json!({"backupIntervalInSecond": 2, "maxBackups": 3});
+    manifest["spec"]["deletionPolicy"] = json!("Delete");
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest).await;
+    wait_for("two backups and the finalizer", 60, || async {
+        let b = api.get(&name).await.unwrap();
+        let finalizer = b
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&etcd_backup_operator::controller::FINALIZER.to_string());
+        finalizer && ours().await >= 2
+    })
+    .await;
+
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the EtcdBackup to go", 60, || async {
+        api.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    let left: Vec<String> = store
+        .list("etcd.backup")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(left, [FOREIGN], "{left:?}");
     kube.delete_namespace(&ns).await.unwrap();
 }
