@@ -16,6 +16,12 @@ use tokio_util::sync::CancellationToken;
 use crate::controller::{Context, error_policy, reconcile};
 use crate::http::Health;
 
+/// Reconciles in flight at once. Each holds an API request and its buffers; unbounded, a
+/// start with thousands of objects issues them all at once and the heap keeps that peak
+/// (measured: 200 MiB RSS at 3,000 objects). Backups run in their own tasks, so this does not
+/// limit them.
+const RECONCILE_CONCURRENCY: u16 = 16;
+
 /// Runs the controller until `stop` is cancelled, then waits (bounded) for cancelled runs to
 /// wind down so their uploads are aborted.
 pub async fn run(
@@ -48,7 +54,11 @@ pub async fn run(
         .touched_objects();
     let shutdown = stop.clone();
     Controller::for_stream(events, reader)
-        .with_config(Config::default().debounce(Duration::from_millis(200)))
+        .with_config(
+            Config::default()
+                .debounce(Duration::from_millis(200))
+                .concurrency(RECONCILE_CONCURRENCY),
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
