@@ -60,12 +60,15 @@ pub fn state(datadir: &Path) -> Result<State> {
 pub struct Staging {
     pub datadir: PathBuf,
     pub dir: PathBuf,
+    /// The data dir did not exist before; a failed attempt removes it again.
+    created: bool,
 }
 
 impl Staging {
     /// Marks the data dir incomplete and creates an empty staging dir. The caller checked the
     /// state; an Incomplete data dir is wiped first.
     pub fn begin(datadir: &Path) -> Result<Staging> {
+        let created = !datadir.exists();
         std::fs::create_dir_all(datadir).map_err(|e| Error::io(datadir, e))?;
         if state(datadir)? != State::Empty {
             wipe(datadir)?;
@@ -85,6 +88,7 @@ impl Staging {
         Ok(Staging {
             datadir: datadir.to_path_buf(),
             dir,
+            created,
         })
     }
 
@@ -104,8 +108,9 @@ impl Staging {
         sync_dir(&self.datadir)
     }
 
-    /// After a failure: removes everything this attempt added, leaving the data dir empty as
-    /// it was. If even that fails, the marker stays so nobody starts a server on it.
+    /// After a failure: removes everything this attempt added, leaving the data dir as it was
+    /// (empty, or absent if this attempt created it). If even that fails, the marker stays so
+    /// nobody starts a server on it.
     pub fn discard(self) {
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!(
@@ -116,6 +121,10 @@ impl Staging {
         }
         let _ = std::fs::remove_file(self.datadir.join(INCOMPLETE));
         let _ = sync_dir(&self.datadir);
+        if self.created {
+            // Only succeeds while it is empty.
+            let _ = std::fs::remove_dir(&self.datadir);
+        }
     }
 }
 
@@ -178,9 +187,17 @@ mod tests {
     #[test]
     fn discard_leaves_the_dir_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lost+found")).unwrap();
         let staging = Staging::begin(dir.path()).unwrap();
         std::fs::write(staging.dir.join("ibdata1"), b"x").unwrap();
         staging.discard();
-        assert_eq!(entries(dir.path()).unwrap(), Vec::<String>::new());
+        assert_eq!(entries(dir.path()).unwrap(), ["lost+found"]);
+
+        // A data dir this attempt created is removed again.
+        let absent = dir.path().join("new");
+        let staging = Staging::begin(&absent).unwrap();
+        std::fs::write(staging.dir.join("ibdata1"), b"x").unwrap();
+        staging.discard();
+        assert!(!absent.exists());
     }
 }

@@ -45,6 +45,19 @@ pub enum Error {
     )]
     NoManifest { url: String, detail: String },
 
+    #[error(
+        "the backup object {url} was stored, but writing its manifest {manifest} failed: {detail}; \
+         the backup has no manifest, so restore refuses it unless --force is given (rerun the backup)"
+    )]
+    ManifestNotWritten {
+        url: String,
+        manifest: String,
+        detail: String,
+    },
+
+    #[error("restore from {url} stopped, nothing was installed in the data dir: {detail}")]
+    DownloadFailed { url: String, detail: String },
+
     #[error("data directory {path} is not empty; restore only into an empty directory")]
     DataDirNotEmpty { path: PathBuf },
 

@@ -157,7 +157,9 @@ impl Finished {
         self.upload.bytes_written()
     }
 
-    /// Commits the object, then writes its manifest beside it.
+    /// Commits the object, then writes its manifest beside it. If the manifest cannot be
+    /// written, the object stays (its bytes are complete) but the command fails with
+    /// [`Error::ManifestNotWritten`]: it must never look like a finished backup.
     pub async fn commit(
         self,
         store: &Store,
@@ -182,13 +184,22 @@ impl Finished {
             duration_seconds: self.started.elapsed().as_secs_f64(),
             runner: format!("mysql-backup {}", env!("CARGO_PKG_VERSION")),
         };
-        store
-            .put_small(
-                &manifest_key(key),
-                manifest.to_json().into(),
-                "application/json",
-            )
-            .await?;
+        let manifest_key = manifest_key(key);
+        if let Err(e) = store
+            .put_small(&manifest_key, manifest.to_json().into(), "application/json")
+            .await
+        {
+            // A manifest from an earlier backup under the same key would describe other bytes;
+            // remove it if we can (best effort: the store just failed us once).
+            if let Err(d) = store.delete(&manifest_key).await {
+                tracing::warn!("could not remove a manifest left under {manifest_key}: {d}");
+            }
+            return Err(Error::ManifestNotWritten {
+                url: store.location(key).to_string(),
+                manifest: store.location(&manifest_key).to_string(),
+                detail: e.to_string(),
+            });
+        }
         Ok(manifest)
     }
 

@@ -143,12 +143,29 @@ pub async fn restore(
         Ok(s) => s,
         Err(e) => {
             staging.discard();
-            return Err(e);
+            return Err(explain_download_failure(store, key, &url, e).await);
         }
     };
     let metadata = BackupMetadata::from_files(&summary.metadata);
     prepare_and_install(profile, staging, options, &metadata).await?;
     Ok(summary)
+}
+
+/// A storage error while streaming means the download broke off (the S3 layer has already
+/// retried with ranged GETs). Its message tells how the last attempt ended; one more request
+/// tells whether the store answers at all, which is usually the real cause.
+async fn explain_download_failure(store: &Store, key: &str, url: &str, err: Error) -> Error {
+    let Error::Storage(storage) = err else {
+        return err;
+    };
+    let now = match store.head(key).await {
+        Ok(_) => String::new(),
+        Err(probe) => format!("; the store does not answer now either: {probe}"),
+    };
+    Error::DownloadFailed {
+        url: url.to_string(),
+        detail: format!("{storage}{now}"),
+    }
 }
 
 async fn stream_into(

@@ -446,3 +446,223 @@ async fn disk_full_during_restore_is_named_and_leaves_the_data_dir_empty() {
     );
     assert_eq!(list_files(&datadir), Vec::<String>::new());
 }
+
+/// Every entry under `dir` (directories with a trailing `/`), to compare a tree before and after.
+fn tree(dir: &std::path::Path) -> Vec<String> {
+    fn walk(base: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(base).unwrap().to_string_lossy().into_owned();
+            if p.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(base, &p, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// The S3 server dies while a restore is downloading: the restore must fail, say so, and leave
+/// the data dir exactly as it was.
+///
+/// To have the download provably in flight when the server dies, the extractor is paused
+/// (SIGSTOP) as soon as it starts: the restore stops reading, the socket buffers fill and Garage
+/// blocks mid-body. Garage is then killed and the extractor resumed. The object is several
+/// times larger than what the pipe and socket buffers can hold, so most of it is still on the
+/// dead server; the storage layer's ranged-GET resumes then meet a closed port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_dying_mid_restore_fails_and_leaves_the_data_dir_as_it_was() {
+    let started = Instant::now();
+    let mut garage = testbed::Garage::start().await.expect("garage");
+    let (s3_args, env) = s3(&garage);
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    // 48 MB more (in 8 MB rows, under max_allowed_packet); a paused restore had read about
+    // 6 MB when the server died (pipe and socket buffers), so most of the object is unread.
+    source.sql("CREATE TABLE shop.padding (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB;");
+    for i in 0..6 {
+        source.sql(&format!(
+            "INSERT INTO shop.padding VALUES ({i}, REPEAT(SHA2('{i}', 256), 131072));"
+        ));
+    }
+    let url = format!("s3://{}/big.xbstream", garage.bucket);
+    let mut a = args(&["backup", "--to", &url]);
+    a.extend(source.backup_args());
+    a.extend(s3_args.clone());
+    let stored = run(&a, &env).await.ok().json()["storedBytes"]
+        .as_u64()
+        .unwrap();
+    assert!(stored > 60 << 20, "object too small for the test: {stored}");
+    eprintln!("backup stored {stored} bytes after {:?}", started.elapsed());
+
+    // A data dir as a fresh volume looks: lost+found only.
+    let volume = tempfile::tempdir().unwrap();
+    let datadir = volume.path().join("data");
+    std::fs::create_dir_all(datadir.join("lost+found")).unwrap();
+    let before = tree(&datadir);
+
+    let mut a = args(&[
+        "restore",
+        "--from",
+        &url,
+        "--datadir",
+        datadir.to_str().unwrap(),
+    ]);
+    a.extend(s3_args);
+    let child = command(&a, &env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let extractor = child_named(child.id().unwrap(), "mbstream").await;
+    signal(extractor, "-STOP");
+    // Let the restore fill the pipe and the socket buffers and block.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        datadir.join(".mysql-backup-staging").exists(),
+        "the restore should be extracting into its staging dir"
+    );
+    garage.kill();
+    let killed = Instant::now();
+    signal(extractor, "-CONT");
+
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("restore still running 90 s after the S3 server died")
+        .unwrap();
+    let failed_after = killed.elapsed();
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    eprintln!(
+        "restore failed {failed_after:?} after the kill: {}",
+        r.error_line()
+    );
+    // The storage layer's resumes (8, with backoff, each retried by the SDK) end in ~30 s.
+    assert!(failed_after < Duration::from_secs(60), "{failed_after:?}");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stdout.trim().is_empty(),
+        "no success report: {}",
+        r.stdout
+    );
+    let line = r.error_line();
+    assert!(
+        line.contains(&format!(
+            "restore from {url} stopped, nothing was installed"
+        )),
+        "{line}"
+    );
+    // The cause: the endpoint no longer answers.
+    assert!(
+        line.contains(&format!("cannot reach S3 endpoint {}", garage.endpoint))
+            && line.contains("Connection refused"),
+        "{line}"
+    );
+    // The download really was cut in the middle: "stopped at byte X of Y" with 0 < X < Y.
+    let (at, of) = download_stop(&line).unwrap_or_else(|| panic!("no byte position: {line}"));
+    assert_eq!(of, stored, "{line}");
+    assert!(0 < at && at < of, "{line}");
+    // The data dir is exactly as it was: no staging dir, no marker, nothing half-moved.
+    assert_eq!(tree(&datadir), before);
+    eprintln!("whole test: {:?}", started.elapsed());
+}
+
+/// `X` and `Y` from "... stopped at byte X of Y ...".
+fn download_stop(line: &str) -> Option<(u64, u64)> {
+    let rest = &line[line.find("stopped at byte ")? + "stopped at byte ".len()..];
+    let mut words = rest.split_whitespace();
+    let at = words.next()?.parse().ok()?;
+    (words.next()? == "of").then_some(())?;
+    let of = words
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
+    Some((at, of))
+}
+
+/// The data object commits, then the manifest write fails for real: the local backend writes
+/// the manifest to a temp file and renames it over `<object>.manifest.json`, and a directory
+/// occupies that path, so the rename fails (EISDIR). The command must fail, say that the object
+/// exists without a manifest, and never print a success report; restore must refuse the object
+/// unless forced, and the forced restore shows the object itself is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_write_failing_after_the_commit_is_an_error_not_a_success() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let expected = source.sample_digest();
+    let store = tempfile::tempdir().unwrap();
+    let object = store.path().join("b.xbstream");
+    let manifest = store.path().join("b.xbstream.manifest.json");
+    std::fs::create_dir(&manifest).unwrap();
+    let url = format!("file://{}", object.display());
+
+    let mut a = args(&["backup", "--to", &url]);
+    a.extend(source.backup_args());
+    let r = run(&a, &[]).await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stdout.trim().is_empty(), "reported success: {}", r.stdout);
+    let line = r.error_line();
+    assert!(
+        line.contains(&format!(
+            "the backup object {url} was stored, but writing its manifest file://{} failed",
+            manifest.display()
+        )),
+        "{line}"
+    );
+    assert!(line.contains("Is a directory"), "the cause: {line}");
+    assert!(line.contains("restore refuses it unless --force"), "{line}");
+    // The object is there, complete; no temp files are left beside it.
+    assert_eq!(list_files(store.path()), ["b.xbstream"]);
+    assert!(std::fs::metadata(&object).unwrap().len() > 1 << 20);
+
+    let dir = tempfile::tempdir().unwrap();
+    let datadir = dir.path().join("d");
+    let restore = |force: bool| {
+        let mut a = args(&[
+            "restore",
+            "--from",
+            &url,
+            "--datadir",
+            datadir.to_str().unwrap(),
+        ]);
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    // Whatever blocked the manifest also blocks restore.
+    let r = run(&restore(false), &[]).await;
+    assert_ne!(r.code, 0, "{}", r.stderr);
+    assert_eq!(list_files(&datadir), Vec::<String>::new());
+    // With the path free again: refused for the missing manifest, as the error said.
+    std::fs::remove_dir(&manifest).unwrap();
+    let r = run(&restore(false), &[]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.error_line().contains("no valid manifest"),
+        "{}",
+        r.error_line()
+    );
+    assert_eq!(list_files(&datadir), Vec::<String>::new());
+    // Forced, the object restores to the backed-up rows.
+    run(&restore(true), &[]).await.ok();
+    let server = Mariadb::start_on(&datadir, 7);
+    assert_eq!(server.sample_digest(), expected);
+}
