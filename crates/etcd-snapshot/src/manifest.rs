@@ -40,6 +40,10 @@ pub struct Manifest {
     pub completion_time: DateTime<Utc>,
     pub duration_seconds: f64,
     pub tool: String,
+    /// The caller's own metadata given with the upload (e.g. the operator's owner UID), kept
+    /// here too because local files carry no user metadata.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Manifest {
@@ -104,6 +108,7 @@ mod tests {
             completion_time: DateTime::from_timestamp(1_700_000_001, 0).unwrap(),
             duration_seconds: 1.0,
             tool: "test".into(),
+            labels: BTreeMap::from([("owner".into(), "uid-1".into())]),
         }
     }
 

@@ -125,6 +125,7 @@ pub async fn save(
         completion_time: Utc::now(),
         duration_seconds: started.elapsed().as_secs_f64(),
         tool: concat!("etcd-backup ", env!("CARGO_PKG_VERSION")).into(),
+        labels: options.upload.metadata.clone(),
     };
     store
         .put_small(

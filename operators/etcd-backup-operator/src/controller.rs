@@ -19,6 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::execute::{self, Outcome, RunError};
+use crate::local::LocalVolume;
 use crate::metrics::{FailureLabels, Metrics, ObjectLabels, ResultLabels};
 use crate::plan::{self, BackupPlan, InvalidSpec};
 use crate::runs::{RunGuard, Runs};
@@ -51,6 +52,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub runs: Arc<Runs>,
     pub clock: Clock,
+    /// The claim mounted in the operator pod for `storageType: Local`, if any.
+    pub local_volume: Option<LocalVolume>,
     /// Invalid objects already reported, by UID and generation, so a status write does not
     /// trigger another event.
     reported_invalid: Mutex<HashMap<String, Option<i64>>>,
@@ -74,6 +77,7 @@ impl Context {
             metrics,
             runs,
             clock,
+            local_volume: None,
             reported_invalid: Mutex::new(HashMap::new()),
         }
     }
@@ -196,8 +200,9 @@ async fn run(
         ctx.metrics.running.inc();
         let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         let result = async {
+            let location = execute::location(&plan, &namespace, ctx.local_volume.as_ref())?;
             let resolved = secrets::resolve(&secrets_api, &plan).await?;
-            execute::run_backup(&plan, resolved, &uid).await
+            execute::run_backup(&plan, &location, resolved, &uid).await
         }
         .await;
         ctx.metrics.running.dec();
@@ -351,12 +356,13 @@ async fn finalize(
         return Ok(Action::await_change());
     }
     if let Some(plan) = plan.filter(|p| p.deletion_policy == DeletionPolicy::Delete) {
-        let secrets_api: Api<Secret> =
-            Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+        let namespace = backup.namespace().unwrap_or_default();
+        let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         let uid = backup.uid().unwrap_or_default();
         let deleted = async {
+            let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
             let resolved = secrets::resolve(&secrets_api, plan).await?;
-            execute::delete_backups(plan, resolved, &uid).await
+            execute::delete_backups(&location, resolved, &uid).await
         }
         .await;
         match deleted {

@@ -6,7 +6,8 @@ use std::time::Duration;
 use backup_storage::{Location, StorageError, Store, UploadOptions};
 use etcd_snapshot::{EtcdConnection, SaveOptions, SaveReport};
 
-use crate::plan::BackupPlan;
+use crate::local::{self, LocalVolume, LocalVolumeError};
+use crate::plan::{BackupPlan, Target};
 use crate::retention::{self, OWNER_METADATA_KEY};
 use crate::secrets::{Resolved, SecretError};
 
@@ -31,6 +32,8 @@ pub enum RunError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Snapshot(#[from] etcd_snapshot::Error),
+    #[error(transparent)]
+    LocalVolume(#[from] LocalVolumeError),
     #[error("backup cancelled: {0}")]
     Cancelled(&'static str),
 }
@@ -54,6 +57,7 @@ impl RunError {
                 e if e.is_integrity() => "SnapshotCorrupt",
                 _ => "SnapshotFailed",
             },
+            RunError::LocalVolume(_) => "LocalVolumeUnavailable",
             RunError::Cancelled(_) => "Cancelled",
         }
     }
@@ -73,17 +77,32 @@ fn storage_reason(e: &StorageError) -> &'static str {
 
 /// Runs one backup for `plan`, writing objects tagged with `owner` (the EtcdBackup's UID).
 /// Nothing is visible in S3 unless the snapshot was verified; a failure aborts the upload.
+/// Where `plan` stores the backups of an EtcdBackup in `namespace`: its S3 path, or its file on
+/// the operator's volume.
+pub fn location(
+    plan: &BackupPlan,
+    namespace: &str,
+    volume: Option<&LocalVolume>,
+) -> Result<Location, RunError> {
+    Ok(match &plan.target {
+        Target::S3 { location, .. } => Location::S3 {
+            bucket: location.bucket.clone(),
+            key: location.key.clone(),
+        },
+        Target::Local(source) => Location::Local {
+            path: local::resolve(source, namespace, volume)?,
+        },
+    })
+}
+
 pub async fn run_backup(
     plan: &BackupPlan,
+    location: &Location,
     resolved: Resolved,
     owner: &str,
 ) -> Result<Outcome, RunError> {
-    let location = Location::S3 {
-        bucket: plan.location.bucket.clone(),
-        key: plan.location.key.clone(),
-    };
-    let store = Store::open(&location, &resolved.s3).await?;
-    let base = &plan.location.key;
+    let store = Store::open(location, &resolved.s3).await?;
+    let base = &location.key();
     match store.clean_incomplete(base, ABANDONED_UPLOAD_AGE).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(removed = n, %location, "removed abandoned multipart uploads"),
@@ -92,7 +111,7 @@ pub async fn run_backup(
 
     let mut connection = EtcdConnection::new(plan.endpoints.clone());
     connection.tls = resolved.tls;
-    let mut options = SaveOptions::new(plan.object_name());
+    let mut options = SaveOptions::new(plan.object_name(base));
     options.compression = plan.compression;
     options.stall_timeout = plan.stall_timeout;
     options.deadline = plan.deadline;
@@ -116,17 +135,14 @@ pub async fn run_backup(
 
 /// The `Delete` deletion policy: removes what this EtcdBackup wrote.
 pub async fn delete_backups(
-    plan: &BackupPlan,
+    location: &Location,
     resolved: Resolved,
     owner: &str,
 ) -> Result<Vec<String>, RunError> {
-    let location = Location::S3 {
-        bucket: plan.location.bucket.clone(),
-        key: plan.location.key.clone(),
-    };
-    let store = Store::open(&location, &resolved.s3).await?;
+    let store = Store::open(location, &resolved.s3).await?;
+    let base = location.key();
     // Both naming styles: the schedule may have changed since the objects were written.
-    let mut deleted = retention::delete_owned(&store, &plan.location.key, false, owner).await?;
-    deleted.extend(retention::delete_owned(&store, &plan.location.key, true, owner).await?);
+    let mut deleted = retention::delete_owned(&store, &base, false, owner).await?;
+    deleted.extend(retention::delete_owned(&store, &base, true, owner).await?);
     Ok(deleted)
 }

@@ -1,4 +1,5 @@
-//! EtcdBackup controller: one-shot and scheduled etcd snapshots to S3.
+//! EtcdBackup controller: one-shot and scheduled etcd snapshots to S3 or to a volume mounted
+//! in the operator pod (`storageType: Local`).
 //!
 //! Pipeline per object: `plan` (validate + build, pure) → `secrets` (dereference) →
 //! `execute` (snapshot + retention, no Kubernetes) → `status` (pure builders) applied by
@@ -7,6 +8,7 @@
 pub mod controller;
 pub mod execute;
 pub mod http;
+pub mod local;
 pub mod metrics;
 pub mod plan;
 pub mod rbac;

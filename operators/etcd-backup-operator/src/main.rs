@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result};
 use clap::{Parser, ValueEnum};
 use etcd_backup_operator::controller::{Clock, Context, MANAGER};
 use etcd_backup_operator::http::{self, Health};
+use etcd_backup_operator::local::LocalVolume;
 use etcd_backup_operator::metrics::Metrics;
 use etcd_backup_operator::runner;
 use etcd_backup_operator::runs::Runs;
@@ -44,6 +45,13 @@ struct Args {
     /// This replica's identity in the Lease and in events (downward API pod name).
     #[arg(long, env = "POD_NAME")]
     pod_name: Option<String>,
+    /// `<namespace>/<claim>` of the PersistentVolumeClaim mounted at --local-volume-dir, for
+    /// EtcdBackups with `storageType: Local` in that namespace. Unset: Local is refused.
+    #[arg(long, env = "LOCAL_VOLUME_CLAIM")]
+    local_volume_claim: Option<String>,
+    /// Where that claim is mounted.
+    #[arg(long, env = "LOCAL_VOLUME_DIR", default_value = backup_api::storage::LOCAL_PVC_MOUNT_PATH)]
+    local_volume_dir: std::path::PathBuf,
     /// Seconds a Lease is held without renewal.
     #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
     lease_duration_seconds: u64,
@@ -59,6 +67,12 @@ enum LogFormat {
 async fn main() -> Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
+    let local_volume = match args.local_volume_claim.as_deref().filter(|c| !c.is_empty()) {
+        Some(claim) => Some(
+            LocalVolume::parse(claim, args.local_volume_dir.clone()).map_err(anyhow::Error::msg)?,
+        ),
+        None => None,
+    };
     let client = Client::try_default()
         .await
         .context("no Kubernetes configuration: set KUBECONFIG or run in a pod")?;
@@ -124,7 +138,9 @@ async fn main() -> Result<()> {
 
     let runs = Runs::new(args.max_concurrent_backups, stop.clone());
     let clock: Clock = Arc::new(chrono::Utc::now);
-    let ctx = Arc::new(Context::new(client, Some(identity), metrics, runs, clock));
+    let mut ctx = Context::new(client, Some(identity), metrics, runs, clock);
+    ctx.local_volume = local_volume;
+    let ctx = Arc::new(ctx);
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),
         max_concurrent = args.max_concurrent_backups,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use backup_api::storage::LocalSource;
 use backup_api::{DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SpecError, StorageType};
 use etcd_snapshot::{Compression, ObjectName};
 
@@ -20,7 +21,9 @@ pub enum InvalidSpec {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Schedule(#[from] InvalidSchedule),
-    #[error("storageType {0} is not supported by this operator; use S3 (any S3-compatible server)")]
+    #[error(
+        "storageType {0} is not supported by this operator; use S3 (any S3-compatible server) or Local"
+    )]
     UnsupportedStorage(StorageType),
 }
 
@@ -41,8 +44,7 @@ impl InvalidSpec {
 pub struct BackupPlan {
     pub trigger: Trigger,
     pub endpoints: Vec<String>,
-    pub s3: S3Source,
-    pub location: S3Path,
+    pub target: Target,
     pub client_tls_secret: Option<String>,
     pub compression: Compression,
     pub stall_timeout: Duration,
@@ -52,13 +54,34 @@ pub struct BackupPlan {
     pub deletion_policy: DeletionPolicy,
 }
 
+/// Where the backups go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    S3 {
+        source: S3Source,
+        location: S3Path,
+    },
+    /// A file on the volume mounted in the operator pod; resolved per run by
+    /// [`crate::local::resolve`], since it depends on the operator's configuration.
+    Local(LocalSource),
+}
+
 impl BackupPlan {
-    /// One-shot backups write exactly `s3.path`; scheduled ones add the coreos suffix.
-    pub fn object_name(&self) -> ObjectName {
+    /// One-shot backups write exactly the configured path (`s3.path` or `local.path`);
+    /// scheduled ones add the coreos suffix. `base` is that path as a store key.
+    pub fn object_name(&self, base: &str) -> ObjectName {
         if self.trigger.is_one_shot() {
-            ObjectName::Exact(self.location.key.clone())
+            ObjectName::Exact(base.to_string())
         } else {
-            ObjectName::Scheduled(self.location.key.clone())
+            ObjectName::Scheduled(base.to_string())
+        }
+    }
+
+    /// The S3 settings, for S3 targets.
+    pub fn s3(&self) -> Option<&S3Source> {
+        match &self.target {
+            Target::S3 { source, .. } => Some(source),
+            Target::Local(_) => None,
         }
     }
 }
@@ -68,11 +91,14 @@ impl BackupPlan {
 pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
     spec.validate()?;
     let trigger = Trigger::parse(spec.schedule())?;
-    let s3 = match (spec.storage_type, &spec.s3) {
-        (StorageType::S3, Some(s3)) => s3.clone(),
-        (other, _) => return Err(InvalidSpec::UnsupportedStorage(other)),
+    let target = match (spec.storage_type, &spec.s3, &spec.local) {
+        (StorageType::S3, Some(s3), _) => Target::S3 {
+            location: s3.location().map_err(SpecError::from)?,
+            source: s3.clone(),
+        },
+        (StorageType::Local, _, Some(local)) => Target::Local(local.clone()),
+        (other, _, _) => return Err(InvalidSpec::UnsupportedStorage(other)),
     };
-    let location = s3.location().map_err(SpecError::from)?;
     Ok(BackupPlan {
         trigger,
         endpoints: spec
@@ -81,8 +107,7 @@ pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
             .map(|e| e.trim().to_string())
             .filter(|e| !e.is_empty())
             .collect(),
-        location,
-        s3,
+        target,
         client_tls_secret: spec.client_tls_secret.clone().filter(|s| !s.is_empty()),
         compression: match spec.compression() {
             backup_api::Compression::None => Compression::None,
@@ -117,8 +142,10 @@ s3: {path: mybucket/etcd.backup, awsSecret: aws}
     fn coreos_periodic_example_builds() {
         let plan = build(&coreos_periodic()).unwrap();
         assert!(matches!(plan.trigger, Trigger::Interval(d) if d == Duration::from_secs(125)));
-        assert_eq!(plan.location.bucket, "mybucket");
-        assert!(matches!(plan.object_name(), ObjectName::Scheduled(k) if k == "etcd.backup"));
+        assert!(
+            matches!(&plan.target, Target::S3 { location, .. } if location.bucket == "mybucket" && location.key == "etcd.backup")
+        );
+        assert!(matches!(plan.object_name("k"), ObjectName::Scheduled(k) if k == "k"));
         assert_eq!(plan.max_backups, Some(4));
         assert_eq!(plan.deadline, None);
         assert_eq!(plan.stall_timeout, DEFAULT_STALL_TIMEOUT);
@@ -133,8 +160,26 @@ s3: {path: mybucket/etcd.backup, awsSecret: aws}
             ..Default::default()
         });
         let plan = build(&spec).unwrap();
-        assert!(matches!(plan.object_name(), ObjectName::Exact(k) if k == "etcd.backup"));
+        assert!(matches!(plan.object_name("k"), ObjectName::Exact(k) if k == "k"));
         assert_eq!(plan.deadline, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn local_example_builds() {
+        let text = include_str!("../../../examples/etcd-backup-local-pvc.yaml");
+        let doc = serde_yaml::Deserializer::from_str(text).nth(1).unwrap();
+        let backup: EtcdBackup = serde::Deserialize::deserialize(doc).unwrap();
+        let plan = build(&backup.spec).unwrap();
+        let Target::Local(local) = &plan.target else {
+            panic!("{:?}", plan.target)
+        };
+        assert_eq!(local.path, "example-etcd-cluster/etcd.backup");
+        assert_eq!(
+            local.persistent_volume_claim.as_deref(),
+            Some("etcd-backups")
+        );
+        assert!(plan.s3().is_none());
+        assert_eq!(plan.deletion_policy, DeletionPolicy::Delete);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use backup_storage::{StorageError, Store};
 use etcd_snapshot::naming::{parse_scheduled, select_for_deletion};
-use etcd_snapshot::{MANIFEST_SUFFIX, manifest_key};
+use etcd_snapshot::{MANIFEST_SUFFIX, Manifest, manifest_key};
 
 /// S3 user metadata naming the EtcdBackup (by UID) that wrote an object.
 pub const OWNER_METADATA_KEY: &str = "etcd-backup-uid";
@@ -61,14 +61,28 @@ pub async fn candidates(
     };
     let mut out = Vec::with_capacity(keys.len());
     for key in keys {
-        if let Some(info) = store.head(&key).await? {
-            out.push(Candidate {
-                owner: info.metadata.get(OWNER_METADATA_KEY).cloned(),
-                key,
-            });
-        }
+        let Some(info) = store.head(&key).await? else {
+            continue;
+        };
+        let owner = match info.metadata.get(OWNER_METADATA_KEY) {
+            Some(owner) => Some(owner.clone()),
+            // Local files carry no user metadata; the manifest beside them records the owner.
+            None => manifest_owner(store, &key).await?,
+        };
+        out.push(Candidate { owner, key });
     }
     Ok(out)
+}
+
+/// The owner recorded in the manifest of `key`; none without a readable manifest, so such a
+/// file is never taken for ours.
+async fn manifest_owner(store: &Store, key: &str) -> Result<Option<String>, StorageError> {
+    let Some(bytes) = store.get_small(&manifest_key(key)).await? else {
+        return Ok(None);
+    };
+    Ok(Manifest::parse(key, &bytes)
+        .ok()
+        .and_then(|m| m.labels.get(OWNER_METADATA_KEY).cloned()))
 }
 
 /// Applies `maxBackups` after a successful scheduled run; returns the deleted keys.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use backup_api::S3Source;
 use backup_api::client_tls;
 use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, CA_SECRET_KEY};
 use backup_storage::{S3Credentials, S3Options};
@@ -37,20 +38,27 @@ pub struct Resolved {
 
 /// Reads the Secrets named by `plan` in `secrets`' namespace.
 pub async fn resolve(secrets: &Api<Secret>, plan: &BackupPlan) -> Result<Resolved, SecretError> {
-    let aws = match plan.s3.aws_secret() {
-        Some(name) => Some((name, read(secrets, name).await?)),
-        None => None,
-    };
-    let ca = match plan.s3.ca_secret.as_deref().filter(|s| !s.is_empty()) {
-        Some(name) => Some((name, read(secrets, name).await?)),
-        None => None,
-    };
     let tls = match &plan.client_tls_secret {
         Some(name) => Some(tls_pem(name, &read(secrets, name).await?)?),
         None => None,
     };
+    let Some(s3) = plan.s3() else {
+        // Local targets need no storage credentials.
+        return Ok(Resolved {
+            s3: S3Options::default(),
+            tls,
+        });
+    };
+    let aws = match s3.aws_secret() {
+        Some(name) => Some((name, read(secrets, name).await?)),
+        None => None,
+    };
+    let ca = match s3.ca_secret.as_deref().filter(|s| !s.is_empty()) {
+        Some(name) => Some((name, read(secrets, name).await?)),
+        None => None,
+    };
     let s3 = s3_options(
-        plan,
+        s3,
         aws.as_ref().map(|(n, d)| (*n, d)),
         ca.as_ref().map(|(n, d)| (*n, d)),
     )?;
@@ -71,7 +79,7 @@ async fn read(secrets: &Api<Secret>, name: &str) -> Result<SecretData, SecretErr
 /// S3 options from the spec and the coreos `awsSecret` (AWS shared files `credentials` and
 /// `config`). Without an `awsSecret`, the ambient AWS credential chain applies.
 pub fn s3_options(
-    plan: &BackupPlan,
+    s3: &S3Source,
     aws_secret: Option<(&str, &SecretData)>,
     ca_secret: Option<(&str, &SecretData)>,
 ) -> Result<S3Options, SecretError> {
@@ -98,9 +106,9 @@ pub fn s3_options(
         Some((name, data)) => Some(required(name, data, CA_SECRET_KEY)?.0.clone()),
     };
     Ok(S3Options {
-        endpoint: plan.s3.endpoint().map(str::to_string),
-        region: plan.s3.region.clone().filter(|r| !r.is_empty()),
-        force_path_style: plan.s3.force_path_style(),
+        endpoint: s3.endpoint().map(str::to_string),
+        region: s3.region.clone().filter(|r| !r.is_empty()),
+        force_path_style: s3.force_path_style(),
         ca_bundle_pem,
         credentials,
         ..S3Options::default()
@@ -169,7 +177,7 @@ mod tests {
             ),
             ("config", "[default]\nregion = garage\n"),
         ]);
-        let options = s3_options(&plan(), Some(("aws", &secret)), None).unwrap();
+        let options = s3_options(plan().s3().unwrap(), Some(("aws", &secret)), None).unwrap();
         assert!(matches!(
             &options.credentials,
             S3Credentials::SharedFiles { credentials: Some(c), config: Some(_), .. } if c.contains("AK")
@@ -184,13 +192,13 @@ mod tests {
     #[test]
     fn missing_keys_name_the_secret_and_key_only() {
         let err = s3_options(
-            &plan(),
+            plan().s3().unwrap(),
             Some(("aws", &data(&[("other", "SUPERSECRET")]))),
             None,
         )
         .unwrap_err();
         assert_eq!(err.to_string(), r#"Secret "aws" has no key "credentials""#);
-        let err = s3_options(&plan(), None, Some(("ca", &data(&[])))).unwrap_err();
+        let err = s3_options(plan().s3().unwrap(), None, Some(("ca", &data(&[])))).unwrap_err();
         assert!(err.to_string().contains("ca.crt"), "{err}");
         let err = tls_pem("tls", &data(&[("etcd-client.crt", "SUPERSECRET")])).unwrap_err();
         assert_eq!(
@@ -201,7 +209,7 @@ mod tests {
 
     #[test]
     fn no_aws_secret_uses_the_ambient_chain() {
-        let options = s3_options(&plan(), None, None).unwrap();
+        let options = s3_options(plan().s3().unwrap(), None, None).unwrap();
         assert!(matches!(options.credentials, S3Credentials::DefaultChain));
     }
 }

@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 
 use backup_api::EtcdBackupSpec;
-use etcd_backup_operator::execute::{delete_backups, run_backup};
-use etcd_backup_operator::plan::{self, BackupPlan};
+use backup_storage::Location;
+use etcd_backup_operator::execute::{self, delete_backups, run_backup};
+use etcd_backup_operator::local::LocalVolume;
+use etcd_backup_operator::plan::{self, BackupPlan, Target};
 use etcd_backup_operator::retention::OWNER_METADATA_KEY;
 use etcd_backup_operator::secrets::{self, Resolved, SecretData};
 use k8s_openapi::ByteString;
@@ -38,10 +40,15 @@ fn plan(etcd: &Etcd, garage: &Garage, path: &str, policy: serde_json::Value) -> 
     plan::build(&spec).unwrap()
 }
 
+/// Where an S3 plan writes (the namespace only matters for Local).
+fn location(plan: &BackupPlan) -> Location {
+    execute::location(plan, "default", None).unwrap()
+}
+
 fn resolved(plan: &BackupPlan, garage: &Garage) -> Resolved {
     let secret = aws_secret(garage);
     Resolved {
-        s3: secrets::s3_options(plan, Some(("aws", &secret)), None).unwrap(),
+        s3: secrets::s3_options(plan.s3().unwrap(), Some(("aws", &secret)), None).unwrap(),
         tls: None,
     }
 }
@@ -51,7 +58,7 @@ async fn one_shot_writes_exactly_the_path_verified_and_tagged() {
     let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
     etcd.put("/hello", "world").await.unwrap();
     let plan = plan(&etcd, &garage, "etcd.backup", json!({}));
-    let outcome = run_backup(&plan, resolved(&plan, &garage), UID)
+    let outcome = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID)
         .await
         .unwrap();
 
@@ -90,11 +97,16 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
     // ours) and an object put by hand.
     let other_plan = plan.clone();
     etcd.put("/k", "0").await.unwrap();
-    let theirs = run_backup(&other_plan, resolved(&other_plan, &garage), "someone-else")
-        .await
-        .unwrap()
-        .report
-        .key;
+    let theirs = run_backup(
+        &other_plan,
+        &location(&other_plan),
+        resolved(&other_plan, &garage),
+        "someone-else",
+    )
+    .await
+    .unwrap()
+    .report
+    .key;
     store
         .put_small(
             "etcd.backup_v1_2000-01-01-00:00:00",
@@ -109,7 +121,7 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
         // Names have one-second resolution; distinct revisions and seconds keep them apart.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
         etcd.put("/k", &i.to_string()).await.unwrap();
-        let outcome = run_backup(&plan, resolved(&plan, &garage), UID)
+        let outcome = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID)
             .await
             .unwrap();
         let parsed = etcd_snapshot::naming::parse_scheduled("etcd.backup", &outcome.report.key)
@@ -135,7 +147,7 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
     assert!(!left.contains(&ours[0]));
 
     // Delete policy: only what this EtcdBackup wrote goes.
-    let deleted = delete_backups(&plan, resolved(&plan, &garage), UID)
+    let deleted = delete_backups(&location(&plan), resolved(&plan, &garage), UID)
         .await
         .unwrap();
     assert_eq!(deleted.len(), 4, "{deleted:?}");
@@ -152,17 +164,29 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
     let store = store(&garage).await;
 
     let mut missing_bucket = plan(&etcd, &garage, "x", json!({}));
-    missing_bucket.location.bucket = "no-such-bucket".into();
-    let err = run_backup(&missing_bucket, resolved(&missing_bucket, &garage), UID)
-        .await
-        .unwrap_err();
+    if let Target::S3 { location, .. } = &mut missing_bucket.target {
+        location.bucket = "no-such-bucket".into();
+    }
+    let err = run_backup(
+        &missing_bucket,
+        &location(&missing_bucket),
+        resolved(&missing_bucket, &garage),
+        UID,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.reason(), "BucketNotFound", "{err}");
 
     let mut unreachable = plan(&etcd, &garage, "etcd.down", json!({"timeoutInSecond": 20}));
     unreachable.endpoints = vec![format!("http://127.0.0.1:{}", testbed::free_port())];
-    let err = run_backup(&unreachable, resolved(&unreachable, &garage), UID)
-        .await
-        .unwrap_err();
+    let err = run_backup(
+        &unreachable,
+        &location(&unreachable),
+        resolved(&unreachable, &garage),
+        UID,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.reason(), "EtcdUnreachable", "{err}");
     assert!(keys(&store, "etcd.down").await.is_empty());
 
@@ -179,13 +203,90 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         ),
     );
     let resolved = Resolved {
-        s3: secrets::s3_options(&bad_key, Some(("aws", &secret)), None).unwrap(),
+        s3: secrets::s3_options(bad_key.s3().unwrap(), Some(("aws", &secret)), None).unwrap(),
         tls: None,
     };
-    let err = run_backup(&bad_key, resolved, UID).await.unwrap_err();
+    let err = run_backup(&bad_key, &location(&bad_key), resolved, UID)
+        .await
+        .unwrap_err();
     assert!(
         !err.to_string().contains("wrong"),
         "secret value leaked: {err}"
     );
     assert!(keys(&store, "etcd.badkey").await.is_empty());
+}
+
+/// `storageType: Local` on the operator's volume: the coreos suffix, files that `verify`
+/// accepts, retention by the owner recorded in the manifest (local files have no user
+/// metadata), foreign files untouched, and the Delete policy.
+#[tokio::test]
+async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
+    let etcd = Etcd::start().await.unwrap();
+    etcd.put("/local", "yes").await.unwrap();
+    let volume_dir = tempfile::tempdir().unwrap();
+    let volume = LocalVolume::parse("backups/etcd-backups", volume_dir.path().into()).unwrap();
+    let spec: EtcdBackupSpec = serde_json::from_value(json!({
+        "etcdEndpoints": [etcd.endpoint],
+        "storageType": "Local",
+        "backupPolicy": {"backupIntervalInSecond": 60, "maxBackups": 2},
+        "local": {"path": "cluster-a/etcd.backup", "persistentVolumeClaim": "etcd-backups"}
+    }))
+    .unwrap();
+    let plan = plan::build(&spec).unwrap();
+    let resolved = || Resolved {
+        s3: Default::default(),
+        tls: None,
+    };
+    // Another EtcdBackup's file with the same base, and a stray file without a manifest.
+    let dir = volume_dir.path().join("cluster-a");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("etcd.backup_v1_2000-01-01-00:00:00"), b"stray").unwrap();
+
+    let location = execute::location(&plan, "backups", Some(&volume)).unwrap();
+    let mut ours = Vec::new();
+    for _ in 0..3 {
+        // The coreos suffix has one-second resolution.
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let outcome = run_backup(&plan, &location, resolved(), UID).await.unwrap();
+        assert!(outcome.pruned.is_ok(), "{:?}", outcome.pruned);
+        assert!(
+            outcome
+                .report
+                .url
+                .starts_with(&format!("file://{}/etcd.backup_v", dir.display())),
+            "{}",
+            outcome.report.url
+        );
+        ours.push(outcome.report.key);
+    }
+    let store = backup_storage::Store::open(&location, &Default::default())
+        .await
+        .unwrap();
+    for key in &ours[1..] {
+        etcd_snapshot::verify(&store, key).await.unwrap();
+    }
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files.len(),
+        5,
+        "two backups, their manifests, the stray: {files:?}"
+    );
+    assert!(store.head(&ours[0]).await.unwrap().is_none(), "oldest kept");
+    assert!(files.contains(&"etcd.backup_v1_2000-01-01-00:00:00".to_string()));
+
+    // Another namespace may not use this claim.
+    let err = execute::location(&plan, "team-b", Some(&volume)).unwrap_err();
+    assert_eq!(err.reason(), "LocalVolumeUnavailable", "{err}");
+
+    let deleted = delete_backups(&location, resolved(), UID).await.unwrap();
+    assert_eq!(deleted.len(), 4, "{deleted:?}");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["etcd.backup_v1_2000-01-01-00:00:00"]);
 }
