@@ -11,6 +11,7 @@ use backup_api::condition::{self, PROGRESSING};
 use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
@@ -113,7 +114,7 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
     let plan = plan::build(&backup.spec);
     if backup.meta().deletion_timestamp.is_some() {
         ctx.runs.cancel(&uid);
-        return finalize(backup, plan.ok().as_ref(), &api, ctx).await;
+        return finalize(backup, plan.as_ref(), ctx).await;
     }
     let plan = match plan {
         Ok(plan) => plan,
@@ -124,8 +125,8 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
     };
 
     let wants_finalizer = plan.deletion_policy == DeletionPolicy::Delete;
-    if wants_finalizer != has_finalizer(backup) {
-        set_finalizer(backup, wants_finalizer, &api).await?;
+    if wants_finalizer != has_finalizer(backup.meta()) {
+        set_finalizer(backup.meta(), wants_finalizer, &ctx.client).await?;
         // The patch comes back as a watch event, which reconciles again.
         return Ok(Action::await_change());
     }
@@ -348,42 +349,61 @@ fn success_event(outcome: &Outcome) -> Event {
 /// Deletion: with our finalizer, applies the deletion policy and releases the object.
 async fn finalize(
     backup: &EtcdBackup,
-    plan: Option<&BackupPlan>,
-    api: &Api<EtcdBackup>,
+    plan: Result<&BackupPlan, &InvalidSpec>,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    if !has_finalizer(backup) {
+    if !has_finalizer(backup.meta()) {
         return Ok(Action::await_change());
     }
-    if let Some(plan) = plan.filter(|p| p.deletion_policy == DeletionPolicy::Delete) {
-        let namespace = backup.namespace().unwrap_or_default();
-        let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-        let uid = backup.uid().unwrap_or_default();
-        let deleted = async {
-            let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
-            let resolved = secrets::resolve(&secrets_api, plan).await?;
-            execute::delete_backups(&location, resolved, &uid).await
-        }
-        .await;
-        match deleted {
-            Ok(keys) => {
-                tracing::info!(name = %backup.name_any(), deleted = keys.len(), "deletion policy Delete: backups removed")
+    let reference = backup.object_ref(&());
+    match plan {
+        Ok(plan) if plan.deletion_policy == DeletionPolicy::Delete => {
+            let namespace = backup.namespace().unwrap_or_default();
+            let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+            let uid = backup.uid().unwrap_or_default();
+            let deleted = async {
+                let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
+                let resolved = secrets::resolve(&secrets_api, plan).await?;
+                execute::delete_backups(&location, resolved, &uid).await
             }
-            Err(e) => {
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: "DeleteBackupsFailed".into(),
-                    note: Some(truncate_note(e.to_string())),
-                    action: "Delete".into(),
-                    secondary: None,
-                };
-                publish(ctx, &event, &backup.object_ref(&())).await;
-                return Err(Error::Cleanup(e));
+            .await;
+            match deleted {
+                Ok(keys) => {
+                    tracing::info!(name = %backup.name_any(), deleted = keys.len(), "deletion policy Delete: backups removed")
+                }
+                Err(e) => {
+                    let event = Event {
+                        type_: EventType::Warning,
+                        reason: "DeleteBackupsFailed".into(),
+                        note: Some(truncate_note(e.to_string())),
+                        action: "Delete".into(),
+                        secondary: None,
+                    };
+                    publish(ctx, &event, &reference).await;
+                    return Err(Error::Cleanup(e));
+                }
             }
         }
+        Ok(_) => {}
+        Err(invalid) => publish(ctx, &backups_kept(&invalid.to_string()), &reference).await,
     }
-    set_finalizer(backup, false, api).await?;
+    set_finalizer(backup.meta(), false, &ctx.client).await?;
     Ok(Action::await_change())
+}
+
+/// The finalizer is released without deleting anything when the spec cannot say where the
+/// backups are: keeping data is the safe side, and blocking the deletion forever would help
+/// nobody. The event says so, so nobody believes the backups are gone.
+fn backups_kept(cause: &str) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "BackupsKept".into(),
+        note: Some(truncate_note(format!(
+            "deletionPolicy Delete was not applied, the stored backups were kept: the spec is invalid ({cause})"
+        ))),
+        action: "Delete".into(),
+        secondary: None,
+    }
 }
 
 async fn report_invalid_spec(
@@ -415,6 +435,23 @@ async fn report_invalid_spec(
 async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result<Action, Error> {
     let meta = &invalid.metadata;
     let uid = meta.uid.clone().unwrap_or_default();
+    let name = meta.name.clone().unwrap_or_default();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let reference = ObjectReference {
+        api_version: Some(backup_api::API_VERSION.into()),
+        kind: Some("EtcdBackup".into()),
+        name: Some(name.clone()),
+        namespace: Some(namespace.clone()),
+        uid: Some(uid.clone()),
+        ..Default::default()
+    };
+    if meta.deletion_timestamp.is_some() {
+        if has_finalizer(meta) {
+            publish(ctx, &backups_kept(&invalid.error.to_string()), &reference).await;
+            set_finalizer(meta, false, &ctx.client).await?;
+        }
+        return Ok(Action::await_change());
+    }
     {
         let mut seen = ctx
             .reported_invalid
@@ -425,8 +462,6 @@ async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result
         }
         seen.insert(uid.clone(), meta.generation);
     }
-    let name = meta.name.clone().unwrap_or_default();
-    let namespace = meta.namespace.clone().unwrap_or_default();
     let message = format!("the EtcdBackup cannot be read: {}", invalid.error);
     let now = truncate((ctx.clock)());
     let new = status::invalid(
@@ -438,14 +473,6 @@ async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result
     );
     let api: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &namespace);
     apply_status(&api, &name, &new).await?;
-    let reference = ObjectReference {
-        api_version: Some(backup_api::API_VERSION.into()),
-        kind: Some("EtcdBackup".into()),
-        name: Some(name),
-        namespace: Some(namespace),
-        uid: Some(uid),
-        ..Default::default()
-    };
     let event = Event {
         type_: EventType::Warning,
         reason: "InvalidObject".into(),
@@ -461,20 +488,18 @@ fn api_for(backup: &EtcdBackup, ctx: &Context) -> Api<EtcdBackup> {
     Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default())
 }
 
-fn has_finalizer(backup: &EtcdBackup) -> bool {
-    backup.finalizers().iter().any(|f| f == FINALIZER)
+fn has_finalizer(meta: &ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
 }
 
 /// Adds or removes our finalizer, keeping others. The resourceVersion makes the merge patch
-/// fail on a concurrent change instead of dropping someone else's finalizer.
-async fn set_finalizer(
-    backup: &EtcdBackup,
-    present: bool,
-    api: &Api<EtcdBackup>,
-) -> Result<(), Error> {
-    let mut finalizers: Vec<String> = backup
-        .finalizers()
+/// fail on a concurrent change instead of dropping someone else's finalizer. The reply is
+/// read through a `DeserializeGuard`, so this works on an object that does not parse.
+async fn set_finalizer(meta: &ObjectMeta, present: bool, client: &Client) -> Result<(), Error> {
+    let mut finalizers: Vec<String> = meta
+        .finalizers
         .iter()
+        .flatten()
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
@@ -482,14 +507,13 @@ async fn set_finalizer(
         finalizers.push(FINALIZER.into());
     }
     let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": backup.resource_version()}
+        "metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}
     });
-    api.patch(
-        &backup.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let api: Api<DeserializeGuard<EtcdBackup>> = Api::namespaced(client.clone(), namespace);
+    let name = meta.name.as_deref().unwrap_or_default();
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 

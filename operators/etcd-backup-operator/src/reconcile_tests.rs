@@ -221,6 +221,71 @@ async fn finalizer_is_removed_when_no_longer_needed_keeping_others() {
     api.expect_silence().await;
 }
 
+/// Deleted with `deletionPolicy: Delete` but a spec that no longer says where the backups
+/// are: nothing is deleted, the finalizer goes, and a Warning says the backups were kept.
+#[tokio::test]
+async fn deleted_with_an_invalid_spec_keeps_the_backups_and_says_so() {
+    let (ctx, mut api) = context();
+    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "ABS",
+                      "deletionPolicy": "Delete", "abs": {"path": "c/b", "absSecret": "s"}});
+    let mut obj = backup(spec, None);
+    obj.metadata.finalizers = Some(vec![FINALIZER.into(), "other/keep".into()]);
+    obj.metadata.deletion_timestamp = Some(crate::status::time(now()));
+    let task = start(guard(obj.clone()), &ctx);
+    let event = api.expect_event().await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("BackupsKept"))
+    );
+    let note = event["note"].as_str().unwrap();
+    assert!(note.contains("stored backups were kept"), "{note}");
+    assert!(note.contains("ABS"), "the cause is named: {note}");
+    let call = api
+        .expect(StatusCode::OK, |_| serde_json::to_value(&obj).unwrap())
+        .await;
+    assert_eq!(call.method, Method::PATCH);
+    assert!(
+        call.path.ends_with("/namespaces/ns/etcdbackups/b"),
+        "{}",
+        call.path
+    );
+    assert_eq!(call.body["metadata"]["finalizers"], json!(["other/keep"]));
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
+/// The same for an object that does not parse at all: its deletion is not blocked forever.
+#[tokio::test]
+async fn a_deleted_object_that_does_not_parse_is_released_with_a_warning() {
+    let (ctx, mut api) = context();
+    let raw = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "b", "namespace": "ns", "uid": "uid-9", "generation": 1,
+                     "resourceVersion": "11", "deletionTimestamp": "2026-03-01T11:59:00Z",
+                     "finalizers": [FINALIZER]},
+        "spec": {"etcdEndpoints": ["http://e:2379"], "storageType": "Floppy"}
+    });
+    let guarded: DeserializeGuard<backup_api::EtcdBackup> =
+        serde_json::from_value(raw.clone()).unwrap();
+    assert!(guarded.0.is_err());
+    let task = tokio::spawn(reconcile(Arc::new(guarded), ctx.clone()));
+    let event = api.expect_event().await;
+    assert_eq!(event["reason"], "BackupsKept");
+    assert_eq!(event["regarding"]["uid"], "uid-9");
+    assert!(event["note"].as_str().unwrap().contains("Floppy"));
+    let call = api.expect(StatusCode::OK, |_| raw.clone()).await;
+    assert_eq!(call.method, Method::PATCH);
+    assert!(
+        call.path.ends_with("/namespaces/ns/etcdbackups/b"),
+        "{}",
+        call.path
+    );
+    assert_eq!(call.body["metadata"]["finalizers"], json!([]));
+    assert_eq!(call.body["metadata"]["resourceVersion"], "11");
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
 #[tokio::test]
 async fn unsupported_storage_type_gives_a_condition_and_one_warning() {
     let (ctx, mut api) = context();
