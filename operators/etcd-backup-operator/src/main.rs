@@ -25,6 +25,10 @@ struct Args {
     /// Watch EtcdBackups in this namespace only; empty watches all namespaces.
     #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
     namespace: String,
+    /// Watch only EtcdBackups whose labels match this selector (e.g. `team=a`), to split
+    /// objects between operator deployments; empty watches all.
+    #[arg(long, env = "WATCH_SELECTOR", default_value = "")]
+    selector: String,
     /// Backups running at once, across all EtcdBackups.
     #[arg(long, env = "MAX_CONCURRENT_BACKUPS", default_value_t = 4)]
     max_concurrent_backups: usize,
@@ -95,6 +99,7 @@ async fn main() -> Result<()> {
         .clone()
         .unwrap_or_else(|| format!("{MANAGER}-{}", std::process::id()));
     let namespace = Some(args.namespace.as_str()).filter(|n| !n.is_empty());
+    let selector = Some(args.selector.as_str()).filter(|s| !s.is_empty());
     let lost_leadership = if args.leader_election {
         let lease_namespace = args
             .lease_namespace
@@ -143,10 +148,11 @@ async fn main() -> Result<()> {
     let ctx = Arc::new(ctx);
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),
+        selector = selector.unwrap_or("<none>"),
         max_concurrent = args.max_concurrent_backups,
         "operator started"
     );
-    runner::run(ctx, namespace, health, stop.clone()).await;
+    runner::run(ctx, namespace, selector, health, stop.clone()).await;
     let _ = server.await;
     if let Some((lost, _task)) = lost_leadership
         && lost.is_cancelled()

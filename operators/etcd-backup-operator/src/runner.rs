@@ -1,4 +1,5 @@
-//! Wires the controller: a watch on EtcdBackup (one namespace or all) feeding a reflector,
+//! Wires the controller: a watch on EtcdBackup (one namespace or all, optionally only those
+//! matching a label selector) feeding a reflector,
 //! with deletions cancelling in-flight runs at once, and readiness once the cache has synced.
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ const RECONCILE_CONCURRENCY: u16 = 16;
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<&str>,
+    selector: Option<&str>,
     health: Arc<Health>,
     stop: CancellationToken,
 ) {
@@ -37,7 +39,7 @@ pub async fn run(
     let (reader, writer) = reflector::store();
     let runs = ctx.runs.clone();
     let synced = reader.clone();
-    let events = reflector(writer, watcher(api))
+    let events = reflector(writer, watcher(api, selector))
         .default_backoff()
         .inspect_ok(move |event| match event {
             // Deleting an EtcdBackup stops its run at once (coreos leaked a busy loop, #2091).
@@ -71,10 +73,18 @@ pub async fn run(
     wind_down(&ctx).await;
 }
 
+/// The server filters by `selector`, so objects outside it never reach this process.
 fn watcher(
     api: Api<DeserializeGuard<EtcdBackup>>,
-) -> impl futures::Stream<Item = Result<Event<DeserializeGuard<EtcdBackup>>, watcher::Error>> {
-    watcher::watcher(api, watcher::Config::default())
+    selector: Option<&str>,
+) -> impl futures::Stream<Item = Result<Event<DeserializeGuard<EtcdBackup>>, watcher::Error>> + use<>
+{
+    let config = watcher::Config::default();
+    let config = match selector {
+        Some(selector) => config.labels(selector),
+        None => config,
+    };
+    watcher::watcher(api, config)
 }
 
 /// Cancelled runs drop their uploads, which start an abort in the background; give those a

@@ -1,8 +1,9 @@
 //! End to end: the `etcd-backup-operator` binary, run out-of-cluster against a real API server
 //! (the 1.20.2 test bed, or `KUBECONFIG`'s cluster), backs up a real etcd to a real S3 server
 //! (Garage) from the coreos example manifests, applied with only their placeholders filled in.
-//! The operator runs as the ServiceAccount of `deploy/namespaced/rbac.yaml` (by impersonation),
-//! so every test also proves that the shipped least-privilege RBAC is enough.
+//! The operator runs as the ServiceAccount of `deploy/namespaced/rbac.yaml` (by impersonation;
+//! one test uses `deploy/cluster-wide/rbac.yaml`), so every test also proves that the shipped
+//! least-privilege RBAC is enough.
 //!
 //! Needs the kube-apiserver binaries from `e2e/apiserver/build.sh` (which `e2e/test.sh` runs), or
 //! `KUBECONFIG`: `cargo test -p etcd-backup-operator --test e2e`.
@@ -12,11 +13,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use backup_api::EtcdBackup;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use testbed::kube::KubeTestbed;
@@ -28,6 +31,8 @@ use common::{aws_files, store};
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
 const NAMESPACED_RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced/rbac.yaml");
+const CLUSTER_WIDE_RBAC: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/cluster-wide/rbac.yaml");
 /// The ServiceAccount in `deploy/*/rbac.yaml`.
 const SERVICE_ACCOUNT: &str = "etcd-backup-operator";
 
@@ -43,20 +48,27 @@ impl Operator {
         Operator::start_with(namespace, "operator", &[]).await
     }
 
-    /// Starts one operator process; its log goes to `$TMPDIR/<tag>-<namespace>-<port>.log`.
+    /// Starts one operator process watching `namespace`, as the ServiceAccount installed there.
     async fn start_with(namespace: &str, tag: &str, extra: &[&str]) -> Operator {
+        Operator::start_as(namespace, namespace, tag, extra).await
+    }
+
+    /// Starts one operator process watching `watch` (empty: all namespaces) as the
+    /// ServiceAccount in `account_namespace`; its log goes to
+    /// `$TMPDIR/<tag>-<account_namespace>-<port>.log`.
+    async fn start_as(watch: &str, account_namespace: &str, tag: &str, extra: &[&str]) -> Operator {
         let port = testbed::free_port();
-        let log = std::env::temp_dir().join(format!("{tag}-{namespace}-{port}.log"));
+        let log = std::env::temp_dir().join(format!("{tag}-{account_namespace}-{port}.log"));
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup-operator"))
             .args([
                 "--namespace",
-                namespace,
+                watch,
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
             .args(["--max-concurrent-backups", "2", "--log-format", "json"])
             .args(extra)
-            .env("KUBECONFIG", service_account_kubeconfig(namespace))
+            .env("KUBECONFIG", service_account_kubeconfig(account_namespace))
             // Credentials come from the EtcdBackup's Secret only.
             .env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY")
@@ -120,7 +132,7 @@ impl Drop for Operator {
         if !std::thread::panicking() {
             assert!(
                 forbidden.is_empty(),
-                "the namespaced RBAC misses a rule:\n{}",
+                "the RBAC misses a rule:\n{}",
                 forbidden.join("\n")
             );
         }
@@ -161,38 +173,102 @@ fn service_account_kubeconfig(namespace: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("{namespace}-{SERVICE_ACCOUNT}.kubeconfig"))
 }
 
+/// Server-side applies one manifest of the kinds the deploy/ files hold.
+async fn apply(kube: &KubeTestbed, doc: &Value) {
+    let (kind, name) = (
+        doc["kind"].as_str().unwrap(),
+        doc["metadata"]["name"].as_str().unwrap(),
+    );
+    let resource = match kind {
+        "ServiceAccount" => ApiResource::erase::<ServiceAccount>(&()),
+        "Role" => ApiResource::erase::<Role>(&()),
+        "RoleBinding" => ApiResource::erase::<RoleBinding>(&()),
+        "ClusterRole" => ApiResource::erase::<ClusterRole>(&()),
+        "ClusterRoleBinding" => ApiResource::erase::<ClusterRoleBinding>(&()),
+        "PersistentVolumeClaim" => ApiResource::erase::<PersistentVolumeClaim>(&()),
+        other => panic!("unexpected {other} {name}"),
+    };
+    let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(kube.client.clone(), ns, &resource),
+        None => Api::all_with(kube.client.clone(), &resource),
+    };
+    api.patch(name, &PatchParams::apply("e2e").force(), &Patch::Apply(doc))
+        .await
+        .unwrap_or_else(|e| panic!("cannot apply {kind} {name}: {e}"));
+}
+
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|de| Value::deserialize(de).unwrap())
+        .collect()
+}
+
 /// Applies `deploy/namespaced/rbac.yaml` to `ns` (its namespace replaced) and writes the
 /// kubeconfig that impersonates its ServiceAccount.
 async fn install_namespaced_rbac(kube: &KubeTestbed, ns: &str) {
-    let text = std::fs::read_to_string(NAMESPACED_RBAC).unwrap();
-    let params = PatchParams::apply("e2e").force();
-    for de in serde_yaml::Deserializer::from_str(&text) {
-        let mut doc = Value::deserialize(de).unwrap();
+    for mut doc in documents(NAMESPACED_RBAC) {
         doc["metadata"]["namespace"] = json!(ns);
         if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
             subjects.iter_mut().for_each(|s| s["namespace"] = json!(ns));
         }
-        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
-        let client = kube.client.clone();
-        match doc["kind"].as_str().unwrap() {
-            "ServiceAccount" => Api::<ServiceAccount>::namespaced(client, ns)
-                .patch(&name, &params, &Patch::Apply(&doc))
-                .await
-                .map(drop),
-            "Role" => Api::<Role>::namespaced(client, ns)
-                .patch(&name, &params, &Patch::Apply(&doc))
-                .await
-                .map(drop),
-            "RoleBinding" => Api::<RoleBinding>::namespaced(client, ns)
-                .patch(&name, &params, &Patch::Apply(&doc))
-                .await
-                .map(drop),
-            other => panic!("unexpected {other} in {NAMESPACED_RBAC}"),
-        }
-        .unwrap_or_else(|e| panic!("cannot apply {name}: {e}"));
+        apply(kube, &doc).await;
     }
     kube.write_service_account_kubeconfig(ns, SERVICE_ACCOUNT, &service_account_kubeconfig(ns))
         .unwrap();
+}
+
+/// Applies `deploy/cluster-wide/rbac.yaml` with the operator's namespace `ns`; the cluster-scoped
+/// names get `-<ns>` appended so that they cannot clash. Returns the cluster-scoped objects
+/// as `(kind, name)`, for removal.
+async fn install_cluster_wide_rbac(kube: &KubeTestbed, ns: &str) -> Vec<(String, String)> {
+    let mut cluster_scoped = Vec::new();
+    for mut doc in documents(CLUSTER_WIDE_RBAC) {
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        if kind.starts_with("Cluster") {
+            let name = format!("{}-{ns}", doc["metadata"]["name"].as_str().unwrap());
+            doc["metadata"]["name"] = json!(name);
+            if kind == "ClusterRoleBinding" {
+                let role = format!("{}-{ns}", doc["roleRef"]["name"].as_str().unwrap());
+                doc["roleRef"]["name"] = json!(role);
+            }
+            cluster_scoped.push((kind, name));
+        } else {
+            doc["metadata"]["namespace"] = json!(ns);
+        }
+        if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
+            subjects.iter_mut().for_each(|s| s["namespace"] = json!(ns));
+        }
+        apply(kube, &doc).await;
+    }
+    kube.write_service_account_kubeconfig(ns, SERVICE_ACCOUNT, &service_account_kubeconfig(ns))
+        .unwrap();
+    cluster_scoped
+}
+
+/// Waits (60 s at most) until status has named `runs` different backups.
+async fn wait_for_runs(api: &Api<EtcdBackup>, name: &str, runs: usize) {
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < runs {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {seen:?} after 60 s"
+        );
+        let status = api.get(name).await.unwrap().status;
+        if let Some(last) = status.and_then(|s| s.last_backup) {
+            seen.insert(last.object_key);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_until_succeeded(api: &Api<EtcdBackup>, name: &str) {
+    wait_for(&format!("{name} to succeed"), 60, || async {
+        let status = api.get(name).await.unwrap().status;
+        status.is_some_and(|s| s.succeeded)
+    })
+    .await;
 }
 
 /// A fresh namespace with the CRDs and the operator's namespaced RBAC installed, an etcd, a
@@ -393,24 +469,7 @@ async fn coreos_periodic_example_keeps_two_and_stops_when_deleted() {
             .collect::<Vec<_>>()
     };
     // The first run is immediate; wait for at least four runs in all.
-    let mut seen = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while seen.len() < 4 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "only {seen:?} after 60 s"
-        );
-        if let Some(last) = api
-            .get(&name)
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.last_backup)
-        {
-            seen.insert(last.object_key);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_for_runs(&api, &name, 4).await;
     let status = api.get(&name).await.unwrap().status.unwrap();
     assert!(status.next_schedule_time.is_some());
     let left = backups().await;
@@ -591,5 +650,166 @@ async fn deletion_policy_delete_removes_only_this_backups_objects() {
         .map(|o| o.key)
         .collect();
     assert_eq!(left, [FOREIGN], "{left:?}");
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// The cluster-wide deployment: one operator, as the ServiceAccount of
+/// `deploy/cluster-wide/rbac.yaml` with leader election, backs up EtcdBackups in two other
+/// namespaces. `--selector` keeps it to this test's objects (the API server is shared).
+#[tokio::test]
+async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
+    let kube = KubeTestbed::start().await.unwrap();
+    install_crds(&kube).await;
+    let operator_ns = kube.namespace("eb-cluster-op").await.unwrap();
+    let cluster_scoped = install_cluster_wide_rbac(&kube, &operator_ns).await;
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    etcd.put("/cluster-wide", "yes").await.unwrap();
+    let selector = format!("e2e-run={operator_ns}");
+    let args = ["--selector", &selector, "--leader-election"];
+    let args = [&args[..], &["--lease-namespace", &operator_ns]].concat();
+    let op = Operator::start_as("", &operator_ns, "cluster-wide", &args).await;
+
+    let one_shot = |ns: &str, name: &str, selected: bool| {
+        let mut m = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
+        m["metadata"]["name"] = json!(name);
+        if selected {
+            m["metadata"]["labels"] = json!({"e2e-run": operator_ns});
+        }
+        m["spec"]["s3"]["path"] = json!(format!("{}/{ns}/{name}.backup", garage.bucket));
+        m
+    };
+    let mut teams = Vec::new();
+    for prefix in ["eb-cluster-a", "eb-cluster-b"] {
+        let ns = kube.namespace(prefix).await.unwrap();
+        create_aws_secret(&kube, &ns, &garage).await;
+        teams.push((
+            create(&kube, &ns, one_shot(&ns, "selected", true)).await,
+            ns,
+        ));
+    }
+    let (_, first_ns) = &teams[0];
+    let unselected = create(&kube, first_ns, one_shot(first_ns, "other", false)).await;
+
+    let store = store(&garage).await;
+    for (api, ns) in &teams {
+        wait_until_succeeded(api, "selected").await;
+        let key = format!("{ns}/selected.backup");
+        let verified = etcd_snapshot::verify(&store, &key).await.unwrap();
+        let last = api
+            .get("selected")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .last_backup;
+        assert_eq!(last.unwrap().sha256, Some(verified.stored_sha256));
+        let events = events_for(&kube, ns, "selected").await;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("BackupSucceeded")),
+            "{events:?}"
+        );
+    }
+    // The object outside the selector was never touched.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(unselected.get("other").await.unwrap().status.is_none());
+    assert!(
+        store
+            .head(&format!("{first_ns}/other.backup"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    drop(op); // asserts that no request was refused
+    for (_, ns) in &teams {
+        kube.delete_namespace(ns).await.unwrap();
+    }
+    kube.delete_namespace(&operator_ns).await.unwrap();
+    for (kind, name) in cluster_scoped {
+        let api: Api<DynamicObject> = match kind.as_str() {
+            "ClusterRole" => {
+                Api::all_with(kube.client.clone(), &ApiResource::erase::<ClusterRole>(&()))
+            }
+            _ => Api::all_with(
+                kube.client.clone(),
+                &ApiResource::erase::<ClusterRoleBinding>(&()),
+            ),
+        };
+        api.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+/// `examples/etcd-backup-local-pvc.yaml`: backups on the claim mounted in the operator's pod
+/// (here a directory), pruned to `maxBackups`, removed by `deletionPolicy: Delete`; a file
+/// this EtcdBackup did not write stays.
+#[tokio::test]
+async fn local_pvc_example_prunes_on_the_claim_and_delete_removes_only_its_files() {
+    let (kube, ns, etcd, _garage) = setup("eb-local").await;
+    etcd.put("/local", "yes").await.unwrap();
+    let volume = tempfile::tempdir().unwrap();
+    let claim = format!("{ns}/etcd-backups");
+    let volume_dir = volume.path().to_str().unwrap();
+    let args = [
+        "--local-volume-claim",
+        &claim,
+        "--local-volume-dir",
+        volume_dir,
+    ];
+    let _op = Operator::start_with(&ns, "local", &args).await;
+    let dir = volume.path().join("example-etcd-cluster");
+    std::fs::create_dir_all(&dir).unwrap();
+    const FOREIGN: &str = "etcd.backup_v1_2000-01-01-00:00:00";
+    std::fs::write(dir.join(FOREIGN), b"not ours").unwrap();
+    let files = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    let [mut claim_doc, mut manifest] = <[Value; 2]>::try_from(documents(&format!(
+        "{EXAMPLES}/../etcd-backup-local-pvc.yaml"
+    )))
+    .unwrap();
+    claim_doc["metadata"]["namespace"] = json!(ns);
+    apply(&kube, &claim_doc).await;
+    manifest["spec"]["etcdEndpoints"] = json!([etcd.endpoint]);
+    // The example's @hourly and 24, shortened so the test sees pruning within seconds.
+    manifest["spec"]["backupPolicy"] = json!({"backupIntervalInSecond": 2, "maxBackups": 2});
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest).await;
+    wait_for_runs(&api, &name, 4).await;
+
+    let status = api.get(&name).await.unwrap().status.unwrap();
+    let newest = status.last_backup.unwrap();
+    let newest_file = newest.object_key.rsplit('/').next().unwrap().to_string();
+    let ours: Vec<String> = files()
+        .into_iter()
+        .filter(|f| f != FOREIGN && !f.ends_with(".manifest.json"))
+        .collect();
+    assert_eq!(ours.len(), 2, "maxBackups: 2 keeps two: {ours:?}");
+    assert!(ours.contains(&newest_file), "{newest_file} not in {ours:?}");
+    // Local keys are the absolute path without its leading '/'.
+    let location = backup_storage::Location::Local {
+        path: dir.join("etcd.backup"),
+    };
+    let local = backup_storage::Store::open(&location, &Default::default())
+        .await
+        .unwrap();
+    let newest_path = dir.join(&newest_file);
+    let newest_key = newest_path.to_str().unwrap().trim_start_matches('/');
+    let verified = etcd_snapshot::verify(&local, newest_key).await.unwrap();
+    assert_eq!(newest.sha256, Some(verified.stored_sha256));
+
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    wait_for("the EtcdBackup to go", 60, || async {
+        api.get_opt(&name).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(files(), [FOREIGN]);
     kube.delete_namespace(&ns).await.unwrap();
 }
