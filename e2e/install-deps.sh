@@ -12,6 +12,9 @@ packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev time)
 # MariaDB server and mariadb-backup for the MySQL runner's tests (the tests start their own
 # servers on temporary data dirs; the packaged service is not used).
 packages+=(mariadb-server mariadb-backup mariadb-client)
+# The image checks (testbed::image): chroot is in coreutils; openssl is the program that needs a
+# library distroless/cc lacks.
+packages+=(openssl)
 # pip, to install the aws CLI below when it is missing.
 command -v aws >/dev/null || packages+=(python3-pip)
 missing=()

@@ -7,6 +7,7 @@
 
 mod etcd;
 mod garage;
+pub mod image;
 pub mod kube;
 mod tls;
 
