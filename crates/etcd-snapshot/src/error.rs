@@ -1,4 +1,5 @@
 use backup_storage::StorageError;
+use backup_storage::compress::CompressionError;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -54,11 +55,8 @@ pub enum Error {
     #[error("invalid manifest {key}: {message}")]
     BadManifest { key: String, message: String },
 
-    #[error("decompression failed: {0}")]
-    Decompress(String),
-
-    #[error("compression failed: {0}")]
-    Compress(String),
+    #[error(transparent)]
+    Compression(#[from] CompressionError),
 
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -80,7 +78,6 @@ impl Error {
                 | Error::HashMismatch { .. }
                 | Error::ManifestMismatch { .. }
                 | Error::BadManifest { .. }
-                | Error::Decompress(_)
-        )
+        ) || matches!(self, Error::Compression(e) if e.is_integrity())
     }
 }

@@ -6,7 +6,6 @@
 //! `verify` and `fetch` stream an object back and check it the same way, so a fetched file
 //! restores with stock `etcdutl`/`etcdctl snapshot restore` and its hash check.
 
-mod compress;
 mod error;
 mod manifest;
 mod member;
@@ -15,7 +14,7 @@ mod save;
 mod trailer;
 mod verify;
 
-pub use compress::Compression;
+pub use backup_storage::compress::Compression;
 pub use error::{Error, Result};
 pub use manifest::{MANIFEST_SUFFIX, Manifest, manifest_key};
 pub use member::{EtcdConnection, Member, TlsPem, select_member};

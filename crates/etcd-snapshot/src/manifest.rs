@@ -11,12 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Compression, Error, Result};
 
-pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+pub use backup_storage::{MANIFEST_SUFFIX, manifest_key};
 pub const FORMAT: &str = "etcd-snapshot/v1";
-
-pub fn manifest_key(object_key: &str) -> String {
-    format!("{object_key}{MANIFEST_SUFFIX}")
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backup_storage::compress::Encoder;
 use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 
-use crate::compress::Encoder;
 use crate::manifest::{FORMAT, object_metadata};
 use crate::member::{Member, classify};
 use crate::naming::scheduled_name;
@@ -16,6 +16,10 @@ use crate::{
     Compression, Error, EtcdConnection, Manifest, Result, TrailerVerifier, manifest_key,
     select_member,
 };
+
+/// zstd level 3, single-threaded on purpose: zstd's worker threads buffer whole jobs (several
+/// MiB each), and level 3 on one core outruns most uplinks.
+const ZSTD_LEVEL: i32 = 3;
 
 /// Bytes so far, for progress bars and logs.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +156,7 @@ async fn stream(
 ) -> Result<Streamed> {
     let endpoint = member.endpoint.clone();
     let mut verifier = TrailerVerifier::new();
-    let mut encoder = Encoder::new(options.compression)?;
+    let mut encoder = Encoder::new(options.compression, ZSTD_LEVEL, 1)?;
     // Uncompressed, the stored bytes are the stream, whose hash the verifier already computes.
     let mut stored_hash = (options.compression != Compression::None).then(Sha256::new);
     let expected = member.db_size.max(0) as u64;

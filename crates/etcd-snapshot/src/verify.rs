@@ -8,8 +8,8 @@ use backup_storage::Store;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
-use crate::compress::Decoder;
 use crate::{Compression, Error, Manifest, Result, TrailerVerifier, manifest_key};
+use backup_storage::compress::Decoder;
 
 #[derive(Debug, Clone)]
 pub struct VerifyReport {

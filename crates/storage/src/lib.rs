@@ -10,6 +10,7 @@
 //! - [`Download`] streams an object and resumes after a dropped connection.
 //! - Listing paginates, so retention sees every object.
 
+pub mod compress;
 mod error;
 mod local;
 mod location;
@@ -18,6 +19,14 @@ mod s3;
 mod store;
 
 pub use error::{Result, StorageError};
+
+/// Every backup object (etcd or MySQL) has a JSON manifest beside it, under this suffix.
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+
+/// The key of the manifest of `object_key`.
+pub fn manifest_key(object_key: &str) -> String {
+    format!("{object_key}{MANIFEST_SUFFIX}")
+}
 pub use location::Location;
 pub use part_size::PartSizer;
 pub use s3::{S3Credentials, S3Options};

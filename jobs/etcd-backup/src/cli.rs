@@ -1,11 +1,10 @@
-//! Command-line interface. S3 settings also come from the standard AWS environment
-//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
-//! `AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, web identity, instance profile).
+//! Command-line interface. The S3 flags, `--compress` and `--log-format` are the shared ones
+//! of `backup-cli`; S3 settings also come from the standard AWS environment.
 
 use std::path::PathBuf;
 
+pub use backup_cli::{CompressArg, LogFormat, S3Args};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use etcd_snapshot::Compression;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -122,48 +121,8 @@ pub struct PruneArgs {
     pub incomplete_older_than: u64,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct S3Args {
-    /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
-    #[arg(long, global = true)]
-    pub s3_endpoint: Option<String>,
-    /// S3 region (default: AWS_REGION or the AWS config, then us-east-1).
-    #[arg(long, global = true)]
-    pub s3_region: Option<String>,
-    /// Use path-style URLs (https://endpoint/bucket/key); most S3-compatible servers need it.
-    #[arg(long, global = true, env = "S3_FORCE_PATH_STYLE")]
-    pub s3_force_path_style: bool,
-    /// Extra CA bundle (PEM) to trust for the S3 endpoint.
-    #[arg(long, global = true)]
-    pub s3_ca_file: Option<PathBuf>,
-    /// Attempts per S3 request, with exponential backoff.
-    #[arg(long, global = true, default_value_t = 5)]
-    pub s3_max_attempts: u32,
-}
-
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
     Text,
     Json,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum CompressArg {
-    None,
-    Zstd,
-}
-
-impl From<CompressArg> for Compression {
-    fn from(c: CompressArg) -> Self {
-        match c {
-            CompressArg::None => Compression::None,
-            CompressArg::Zstd => Compression::Zstd,
-        }
-    }
 }

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use backup_storage::{Location, PartSizer, S3Options, Store, UploadOptions};
+use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::naming::select_for_deletion;
 use etcd_snapshot::{
     EtcdConnection, MANIFEST_SUFFIX, Manifest, ObjectName, SaveOptions, TlsPem, manifest_key,
@@ -44,19 +44,7 @@ pub async fn run(cli: Cli) -> Result<()> {
 }
 
 async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
-    let location = Location::parse(url)?;
-    let mut options = S3Options {
-        endpoint: args.s3_endpoint.clone(),
-        region: args.s3_region.clone(),
-        force_path_style: args.s3_force_path_style,
-        max_attempts: args.s3_max_attempts,
-        ..S3Options::default()
-    };
-    if let Some(ca) = &args.s3_ca_file {
-        options = options.with_ca_file(ca)?;
-    }
-    let store = Store::open(&location, &options).await?;
-    Ok((store, location))
+    Ok(args.open(url).await?)
 }
 
 fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>> {

@@ -84,7 +84,7 @@ async fn truncated_zstd_object_is_rejected() {
     let path = saved_local_backup(dir.path(), "zstd").await;
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
-    assert_rejected(path.to_str().unwrap(), &[], &[], "decompression failed").await;
+    assert_rejected(path.to_str().unwrap(), &[], &[], "truncated object").await;
 }
 
 #[tokio::test]

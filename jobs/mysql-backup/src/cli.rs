@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub use backup_cli::{CompressArg, LogFormat, S3Args};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -197,39 +198,9 @@ pub struct PrepareArgs {
     pub parallel: Option<u32>,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct S3Args {
-    /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
-    #[arg(long, global = true)]
-    pub s3_endpoint: Option<String>,
-    /// S3 region (default: AWS_REGION or the AWS config, then us-east-1).
-    #[arg(long, global = true)]
-    pub s3_region: Option<String>,
-    /// Path-style URLs (https://endpoint/bucket/key); most S3-compatible servers need it.
-    #[arg(long, global = true, env = "S3_FORCE_PATH_STYLE")]
-    pub s3_force_path_style: bool,
-    /// Extra CA bundle (PEM) to trust for the S3 endpoint.
-    #[arg(long, global = true)]
-    pub s3_ca_file: Option<PathBuf>,
-    #[arg(long, global = true, default_value_t = 5)]
-    pub s3_max_attempts: u32,
-}
-
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum ToolArg {
     Auto,
     Mariadb,
     Percona,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-pub enum CompressArg {
-    None,
-    Zstd,
 }

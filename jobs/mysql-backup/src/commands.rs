@@ -3,8 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use backup_storage::{Location, PartSizer, S3Options, Store, UploadOptions};
-use mysql_backup::compress::Compression;
+use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use mysql_backup::credentials::DbConnection;
 use mysql_backup::ingest::IngestOptions;
 use mysql_backup::manifest::Manifest;
@@ -16,8 +15,8 @@ use mysql_backup::serve::{self, ServeConfig};
 use serde_json::json;
 
 use crate::cli::{
-    AuthArgs, BackupToolArgs, Cli, Command, CompressArg, DbArgs, PrepareArgs, RemoteArgs, S3Args,
-    StoreArgs, ToolArg,
+    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PrepareArgs, RemoteArgs, S3Args, StoreArgs,
+    ToolArg,
 };
 
 /// 3 marks "the data is bad" as opposed to "something was unreachable" (1).
@@ -203,19 +202,7 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
-    let location = Location::parse(url)?;
-    let mut options = S3Options {
-        endpoint: args.s3_endpoint.clone(),
-        region: args.s3_region.clone(),
-        force_path_style: args.s3_force_path_style,
-        max_attempts: args.s3_max_attempts,
-        ..S3Options::default()
-    };
-    if let Some(ca) = &args.s3_ca_file {
-        options = options.with_ca_file(ca)?;
-    }
-    let store = Store::open(&location, &options).await?;
-    Ok((store, location))
+    Ok(args.open(url).await?)
 }
 
 /// A secret from a file, else from an environment variable; never from a flag value.
@@ -275,10 +262,7 @@ fn tool_options(args: &BackupToolArgs) -> BackupToolOptions {
 
 fn ingest_options(args: &StoreArgs) -> IngestOptions {
     IngestOptions {
-        compression: match args.compress {
-            CompressArg::None => Compression::None,
-            CompressArg::Zstd => Compression::Zstd,
-        },
+        compression: args.compress.into(),
         zstd_level: args.zstd_level,
         zstd_threads: args.zstd_threads,
         upload: UploadOptions {

@@ -79,8 +79,8 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
-    #[error("compression: {0}")]
-    Compression(String),
+    #[error(transparent)]
+    Compression(#[from] backup_storage::compress::CompressionError),
 
     #[error(transparent)]
     Storage(#[from] backup_storage::StorageError),

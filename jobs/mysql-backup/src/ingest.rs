@@ -123,7 +123,7 @@ impl Ingest {
             Ok(t) => t,
             Err(e) => {
                 abort(upload).await;
-                return Err(e);
+                return Err(e.into());
             }
         };
         if !tail.is_empty() {

@@ -6,7 +6,7 @@
 //! cleanly; everything else aborts the upload.
 
 pub mod backup;
-pub mod compress;
+pub use backup_storage::compress;
 pub mod credentials;
 pub mod datadir;
 mod error;

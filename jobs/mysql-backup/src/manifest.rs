@@ -8,12 +8,8 @@ use crate::compress::Compression;
 use crate::metadata::BackupMetadata;
 use crate::profile::Family;
 
-pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+pub use backup_storage::{MANIFEST_SUFFIX, manifest_key};
 pub const FORMAT: &str = "mysql-backup/v1";
-
-pub fn manifest_key(object_key: &str) -> String {
-    format!("{object_key}{MANIFEST_SUFFIX}")
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

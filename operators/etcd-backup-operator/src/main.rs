@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, ValueEnum};
+use backup_cli::LogFormat;
+use clap::Parser;
 use etcd_backup_operator::controller::{Clock, Context, MANAGER};
 use etcd_backup_operator::http::{self, Health};
 use etcd_backup_operator::local::LocalVolume;
@@ -61,16 +62,10 @@ struct Args {
     lease_duration_seconds: u64,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    init_logging(args.log_format);
+    backup_cli::init_logging(args.log_format, DEFAULT_LOG_FILTER);
     let local_volume = match args.local_volume_claim.as_deref().filter(|c| !c.is_empty()) {
         Some(claim) => Some(
             LocalVolume::parse(claim, args.local_volume_dir.clone()).map_err(anyhow::Error::msg)?,
@@ -171,17 +166,4 @@ async fn stop_on_signal(stop: CancellationToken) {
     }
     tracing::info!("shutting down: cancelling in-flight backups");
     stop.cancel();
-}
-
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
 }

@@ -1,18 +1,38 @@
-//! Streaming zstd with bounded buffers in both directions.
+//! Streaming zstd for stored objects, with bounded buffers in both directions: the encoder
+//! returns what is ready after each chunk, and the decoder hands out fixed-size pieces, so a
+//! highly compressible object does not expand into one huge buffer. Shared by the etcd and
+//! MySQL paths so both store (and read) the same format.
 
 use std::io::Write;
 
 use bytes::Bytes;
-
 use serde::{Deserialize, Serialize};
 use zstd::stream::raw::{Decoder as RawDecoder, InBuffer, Operation, OutBuffer};
 
-use crate::{Error, Result};
-
-/// zstd frames start with these bytes; bbolt databases never do (their first page is a meta page).
+/// zstd frames start with these bytes; neither bbolt databases (a meta page) nor xbstream
+/// (`XBSTCK01`) do.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-const LEVEL: i32 = 3;
-const DECODE_CHUNK: usize = 256 * 1024;
+/// Largest piece [`Decoder::next_piece`] returns.
+pub const DECODE_PIECE: usize = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompressionError {
+    #[error("zstd compression failed: {0}")]
+    Compress(#[source] std::io::Error),
+    #[error("corrupted zstd data: {0}")]
+    Corrupt(String),
+    #[error("the zstd stream ends in the middle of a frame (truncated object)")]
+    Truncated,
+}
+
+impl CompressionError {
+    /// True when the stored data is at fault, not this machine.
+    pub fn is_integrity(&self) -> bool {
+        !matches!(self, CompressionError::Compress(_))
+    }
+}
+
+type Result<T> = std::result::Result<T, CompressionError>;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -54,20 +74,24 @@ impl std::str::FromStr for Compression {
 }
 
 /// Compresses chunk by chunk; each call returns the bytes ready to store.
-pub(crate) enum Encoder {
+pub enum Encoder {
     Plain,
     Zstd(Box<zstd::stream::write::Encoder<'static, Vec<u8>>>),
 }
 
 impl Encoder {
-    pub fn new(compression: Compression) -> Result<Encoder> {
+    /// `threads` above 1 starts zstd workers; each buffers about one job (a few MiB at low
+    /// levels), so 1 keeps memory smallest.
+    pub fn new(compression: Compression, level: i32, threads: u32) -> Result<Encoder> {
         Ok(match compression {
             Compression::None => Encoder::Plain,
             Compression::Zstd => {
-                // Single-threaded on purpose: zstd's worker threads buffer whole jobs (several MiB
-                // each), and level 3 on one core outruns most uplinks.
-                let enc = zstd::stream::write::Encoder::new(Vec::new(), LEVEL)
-                    .map_err(|e| Error::Compress(e.to_string()))?;
+                let mut enc = zstd::stream::write::Encoder::new(Vec::new(), level)
+                    .map_err(CompressionError::Compress)?;
+                if threads > 1 {
+                    enc.multithread(threads)
+                        .map_err(CompressionError::Compress)?;
+                }
                 Encoder::Zstd(Box::new(enc))
             }
         })
@@ -79,8 +103,7 @@ impl Encoder {
             Encoder::Plain => Ok(input),
             Encoder::Zstd(enc) => {
                 enc.get_mut().clear();
-                enc.write_all(input)
-                    .map_err(|e| Error::Compress(e.to_string()))?;
+                enc.write_all(input).map_err(CompressionError::Compress)?;
                 Ok(enc.get_ref())
             }
         }
@@ -92,16 +115,16 @@ impl Encoder {
             Encoder::Plain => Ok(Vec::new()),
             Encoder::Zstd(mut enc) => {
                 enc.get_mut().clear();
-                enc.finish().map_err(|e| Error::Compress(e.to_string()))
+                enc.finish().map_err(CompressionError::Compress)
             }
         }
     }
 }
 
-/// Decompresses chunk by chunk into fixed-size pieces, so a highly compressible object does not
-/// expand into one huge buffer. Pull-based so the caller can await between pieces:
-/// `feed` a chunk, then take pieces with `next_piece` until it returns `None`.
-pub(crate) struct Decoder {
+/// Decompresses chunk by chunk into pieces of at most [`DECODE_PIECE`] bytes. Pull-based so the
+/// caller can await between pieces: `feed` a chunk, then take pieces with `next_piece` until
+/// it returns `None`.
+pub struct Decoder {
     zstd: Option<Box<RawDecoder<'static>>>,
     input: Bytes,
     pos: usize,
@@ -115,14 +138,14 @@ impl Decoder {
         let zstd = match compression {
             Compression::None => None,
             Compression::Zstd => Some(Box::new(
-                RawDecoder::new().map_err(|e| Error::Decompress(e.to_string()))?,
+                RawDecoder::new().map_err(|e| CompressionError::Corrupt(e.to_string()))?,
             )),
         };
         Ok(Decoder {
             zstd,
             input: Bytes::new(),
             pos: 0,
-            out: vec![0; DECODE_CHUNK],
+            out: vec![0; DECODE_PIECE],
             frame_done: true,
         })
     }
@@ -152,7 +175,7 @@ impl Decoder {
             let mut output = OutBuffer::around(self.out.as_mut_slice());
             let hint = decoder
                 .run(&mut input, &mut output)
-                .map_err(|e| Error::Decompress(e.to_string()))?;
+                .map_err(|e| CompressionError::Corrupt(e.to_string()))?;
             let produced = output.pos();
             // zstd answers 0 when a frame is fully decoded and flushed (possibly on a call with
             // no new input). After that, an idle call asks for the next frame's header, which
@@ -172,13 +195,12 @@ impl Decoder {
         }
     }
 
-    pub fn finish(self) -> Result<()> {
+    /// After the last chunk: an error if the stream stopped inside a frame.
+    pub fn finish(&self) -> Result<()> {
         if self.frame_done {
             Ok(())
         } else {
-            Err(Error::Decompress(
-                "the zstd stream ends in the middle of a frame (truncated object)".into(),
-            ))
+            Err(CompressionError::Truncated)
         }
     }
 }
@@ -187,15 +209,15 @@ impl Decoder {
 mod tests {
     use super::*;
 
-    fn roundtrip(data: &[u8], chunk: usize) -> Result<Vec<u8>> {
-        let mut enc = Encoder::new(Compression::Zstd)?;
+    fn encode_all(data: &[u8], chunk: usize, threads: u32) -> Vec<u8> {
+        let mut enc = Encoder::new(Compression::Zstd, 3, threads).unwrap();
         let mut stored = Vec::new();
         for c in data.chunks(chunk) {
-            stored.extend_from_slice(enc.encode(c)?);
+            stored.extend_from_slice(enc.encode(c).unwrap());
         }
-        stored.extend(enc.finish()?);
+        stored.extend(enc.finish().unwrap());
         assert_eq!(Compression::sniff(&stored), Compression::Zstd);
-        decode_all(&stored, 777)
+        stored
     }
 
     fn decode_all(stored: &[u8], chunk: usize) -> Result<Vec<u8>> {
@@ -204,7 +226,7 @@ mod tests {
         for c in stored.chunks(chunk) {
             dec.feed(Bytes::copy_from_slice(c));
             while let Some(piece) = dec.next_piece()? {
-                assert!(piece.len() <= DECODE_CHUNK);
+                assert!(piece.len() <= DECODE_PIECE);
                 out.extend_from_slice(piece);
             }
         }
@@ -215,33 +237,57 @@ mod tests {
     #[test]
     fn zstd_roundtrips_compressible_and_random_data() {
         let zeros = vec![0u8; 3 * 1024 * 1024];
-        assert_eq!(roundtrip(&zeros, 32 * 1024).unwrap(), zeros);
+        assert_eq!(
+            decode_all(&encode_all(&zeros, 32 * 1024, 1), 777).unwrap(),
+            zeros
+        );
         let noise: Vec<u8> = (0..500_000u32)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
-        assert_eq!(roundtrip(&noise, 4096).unwrap(), noise);
+        assert_eq!(
+            decode_all(&encode_all(&noise, 4096, 1), 777).unwrap(),
+            noise
+        );
         // The whole object in one chunk: the frame end is seen on a call without new input.
-        let mut enc = Encoder::new(Compression::Zstd).unwrap();
-        let mut stored = enc.encode(&noise).unwrap().to_vec();
-        stored.extend(enc.finish().unwrap());
+        let stored = encode_all(&noise, noise.len(), 1);
         assert_eq!(decode_all(&stored, stored.len()).unwrap(), noise);
     }
 
     #[test]
-    fn truncated_zstd_is_an_error() {
+    fn multithreaded_zstd_roundtrips() {
+        let data: Vec<u8> = (0..9_000_000u32).map(|i| (i / 7 % 13) as u8).collect();
+        let stored = encode_all(&data, 1 << 20, 2);
+        assert!(stored.len() < data.len() / 10);
+        assert_eq!(decode_all(&stored, 64 * 1024).unwrap(), data);
+    }
+
+    #[test]
+    fn truncated_or_corrupted_zstd_is_an_integrity_error() {
         let data = vec![7u8; 1 << 20];
-        let mut enc = Encoder::new(Compression::Zstd).unwrap();
-        let mut stored = enc.encode(&data).unwrap().to_vec();
-        stored.extend(enc.finish().unwrap());
+        let stored = encode_all(&data, data.len(), 1);
         let err = decode_all(&stored[..stored.len() - 3], 1000).unwrap_err();
-        assert!(err.to_string().contains("truncated"), "{err}");
+        assert!(matches!(err, CompressionError::Truncated), "{err}");
+        assert!(err.is_integrity());
+        let mut corrupted = stored.clone();
+        corrupted[4] ^= 0xff; // the frame header descriptor
+        let err = decode_all(&corrupted, 1000).unwrap_err();
+        assert!(err.to_string().contains("corrupted zstd data"), "{err}");
         assert_eq!(decode_all(&stored, 1 << 20).unwrap(), data);
     }
 
     #[test]
     fn plain_data_is_not_sniffed_as_zstd_and_passes_through() {
-        let plain = [0, 0, 0, 0, 0xed, 0xda];
-        assert_eq!(Compression::sniff(&plain), Compression::None);
-        assert_eq!(decode_all(&plain, 4).unwrap(), plain);
+        for plain in [&[0u8, 0, 0, 0, 0xed, 0xda][..], b"XBSTCK01 not compressed"] {
+            assert_eq!(Compression::sniff(plain), Compression::None);
+            assert_eq!(decode_all(plain, 4).unwrap(), plain);
+        }
+    }
+
+    #[test]
+    fn names_parse_and_print() {
+        for c in [Compression::None, Compression::Zstd] {
+            assert_eq!(c.as_str().parse::<Compression>(), Ok(c));
+        }
+        assert!("gzip".parse::<Compression>().unwrap_err().contains("gzip"));
     }
 }

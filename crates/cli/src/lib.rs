@@ -1,0 +1,135 @@
+//! The command-line pieces the binaries share, so that `etcd-backup`, `mysql-backup` and the
+//! operator spell their flags, defaults and logs the same way: the `--s3-*` flags and the store
+//! they open, `--compress`, and `--log-format` with its logging set-up.
+
+use std::path::PathBuf;
+
+use backup_storage::compress::Compression;
+use backup_storage::{Location, S3Options, Store};
+use clap::{Args, ValueEnum};
+
+/// S3 settings beyond the standard AWS environment (`AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_SHARED_CREDENTIALS_FILE`,
+/// `AWS_CONFIG_FILE`, web identity, instance profile), which is read as usual.
+#[derive(Args, Debug, Clone)]
+pub struct S3Args {
+    /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
+    #[arg(long, global = true)]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION or the AWS config, then us-east-1).
+    #[arg(long, global = true)]
+    pub s3_region: Option<String>,
+    /// Use path-style URLs (https://endpoint/bucket/key); most S3-compatible servers need it.
+    #[arg(long, global = true, env = "S3_FORCE_PATH_STYLE")]
+    pub s3_force_path_style: bool,
+    /// Extra CA bundle (PEM) to trust for the S3 endpoint.
+    #[arg(long, global = true)]
+    pub s3_ca_file: Option<PathBuf>,
+    /// Attempts per S3 request, with exponential backoff.
+    #[arg(long, global = true, default_value_t = 5)]
+    pub s3_max_attempts: u32,
+}
+
+impl S3Args {
+    pub fn options(&self) -> backup_storage::Result<S3Options> {
+        let options = S3Options {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            force_path_style: self.s3_force_path_style,
+            max_attempts: self.s3_max_attempts,
+            ..S3Options::default()
+        };
+        match &self.s3_ca_file {
+            Some(ca) => options.with_ca_file(ca),
+            None => Ok(options),
+        }
+    }
+
+    /// Opens the store a user-typed URL (`s3://bucket/key`, `file:///path`) names.
+    pub async fn open(&self, url: &str) -> backup_storage::Result<(Store, Location)> {
+        let location = Location::parse(url)?;
+        let store = Store::open(&location, &self.options()?).await?;
+        Ok((store, location))
+    }
+}
+
+/// `--compress`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompressArg {
+    None,
+    Zstd,
+}
+
+impl From<CompressArg> for Compression {
+    fn from(c: CompressArg) -> Self {
+        match c {
+            CompressArg::None => Compression::None,
+            CompressArg::Zstd => Compression::Zstd,
+        }
+    }
+}
+
+/// `--log-format`: logs go to stderr, as text or one JSON object per line.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr in `format`, filtered by `RUST_LOG`, else by `default_filter`.
+pub fn init_logging(format: LogFormat, default_filter: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        s3: S3Args,
+        #[arg(long, value_enum, default_value_t = CompressArg::None)]
+        compress: CompressArg,
+    }
+
+    #[test]
+    fn flags_become_s3_options() {
+        let cli = Cli::try_parse_from([
+            "t",
+            "--s3-endpoint",
+            "http://127.0.0.1:3900",
+            "--s3-region",
+            "garage",
+            "--s3-force-path-style",
+            "--s3-max-attempts",
+            "2",
+            "--compress",
+            "zstd",
+        ])
+        .unwrap();
+        let options = cli.s3.options().unwrap();
+        assert_eq!(options.endpoint.as_deref(), Some("http://127.0.0.1:3900"));
+        assert_eq!(options.region.as_deref(), Some("garage"));
+        assert!(options.force_path_style);
+        assert_eq!(options.max_attempts, 2);
+        assert_eq!(Compression::from(cli.compress), Compression::Zstd);
+    }
+
+    #[test]
+    fn a_missing_ca_file_is_named() {
+        let cli = Cli::try_parse_from(["t", "--s3-ca-file", "/nonexistent/ca.pem"]).unwrap();
+        let err = cli.s3.options().unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
+    }
+}
