@@ -218,6 +218,45 @@ async fn download_resumes_after_the_server_restarts() {
     assert!(got == data, "resumed download differs from the object");
 }
 
+/// The server dies for good mid-download: after the resumes, the error says where the download
+/// stopped and why the resumes failed (the endpoint refuses connections), not merely that the
+/// connection closed.
+#[tokio::test]
+async fn download_from_a_dead_server_names_the_real_cause() {
+    let mut garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let data = pattern(24 * MIB, 6);
+    let mut upload = store
+        .upload("dead", UploadOptions::default())
+        .await
+        .unwrap();
+    upload.write(&data).await.unwrap();
+    upload.commit().await.unwrap();
+
+    let mut download = store.download("dead").await.unwrap();
+    let mut got = 0;
+    while got < MIB {
+        got += download.next_chunk().await.unwrap().unwrap().len();
+    }
+    garage.kill();
+    let err = loop {
+        match download.next_chunk().await {
+            Ok(Some(chunk)) => got += chunk.len(),
+            Ok(None) => panic!("the download ended without error after {got} bytes"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        err.contains(&format!("stopped at byte {got} of {}", data.len())),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("cannot reach S3 endpoint {}", garage.endpoint)),
+        "{err}"
+    );
+    assert!(!err.contains("connection closed early"), "{err}");
+}
+
 #[tokio::test]
 async fn listing_follows_every_page() {
     let garage = Garage::start().await.unwrap();

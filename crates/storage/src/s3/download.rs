@@ -49,6 +49,9 @@ impl S3Download {
 
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>> {
         let mut failures = 0;
+        // Why the last resume failed: its empty stand-in body ends at once, and the user must
+        // see this cause, not that empty end.
+        let mut resume_error: Option<String> = None;
         loop {
             match self.body.next().await {
                 Some(Ok(chunk)) => {
@@ -58,8 +61,9 @@ impl S3Download {
                 None if self.offset >= self.info.size => return Ok(None),
                 // Cut short (None before the end) or a read error: resume from `offset`.
                 ended => {
-                    let cause = match ended {
-                        Some(Err(e)) => e.to_string(),
+                    let cause = match (ended, resume_error.take()) {
+                        (Some(Err(e)), _) => e.to_string(),
+                        (_, Some(resume)) => resume,
                         _ => "connection closed early".to_string(),
                     };
                     if failures >= MAX_RESUMES {
@@ -80,6 +84,7 @@ impl S3Download {
                             return Err(e);
                         }
                         tracing::warn!(key = %self.info.key, error = %e, "resume attempt failed");
+                        resume_error = Some(e.to_string());
                         self.body = ByteStream::from_static(b"");
                     }
                 }
