@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use backup_storage::{Location, S3Credentials, S3Options, StorageError, Store, UploadOptions};
+use backup_storage::{
+    Download, Location, S3Credentials, S3Options, StorageError, Store, UploadOptions,
+};
 use futures::StreamExt;
 use testbed::Garage;
 
@@ -187,23 +189,26 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
     );
 }
 
-#[tokio::test]
-async fn download_resumes_after_the_server_restarts() {
-    let mut garage = Garage::start().await.unwrap();
-    let store = open(&garage).await;
+/// Stores 24 MiB under `key` and starts downloading it: returns the data, the download and the
+/// first MiB or more it read.
+async fn download_underway(garage: &Garage, key: &str) -> (Vec<u8>, Download, Vec<u8>) {
+    let store = open(garage).await;
     let data = pattern(24 * MIB, 5);
-    let mut upload = store
-        .upload("resume", UploadOptions::default())
-        .await
-        .unwrap();
+    let mut upload = store.upload(key, UploadOptions::default()).await.unwrap();
     upload.write(&data).await.unwrap();
     upload.commit().await.unwrap();
-
-    let mut download = store.download("resume").await.unwrap();
+    let mut download = store.download(key).await.unwrap();
     let mut got = Vec::new();
     while got.len() < MIB {
         got.extend_from_slice(&download.next_chunk().await.unwrap().unwrap());
     }
+    (data, download, got)
+}
+
+#[tokio::test]
+async fn download_resumes_after_the_server_restarts() {
+    let mut garage = Garage::start().await.unwrap();
+    let (data, mut download, mut got) = download_underway(&garage, "resume").await;
     garage.kill();
     let restarted = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -224,20 +229,8 @@ async fn download_resumes_after_the_server_restarts() {
 #[tokio::test]
 async fn download_from_a_dead_server_names_the_real_cause() {
     let mut garage = Garage::start().await.unwrap();
-    let store = open(&garage).await;
-    let data = pattern(24 * MIB, 6);
-    let mut upload = store
-        .upload("dead", UploadOptions::default())
-        .await
-        .unwrap();
-    upload.write(&data).await.unwrap();
-    upload.commit().await.unwrap();
-
-    let mut download = store.download("dead").await.unwrap();
-    let mut got = 0;
-    while got < MIB {
-        got += download.next_chunk().await.unwrap().unwrap().len();
-    }
+    let (data, mut download, first) = download_underway(&garage, "dead").await;
+    let mut got = first.len();
     garage.kill();
     let err = loop {
         match download.next_chunk().await {
