@@ -43,8 +43,7 @@ async fn tool_killed_mid_stream_leaves_no_object() {
     let source = Mariadb::fresh(1);
     source.write_sample();
     let url = format!("s3://{}/killed.xbstream", garage.bucket);
-    let mut a = args(&["backup", "--to", &url, "--tool-arg=--throttle=1"]);
-    a.extend(source.backup_args());
+    let mut a = source.backup_to(&url, &["--tool-arg=--throttle=1"]);
     a.extend(s3_args.clone());
     let child = command(&a, &env)
         .stdout(std::process::Stdio::piped())
@@ -214,23 +213,10 @@ async fn corrupted_truncated_or_unmanifested_objects_are_refused() {
     let store = tempfile::tempdir().unwrap();
     let object = store.path().join("b.xbstream");
     let url = format!("file://{}", object.display());
-    let mut a = args(&["backup", "--to", &url]);
-    a.extend(source.backup_args());
+    let a = source.backup_to(&url, &[]);
     run(&a, &[]).await.ok();
     let good = std::fs::read(&object).unwrap();
-    let restore = |datadir: &std::path::Path, force: bool| {
-        let mut a = args(&[
-            "restore",
-            "--from",
-            &url,
-            "--datadir",
-            datadir.to_str().unwrap(),
-        ]);
-        if force {
-            a.push("--force".into());
-        }
-        a
-    };
+    let restore = |datadir: &std::path::Path, force: bool| restore_from(&url, datadir, force);
     let dir = tempfile::tempdir().unwrap();
     let datadir = dir.path().join("d");
 
@@ -300,8 +286,7 @@ async fn wrong_password_server_down_and_missing_tool_are_clear_errors() {
     let source = Mariadb::fresh(1);
     let store = tempfile::tempdir().unwrap();
     let url = format!("file://{}/x.xbstream", store.path().display());
-    let mut a = args(&["backup", "--to", &url]);
-    a.extend(source.backup_args());
+    let a = source.backup_to(&url, &[]);
 
     let r = run(
         &a,
@@ -411,8 +396,7 @@ async fn disk_full_during_restore_is_named_and_leaves_the_data_dir_empty() {
     source.write_sample();
     let store = tempfile::tempdir().unwrap();
     let url = format!("file://{}/b.xbstream", store.path().display());
-    let mut a = args(&["backup", "--to", &url]);
-    a.extend(source.backup_args());
+    let a = source.backup_to(&url, &[]);
     run(&a, &[]).await.ok();
 
     let mount = tempfile::tempdir().unwrap();
@@ -427,17 +411,7 @@ async fn disk_full_during_restore_is_named_and_leaves_the_data_dir_empty() {
     );
     let _unmount = Tmpfs(mount.path().to_path_buf());
     let datadir = mount.path().join("data");
-    let r = run(
-        &args(&[
-            "restore",
-            "--from",
-            &url,
-            "--datadir",
-            datadir.to_str().unwrap(),
-        ]),
-        &[],
-    )
-    .await;
+    let r = run(&restore_from(&url, &datadir, false), &[]).await;
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
         r.error_line().contains("no space left on the device"),
@@ -499,8 +473,7 @@ async fn s3_dying_mid_restore_fails_and_leaves_the_data_dir_as_it_was() {
         ));
     }
     let url = format!("s3://{}/big.xbstream", garage.bucket);
-    let mut a = args(&["backup", "--to", &url]);
-    a.extend(source.backup_args());
+    let mut a = source.backup_to(&url, &[]);
     a.extend(s3_args.clone());
     let stored = run(&a, &env).await.ok().json()["storedBytes"]
         .as_u64()
@@ -514,13 +487,7 @@ async fn s3_dying_mid_restore_fails_and_leaves_the_data_dir_as_it_was() {
     std::fs::create_dir_all(datadir.join("lost+found")).unwrap();
     let before = tree(&datadir);
 
-    let mut a = args(&[
-        "restore",
-        "--from",
-        &url,
-        "--datadir",
-        datadir.to_str().unwrap(),
-    ]);
+    let mut a = restore_from(&url, &datadir, false);
     a.extend(s3_args);
     let child = command(&a, &env)
         .stdout(std::process::Stdio::piped())
@@ -613,8 +580,7 @@ async fn manifest_write_failing_after_the_commit_is_an_error_not_a_success() {
     std::fs::create_dir(&manifest).unwrap();
     let url = format!("file://{}", object.display());
 
-    let mut a = args(&["backup", "--to", &url]);
-    a.extend(source.backup_args());
+    let a = source.backup_to(&url, &[]);
     let r = run(&a, &[]).await;
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(r.stdout.trim().is_empty(), "reported success: {}", r.stdout);
@@ -634,19 +600,7 @@ async fn manifest_write_failing_after_the_commit_is_an_error_not_a_success() {
 
     let dir = tempfile::tempdir().unwrap();
     let datadir = dir.path().join("d");
-    let restore = |force: bool| {
-        let mut a = args(&[
-            "restore",
-            "--from",
-            &url,
-            "--datadir",
-            datadir.to_str().unwrap(),
-        ]);
-        if force {
-            a.push("--force".into());
-        }
-        a
-    };
+    let restore = |force: bool| restore_from(&url, &datadir, force);
     // Whatever blocked the manifest also blocks restore.
     let r = run(&restore(false), &[]).await;
     assert_ne!(r.code, 0, "{}", r.stderr);

@@ -13,8 +13,7 @@ async fn local_backup_restores_to_a_server_with_the_same_rows() {
     let object = store.path().join("nightly/shop.xbstream.zst");
     let url = format!("file://{}", object.display());
 
-    let mut a = args(&["backup", "--to", &url, "--compress", "zstd"]);
-    a.extend(source.backup_args());
+    let a = source.backup_to(&url, &["--compress", "zstd"]);
     let run = run(&a, &[]).await.ok();
     let manifest = run.json();
     assert_eq!(manifest["compression"], "zstd");
@@ -54,8 +53,7 @@ async fn s3_backup_plain_and_zstd_restore_to_a_server_with_the_same_rows() {
     let expected = source.sample_digest();
     for compress in ["none", "zstd"] {
         let url = format!("s3://{}/mysql/shop-{compress}.xbstream", garage.bucket);
-        let mut a = args(&["backup", "--to", &url, "--compress", compress]);
-        a.extend(source.backup_args());
+        let mut a = source.backup_to(&url, &["--compress", compress]);
         a.extend(s3_args.clone());
         let manifest = run(&a, &env).await.ok().json();
         assert_eq!(manifest["compression"], compress);

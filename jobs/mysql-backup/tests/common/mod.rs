@@ -204,6 +204,14 @@ impl Mariadb {
     }
 
     /// Connection flags for `mysql-backup` (password via the environment).
+    /// `backup --to <url> <extra...>` from this server.
+    pub fn backup_to(&self, url: &str, extra: &[&str]) -> Vec<String> {
+        let mut a = args(&["backup", "--to", url]);
+        a.extend(args(extra));
+        a.extend(self.backup_args());
+        a
+    }
+
     pub fn backup_args(&self) -> Vec<String> {
         vec![
             format!("--socket={}", self.socket.display()),
@@ -299,6 +307,21 @@ pub fn args(items: &[&str]) -> Vec<String> {
 }
 
 /// `--s3-*` flags and credentials for a Garage instance.
+/// `restore --from <url> --datadir <datadir>`, with `--force` when asked.
+pub fn restore_from(url: &str, datadir: &Path, force: bool) -> Vec<String> {
+    let mut a = args(&[
+        "restore",
+        "--from",
+        url,
+        "--datadir",
+        datadir.to_str().unwrap(),
+    ]);
+    if force {
+        a.push("--force".into());
+    }
+    a
+}
+
 pub fn s3(garage: &testbed::Garage) -> (Vec<String>, Vec<(String, String)>) {
     (
         args(&[
