@@ -173,21 +173,26 @@ fn service_account_kubeconfig(namespace: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("{namespace}-{SERVICE_ACCOUNT}.kubeconfig"))
 }
 
-/// Server-side applies one manifest of the kinds the deploy/ files hold.
-async fn apply(kube: &KubeTestbed, doc: &Value) {
-    let (kind, name) = (
-        doc["kind"].as_str().unwrap(),
-        doc["metadata"]["name"].as_str().unwrap(),
-    );
-    let resource = match kind {
+/// The deploy/ files' kinds, for the dynamic API.
+fn api_resource(kind: &str) -> ApiResource {
+    match kind {
         "ServiceAccount" => ApiResource::erase::<ServiceAccount>(&()),
         "Role" => ApiResource::erase::<Role>(&()),
         "RoleBinding" => ApiResource::erase::<RoleBinding>(&()),
         "ClusterRole" => ApiResource::erase::<ClusterRole>(&()),
         "ClusterRoleBinding" => ApiResource::erase::<ClusterRoleBinding>(&()),
         "PersistentVolumeClaim" => ApiResource::erase::<PersistentVolumeClaim>(&()),
-        other => panic!("unexpected {other} {name}"),
-    };
+        other => panic!("unexpected kind {other}"),
+    }
+}
+
+/// Server-side applies one manifest of the kinds the deploy/ files hold.
+async fn apply(kube: &KubeTestbed, doc: &Value) {
+    let (kind, name) = (
+        doc["kind"].as_str().unwrap(),
+        doc["metadata"]["name"].as_str().unwrap(),
+    );
+    let resource = api_resource(kind);
     let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(kube.client.clone(), ns, &resource),
         None => Api::all_with(kube.client.clone(), &resource),
@@ -728,15 +733,7 @@ async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
     }
     kube.delete_namespace(&operator_ns).await.unwrap();
     for (kind, name) in cluster_scoped {
-        let api: Api<DynamicObject> = match kind.as_str() {
-            "ClusterRole" => {
-                Api::all_with(kube.client.clone(), &ApiResource::erase::<ClusterRole>(&()))
-            }
-            _ => Api::all_with(
-                kube.client.clone(),
-                &ApiResource::erase::<ClusterRoleBinding>(&()),
-            ),
-        };
+        let api: Api<DynamicObject> = Api::all_with(kube.client.clone(), &api_resource(&kind));
         api.delete(&name, &DeleteParams::default()).await.unwrap();
     }
 }
