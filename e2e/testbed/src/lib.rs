@@ -5,6 +5,7 @@
 //! test bed is shared per test process, see [`kube`](crate::kube)). `e2e/install-deps.sh`
 //! installs the servers; `e2e/apiserver/build.sh` builds the Kubernetes ones.
 
+pub mod cli;
 mod etcd;
 mod garage;
 pub mod image;

@@ -9,7 +9,7 @@ use testbed::{Etcd, Garage, TlsFiles};
 async fn wrong_credentials_missing_bucket_and_unreachable_endpoints() {
     let garage = Garage::start().await.unwrap();
     let etcd = Etcd::start().await.unwrap();
-    let (flags, env) = s3_args(&garage);
+    let (flags, env) = garage.cli_args();
     let save = |url: String, endpoint: String, flags: Vec<String>, env: Vec<(String, String)>| async move {
         let mut args = vec![
             "save".to_string(),

@@ -22,7 +22,7 @@ async fn etcd_backup_in_its_image_file_set_backs_up_to_s3() {
     let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
     write_sample_keys(&etcd).await;
     let url = format!("s3://{}/image/etcd.backup.zst", garage.bucket);
-    let (flags, env) = s3_args(&garage);
+    let (flags, env) = garage.cli_args();
     let mut save = vec!["save", "--endpoints", &etcd.endpoint, "--to", &url];
     save.extend(["--compress", "zstd", "--output", "json"]);
     save.extend(strs(&flags));

@@ -106,7 +106,7 @@ async fn object_replaced_behind_the_manifest_is_rejected() {
 #[tokio::test]
 async fn corrupted_s3_object_is_rejected() {
     let garage = Garage::start().await.unwrap();
-    let (flags, env) = s3_args(&garage);
+    let (flags, env) = garage.cli_args();
     let etcd = Etcd::start().await.unwrap();
     write_sample_keys(&etcd).await;
     let url = format!("s3://{}/etcd.backup", garage.bucket);

@@ -8,7 +8,7 @@ use testbed::{Etcd, Garage};
 #[tokio::test]
 async fn scheduled_saves_then_prune_keeps_the_newest_and_ignores_foreign_objects() {
     let garage = Garage::start().await.unwrap();
-    let (flags, env) = s3_args(&garage);
+    let (flags, env) = garage.cli_args();
     let etcd = Etcd::start().await.unwrap();
     let base = format!("s3://{}/etcd.backup", garage.bucket);
 

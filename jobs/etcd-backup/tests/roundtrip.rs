@@ -66,14 +66,14 @@ async fn local_zstd() {
 async fn s3_plain() {
     let garage = Garage::start().await.unwrap();
     let url = format!("s3://{}/cluster-a/etcd.backup", garage.bucket);
-    roundtrip(url, "none", s3_args(&garage)).await;
+    roundtrip(url, "none", garage.cli_args()).await;
 }
 
 #[tokio::test]
 async fn s3_zstd() {
     let garage = Garage::start().await.unwrap();
     let url = format!("s3://{}/etcd.backup.zst", garage.bucket);
-    roundtrip(url, "zstd", s3_args(&garage)).await;
+    roundtrip(url, "zstd", garage.cli_args()).await;
 }
 
 #[tokio::test]

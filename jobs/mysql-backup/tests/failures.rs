@@ -39,7 +39,7 @@ async fn child_named(parent: u32, comm: &str) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_killed_mid_stream_leaves_no_object() {
     let garage = testbed::Garage::start().await.expect("garage");
-    let (s3_args, env) = s3(&garage);
+    let (s3_args, env) = garage.cli_args();
     let source = Mariadb::fresh(1);
     source.write_sample();
     let url = format!("s3://{}/killed.xbstream", garage.bucket);
@@ -461,7 +461,7 @@ fn signal(pid: u32, sig: &str) {
 async fn s3_dying_mid_restore_fails_and_leaves_the_data_dir_as_it_was() {
     let started = Instant::now();
     let mut garage = testbed::Garage::start().await.expect("garage");
-    let (s3_args, env) = s3(&garage);
+    let (s3_args, env) = garage.cli_args();
     let source = Mariadb::fresh(1);
     source.write_sample();
     // 48 MB more (in 8 MB rows, under max_allowed_packet); a paused restore had read about
@@ -511,11 +511,7 @@ async fn s3_dying_mid_restore_fails_and_leaves_the_data_dir_as_it_was() {
         .expect("restore still running 90 s after the S3 server died")
         .unwrap();
     let failed_after = killed.elapsed();
-    let r = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = Run::from(out);
     eprintln!(
         "restore failed {failed_after:?} after the kill: {}",
         r.error_line()

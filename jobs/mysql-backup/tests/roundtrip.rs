@@ -47,7 +47,7 @@ async fn s3_backup_plain_and_zstd_restore_to_a_server_with_the_same_rows() {
     let garage = testbed::Garage::start()
         .await
         .expect("garage (e2e/install-deps.sh)");
-    let (s3_args, env) = s3(&garage);
+    let (s3_args, env) = garage.cli_args();
     let source = Mariadb::fresh(1);
     source.write_sample();
     let expected = source.sample_digest();

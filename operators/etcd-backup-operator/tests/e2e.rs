@@ -22,6 +22,7 @@ use kube::api::{
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
+use testbed::cli::without_ambient_aws;
 use testbed::kube::KubeTestbed;
 use testbed::{Etcd, Garage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,7 +60,8 @@ impl Operator {
     async fn start_as(watch: &str, account_namespace: &str, tag: &str, extra: &[&str]) -> Operator {
         let port = testbed::free_port();
         let log = std::env::temp_dir().join(format!("{tag}-{account_namespace}-{port}.log"));
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup-operator"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup-operator"));
+        command
             .args([
                 "--namespace",
                 watch,
@@ -68,13 +70,9 @@ impl Operator {
             ])
             .args(["--max-concurrent-backups", "2", "--log-format", "json"])
             .args(extra)
-            .env("KUBECONFIG", service_account_kubeconfig(account_namespace))
-            // Credentials come from the EtcdBackup's Secret only.
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY")
-            .env("AWS_CONFIG_FILE", "/nonexistent")
-            .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("KUBECONFIG", service_account_kubeconfig(account_namespace));
+        // Credentials come from the EtcdBackup's Secret only.
+        let child = without_ambient_aws(&mut command)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .kill_on_drop(true)

@@ -4,74 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Output;
 
-use testbed::{Etcd, Garage};
+use testbed::cli::without_ambient_aws;
+use testbed::Etcd;
 
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    #[track_caller]
-    pub fn ok(self) -> Self {
-        assert_eq!(
-            self.code, 0,
-            "etcd-backup failed:\n{}\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", self.stdout))
-    }
-}
+pub use testbed::cli::Run;
 
 /// Runs `etcd-backup` with a clean AWS environment plus `env`.
 pub async fn run(args: &[&str], env: &[(String, String)]) -> Run {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup"));
-    command
-        .args(args)
-        // Never pick up the machine's AWS files or instance metadata.
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_ENDPOINT_URL")
-        .env_remove("AWS_PROFILE")
-        .env("AWS_CONFIG_FILE", "/nonexistent")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-        .env("AWS_EC2_METADATA_DISABLED", "true");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().await.unwrap();
-    Run {
-        code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    }
-}
-
-/// `--s3-*` flags and credentials for a Garage instance.
-pub fn s3_args(garage: &Garage) -> (Vec<String>, Vec<(String, String)>) {
-    let args = vec![
-        "--s3-endpoint".into(),
-        garage.endpoint.clone(),
-        "--s3-region".into(),
-        garage.region.clone(),
-        "--s3-force-path-style".into(),
-    ];
-    let env = vec![
-        ("AWS_ACCESS_KEY_ID".into(), garage.access_key.clone()),
-        ("AWS_SECRET_ACCESS_KEY".into(), garage.secret_key.clone()),
-    ];
-    (args, env)
+    without_ambient_aws(command.args(args)).envs(env.iter().map(|(k, v)| (k, v)));
+    command.output().await.unwrap().into()
 }
 
 pub fn strs(v: &[String]) -> Vec<&str> {

@@ -236,51 +236,12 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    #[track_caller]
-    pub fn ok(self) -> Self {
-        assert_eq!(
-            self.code, 0,
-            "mysql-backup failed:\n{}\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        let last = self.stdout.trim().lines().last().unwrap_or("");
-        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {}", self.stdout))
-    }
-
-    /// The final `error: ...` line.
-    pub fn error_line(&self) -> String {
-        self.stderr
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("error: "))
-            .unwrap_or_else(|| panic!("no error line in:\n{}", self.stderr))
-            .to_string()
-    }
-}
+pub use testbed::cli::Run;
 
 /// The binary with a clean AWS environment, the test passwords in the environment, plus `env`.
 pub fn command(args: &[String], env: &[(String, String)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
-    command
-        .args(args)
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_ENDPOINT_URL")
-        .env_remove("AWS_PROFILE")
-        .env("AWS_CONFIG_FILE", "/nonexistent")
-        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
+    testbed::cli::without_ambient_aws(command.args(args))
         .env("MYSQL_BACKUP_PASSWORD", BACKUP_PASSWORD)
         .env("MYSQL_BACKUP_TOKEN", TOKEN)
         .env("MYSQL_REPLICATION_USER", REPL_USER)
@@ -294,19 +255,13 @@ pub fn command(args: &[String], env: &[(String, String)]) -> tokio::process::Com
 }
 
 pub async fn run(args: &[String], env: &[(String, String)]) -> Run {
-    let out = command(args, env).output().await.unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    command(args, env).output().await.unwrap().into()
 }
 
 pub fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-/// `--s3-*` flags and credentials for a Garage instance.
 /// `restore --from <url> --datadir <datadir>`, with `--force` when asked.
 pub fn restore_from(url: &str, datadir: &Path, force: bool) -> Vec<String> {
     let mut a = args(&[
@@ -320,22 +275,6 @@ pub fn restore_from(url: &str, datadir: &Path, force: bool) -> Vec<String> {
         a.push("--force".into());
     }
     a
-}
-
-pub fn s3(garage: &testbed::Garage) -> (Vec<String>, Vec<(String, String)>) {
-    (
-        args(&[
-            "--s3-endpoint",
-            &garage.endpoint,
-            "--s3-region",
-            &garage.region,
-            "--s3-force-path-style",
-        ]),
-        vec![
-            ("AWS_ACCESS_KEY_ID".into(), garage.access_key.clone()),
-            ("AWS_SECRET_ACCESS_KEY".into(), garage.secret_key.clone()),
-        ],
-    )
 }
 
 /// Restores `from` into a new data dir, starts a server on it and returns the sample digest.
