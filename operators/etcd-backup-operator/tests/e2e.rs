@@ -207,26 +207,18 @@ fn documents(path: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Applies `deploy/namespaced/rbac.yaml` to `ns` (its namespace replaced) and writes the
-/// kubeconfig that impersonates its ServiceAccount.
+/// Applies `deploy/namespaced/rbac.yaml` to `ns` and writes the kubeconfig that impersonates
+/// its ServiceAccount.
 async fn install_namespaced_rbac(kube: &KubeTestbed, ns: &str) {
-    for mut doc in documents(NAMESPACED_RBAC) {
-        doc["metadata"]["namespace"] = json!(ns);
-        if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
-            subjects.iter_mut().for_each(|s| s["namespace"] = json!(ns));
-        }
-        apply(kube, &doc).await;
-    }
-    kube.write_service_account_kubeconfig(ns, SERVICE_ACCOUNT, &service_account_kubeconfig(ns))
-        .unwrap();
+    install_rbac(kube, NAMESPACED_RBAC, ns).await;
 }
 
-/// Applies `deploy/cluster-wide/rbac.yaml` with the operator's namespace `ns`; the cluster-scoped
-/// names get `-<ns>` appended so that they cannot clash. Returns the cluster-scoped objects
-/// as `(kind, name)`, for removal.
-async fn install_cluster_wide_rbac(kube: &KubeTestbed, ns: &str) -> Vec<(String, String)> {
+/// Applies the RBAC file `path` with the operator's namespace `ns` and writes the kubeconfig
+/// that impersonates its ServiceAccount. Cluster-scoped names get `-<ns>` appended so that
+/// they cannot clash; they are returned as `(kind, name)`, for removal.
+async fn install_rbac(kube: &KubeTestbed, path: &str, ns: &str) -> Vec<(String, String)> {
     let mut cluster_scoped = Vec::new();
-    for mut doc in documents(CLUSTER_WIDE_RBAC) {
+    for mut doc in documents(path) {
         let kind = doc["kind"].as_str().unwrap().to_string();
         if kind.starts_with("Cluster") {
             let name = format!("{}-{ns}", doc["metadata"]["name"].as_str().unwrap());
@@ -664,7 +656,7 @@ async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
     let kube = KubeTestbed::start().await.unwrap();
     install_crds(&kube).await;
     let operator_ns = kube.namespace("eb-cluster-op").await.unwrap();
-    let cluster_scoped = install_cluster_wide_rbac(&kube, &operator_ns).await;
+    let cluster_scoped = install_rbac(&kube, CLUSTER_WIDE_RBAC, &operator_ns).await;
     let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
     etcd.put("/cluster-wide", "yes").await.unwrap();
     let selector = format!("e2e-run={operator_ns}");

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use testbed::cli::without_ambient_aws;
 use testbed::Etcd;
+use testbed::cli::without_ambient_aws;
 
 pub use testbed::cli::Run;
 
