@@ -5,6 +5,9 @@
 #   e2e/garage-up.sh --bucket DIR NAME                  create bucket NAME for the test key
 #   e2e/garage-up.sh --stop DIR                         stop it and wait until it is gone
 #
+#   GARAGE_S3_ADDRESS   address the S3 API binds to (default 127.0.0.1; the kubelet bed's pods
+#                       reach Garage on the bridge address 10.88.0.1)
+#
 # Prints `export` lines with the AWS variables clients need. The key is fixed so callers know it
 # without parsing Garage's output. Loopback and test secrets only: never for production.
 set -euo pipefail
@@ -47,7 +50,7 @@ esac
 
 (($# == 4)) || die "usage: $0 DIR S3_PORT RPC_PORT ADMIN_PORT | --bucket DIR NAME | --stop DIR"
 mkdir -p "$1"
-dir=$(realpath "$1") s3_port=$2 rpc_port=$3 admin_port=$4
+dir=$(realpath "$1") s3_port=$2 rpc_port=$3 admin_port=$4 s3_address=${GARAGE_S3_ADDRESS:-127.0.0.1}
 hex() { od -An -tx1 -N"$1" /dev/urandom | tr -d ' \n'; }
 if [[ ! -f $dir/garage.toml ]]; then
   # umask: Garage refuses a config with secrets that others can read.
@@ -64,7 +67,7 @@ rpc_secret = "$(hex 32)"
 
 [s3_api]
 s3_region = "garage"
-api_bind_addr = "127.0.0.1:$s3_port"
+api_bind_addr = "$s3_address:$s3_port"
 
 [admin]
 api_bind_addr = "127.0.0.1:$admin_port"
@@ -88,13 +91,13 @@ fi
 for _ in $(seq 300); do
   [[ $(state "$(pid)") == [^Z]* ]] || { tail -20 "$dir/garage.log" >&2; die "garage exited (log: $dir/garage.log)"; }
   # The RPC check proves the port is ours: a stray server holding it would fail our secret.
-  if (exec 3<>"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && "$GARAGE" -c "$dir/garage.toml" status >/dev/null 2>&1; then
+  if (exec 3<>"/dev/tcp/$s3_address/$s3_port") 2>/dev/null && "$GARAGE" -c "$dir/garage.toml" status >/dev/null 2>&1; then
     cat <<ENV
 export AWS_ACCESS_KEY_ID=$KEY_ID
 export AWS_SECRET_ACCESS_KEY=$SECRET
 export AWS_REGION=garage
 export AWS_DEFAULT_REGION=garage
-export AWS_ENDPOINT_URL=http://127.0.0.1:$s3_port
+export AWS_ENDPOINT_URL=http://$s3_address:$s3_port
 export GARAGE_DIR=$dir
 export GARAGE_BUCKET=$BUCKET
 ENV
@@ -103,4 +106,4 @@ ENV
   sleep 0.05
 done
 tail -20 "$dir/garage.log" >&2
-die "garage did not open 127.0.0.1:$s3_port in 15 s (log: $dir/garage.log)"
+die "garage did not open $s3_address:$s3_port in 15 s (log: $dir/garage.log)"

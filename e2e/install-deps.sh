@@ -15,6 +15,11 @@ packages+=(mariadb-server mariadb-backup mariadb-client)
 # The image checks (testbed::image): chroot is in coreutils; openssl is the program that needs a
 # library distroless/cc lacks.
 packages+=(openssl)
+# The Kubernetes bed with a kubelet (e2e/cluster/up.sh): container runtime, CNI plugins, the
+# pause process (catatonit) and a shell for images (busybox), cluster DNS (dnsmasq), kube-proxy's
+# iptables and conntrack, umoci to write OCI images without a registry or daemon.
+packages+=(containerd runc containernetworking-plugins catatonit busybox-static dnsmasq-base iptables
+  iproute2 conntrack umoci)
 # pip, to install the aws CLI below when it is missing.
 command -v aws >/dev/null || packages+=(python3-pip)
 missing=()

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and kube-controller-manager v1.20.2 from Debian 12's own `kubernetes`
-# source package (Debian builds only kubectl from it), with Go 1.19 from Debian, after replacing
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl
+# v1.20.2 from Debian 12's own `kubernetes` source package (Debian builds only kubectl from it), with Go 1.19 from Debian, after replacing
 # the vendored github.com/modern-go/reflect2 v1.0.1 (broken with Go >= 1.18: panics on the first
 # custom resource) by Debian's 1.0.2. See shared/reference/test-apiserver-from-debian.md.
 #
-# Idempotent: a warm cache (both binaries present and answering `--version` with v1.20.2) skips
-# everything, including apt. Cold: 4-9 minutes on 2 cores (about 7 CPU-minutes) and 2.4 GB of
+# Idempotent: a warm cache (every binary present and reporting v1.20.2) skips everything,
+# including apt. Cold: 7-11 minutes on 2 cores (about 7 CPU-minutes) and 2.4 GB of
 # disk, all under the cache dir (source tree, GOPATH, Go build cache in the tree's _output/).
 #
 #   KUBE_TESTBED_CACHE  cache dir (default ${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/kube-1.20.2);
@@ -17,16 +17,25 @@ set -euo pipefail
 version=v1.20.2
 cache=${KUBE_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/kube-1.20.2}
 bin=$cache/bin
-servers=(kube-apiserver kube-controller-manager)
+servers=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 log() { echo "build.sh: $*" >&2; }
 
-# True when both binaries are there and report the expected version.
+# The version line binary $1 reports.
+reported_version() {
+  if [[ $1 == kubectl ]]; then
+    "$bin/kubectl" version --client --short 2>/dev/null | sed 's/^Client Version: /Kubernetes /'
+  else
+    "$bin/$1" --version 2>/dev/null
+  fi
+}
+
+# True when every binary is there and reports the expected version.
 warm() {
   local s
   for s in "${servers[@]}"; do
     [[ -x $bin/$s ]] || return 1
-    [[ $("$bin/$s" --version 2>/dev/null) == "Kubernetes $version" ]] || return 1
+    [[ $(reported_version "$s") == "Kubernetes $version" ]] || return 1
   done
 }
 
@@ -115,14 +124,14 @@ fi
 gopath=$cache/gopath
 mkdir -p "$gopath/src/k8s.io"
 ln -sfn "$tree" "$gopath/src/k8s.io/kubernetes"
-log "building ${servers[*]} (4-9 minutes on 2 cores when cold)"
+log "building ${servers[*]} (7-11 minutes on 2 cores when cold)"
 (
   cd "$gopath/src/k8s.io/kubernetes"
   export PATH=/usr/lib/go-1.19/bin:$PATH GOPATH=$gopath GOCACHE=$cache/go-build GOPROXY=off \
     GOFLAGS='' GOTOOLCHAIN=local CGO_ENABLED=0 GO111MODULE=off \
     KUBE_GIT_VERSION=$version KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 KUBE_GIT_TREE_STATE=clean \
     KUBE_GIT_COMMIT=faecb196815e248d3ecfb03c680a4507229c2a56
-  make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >&2
+  make WHAT="${servers[*]/#/cmd/}" >&2
 )
 
 # 6. Install into the cache's bin dir atomically.
@@ -131,6 +140,6 @@ for s in "${servers[@]}"; do
   cp "$tree/_output/bin/$s" "$bin/.$s.tmp"
   mv -f "$bin/.$s.tmp" "$bin/$s"
 done
-warm || { log "built binaries do not report $version: $("$bin/kube-apiserver" --version 2>&1)"; exit 1; }
+warm || { log "built binaries do not all report $version: $(for s in "${servers[@]}"; do echo -n "$s: $(reported_version "$s"); "; done)"; exit 1; }
 log "built in $((SECONDS - started)) s: $bin"
 echo "KUBE_TESTBED_BIN=$bin"

@@ -26,22 +26,9 @@ servers=(kube-controller-manager kube-apiserver etcd) # stop order
 log() { echo "up.sh: $*" >&2; }
 usage() { echo "usage: $0 [--watch-pid PID [--rm]] DIR | --stop DIR" >&2; exit 2; }
 
-# True while PID runs (a zombie counts as gone: its sockets are closed once all threads exit).
-alive() {
-  local state
-  state=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
-  [[ -n $state && $state != Z ]]
-}
-
-# The pid recorded for server NAME in DIR, if that process still runs NAME.
-recorded_pid() {
-  local dir=$1 name=$2 pid
-  pid=$(cat "$dir/$name.pid" 2>/dev/null) || return 1
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name" || return 1
-  echo "$pid"
-}
+# alive, recorded_pid, free_port
+# shellcheck source=../lib/processes.sh
+source "$here/../lib/processes.sh"
 
 stop() {
   local dir=$1 name pid i
@@ -104,21 +91,6 @@ for name in "${servers[@]}"; do
     exit 1
   fi
 done
-
-# Sets variable $1 to a free loopback port below the ephemeral range (so outgoing connections
-# cannot take it between the check and the server's bind), never one handed out before by this run.
-used_ports=()
-free_port() {
-  local port
-  while :; do
-    port=$((10000 + RANDOM % 22000))
-    [[ " ${used_ports[*]} " == *" $port "* ]] && continue
-    [[ -z $(ss -Htan "( sport = :$port )" 2>/dev/null) ]] || continue
-    used_ports+=("$port")
-    printf -v "$1" %s "$port"
-    return
-  done
-}
 
 # On any failure (fail or an error under set -e): stop what was started.
 ready=

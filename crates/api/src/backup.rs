@@ -331,7 +331,7 @@ pub struct BackupRecord {
     /// Size of the stored object in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<i64>,
-    /// Hex sha256 of the snapshot as etcd sent it (before compression).
+    /// Hex sha256 of the stored object (after compression, if any), as in the manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// Revision of the snapshot.

@@ -22,13 +22,22 @@ pub struct Garage {
     dir: tempfile::TempDir,
     /// S3, RPC and admin ports, kept for `restart`.
     ports: [u16; 3],
+    /// Where the S3 API listens.
+    address: String,
 }
 
 impl Garage {
+    /// A server whose S3 API listens on 127.0.0.1.
     pub async fn start() -> Result<Garage> {
+        Garage::start_on("127.0.0.1").await
+    }
+
+    /// A server whose S3 API listens on `address`, e.g. the kubelet bed's bridge address
+    /// ([`crate::cluster::GATEWAY`]), so pods can reach it.
+    pub async fn start_on(address: &str) -> Result<Garage> {
         let dir = tempfile::tempdir()?;
         let ports = [free_port(), free_port(), free_port()];
-        let exports = script(&up_args(dir.path(), ports)).await?;
+        let exports = script(&up_args(dir.path(), ports), address).await?;
         let var = |name: &str| -> Result<String> {
             exports
                 .lines()
@@ -48,6 +57,7 @@ impl Garage {
             bucket: var("GARAGE_BUCKET")?,
             dir,
             ports,
+            address: address.to_string(),
         })
     }
 
@@ -83,18 +93,21 @@ impl Garage {
 
     /// Starts the server again on the same data, config and ports.
     pub async fn restart(&mut self) -> Result<()> {
-        script(&up_args(self.dir.path(), self.ports))
+        script(&up_args(self.dir.path(), self.ports), &self.address)
             .await
             .map(|_| ())
     }
 
     /// Creates bucket `name` and gives the test key read/write/owner on it.
     pub async fn create_bucket(&self, name: &str) -> Result<()> {
-        script(&[
-            OsStr::new("--bucket"),
-            self.dir.path().as_os_str(),
-            OsStr::new(name),
-        ])
+        script(
+            &[
+                OsStr::new("--bucket"),
+                self.dir.path().as_os_str(),
+                OsStr::new(name),
+            ],
+            &self.address,
+        )
         .await
         .map(|_| ())
     }
@@ -129,10 +142,11 @@ fn up_args(dir: &Path, ports: [u16; 3]) -> Vec<OsString> {
 
 /// Runs `garage-up.sh` with `args`; its stdout, or an error with its stderr (which says to run
 /// `e2e/install-deps.sh` when the garage binary is missing).
-async fn script<S: AsRef<OsStr>>(args: &[S]) -> Result<String> {
+async fn script<S: AsRef<OsStr>>(args: &[S], address: &str) -> Result<String> {
     let output = tokio::process::Command::new("bash")
         .arg(SCRIPT)
         .args(args)
+        .env("GARAGE_S3_ADDRESS", address)
         .output()
         .await
         .with_context(|| format!("cannot run {SCRIPT}"))?;

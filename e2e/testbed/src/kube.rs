@@ -79,6 +79,8 @@ struct Shared {
 }
 
 static SHARED: OnceCell<Result<Shared, String>> = OnceCell::const_new();
+/// The kubelet bed's kubeconfig (see [`crate::cluster`]), once joined.
+static WITH_KUBELET: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
 
 impl KubeTestbed {
     /// `KUBECONFIG`'s cluster when that is set, otherwise the test process's own 1.20.2 control
@@ -104,6 +106,33 @@ impl KubeTestbed {
             kubeconfig: shared.kubeconfig.clone(),
             dir: Some(shared.dir.clone()),
         })
+    }
+
+    /// A cluster whose kubelet runs pods: `KUBECONFIG`'s cluster when that is set, otherwise
+    /// the machine's kubelet bed (`e2e/cluster/up.sh`), started or joined on the first call and
+    /// shared by every test process of this `cargo test` run. See [`crate::cluster`].
+    pub async fn with_kubelet() -> Result<KubeTestbed> {
+        if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) {
+            return KubeTestbed::start().await;
+        }
+        let kubeconfig = WITH_KUBELET
+            .get_or_init(|| async { crate::cluster::start().await.map_err(|e| format!("{e:#}")) })
+            .await
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("cannot start the kubelet bed: {e}"))?
+            .clone();
+        let config = Kubeconfig::read_from(&kubeconfig)
+            .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
+        Ok(KubeTestbed {
+            client: client(config).await?,
+            dir: kubeconfig.parent().map(Path::to_path_buf),
+            kubeconfig,
+        })
+    }
+
+    /// A guard that prints `namespace`'s events and pod logs if the test panics.
+    pub fn report_on_failure(&self, namespace: &str) -> crate::cluster::FailureReport {
+        crate::cluster::FailureReport::new(&self.kubeconfig, namespace)
     }
 
     /// The servers' directory (certs, tokens, `*.log`, `*.pid`); `None` with `KUBECONFIG`.
@@ -185,7 +214,29 @@ impl KubeTestbed {
             .create(&PostParams::default(), &namespace)
             .await
             .with_context(|| format!("cannot create namespace {name}"))?;
+        self.wait_for_default_service_account(&name).await?;
         Ok(name)
+    }
+
+    /// Pods of a new namespace are refused until its `default` ServiceAccount exists and, before
+    /// Kubernetes 1.24, has its token Secret: the controller manager adds both a moment later.
+    async fn wait_for_default_service_account(&self, namespace: &str) -> Result<()> {
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let info = self.client.apiserver_version().await?;
+        let minor: u32 = info.minor.trim_end_matches('+').parse().unwrap_or(u32::MAX);
+        let needs_token = info.major == "1" && minor < 24;
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let usable = move |sa: Option<&ServiceAccount>| {
+            sa.is_some_and(|sa| !needs_token || sa.secrets.as_ref().is_some_and(|s| !s.is_empty()))
+        };
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(api, "default", usable),
+        )
+        .await
+        .with_context(|| format!("no default ServiceAccount token in {namespace} after 60 s"))?
+        .with_context(|| format!("waiting for the default ServiceAccount of {namespace}"))?;
+        Ok(())
     }
 
     /// Writes a copy of [`KubeTestbed::kubeconfig`] to `path` whose every user impersonates the
@@ -221,6 +272,45 @@ impl KubeTestbed {
             .open(path)
             .and_then(|mut f| f.write_all(yaml.as_bytes()))
             .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Server-side applies each manifest (any kind the server serves, found by discovery),
+    /// forced, as field manager `testbed`. Namespaced objects without a namespace go to
+    /// `namespace`.
+    pub async fn apply(&self, manifests: &[serde_json::Value], namespace: &str) -> Result<()> {
+        use kube::api::DynamicObject;
+        use kube::core::GroupVersionKind;
+        for doc in manifests {
+            let (api_version, kind) = (
+                doc["apiVersion"]
+                    .as_str()
+                    .context("manifest without apiVersion")?,
+                doc["kind"].as_str().context("manifest without kind")?,
+            );
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .context("manifest without name")?;
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            let (resource, caps) = kube::discovery::pinned_kind(&self.client, &gvk)
+                .await
+                .with_context(|| format!("the server does not serve {api_version} {kind}"))?;
+            let api: Api<DynamicObject> = match caps.scope {
+                kube::discovery::Scope::Namespaced => {
+                    let ns = doc["metadata"]["namespace"].as_str().unwrap_or(namespace);
+                    Api::namespaced_with(self.client.clone(), ns, &resource)
+                }
+                kube::discovery::Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+            };
+            api.patch(
+                name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(doc),
+            )
+            .await
+            .with_context(|| format!("cannot apply {kind} {name}"))?;
+        }
+        Ok(())
     }
 
     /// Deletes a namespace (and so everything in it), without waiting. Only needed against a
@@ -267,7 +357,7 @@ pub fn strip_key(value: &mut serde_json::Value, key: &str) {
 }
 
 /// Where build.sh puts the binaries (the same defaults as the scripts).
-fn bin_dir() -> PathBuf {
+pub(crate) fn bin_dir() -> PathBuf {
     if let Some(bin) = std::env::var_os("KUBE_TESTBED_BIN") {
         return bin.into();
     }
@@ -343,4 +433,28 @@ async fn start_servers() -> Result<Shared> {
         .map(PathBuf::from)
         .context("up.sh printed no KUBECONFIG")?;
     Ok(Shared { dir, kubeconfig })
+}
+
+/// Waits until object `name` exists and satisfies `done`; the object, or an error naming `what`
+/// after `seconds`.
+pub async fn wait_until<K, F>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    seconds: u64,
+    done: F,
+) -> Result<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(&K) -> bool + Send + 'static,
+{
+    let condition = move |obj: Option<&K>| obj.is_some_and(&done);
+    let found = tokio::time::timeout(
+        Duration::from_secs(seconds),
+        await_condition(api.clone(), name, condition),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{what}: not after {seconds} s"))?
+    .with_context(|| format!("watching {name} for {what}"))?;
+    found.with_context(|| format!("{name} is gone"))
 }

@@ -6,6 +6,7 @@
 //! installs the servers; `e2e/apiserver/build.sh` builds the Kubernetes ones.
 
 pub mod cli;
+pub mod cluster;
 mod etcd;
 mod garage;
 pub mod image;

@@ -1,0 +1,304 @@
+//! The kubelet bed's two missing cluster add-ons (`e2e/cluster/up.sh` runs it), test
+//! infrastructure only:
+//!
+//! - **Cluster DNS records.** Writes a hosts file that dnsmasq (`--hostsdir`) serves: every
+//!   Service's `<svc>.<ns>.svc.cluster.local` (its ClusterIP, or for a headless Service the
+//!   addresses of its Endpoints) and every endpoint address with a hostname as
+//!   `<hostname>.<svc>.<ns>.svc.cluster.local` (what etcd peer URLs use), like CoreDNS.
+//! - **Directory volumes.** Creates the default StorageClass `testbed-local` and, for each
+//!   Pending claim of that class, a `hostPath` PersistentVolume bound to it, backed by a directory
+//!   under `--volumes`. The volume outlives pods; when its claim is deleted, the directory and the
+//!   volume are removed (reclaim policy Delete).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Endpoints, PersistentVolume, PersistentVolumeClaim, Service};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+const STORAGE_CLASS: &str = "testbed-local";
+const PROVISIONER: &str = "testbed.etcd-backup-suite/local";
+const DOMAIN: &str = "cluster.local";
+
+struct Args {
+    kubeconfig: PathBuf,
+    dns_hosts: PathBuf,
+    volumes: PathBuf,
+    node: String,
+}
+
+fn args() -> Result<Args> {
+    let mut map = BTreeMap::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        map.insert(flag, value);
+    }
+    let mut take = |flag: &str| map.remove(flag).with_context(|| format!("missing {flag}"));
+    Ok(Args {
+        kubeconfig: take("--kubeconfig")?.into(),
+        dns_hosts: take("--dns-hosts")?.into(),
+        volumes: take("--volumes")?.into(),
+        node: take("--node")?,
+    })
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    let args = args()
+        .context("usage: bed-agent --kubeconfig FILE --dns-hosts FILE --volumes DIR --node NAME")?;
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&args.kubeconfig)?,
+        &KubeConfigOptions::default(),
+    )
+    .await?;
+    let client = Client::try_from(config)?;
+    install_storage_class(&client).await?;
+    tokio::try_join!(
+        dns(client.clone(), args.dns_hosts),
+        volumes(client, args.volumes, args.node),
+    )?;
+    Ok(())
+}
+
+// ---- DNS ----
+
+async fn dns(client: Client, hosts: PathBuf) -> Result<()> {
+    let (services, services_writer) = reflector::store::<Service>();
+    let (endpoints, endpoints_writer) = reflector::store::<Endpoints>();
+    let service_events = reflector(
+        services_writer,
+        watcher(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()).map_err(anyhow::Error::from));
+    let endpoint_events = reflector(
+        endpoints_writer,
+        watcher(Api::<Endpoints>::all(client), watcher::Config::default()),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()).map_err(anyhow::Error::from));
+    let mut events = std::pin::pin!(futures::stream::select(service_events, endpoint_events));
+    let mut written = None;
+    while let Some(event) = events.next().await {
+        if let Err(error) = event {
+            eprintln!("bed-agent: dns watch: {error:#}");
+            continue;
+        }
+        let text = hosts_file(&services, &endpoints);
+        if written.as_ref() != Some(&text) {
+            write_atomically(&hosts, &text)?;
+            written = Some(text);
+        }
+    }
+    Ok(())
+}
+
+/// The hosts file for every Service and named endpoint, sorted so it only changes with them.
+fn hosts_file(services: &Store<Service>, endpoints: &Store<Endpoints>) -> String {
+    let mut lines = Vec::new();
+    for service in services.state() {
+        let (Some(ns), name) = (service.namespace(), service.name_any()) else {
+            continue;
+        };
+        let fqdn = format!("{name}.{ns}.svc.{DOMAIN}");
+        let cluster_ip = service.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+        match cluster_ip.as_deref() {
+            Some("None") => {
+                let key = reflector::ObjectRef::new(&name).within(&ns);
+                let Some(eps) = endpoints.get(&key) else {
+                    continue;
+                };
+                for subset in eps.subsets.iter().flatten() {
+                    for address in subset.addresses.iter().flatten() {
+                        lines.push(format!("{} {fqdn}", address.ip));
+                        if let Some(host) = &address.hostname {
+                            lines.push(format!("{} {host}.{fqdn}", address.ip));
+                        }
+                    }
+                }
+            }
+            Some(ip) if !ip.is_empty() => lines.push(format!("{ip} {fqdn}")),
+            _ => {}
+        }
+    }
+    lines.sort();
+    lines.dedup();
+    lines.join("\n") + "\n"
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename to {}", path.display()))
+}
+
+// ---- Volumes ----
+
+async fn install_storage_class(client: &Client) -> Result<()> {
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": STORAGE_CLASS,
+            "annotations": { "storageclass.kubernetes.io/is-default-class": "true" },
+        },
+        "provisioner": PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))?;
+    Api::<StorageClass>::all(client.clone())
+        .patch(
+            STORAGE_CLASS,
+            &PatchParams::apply("bed-agent").force(),
+            &Patch::Apply(&class),
+        )
+        .await
+        .context("cannot create the default StorageClass")?;
+    Ok(())
+}
+
+async fn volumes(client: Client, root: PathBuf, node: String) -> Result<()> {
+    let claims = watcher(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .applied_objects()
+    .map(|e| e.map(Change::Claim));
+    let volumes = watcher(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .applied_objects()
+    .map(|e| e.map(Change::Volume));
+    let mut changes = std::pin::pin!(futures::stream::select(claims, volumes));
+    while let Some(change) = changes.next().await {
+        let result = match change {
+            Ok(Change::Claim(claim)) => provision(&client, &root, &node, &claim).await,
+            Ok(Change::Volume(volume)) => reclaim(&client, &root, &volume).await,
+            Err(error) => Err(error.into()),
+        };
+        if let Err(error) = result {
+            eprintln!("bed-agent: volumes: {error:#}");
+        }
+    }
+    Ok(())
+}
+
+enum Change {
+    Claim(PersistentVolumeClaim),
+    Volume(PersistentVolume),
+}
+
+/// Creates a volume for a Pending claim of our class that has none yet. The volume's name is
+/// derived from the claim's UID, so a repeated event cannot make a second one.
+async fn provision(
+    client: &Client,
+    root: &Path,
+    node: &str,
+    claim: &PersistentVolumeClaim,
+) -> Result<()> {
+    let Some(spec) = &claim.spec else {
+        return Ok(());
+    };
+    let pending = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+    if !pending
+        || spec.volume_name.as_deref().is_some_and(|v| !v.is_empty())
+        || spec.storage_class_name.as_deref() != Some(STORAGE_CLASS)
+        || claim.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    let (ns, name, uid) = (
+        claim.namespace().unwrap_or_default(),
+        claim.name_any(),
+        claim.uid().unwrap_or_default(),
+    );
+    let pv_name = format!("pvc-{uid}");
+    let dir = root.join(&pv_name);
+    std::fs::create_dir_all(&dir)?;
+    // Pods run as any user (the operators as 65532): test volumes are open to all.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+    let size = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_else(|| "1Gi".into());
+    let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": pv_name,
+            "annotations": { "pv.kubernetes.io/provisioned-by": PROVISIONER },
+        },
+        "spec": {
+            "capacity": { "storage": size },
+            "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": STORAGE_CLASS,
+            "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
+            "claimRef": { "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                          "namespace": ns, "name": name, "uid": uid },
+            "hostPath": { "path": dir, "type": "Directory" },
+            "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In", "values": [node] }] }] } },
+        },
+    }))?;
+    match Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &volume)
+        .await
+    {
+        Ok(_) => eprintln!(
+            "bed-agent: {pv_name} for claim {ns}/{name} at {}",
+            dir.display()
+        ),
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create {pv_name}")),
+    }
+    Ok(())
+}
+
+/// Deletes the directory and the volume once its claim is gone (phase Released).
+async fn reclaim(client: &Client, root: &Path, volume: &PersistentVolume) -> Result<()> {
+    let ours = volume
+        .annotations()
+        .get("pv.kubernetes.io/provisioned-by")
+        .is_some_and(|p| p == PROVISIONER);
+    let released = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    let delete = volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        == Some("Delete");
+    if !(ours && released && delete) || volume.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let name = volume.name_any();
+    let dir = root.join(&name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    match Api::<PersistentVolume>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => eprintln!("bed-agent: {name} released: directory and volume deleted"),
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot delete {name}")),
+    }
+    Ok(())
+}

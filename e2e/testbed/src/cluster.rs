@@ -1,0 +1,149 @@
+//! The kubelet bed: a single-node Kubernetes 1.20.2 whose kubelet runs pods
+//! (`e2e/cluster/up.sh`), shared by every test of one `cargo test` (or `cargo nextest`) run.
+//!
+//! - [`KubeTestbed::with_kubelet`](crate::kube::KubeTestbed::with_kubelet) returns a client for
+//!   it: `KUBECONFIG`'s cluster when that is set (it needs the `localhost/*` images and a
+//!   default StorageClass, see the README), otherwise the machine's bed in [`bed_dir`], started
+//!   on first use. The bed registers the `cargo` process that runs the tests (this process's
+//!   parent) as a user and stops once every user is gone, so the test binaries of one run share
+//!   one bed and nothing outlives the run.
+//! - Pods reach the host on [`GATEWAY`]: start Garage with
+//!   [`Garage::start_on(GATEWAY)`](crate::Garage::start_on) for backups made inside the cluster.
+//! - Images are `localhost/<binary>:dev` for every project binary the test run built (the
+//!   directory of the running test executable, i.e. `target/debug`), `localhost/etcd:v3.4.23`,
+//!   `localhost/etcd:v3.5.16`, `localhost/pause:3.2`.
+//! - [`FailureReport`] prints a namespace's events and pod logs when a test panics.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The bridge address: the API server, cluster DNS and host services pods may reach.
+pub const GATEWAY: &str = "10.88.0.1";
+/// The default StorageClass (directory-backed volumes under the bed's directory).
+pub const STORAGE_CLASS: &str = "testbed-local";
+/// The script, shared with CI, the demo and developers.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cluster/up.sh");
+
+/// Where the tests' bed lives: `BED_DIR`, or `$TMPDIR/etcd-backup-suite-bed`.
+pub fn bed_dir() -> PathBuf {
+    std::env::var_os("BED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("etcd-backup-suite-bed"))
+}
+
+/// The build output the test executable belongs to (`target/debug`): the images are made from
+/// the binaries there.
+fn binaries_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/debug/deps/<test>-<hash>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .context("test executable outside a cargo target dir")?;
+    Ok(dir.to_path_buf())
+}
+
+/// Starts (or joins) the bed for this test run; returns its kubeconfig.
+pub(crate) async fn start() -> Result<PathBuf> {
+    let dir = bed_dir();
+    let binaries = binaries_dir()?;
+    let user = std::os::unix::process::parent_id().to_string();
+    let output = tokio::process::Command::new(SCRIPT)
+        .args(["--watch-pid", &user, "--rm"])
+        .arg(&dir)
+        .env("BED_BINARIES", &binaries)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {SCRIPT}"))?;
+    if !output.status.success() {
+        bail!(
+            "{SCRIPT} failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("export KUBECONFIG="))
+        .map(PathBuf::from)
+        .context("up.sh printed no KUBECONFIG")
+}
+
+/// `kubectl`: the bed's own 1.20.2 build when present, else the one on `PATH`.
+pub fn kubectl(kubeconfig: &Path) -> Command {
+    let bed = crate::kube::bin_dir().join("kubectl");
+    let mut command = Command::new(if bed.is_file() {
+        bed
+    } else {
+        PathBuf::from("kubectl")
+    });
+    command.arg("--kubeconfig").arg(kubeconfig);
+    command
+}
+
+/// Prints the events of a namespace and the logs of its pods (current and previous container)
+/// when the test holding it panics, the first thing a developer needs. Nothing otherwise.
+pub struct FailureReport {
+    kubeconfig: PathBuf,
+    namespace: String,
+}
+
+impl FailureReport {
+    pub fn new(kubeconfig: &Path, namespace: &str) -> FailureReport {
+        FailureReport {
+            kubeconfig: kubeconfig.to_path_buf(),
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// The report as text: events, pod list, each container's logs.
+    pub fn text(&self) -> String {
+        let run = |args: &[&str]| -> String {
+            match kubectl(&self.kubeconfig)
+                .args(["--namespace", &self.namespace])
+                .args(args)
+                .output()
+            {
+                Ok(o) => format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Err(e) => format!("cannot run kubectl: {e}\n"),
+            }
+        };
+        let mut text = format!("===== namespace {}: events =====\n", self.namespace);
+        text += &run(&["get", "events", "--sort-by=.lastTimestamp"]);
+        text += "===== pods =====\n";
+        text += &run(&["get", "pods", "-o", "wide"]);
+        let pods = run(&["get", "pods", "-o", "name"]);
+        for pod in pods.lines().filter(|l| l.starts_with("pod/")) {
+            for previous in [false, true] {
+                let mut args = vec!["logs", pod, "--all-containers", "--prefix", "--tail=200"];
+                if previous {
+                    args.push("--previous");
+                }
+                let logs = run(&args);
+                if previous && logs.contains("not found") || logs.trim().is_empty() {
+                    continue;
+                }
+                text += &format!(
+                    "===== {pod} logs{} =====\n{logs}",
+                    if previous { " (previous)" } else { "" }
+                );
+            }
+        }
+        text
+    }
+}
+
+impl Drop for FailureReport {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.text());
+        }
+    }
+}
