@@ -7,8 +7,9 @@
 //!   on first use. The bed registers the `cargo` process that runs the tests (this process's
 //!   parent) as a user and stops once every user is gone, so the test binaries of one run share
 //!   one bed and nothing outlives the run.
-//! - Pods reach the host on [`GATEWAY`]: start Garage with
-//!   [`Garage::start_on(GATEWAY)`](crate::Garage::start_on) for backups made inside the cluster.
+//! - Pods reach the host on [`host_address`] ([`GATEWAY`] on the bed): start Garage with
+//!   [`Garage::start_on(&host_address())`](crate::Garage::start_on) for backups made inside the
+//!   cluster.
 //! - Images are `localhost/<binary>:dev` for every project binary the test run built (the
 //!   directory of the running test executable, i.e. `target/debug`), `localhost/etcd:v3.4.23`,
 //!   `localhost/etcd:v3.5.16`, `localhost/pause:3.2`.
@@ -21,6 +22,16 @@ use anyhow::{Context, Result, bail};
 
 /// The bridge address: the API server, cluster DNS and host services pods may reach.
 pub const GATEWAY: &str = "10.88.0.1";
+/// The address pods reach this machine on: `BED_HOST_ADDRESS` when set (for a cluster named by
+/// `KUBECONFIG`, e.g. kind's Docker bridge gateway), else [`GATEWAY`]. Servers the tests start for
+/// pods (Garage) listen there.
+pub fn host_address() -> String {
+    std::env::var("BED_HOST_ADDRESS")
+        .ok()
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| GATEWAY.to_string())
+}
+
 /// The default StorageClass (directory-backed volumes under the bed's directory).
 pub const STORAGE_CLASS: &str = "testbed-local";
 /// The script, shared with CI, the demo and developers.

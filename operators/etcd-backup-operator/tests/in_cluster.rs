@@ -12,7 +12,7 @@ use kube::api::PostParams;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use testbed::Garage;
-use testbed::cluster::GATEWAY;
+use testbed::cluster::host_address;
 use testbed::kube::{KubeTestbed, wait_until};
 
 mod common;
@@ -81,7 +81,7 @@ async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
     kube.install_crds().await.unwrap();
     let ns = kube.namespace("eb-in-cluster").await.unwrap();
     let _report = kube.report_on_failure(&ns);
-    let garage = Garage::start_on(GATEWAY).await.unwrap();
+    let garage = Garage::start_on(&host_address()).await.unwrap();
 
     // etcd in a pod, with data written from the host through the pod network.
     kube.apply(&etcd_manifests(&ns), &ns).await.unwrap();
