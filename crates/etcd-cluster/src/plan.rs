@@ -1,0 +1,399 @@
+//! The membership planner: from what exists (member pods, data claims, etcd's member list with
+//! each member's health) and the change recorded before it started, the single next safe step.
+//! The operator records a change's intent before calling etcd, executes one step, and plans
+//! again from the world, so a restart at any point finishes or undoes that change: an add whose
+//! member never started is re-issued or removed, a removal is completed, and a member nobody
+//! intended (a phantom of an add that timed out) is removed.
+//!
+//! Rules, in order:
+//! 1. Finish the recorded change.
+//! 2. Never act destructively without quorum: fewer healthy voters than a majority is
+//!    [`Step::QuorumLost`], and nothing is removed or deleted.
+//! 3. Heal: a member whose pod is gone restarts on its own claim; one whose data is gone (no
+//!    claim, or emptyDir) is removed, to be replaced by a new member under a new name.
+//! 4. Clean up: pods and claims of members etcd no longer has, phantom members.
+//! 5. Promote a caught-up learner; wait for unhealthy members (the kubelet restarts them).
+//! 6. Scale one member at a time, only when every member is healthy: add as a learner; remove
+//!    an unhealthy member first, never the leader when there is another choice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::naming::ClusterNames;
+
+/// A member pod as the kubelet reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodState {
+    /// Not yet running (scheduling, pulling, init containers).
+    Pending,
+    Running {
+        ready: bool,
+    },
+    /// Terminated for good (evicted, or a container that cannot restart).
+    Failed,
+    /// Being deleted.
+    Terminating,
+}
+
+/// One entry of etcd's member list, with what the operator learned by asking it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub id: u64,
+    /// Our member name, from its peer URL; `None` for a member that is not ours.
+    pub name: Option<String>,
+    /// Started: etcd knows its name (an added member that never started has none).
+    pub started: bool,
+    pub learner: bool,
+    /// Answered a status request through its own client URL.
+    pub healthy: bool,
+    pub leader: bool,
+}
+
+/// A membership change recorded (in the EtcdCluster's status) before it is started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Intent {
+    /// Create the first member with a fresh cluster token.
+    Seed { member: String },
+    /// Add `member` as a learner, start it, promote it.
+    Add { member: String },
+    /// Remove member `id` from etcd, then delete its pod and claim.
+    Remove {
+        member: Option<String>,
+        id: u64,
+        reason: String,
+    },
+}
+
+/// What exists now.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// Member pods of this cluster, by name.
+    pub pods: BTreeMap<String, PodState>,
+    /// Data claims, by member name.
+    pub claims: BTreeSet<String>,
+    /// etcd's member list, or `None` when no member answered.
+    pub members: Option<Vec<Member>>,
+    /// The change in flight, if any.
+    pub intent: Option<Intent>,
+    /// Members keep their data on claims (`persistentVolumeClaimSpec` is set).
+    pub persistent: bool,
+    /// The cluster has been created before (recorded when the seed answered), so an empty
+    /// world means its data is lost, not that it is new.
+    pub bootstrapped: bool,
+}
+
+/// The next step. Steps that change membership come with the intent to record first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Record [`Intent::Seed`], then create the claim and pod of the first member with
+    /// `--initial-cluster-state=new` and a fresh token.
+    Seed { member: String },
+    /// Record [`Intent::Add`], then add `member` to etcd as a learner.
+    AddLearner { member: String },
+    /// Create the claim (when persistent) and the pod of a member etcd knows, joining with
+    /// `--initial-cluster-state=existing` and `initial_cluster` (every member's name). A member
+    /// with data on its claim restarts from it (etcd then ignores the initial flags).
+    StartMember {
+        member: String,
+        initial_cluster: Vec<String>,
+    },
+    /// Promote a learner that caught up.
+    Promote { member: String, id: u64 },
+    /// Record [`Intent::Remove`], then remove the member from etcd.
+    RemoveMember {
+        member: Option<String>,
+        id: u64,
+        reason: String,
+    },
+    /// Delete the pod and the claim of a member etcd no longer has.
+    DeleteMemberResources { member: String },
+    /// Delete a failed pod so that it is recreated (on its claim).
+    DeletePod { member: String },
+    /// The recorded change is done (or moot): clear it.
+    ClearIntent,
+    /// Nothing to do until the world changes.
+    Wait { reason: String },
+    /// Fewer healthy voting members than a majority, or the data of every member is gone:
+    /// nothing destructive happens; restore from a backup (EtcdRestore).
+    QuorumLost { dead: Vec<String>, reason: String },
+    /// `size` healthy voting members, nothing in flight.
+    Converged,
+}
+
+/// The next step towards `size` members.
+pub fn plan(names: &ClusterNames, size: usize, observed: &Observed) -> Step {
+    match &observed.members {
+        None => plan_unreachable(names, observed),
+        Some(members) => plan_reachable(names, size, observed, members),
+    }
+}
+
+/// Names of every member-like thing seen: new members get a name above all of them.
+fn used_names(observed: &Observed) -> Vec<String> {
+    let mut used: Vec<String> = observed
+        .pods
+        .keys()
+        .chain(&observed.claims)
+        .cloned()
+        .collect();
+    if let Some(members) = &observed.members {
+        used.extend(members.iter().filter_map(|m| m.name.clone()));
+    }
+    match &observed.intent {
+        Some(Intent::Seed { member } | Intent::Add { member }) => used.push(member.clone()),
+        Some(Intent::Remove {
+            member: Some(member),
+            ..
+        }) => used.push(member.clone()),
+        _ => {}
+    }
+    used
+}
+
+/// No member answered.
+fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
+    let Observed {
+        pods,
+        claims,
+        intent,
+        ..
+    } = observed;
+    if let Some(Intent::Seed { member }) = intent {
+        return if pods.contains_key(member) {
+            Step::Wait {
+                reason: format!("seed member {member} is starting"),
+            }
+        } else {
+            Step::Seed {
+                member: member.clone(),
+            }
+        };
+    }
+    if pods.is_empty() && claims.is_empty() {
+        if observed.bootstrapped {
+            return Step::QuorumLost {
+                dead: Vec::new(),
+                reason: "every member pod and data volume is gone".into(),
+            };
+        }
+        let used = used_names(observed);
+        return Step::Seed {
+            member: names.next_member(used.iter().map(String::as_str)),
+        };
+    }
+    // Members whose pods were deleted restart on their claims; the data says who they are.
+    if observed.persistent
+        && let Some(member) = claims.iter().find(|c| !pods.contains_key(*c))
+    {
+        return Step::StartMember {
+            member: member.clone(),
+            initial_cluster: claims.iter().cloned().collect(),
+        };
+    }
+    if pods
+        .values()
+        .any(|p| matches!(p, PodState::Pending | PodState::Running { ready: false }))
+    {
+        return Step::Wait {
+            reason: "no member answers yet; members are starting".into(),
+        };
+    }
+    Step::QuorumLost {
+        dead: pods.keys().cloned().collect(),
+        reason: "no member answers".into(),
+    }
+}
+
+fn plan_reachable(
+    names: &ClusterNames,
+    size: usize,
+    observed: &Observed,
+    members: &[Member],
+) -> Step {
+    let Observed {
+        pods,
+        claims,
+        intent,
+        persistent,
+        ..
+    } = observed;
+    let by_name = |name: &str| members.iter().find(|m| m.name.as_deref() == Some(name));
+    let all_names = || -> Vec<String> { members.iter().filter_map(|m| m.name.clone()).collect() };
+    let has_data = |name: &str| *persistent && claims.contains(name);
+
+    // 1. The recorded change.
+    match intent {
+        Some(Intent::Seed { member }) => {
+            return if by_name(member).is_some() {
+                Step::ClearIntent
+            } else {
+                Step::Wait {
+                    reason: format!("seed member {member} is starting"),
+                }
+            };
+        }
+        Some(Intent::Add { member }) => {
+            return match by_name(member) {
+                None if members.len() < size => Step::AddLearner {
+                    member: member.clone(),
+                },
+                // No longer wanted (size went down meanwhile): its leftovers go in step 4.
+                None => Step::ClearIntent,
+                Some(_) if !pods.contains_key(member) => Step::StartMember {
+                    member: member.clone(),
+                    initial_cluster: all_names(),
+                },
+                Some(m) if m.learner && m.started && m.healthy => Step::Promote {
+                    member: member.clone(),
+                    id: m.id,
+                },
+                Some(m) if m.learner => Step::Wait {
+                    reason: format!("learner {member} is catching up"),
+                },
+                Some(_) => Step::ClearIntent,
+            };
+        }
+        Some(Intent::Remove { member, id, reason }) => {
+            if members.iter().any(|m| m.id == *id) {
+                return Step::RemoveMember {
+                    member: member.clone(),
+                    id: *id,
+                    reason: reason.clone(),
+                };
+            }
+            if let Some(member) = member
+                && (pods.contains_key(member) || claims.contains(member))
+            {
+                return Step::DeleteMemberResources {
+                    member: member.clone(),
+                };
+            }
+            return Step::ClearIntent;
+        }
+        None => {}
+    }
+
+    // 2. Quorum.
+    let voters: Vec<&Member> = members.iter().filter(|m| !m.learner).collect();
+    let healthy_voters = voters.iter().filter(|m| m.healthy).count();
+    if healthy_voters < voters.len() / 2 + 1 {
+        return Step::QuorumLost {
+            dead: voters
+                .iter()
+                .filter(|m| !m.healthy)
+                .map(|m| display(m))
+                .collect(),
+            reason: format!(
+                "{healthy_voters} of {} voting members healthy",
+                voters.len()
+            ),
+        };
+    }
+
+    // 3. Heal members whose pod is gone or failed.
+    for m in members {
+        let Some(name) = &m.name else { continue };
+        match pods.get(name) {
+            None if has_data(name) => {
+                return Step::StartMember {
+                    member: name.clone(),
+                    initial_cluster: all_names(),
+                };
+            }
+            None => {
+                let reason = if m.started {
+                    "its data is gone (pod and volume deleted)"
+                } else {
+                    "it was added but never started"
+                };
+                return Step::RemoveMember {
+                    member: Some(name.clone()),
+                    id: m.id,
+                    reason: reason.into(),
+                };
+            }
+            Some(PodState::Failed) => {
+                return Step::DeletePod {
+                    member: name.clone(),
+                };
+            }
+            Some(_) => {}
+        }
+    }
+
+    // 4. Leftovers: pods and claims of members etcd does not have.
+    for name in pods.keys().chain(claims.iter()) {
+        if by_name(name).is_none() && names.ordinal(name).is_some() {
+            return Step::DeleteMemberResources {
+                member: name.clone(),
+            };
+        }
+    }
+
+    // 5. Learners and unhealthy members.
+    if let Some(m) = members.iter().find(|m| m.learner) {
+        let name = display(m);
+        return if m.started && m.healthy {
+            Step::Promote {
+                member: name,
+                id: m.id,
+            }
+        } else {
+            Step::Wait {
+                reason: format!("learner {name} is catching up"),
+            }
+        };
+    }
+    if let Some(m) = members.iter().find(|m| !m.healthy) {
+        if members.len() > size {
+            return remove(
+                m,
+                "the cluster is larger than its size and this member is unhealthy",
+            );
+        }
+        return Step::Wait {
+            reason: format!("member {} is not healthy", display(m)),
+        };
+    }
+
+    // 6. Scale, one member at a time.
+    if members.len() < size {
+        let used = used_names(observed);
+        return Step::AddLearner {
+            member: names.next_member(used.iter().map(String::as_str)),
+        };
+    }
+    if members.len() > size {
+        // Highest ordinal first (the newest), never the leader while another member remains.
+        let victim = members
+            .iter()
+            .filter(|m| !m.leader)
+            .max_by_key(|m| m.name.as_deref().and_then(|n| names.ordinal(n)))
+            .unwrap_or(&members[0]);
+        return remove(victim, "scaling down to the cluster's size");
+    }
+    if let Some((name, _)) = pods
+        .iter()
+        .find(|(_, p)| !matches!(p, PodState::Running { ready: true }))
+    {
+        return Step::Wait {
+            reason: format!("member {name} is not ready"),
+        };
+    }
+    Step::Converged
+}
+
+fn remove(m: &Member, reason: &str) -> Step {
+    Step::RemoveMember {
+        member: m.name.clone(),
+        id: m.id,
+        reason: reason.into(),
+    }
+}
+
+/// A member's name, or its ID in hex as etcdctl prints it.
+fn display(m: &Member) -> String {
+    m.name.clone().unwrap_or_else(|| format!("{:x}", m.id))
+}

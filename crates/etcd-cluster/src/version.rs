@@ -1,0 +1,174 @@
+//! etcd versions and the upgrade paths etcd supports: patch upgrades, and one minor version at a
+//! time; never a downgrade, never a major change (etcd's `upgrades/upgrading-etcd.md`). Checked
+//! before any member is touched.
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// An etcd release, `MAJOR.MINOR.PATCH` (a leading `v` is accepted, as coreos did).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EtcdVersion(semver::Version);
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum VersionError {
+    #[error("version {0:?} is not MAJOR.MINOR.PATCH (e.g. 3.5.16)")]
+    NotSemver(String),
+    #[error(
+        "version {from} -> {to} is a downgrade; etcd cannot run older code on newer data: restore a backup taken before the upgrade instead"
+    )]
+    Downgrade { from: EtcdVersion, to: EtcdVersion },
+    #[error(
+        "version {from} -> {to} skips a minor version; upgrade one minor at a time ({from} -> {next}.x -> ...)"
+    )]
+    SkipsMinor {
+        from: EtcdVersion,
+        to: EtcdVersion,
+        next: String,
+    },
+    #[error("version {from} -> {to} changes the major version, which etcd does not support")]
+    MajorChange { from: EtcdVersion, to: EtcdVersion },
+    #[error(
+        "version {from} -> {to}: etcd requires every member on 3.5.32 or later before 3.6; upgrade to the latest 3.5 first"
+    )]
+    Needs3532 { from: EtcdVersion, to: EtcdVersion },
+}
+
+impl EtcdVersion {
+    pub fn parse(text: &str) -> Result<EtcdVersion, VersionError> {
+        let trimmed = text.trim().trim_start_matches('v');
+        semver::Version::parse(trimmed)
+            .ok()
+            .filter(|v| v.pre.is_empty() && v.build.is_empty())
+            .map(EtcdVersion)
+            .ok_or_else(|| VersionError::NotSemver(text.to_string()))
+    }
+
+    pub fn minor(&self) -> (u64, u64) {
+        (self.0.major, self.0.minor)
+    }
+
+    fn at_least(&self, major: u64, minor: u64, patch: u64) -> bool {
+        self.0 >= semver::Version::new(major, minor, patch)
+    }
+
+    /// Whether this version's restore tool has `--bump-revision` and `--mark-compacted`
+    /// (etcdctl 3.4.27, etcdutl 3.5.10, and 3.6).
+    pub fn restore_can_bump_revision(&self) -> bool {
+        match self.minor() {
+            (3, 4) => self.at_least(3, 4, 27),
+            (3, 5) => self.at_least(3, 5, 10),
+            (3, m) => m > 5,
+            (major, _) => major > 3,
+        }
+    }
+
+    /// Whether the restore tool is `etcdutl` (3.5 and later) rather than `etcdctl`.
+    pub fn has_etcdutl(&self) -> bool {
+        self.at_least(3, 5, 0)
+    }
+}
+
+impl fmt::Display for EtcdVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// What moving from one version to another means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Upgrade {
+    /// Same version: nothing to do.
+    None,
+    /// A patch release of the same minor.
+    Patch,
+    /// The next minor version.
+    Minor,
+}
+
+/// Checks that etcd supports going from `from` to `to`.
+pub fn check_upgrade(from: &EtcdVersion, to: &EtcdVersion) -> Result<Upgrade, VersionError> {
+    let (f, t) = (&from.0, &to.0);
+    let error = |make: fn(EtcdVersion, EtcdVersion) -> VersionError| make(from.clone(), to.clone());
+    if t == f {
+        return Ok(Upgrade::None);
+    }
+    if t < f {
+        return Err(error(|from, to| VersionError::Downgrade { from, to }));
+    }
+    if t.major != f.major {
+        return Err(error(|from, to| VersionError::MajorChange { from, to }));
+    }
+    match t.minor - f.minor {
+        0 => Ok(Upgrade::Patch),
+        1 if (f.major, f.minor) == (3, 5) && !from.at_least(3, 5, 32) => {
+            Err(error(|from, to| VersionError::Needs3532 { from, to }))
+        }
+        1 => Ok(Upgrade::Minor),
+        _ => Err(VersionError::SkipsMinor {
+            from: from.clone(),
+            to: to.clone(),
+            next: format!("{}.{}", f.major, f.minor + 1),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> EtcdVersion {
+        EtcdVersion::parse(s).unwrap()
+    }
+
+    #[test]
+    fn parses_with_or_without_v_and_refuses_the_rest() {
+        assert_eq!(v("v3.4.23"), v("3.4.23"));
+        for bad in ["3.4", "latest", "3.5.0-rc.1", "", "3.4.x"] {
+            assert!(
+                matches!(EtcdVersion::parse(bad), Err(VersionError::NotSemver(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn upgrade_paths() {
+        assert_eq!(check_upgrade(&v("3.4.23"), &v("3.4.23")), Ok(Upgrade::None));
+        assert_eq!(
+            check_upgrade(&v("3.4.23"), &v("3.4.30")),
+            Ok(Upgrade::Patch)
+        );
+        assert_eq!(
+            check_upgrade(&v("3.4.23"), &v("3.5.16")),
+            Ok(Upgrade::Minor)
+        );
+        assert_eq!(check_upgrade(&v("3.5.32"), &v("3.6.0")), Ok(Upgrade::Minor));
+        let err = check_upgrade(&v("3.5.16"), &v("3.4.23")).unwrap_err();
+        assert!(matches!(err, VersionError::Downgrade { .. }));
+        assert!(err.to_string().contains("restore a backup"), "{err}");
+        let err = check_upgrade(&v("3.4.23"), &v("3.6.0")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "version 3.4.23 -> 3.6.0 skips a minor version; upgrade one minor at a time (3.4.23 -> 3.5.x -> ...)"
+        );
+        assert!(matches!(
+            check_upgrade(&v("3.5.16"), &v("3.6.1")),
+            Err(VersionError::Needs3532 { .. })
+        ));
+        assert!(matches!(
+            check_upgrade(&v("3.5.16"), &v("4.0.0")),
+            Err(VersionError::MajorChange { .. })
+        ));
+    }
+
+    #[test]
+    fn restore_tool_features_by_version() {
+        assert!(!v("3.4.23").restore_can_bump_revision());
+        assert!(v("3.4.27").restore_can_bump_revision());
+        assert!(!v("3.5.9").restore_can_bump_revision());
+        assert!(v("3.5.16").restore_can_bump_revision());
+        assert!(v("3.6.0").restore_can_bump_revision());
+        assert!(!v("3.4.23").has_etcdutl() && v("3.5.16").has_etcdutl());
+    }
+}

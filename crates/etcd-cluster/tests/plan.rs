@@ -1,0 +1,301 @@
+//! The planner's decisions from observed states, including every crash point of a membership
+//! change (intent recorded, etcd called or not, pod created or not).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use etcd_cluster::{ClusterNames, Intent, Member, Observed, PodState, Step, plan};
+
+fn names() -> ClusterNames {
+    ClusterNames::new("c", "ns", Some("cluster.local"), false)
+}
+
+const READY: PodState = PodState::Running { ready: true };
+
+fn voter(id: u64, name: &str) -> Member {
+    Member {
+        id,
+        name: Some(name.into()),
+        started: true,
+        learner: false,
+        healthy: true,
+        leader: id == 1,
+    }
+}
+
+/// A persistent cluster whose members `c-0..c-{n-1}` all run, healthy, with claims.
+fn healthy(n: u64) -> Observed {
+    let members: Vec<Member> = (0..n).map(|i| voter(i + 1, &format!("c-{i}"))).collect();
+    Observed {
+        pods: members
+            .iter()
+            .map(|m| (m.name.clone().unwrap(), READY))
+            .collect(),
+        claims: members.iter().map(|m| m.name.clone().unwrap()).collect(),
+        members: Some(members),
+        intent: None,
+        persistent: true,
+        bootstrapped: true,
+    }
+}
+
+fn member<'a>(o: &'a mut Observed, name: &str) -> &'a mut Member {
+    o.members
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|m| m.name.as_deref() == Some(name))
+        .unwrap()
+}
+
+#[test]
+fn a_new_cluster_starts_with_one_seed_and_grows_by_learners() {
+    let empty = Observed {
+        persistent: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        plan(&names(), 3, &empty),
+        Step::Seed {
+            member: "c-0".into()
+        }
+    );
+    // Operator restarted after recording the seed: the same seed, never a second one.
+    let recorded = Observed {
+        intent: Some(Intent::Seed {
+            member: "c-0".into(),
+        }),
+        ..empty.clone()
+    };
+    assert_eq!(
+        plan(&names(), 3, &recorded),
+        Step::Seed {
+            member: "c-0".into()
+        }
+    );
+    let mut starting = recorded.clone();
+    starting.pods.insert("c-0".into(), PodState::Pending);
+    starting.claims.insert("c-0".into());
+    assert!(matches!(plan(&names(), 3, &starting), Step::Wait { .. }));
+    let mut seeded = healthy(1);
+    seeded.intent = recorded.intent.clone();
+    assert_eq!(plan(&names(), 3, &seeded), Step::ClearIntent);
+    seeded.intent = None;
+    assert_eq!(
+        plan(&names(), 3, &seeded),
+        Step::AddLearner {
+            member: "c-1".into()
+        }
+    );
+}
+
+#[test]
+fn an_add_is_finished_or_undone_after_a_crash_at_any_point() {
+    let add = Some(Intent::Add {
+        member: "c-1".into(),
+    });
+    // Crash after recording, before MemberAdd: add again.
+    let mut o = healthy(1);
+    o.intent = add.clone();
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::AddLearner {
+            member: "c-1".into()
+        }
+    );
+    // Crash after MemberAdd, before the pod: start the pod with every member's name.
+    o.members.as_mut().unwrap().push(Member {
+        id: 9,
+        name: Some("c-1".into()),
+        started: false,
+        learner: true,
+        healthy: false,
+        leader: false,
+    });
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::StartMember {
+            member: "c-1".into(),
+            initial_cluster: vec!["c-0".into(), "c-1".into()]
+        }
+    );
+    // Pod runs, learner not caught up yet: wait; caught up: promote; promoted: done.
+    o.pods
+        .insert("c-1".into(), PodState::Running { ready: false });
+    assert!(matches!(plan(&names(), 3, &o), Step::Wait { .. }));
+    member(&mut o, "c-1").started = true;
+    member(&mut o, "c-1").healthy = true;
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::Promote {
+            member: "c-1".into(),
+            id: 9
+        }
+    );
+    member(&mut o, "c-1").learner = false;
+    assert_eq!(plan(&names(), 3, &o), Step::ClearIntent);
+    // Size lowered to 1 while the add was recorded but not made: drop the intent; the
+    // leftover pod goes next.
+    let mut moot = healthy(1);
+    moot.intent = add;
+    moot.pods.insert("c-1".into(), PodState::Pending);
+    assert_eq!(plan(&names(), 1, &moot), Step::ClearIntent);
+    moot.intent = None;
+    assert_eq!(
+        plan(&names(), 1, &moot),
+        Step::DeleteMemberResources {
+            member: "c-1".into()
+        }
+    );
+}
+
+#[test]
+fn a_phantom_member_nobody_intended_is_removed_before_anything_else() {
+    // A MemberAdd that "timed out" but happened, without a pod (coreos #2148).
+    let mut o = healthy(3);
+    o.members.as_mut().unwrap().push(Member {
+        id: 7,
+        name: Some("c-3".into()),
+        started: false,
+        learner: false,
+        healthy: false,
+        leader: false,
+    });
+    match plan(&names(), 3, &o) {
+        Step::RemoveMember { id: 7, .. } => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_removal_is_completed_after_a_crash() {
+    let intent = Some(Intent::Remove {
+        member: Some("c-2".into()),
+        id: 3,
+        reason: "scale down".into(),
+    });
+    let mut o = healthy(3);
+    o.intent = intent.clone();
+    assert!(matches!(
+        plan(&names(), 2, &o),
+        Step::RemoveMember { id: 3, .. }
+    ));
+    o.members.as_mut().unwrap().retain(|m| m.id != 3);
+    assert_eq!(
+        plan(&names(), 2, &o),
+        Step::DeleteMemberResources {
+            member: "c-2".into()
+        }
+    );
+    o.pods.remove("c-2");
+    o.claims.remove("c-2");
+    assert_eq!(plan(&names(), 2, &o), Step::ClearIntent);
+    o.intent = None;
+    assert_eq!(plan(&names(), 2, &o), Step::Converged);
+}
+
+#[test]
+fn scale_down_removes_the_newest_non_leader_one_at_a_time() {
+    let mut o = healthy(5);
+    assert!(
+        matches!(plan(&names(), 3, &o), Step::RemoveMember { member: Some(ref m), .. } if m == "c-4")
+    );
+    // The newest is the leader: take the next one.
+    member(&mut o, "c-0").leader = false;
+    member(&mut o, "c-4").leader = true;
+    assert!(
+        matches!(plan(&names(), 3, &o), Step::RemoveMember { member: Some(ref m), .. } if m == "c-3")
+    );
+    // An unhealthy member goes first.
+    member(&mut o, "c-1").healthy = false;
+    assert!(
+        matches!(plan(&names(), 3, &o), Step::RemoveMember { member: Some(ref m), .. } if m == "c-1")
+    );
+}
+
+#[test]
+fn a_member_restarts_on_its_claim_and_is_replaced_when_its_data_is_gone() {
+    let mut o = healthy(3);
+    o.pods.remove("c-1");
+    member(&mut o, "c-1").healthy = false;
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::StartMember {
+            member: "c-1".into(),
+            initial_cluster: vec!["c-0".into(), "c-1".into(), "c-2".into()]
+        }
+    );
+    // Claim deleted too: remove it from etcd, then a new member under a new name.
+    o.claims.remove("c-1");
+    assert!(matches!(
+        plan(&names(), 3, &o),
+        Step::RemoveMember { id: 2, .. }
+    ));
+    o.members.as_mut().unwrap().retain(|m| m.id != 2);
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::AddLearner {
+            member: "c-3".into()
+        }
+    );
+    // A failed pod is deleted (and then recreated on its claim).
+    let mut failed = healthy(3);
+    failed.pods.insert("c-2".into(), PodState::Failed);
+    assert_eq!(
+        plan(&names(), 3, &failed),
+        Step::DeletePod {
+            member: "c-2".into()
+        }
+    );
+}
+
+#[test]
+fn without_quorum_nothing_destructive_happens() {
+    let mut o = healthy(3);
+    for name in ["c-1", "c-2"] {
+        member(&mut o, name).healthy = false;
+        o.pods.remove(name);
+        o.claims.remove(name);
+    }
+    match plan(&names(), 3, &o) {
+        Step::QuorumLost { dead, .. } => assert_eq!(dead, vec!["c-1".to_string(), "c-2".into()]),
+        other => panic!("{other:?}"),
+    }
+    // Every pod and volume gone after the cluster existed: report, never re-seed empty.
+    let gone = Observed {
+        persistent: true,
+        bootstrapped: true,
+        ..Default::default()
+    };
+    assert!(matches!(plan(&names(), 3, &gone), Step::QuorumLost { .. }));
+    // Pods deleted, claims kept: members restart on their data.
+    let mut claims_only = Observed {
+        persistent: true,
+        bootstrapped: true,
+        ..Default::default()
+    };
+    claims_only.claims = BTreeSet::from(["c-0".to_string(), "c-1".into(), "c-2".into()]);
+    assert!(
+        matches!(plan(&names(), 3, &claims_only), Step::StartMember { ref member, .. } if member == "c-0")
+    );
+}
+
+#[test]
+fn scaling_waits_for_every_member_to_be_healthy() {
+    let mut o = healthy(3);
+    member(&mut o, "c-2").healthy = false;
+    assert!(matches!(plan(&names(), 5, &o), Step::Wait { .. }));
+    let mut not_ready = healthy(3);
+    not_ready.pods = BTreeMap::from([
+        ("c-0".into(), READY),
+        ("c-1".into(), READY),
+        ("c-2".into(), PodState::Running { ready: false }),
+    ]);
+    assert!(matches!(plan(&names(), 3, &not_ready), Step::Wait { .. }));
+    assert_eq!(plan(&names(), 3, &healthy(3)), Step::Converged);
+    assert_eq!(
+        plan(&names(), 5, &healthy(3)),
+        Step::AddLearner {
+            member: "c-3".into()
+        }
+    );
+}
