@@ -219,6 +219,33 @@ pub struct EtcdClusterStatus {
     /// Version being upgraded to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_version: Option<String>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The membership change in flight, recorded before etcd is called, so that an operator
+    /// restarted at any point finishes or undoes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub membership_change: Option<MembershipChange>,
+}
+
+/// A membership change the operator has started.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MembershipChange {
+    /// `Seed`, `Add` or `Remove`.
+    pub action: String,
+    /// The member's name (`<cluster>-<ordinal>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// etcd's member ID, hex, for a removal.
+    #[serde(rename = "memberID", default, skip_serializing_if = "Option::is_none")]
+    pub member_id: Option<String>,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the change was recorded (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<String>,
 }
 
 /// coreos cluster phases; `""` is the phase of a cluster nobody has looked at yet.
@@ -256,6 +283,9 @@ pub struct ClusterCondition {
     /// Human-readable detail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The `metadata.generation` this condition was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// Member pod names by readiness.

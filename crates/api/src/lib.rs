@@ -19,7 +19,7 @@ pub use backup::{
 };
 pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberSecret,
-    MembersStatus, PodPolicy, StaticTls, TlsPolicy,
+    MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
 };
 pub use crd::{crd_files, crd_yaml, crds, strip_cel};
 pub use error::SpecError;

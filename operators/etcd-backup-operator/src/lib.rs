@@ -7,7 +7,6 @@
 
 pub mod controller;
 pub mod execute;
-pub mod http;
 pub mod local;
 pub mod metrics;
 pub mod plan;

@@ -8,13 +8,14 @@ use anyhow::{Context as _, Result};
 use backup_cli::LogFormat;
 use clap::Parser;
 use etcd_backup_operator::controller::{Clock, Context, MANAGER};
-use etcd_backup_operator::http::{self, Health};
 use etcd_backup_operator::local::LocalVolume;
 use etcd_backup_operator::metrics::Metrics;
 use etcd_backup_operator::runner;
 use etcd_backup_operator::runs::Runs;
 use kube::Client;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
+use operator_runtime::http::{self, Health};
+use operator_runtime::leader::{self, LeaseConfig};
+use operator_runtime::shutdown::stop_on_signal;
 use tokio_util::sync::CancellationToken;
 
 /// The AWS SDK logs credential sources at info, access key ID included; keep it quiet.
@@ -83,9 +84,13 @@ async fn main() -> Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let encode = {
+        let metrics = metrics.clone();
+        Arc::new(move || metrics.encode())
+    };
     let server = tokio::spawn(http::serve(
         listener,
-        http::router(metrics.clone(), health.clone()),
+        http::router(encode, health.clone()),
         stop.clone(),
     ));
 
@@ -95,43 +100,21 @@ async fn main() -> Result<()> {
         .unwrap_or_else(|| format!("{MANAGER}-{}", std::process::id()));
     let namespace = Some(args.namespace.as_str()).filter(|n| !n.is_empty());
     let selector = Some(args.selector.as_str()).filter(|s| !s.is_empty());
-    let lost_leadership = if args.leader_election {
-        let lease_namespace = args
-            .lease_namespace
-            .clone()
-            .or_else(|| namespace.map(str::to_string))
-            .context("leader election needs --lease-namespace (POD_NAMESPACE)")?;
-        let manager = LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(&lease_namespace)
-            .with_parameters(LeaseParams::new(
-                &identity,
-                args.lease_duration_seconds,
-                (args.lease_duration_seconds / 3).max(1),
-            ))
-            .build()
-            .await
-            .context("cannot set up the leader-election Lease")?;
-        let (mut leader, _task) = manager.watch().await;
-        // A standby replica is healthy and ready; it only waits.
-        health.set_ready(true);
-        tracing::info!(%identity, lease = %args.lease_name, "waiting for leadership");
-        tokio::select! {
-            _ = leader.wait_for(|l| *l) => {}
-            () = stop.cancelled() => return Ok(()),
+    let leadership = if args.leader_election {
+        let lease = LeaseConfig {
+            name: args.lease_name.clone(),
+            namespace: args
+                .lease_namespace
+                .clone()
+                .or_else(|| namespace.map(str::to_string))
+                .context("leader election needs --lease-namespace (POD_NAMESPACE)")?,
+            identity: identity.clone(),
+            duration_seconds: args.lease_duration_seconds,
+        };
+        match leader::acquire(client.clone(), &lease, &health, &stop).await? {
+            Some(leadership) => Some(leadership),
+            None => return Ok(()),
         }
-        health.set_ready(false);
-        tracing::info!(%identity, "became leader");
-        let stop = stop.clone();
-        let lost = CancellationToken::new();
-        let flag = lost.clone();
-        tokio::spawn(async move {
-            if leader.wait_for(|l| !*l).await.is_ok() {
-                tracing::error!("lost leadership; stopping backups");
-            }
-            flag.cancel();
-            stop.cancel();
-        });
-        Some((lost, _task))
     } else {
         None
     };
@@ -149,21 +132,10 @@ async fn main() -> Result<()> {
     );
     runner::run(ctx, namespace, selector, health, stop.clone()).await;
     let _ = server.await;
-    if let Some((lost, _task)) = lost_leadership
-        && lost.is_cancelled()
+    if let Some(leadership) = leadership
+        && leadership.lost.is_cancelled()
     {
         anyhow::bail!("leadership lost");
     }
     Ok(())
-}
-
-async fn stop_on_signal(stop: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("shutting down: cancelling in-flight backups");
-    stop.cancel();
 }

@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Context, error_policy, reconcile};
-use crate::http::Health;
+use operator_runtime::http::Health;
 
 /// Reconciles in flight at once. Each holds an API request and its buffers; unbounded, a
 /// start with thousands of objects issues them all at once and the heap keeps that peak

@@ -10,8 +10,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-
 /// Readiness: a leader is ready once its watch cache has synced; a standby replica is ready
 /// as soon as it runs, so rolling updates of two replicas can proceed.
 #[derive(Default)]
@@ -29,13 +27,16 @@ impl Health {
     }
 }
 
+/// Renders the metrics in the OpenMetrics text format.
+pub type EncodeMetrics = Arc<dyn Fn() -> String + Send + Sync>;
+
 #[derive(Clone)]
 struct AppState {
-    metrics: Arc<Metrics>,
+    metrics: EncodeMetrics,
     health: Arc<Health>,
 }
 
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+pub fn router(metrics: EncodeMetrics, health: Arc<Health>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok" }))
@@ -49,7 +50,7 @@ async fn metrics_text(State(s): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        s.metrics.encode(),
+        (s.metrics)(),
     )
 }
 

@@ -1,0 +1,317 @@
+//! Pure builders: the member pods, their claims and the two Services of an EtcdCluster, from its
+//! spec. Unit-tested from YAML; the controller only applies what these return.
+
+use std::collections::BTreeMap;
+
+use backup_api::{EtcdCluster, EtcdClusterSpec};
+use etcd_cluster::ClusterNames;
+use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+/// Labels coreos put on member pods and that select them; the restore controller's pods carry
+/// the same (the adoption contract).
+pub const APP_LABEL: &str = "app";
+pub const CLUSTER_LABEL: &str = "etcd_cluster";
+pub const MEMBER_LABEL: &str = "etcd_node";
+/// Annotation with the etcd version a pod runs.
+pub const VERSION_ANNOTATION: &str = "etcd.version";
+/// Where the data volume is mounted, and etcd's data dir in it (coreos layout).
+pub const DATA_MOUNT: &str = "/var/etcd";
+pub const DATA_DIR: &str = "/var/etcd/data";
+/// etcd's `/health` and `/metrics` listener, used by the readiness probe (works with TLS on
+/// the client port and with images without a shell).
+pub const METRICS_PORT: u16 = 8080;
+
+/// How the member starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// The first member: `--initial-cluster-state=new` with this cluster token.
+    New { token: String },
+    /// Joins the members named (itself included) with `--initial-cluster-state=existing`.
+    Existing { initial_cluster: Vec<String> },
+}
+
+pub fn names(cluster: &EtcdCluster) -> ClusterNames {
+    let domain = cluster
+        .spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.cluster_domain.as_deref());
+    ClusterNames::new(
+        &cluster.name_any(),
+        &cluster.namespace().unwrap_or_default(),
+        domain,
+        cluster.spec.tls.is_some(),
+    )
+}
+
+/// The labels selecting every member pod and claim of a cluster.
+pub fn selector(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (APP_LABEL.to_string(), "etcd".to_string()),
+        (CLUSTER_LABEL.to_string(), cluster.to_string()),
+    ])
+}
+
+pub fn label_selector(cluster: &str) -> String {
+    format!("{APP_LABEL}=etcd,{CLUSTER_LABEL}={cluster}")
+}
+
+fn member_labels(spec: &EtcdClusterSpec, cluster: &str, member: &str) -> BTreeMap<String, String> {
+    let mut labels = spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.labels.clone())
+        .unwrap_or_default();
+    // Reserved keys win over user labels (coreos rejected `app` and `etcd_*`).
+    labels.retain(|k, _| k != APP_LABEL && !k.starts_with("etcd_"));
+    labels.extend(selector(cluster));
+    labels.insert(MEMBER_LABEL.to_string(), member.to_string());
+    labels
+}
+
+fn owned_meta(cluster: &EtcdCluster, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: cluster.namespace(),
+        labels: Some(labels),
+        owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+/// Whether members keep their data on claims.
+pub fn persistent(spec: &EtcdClusterSpec) -> bool {
+    spec.pod
+        .as_ref()
+        .is_some_and(|p| p.persistent_volume_claim_spec.is_some())
+}
+
+/// The member's data claim, named like the member.
+pub fn claim(cluster: &EtcdCluster, member: &str) -> Option<PersistentVolumeClaim> {
+    let spec = cluster
+        .spec
+        .pod
+        .as_ref()?
+        .persistent_volume_claim_spec
+        .clone()?;
+    let labels = member_labels(&cluster.spec, &cluster.name_any(), member);
+    Some(PersistentVolumeClaim {
+        metadata: owned_meta(cluster, member, labels),
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// The member pod: etcd with coreos's flags, restarted in place by the kubelet, data on the
+/// member's claim (or an emptyDir without a claim spec).
+pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap) -> Pod {
+    let names = names(cluster);
+    let spec = &cluster.spec;
+    let policy = spec.pod.clone().unwrap_or_default();
+    let mut args = vec![
+        format!("--name={member}"),
+        format!("--data-dir={DATA_DIR}"),
+        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
+        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
+        format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
+        format!("--advertise-client-urls={}", names.client_url(member)),
+        format!("--initial-advertise-peer-urls={}", names.peer_url(member)),
+    ];
+    match bootstrap {
+        Bootstrap::New { token } => {
+            args.push(format!(
+                "--initial-cluster={}",
+                names.initial_cluster([member])
+            ));
+            args.push("--initial-cluster-state=new".into());
+            args.push(format!("--initial-cluster-token={token}"));
+        }
+        Bootstrap::Existing { initial_cluster } => {
+            let all = initial_cluster.iter().map(String::as_str);
+            args.push(format!("--initial-cluster={}", names.initial_cluster(all)));
+            args.push("--initial-cluster-state=existing".into());
+        }
+    }
+    let volume = match persistent(spec) {
+        true => json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}}),
+        false => json!({"name": "etcd-data", "emptyDir": {}}),
+    };
+    let mut annotations = policy.annotations.clone().unwrap_or_default();
+    annotations.insert(VERSION_ANNOTATION.to_string(), spec.version().to_string());
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"annotations": annotations},
+        "spec": {
+            "hostname": member,
+            "subdomain": names.peer_service(),
+            "restartPolicy": "Always",
+            // Service link variables (ETCD_CLIENT_PORT, ...) would be read as etcd flags.
+            "enableServiceLinks": false,
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "etcd",
+                "image": spec.image(),
+                "command": ["/usr/local/bin/etcd"],
+                "args": args,
+                "env": policy.etcd_env.clone().unwrap_or_default(),
+                "ports": [
+                    {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
+                    {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
+                    {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                ],
+                "readinessProbe": {
+                    "httpGet": {"path": "/health", "port": METRICS_PORT},
+                    "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5,
+                },
+                "volumeMounts": [{"name": "etcd-data", "mountPath": DATA_MOUNT}],
+                "resources": policy.resources.clone().unwrap_or_default(),
+            }],
+            "volumes": [volume],
+            "nodeSelector": policy.node_selector.clone(),
+            "tolerations": policy.tolerations.clone(),
+            "affinity": policy.affinity.clone(),
+            "securityContext": policy.security_context.clone(),
+        }
+    });
+    let mut pod: Pod = serde_json::from_value(pod).expect("a valid pod");
+    let mut meta = owned_meta(
+        cluster,
+        member,
+        member_labels(spec, &cluster.name_any(), member),
+    );
+    meta.annotations = pod.metadata.annotations.take();
+    pod.metadata = meta;
+    pod
+}
+
+/// The headless peer Service `<cluster>` (publishes members before they are ready, so peers
+/// resolve each other while joining) and the client Service `<cluster>-client`.
+pub fn services(cluster: &EtcdCluster) -> [Service; 2] {
+    let names = names(cluster);
+    let name = cluster.name_any();
+    let port = |name: &str, port: u16| json!({"name": name, "port": port, "targetPort": port, "protocol": "TCP"});
+    let peer = json!({
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": true,
+            "selector": selector(&name),
+            "ports": [port("client", CLIENT_PORT), port("peer", PEER_PORT)],
+        }
+    });
+    let client = json!({
+        "spec": {"selector": selector(&name), "ports": [port("client", CLIENT_PORT)]}
+    });
+    let mut peer: Service = serde_json::from_value(peer).expect("a valid service");
+    let mut client: Service = serde_json::from_value(client).expect("a valid service");
+    peer.metadata = owned_meta(cluster, names.peer_service(), selector(&name));
+    client.metadata = owned_meta(cluster, &names.client_service(), selector(&name));
+    [peer, client]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(yaml: &str) -> EtcdCluster {
+        let mut c: EtcdCluster = serde_yaml::from_str(yaml).unwrap();
+        c.metadata.namespace = Some("prod".into());
+        c.metadata.uid = Some("uid-1".into());
+        c
+    }
+
+    const COREOS: &str = r#"
+apiVersion: etcd.database.coreos.com/v1beta2
+kind: EtcdCluster
+metadata: {name: example}
+spec:
+  size: 3
+  version: "3.4.23"
+  repository: localhost/etcd
+  pod:
+    labels: {team: a, app: mine, etcd_cluster: spoof}
+    ClusterDomain: ".cluster.local"
+    persistentVolumeClaimSpec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#;
+
+    #[test]
+    fn member_pod_from_a_coreos_manifest() {
+        let c = cluster(COREOS);
+        let pod = pod(
+            &c,
+            "example-1",
+            &Bootstrap::Existing {
+                initial_cluster: vec!["example-0".into(), "example-1".into()],
+            },
+        );
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels["app"], "etcd");
+        assert_eq!(labels["etcd_cluster"], "example");
+        assert_eq!(labels["etcd_node"], "example-1");
+        assert_eq!(labels["team"], "a");
+        assert_eq!(
+            pod.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "uid-1"
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("example-1"));
+        assert_eq!(spec.subdomain.as_deref(), Some("example"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        let etcd = &spec.containers[0];
+        assert_eq!(etcd.image.as_deref(), Some("localhost/etcd:v3.4.23"));
+        let args = etcd.args.clone().unwrap();
+        assert!(args.contains(&"--initial-cluster-state=existing".to_string()));
+        assert!(args.contains(&"--initial-advertise-peer-urls=http://example-1.example.prod.svc.cluster.local:2380".to_string()));
+        assert!(args.contains(&"--initial-cluster=example-0=http://example-0.example.prod.svc.cluster.local:2380,example-1=http://example-1.example.prod.svc.cluster.local:2380".to_string()));
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.starts_with("--initial-cluster-token"))
+        );
+        let volume = &spec.volumes.unwrap()[0];
+        assert_eq!(
+            volume.persistent_volume_claim.as_ref().unwrap().claim_name,
+            "example-1"
+        );
+        assert_eq!(
+            claim(&c, "example-1").unwrap().metadata.name.as_deref(),
+            Some("example-1")
+        );
+    }
+
+    #[test]
+    fn seed_pod_has_a_token_and_emptydir_without_a_claim_spec() {
+        let mut c = cluster(COREOS);
+        c.spec.pod.as_mut().unwrap().persistent_volume_claim_spec = None;
+        let pod = pod(
+            &c,
+            "example-0",
+            &Bootstrap::New {
+                token: "tok".into(),
+            },
+        );
+        let spec = pod.spec.unwrap();
+        let args = spec.containers[0].args.clone().unwrap();
+        assert!(args.contains(&"--initial-cluster-state=new".to_string()));
+        assert!(args.contains(&"--initial-cluster-token=tok".to_string()));
+        assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
+        assert!(claim(&c, "example-0").is_none());
+    }
+
+    #[test]
+    fn services_headless_for_peers_and_client() {
+        let [peer, client] = services(&cluster(COREOS));
+        assert_eq!(peer.metadata.name.as_deref(), Some("example"));
+        let spec = peer.spec.unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(client.metadata.name.as_deref(), Some("example-client"));
+        assert_eq!(client.spec.unwrap().ports.unwrap()[0].port, 2379);
+    }
+}

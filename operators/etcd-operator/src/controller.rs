@@ -1,0 +1,427 @@
+//! Reconcile: observe the world, let the planner pick one step, record its intent, execute it,
+//! report. Every reconcile starts again from the world, so a restart at any point resumes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backup_api::{EtcdCluster, MembershipChange};
+use etcd_client::MemberAddOptions;
+use etcd_cluster::{ClusterNames, EtcdVersion, Intent, Observed, Step, plan};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use thiserror::Error;
+
+use crate::build::{self, Bootstrap};
+use crate::metrics::Metrics;
+use crate::observe::{self, MemberPod};
+use crate::status;
+
+pub const MANAGER: &str = "etcd-operator";
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("no member answers to carry out {0}")]
+    NoMember(&'static str),
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Context {
+    pub fn new(client: kube::Client, instance: Option<String>, metrics: Arc<Metrics>) -> Context {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+        }
+    }
+}
+
+/// Requeue soon while a change is in flight, slowly once converged.
+const BUSY: Duration = Duration::from_secs(2);
+const IDLE: Duration = Duration::from_secs(30);
+
+pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    if cluster.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // Validate: bad input gets a condition and a Warning, and nothing running is touched.
+    if let Err(problem) = validate(&cluster) {
+        warn(&ctx, &cluster, "InvalidSpec", &problem).await;
+        let status = status::invalid(&cluster, &problem);
+        patch_status(&clusters, &name, status).await?;
+        return Ok(Action::await_change());
+    }
+    if cluster.spec.is_paused() {
+        patch_status(&clusters, &name, status::paused(&cluster)).await?;
+        return Ok(Action::await_change());
+    }
+
+    // Observe.
+    let names = build::names(&cluster);
+    for service in build::services(&cluster) {
+        let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+        services
+            .patch(
+                &service.name_any(),
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&service),
+            )
+            .await?;
+    }
+    let selector = ListParams::default().labels(&build::label_selector(&name));
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .list(&selector)
+        .await?
+        .items;
+    let pods = observe::member_pods(&pods);
+    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+        .list(&selector)
+        .await?
+        .items;
+    let members = observe::members(&names, &pods).await;
+    let observed = Observed {
+        pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
+        claims: observe::claim_names(&claims),
+        members,
+        intent: status::intent(&cluster),
+        persistent: build::persistent(&cluster.spec),
+        bootstrapped: status::bootstrapped(&cluster),
+    };
+
+    // Plan one step, execute it, report.
+    let step = plan(&names, cluster.spec.size as usize, &observed);
+    tracing::debug!(cluster = %name, ?step, "planned");
+    let outcome = execute(&ctx, &cluster, &names, &pods, &observed, &step).await;
+    let report = status::report(&cluster, &observed, &pods, &step, &outcome);
+    ctx.metrics.observe(&ns, &name, &observed, &step);
+    patch_status(&clusters, &name, report).await?;
+    outcome?;
+    Ok(match step {
+        Step::Converged => Action::requeue(IDLE),
+        Step::QuorumLost { .. } => Action::requeue(IDLE),
+        _ => Action::requeue(BUSY),
+    })
+}
+
+fn validate(cluster: &EtcdCluster) -> Result<(), String> {
+    let size = cluster.spec.size;
+    if !(1..=7).contains(&size) {
+        return Err(format!("size {size} is outside 1..7"));
+    }
+    EtcdVersion::parse(cluster.spec.version()).map_err(|e| e.to_string())?;
+    if cluster.spec.tls.is_some() {
+        return Err("TLS is not supported by this operator version yet".into());
+    }
+    Ok(())
+}
+
+/// Executes one step. Steps that change membership record their intent in status first.
+async fn execute(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    names: &ClusterNames,
+    pods: &[MemberPod],
+    observed: &Observed,
+    step: &Step,
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let record = |intent: Option<Intent>| {
+        let clusters = clusters.clone();
+        async move {
+            let patch = serde_json::json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2",
+                "kind": "EtcdCluster",
+                "status": {"membershipChange": intent.map(change)},
+            });
+            clusters
+                .patch_status(
+                    &cluster.name_any(),
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+                .map(|_| ())
+        }
+    };
+    match step {
+        Step::Seed { member } => {
+            record(Some(Intent::Seed {
+                member: member.clone(),
+            }))
+            .await?;
+            let token = format!(
+                "{}-{:08x}",
+                cluster.uid().unwrap_or_default(),
+                rand::random::<u32>()
+            );
+            create_member(ctx, cluster, member, &Bootstrap::New { token }).await?;
+            event(
+                ctx,
+                cluster,
+                "SeedCreated",
+                &format!("created seed member {member}"),
+            )
+            .await;
+        }
+        Step::AddLearner { member } => {
+            record(Some(Intent::Add {
+                member: member.clone(),
+            }))
+            .await?;
+            let mut client = any_member(pods).await?;
+            client
+                .member_add(
+                    [names.peer_url(member)],
+                    Some(MemberAddOptions::new().with_is_learner()),
+                )
+                .await?;
+            event(
+                ctx,
+                cluster,
+                "MemberAdded",
+                &format!("added {member} to etcd as a learner"),
+            )
+            .await;
+        }
+        Step::StartMember {
+            member,
+            initial_cluster,
+        } => {
+            let bootstrap = Bootstrap::Existing {
+                initial_cluster: initial_cluster.clone(),
+            };
+            create_member(ctx, cluster, member, &bootstrap).await?;
+            event(
+                ctx,
+                cluster,
+                "MemberStarted",
+                &format!("started pod {member}"),
+            )
+            .await;
+        }
+        Step::Promote { member, id } => {
+            let mut client = any_member(pods).await?;
+            client.member_promote(*id).await?;
+            event(
+                ctx,
+                cluster,
+                "MemberPromoted",
+                &format!("promoted {member} to a voting member"),
+            )
+            .await;
+        }
+        Step::RemoveMember { member, id, reason } => {
+            record(Some(Intent::Remove {
+                member: member.clone(),
+                id: *id,
+                reason: reason.clone(),
+            }))
+            .await?;
+            let mut client = any_member(pods).await?;
+            client.member_remove(*id).await?;
+            let who = member.clone().unwrap_or_else(|| format!("{id:x}"));
+            event(
+                ctx,
+                cluster,
+                "MemberRemoved",
+                &format!("removed {who} from etcd: {reason}"),
+            )
+            .await;
+        }
+        Step::DeleteMemberResources { member } => {
+            delete_pod(ctx, &ns, member).await?;
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+            ignore_missing(
+                claims
+                    .delete(member, &DeleteParams::default())
+                    .await
+                    .map(|_| ()),
+            )?;
+            event(
+                ctx,
+                cluster,
+                "MemberDeleted",
+                &format!("deleted pod and claim of {member}, no longer a member"),
+            )
+            .await;
+        }
+        Step::DeletePod { member } => {
+            delete_pod(ctx, &ns, member).await?;
+            event(
+                ctx,
+                cluster,
+                "MemberRestarted",
+                &format!("deleted failed pod {member}"),
+            )
+            .await;
+        }
+        Step::ClearIntent => record(None).await?,
+        Step::QuorumLost { dead, reason } => {
+            let message = format!(
+                "quorum lost ({reason}; dead: {}): nothing is deleted; restore the cluster from a backup with an EtcdRestore",
+                if dead.is_empty() {
+                    "all".to_string()
+                } else {
+                    dead.join(", ")
+                }
+            );
+            warn(ctx, cluster, "QuorumLost", &message).await;
+        }
+        Step::Wait { .. } | Step::Converged => {}
+    }
+    let _ = observed;
+    Ok(())
+}
+
+fn change(intent: Intent) -> MembershipChange {
+    let started = Some(chrono::Utc::now().to_rfc3339());
+    match intent {
+        Intent::Seed { member } => MembershipChange {
+            action: "Seed".into(),
+            member: Some(member),
+            started,
+            ..Default::default()
+        },
+        Intent::Add { member } => MembershipChange {
+            action: "Add".into(),
+            member: Some(member),
+            started,
+            ..Default::default()
+        },
+        Intent::Remove { member, id, reason } => MembershipChange {
+            action: "Remove".into(),
+            member,
+            member_id: Some(format!("{id:x}")),
+            reason: Some(reason),
+            started,
+        },
+    }
+}
+
+async fn create_member(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    member: &str,
+    bootstrap: &Bootstrap,
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    if let Some(claim) = build::claim(cluster, member) {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        ignore_exists(
+            claims
+                .create(&PostParams::default(), &claim)
+                .await
+                .map(|_| ()),
+        )?;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    ignore_exists(
+        pods.create(
+            &PostParams::default(),
+            &build::pod(cluster, member, bootstrap),
+        )
+        .await
+        .map(|_| ()),
+    )?;
+    Ok(())
+}
+
+async fn delete_pod(ctx: &Context, ns: &str, member: &str) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    ignore_missing(
+        pods.delete(member, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )
+}
+
+fn ignore_exists(result: Result<(), kube::Error>) -> Result<(), Error> {
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Error> {
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// A client for any member that answers (etcd forwards membership changes to the leader).
+async fn any_member(pods: &[MemberPod]) -> Result<etcd_client::Client, Error> {
+    for ip in pods.iter().filter_map(|p| p.ip.as_deref()) {
+        if let Ok(mut client) = observe::connect(ip).await
+            && client.status().await.is_ok()
+        {
+            return Ok(client);
+        }
+    }
+    Err(Error::NoMember("the membership change"))
+}
+
+async fn patch_status(
+    api: &Api<EtcdCluster>,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdCluster",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn event(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
+    publish(ctx, cluster, EventType::Normal, reason, note).await;
+}
+
+async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
+    publish(ctx, cluster, EventType::Warning, reason, note).await;
+}
+
+async fn publish(ctx: &Context, cluster: &EtcdCluster, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!(error = %e, "cannot publish event");
+    }
+}
+
+pub fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %cluster.name_any(), %error, "reconcile failed");
+    ctx.metrics.reconcile_errors.inc();
+    Action::requeue(Duration::from_secs(5))
+}

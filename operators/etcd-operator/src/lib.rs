@@ -1,0 +1,9 @@
+//! The EtcdCluster operator: reconcile is observe (pods, claims, etcd's member list) -> plan
+//! one step (`etcd_cluster::plan`, pure) -> record intent -> execute -> status. Builders of
+//! pods, claims and Services are pure ([`build`]).
+
+pub mod build;
+pub mod controller;
+pub mod metrics;
+pub mod observe;
+pub mod status;

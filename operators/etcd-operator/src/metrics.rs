@@ -1,0 +1,112 @@
+//! Prometheus metrics (`/metrics`), prefixed `etcd_cluster_`.
+
+use etcd_cluster::{Observed, Step};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    pub namespace: String,
+    pub name: String,
+    pub step: String,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub members: Family<ClusterLabels, Gauge>,
+    pub members_healthy: Family<ClusterLabels, Gauge>,
+    pub quorum_lost: Family<ClusterLabels, Gauge>,
+    pub membership_changes: Family<ChangeLabels, Counter>,
+    pub reconcile_errors: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("etcd_cluster");
+        let members = Family::<ClusterLabels, Gauge>::default();
+        registry.register("members", "Members in etcd's member list", members.clone());
+        let members_healthy = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "members_healthy",
+            "Members answering their status",
+            members_healthy.clone(),
+        );
+        let quorum_lost = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "quorum_lost",
+            "1 while fewer healthy voting members than a majority",
+            quorum_lost.clone(),
+        );
+        let membership_changes = Family::<ChangeLabels, Counter>::default();
+        registry.register(
+            "membership_steps",
+            "Membership steps executed (seed, add, start, promote, remove, delete, restart)",
+            membership_changes.clone(),
+        );
+        let reconcile_errors = Counter::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed",
+            reconcile_errors.clone(),
+        );
+        Metrics {
+            registry,
+            members,
+            members_healthy,
+            quorum_lost,
+            membership_changes,
+            reconcile_errors,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn observe(&self, namespace: &str, name: &str, observed: &Observed, step: &Step) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let members = observed.members.as_deref().unwrap_or(&[]);
+        self.members
+            .get_or_create(&labels)
+            .set(members.len() as i64);
+        self.members_healthy
+            .get_or_create(&labels)
+            .set(members.iter().filter(|m| m.healthy).count() as i64);
+        self.quorum_lost
+            .get_or_create(&labels)
+            .set(matches!(step, Step::QuorumLost { .. }) as i64);
+        let kind = match step {
+            Step::Seed { .. } => "seed",
+            Step::AddLearner { .. } => "add",
+            Step::StartMember { .. } => "start",
+            Step::Promote { .. } => "promote",
+            Step::RemoveMember { .. } => "remove",
+            Step::DeleteMemberResources { .. } => "delete",
+            Step::DeletePod { .. } => "restart",
+            _ => return,
+        };
+        let labels = ChangeLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            step: kind.into(),
+        };
+        self.membership_changes.get_or_create(&labels).inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("metrics encode");
+        text
+    }
+}

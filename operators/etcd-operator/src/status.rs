@@ -1,0 +1,306 @@
+//! Status, built purely from the observation and the step taken: coreos fields (`phase`,
+//! `size`, `members.ready/unready`, `serviceName`, `clientPort`, `currentVersion`,
+//! `controlPaused`) plus conditions with `observedGeneration` and the membership change in
+//! flight. Written by server-side apply, so every write carries the whole status this manager
+//! owns (a field left out would be removed).
+
+use backup_api::{ClusterCondition, ClusterPhase, EtcdCluster, MembershipChange};
+use etcd_cluster::{Intent, Observed, PodState, Step};
+use serde_json::{Value, json};
+
+use crate::observe::MemberPod;
+
+pub const AVAILABLE: &str = "Available";
+pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+
+/// The change recorded in status, as the planner's intent.
+pub fn intent(cluster: &EtcdCluster) -> Option<Intent> {
+    let change = cluster.status.as_ref()?.membership_change.as_ref()?;
+    intent_of(change)
+}
+
+fn intent_of(change: &MembershipChange) -> Option<Intent> {
+    let member = change.member.clone();
+    match change.action.as_str() {
+        "Seed" => Some(Intent::Seed { member: member? }),
+        "Add" => Some(Intent::Add { member: member? }),
+        "Remove" => Some(Intent::Remove {
+            member,
+            id: u64::from_str_radix(change.member_id.as_deref()?, 16).ok()?,
+            reason: change.reason.clone().unwrap_or_default(),
+        }),
+        _ => None,
+    }
+}
+
+/// The cluster was created before: its seed answered once (phase Running), or the restore
+/// controller created it as Running (the coreos adoption contract).
+pub fn bootstrapped(cluster: &EtcdCluster) -> bool {
+    cluster.status.as_ref().and_then(|s| s.phase) == Some(ClusterPhase::Running)
+}
+
+/// The intent in force once `step` has been executed.
+fn intent_after(step: &Step, before: &Option<Intent>) -> Option<Intent> {
+    match step {
+        Step::Seed { member } => Some(Intent::Seed {
+            member: member.clone(),
+        }),
+        Step::AddLearner { member } => Some(Intent::Add {
+            member: member.clone(),
+        }),
+        Step::RemoveMember { member, id, reason } => Some(Intent::Remove {
+            member: member.clone(),
+            id: *id,
+            reason: reason.clone(),
+        }),
+        Step::ClearIntent => None,
+        _ => before.clone(),
+    }
+}
+
+fn change_json(cluster: &EtcdCluster, intent: &Option<Intent>) -> Value {
+    let Some(intent) = intent else {
+        return Value::Null;
+    };
+    // Keep the recorded start time of the same change.
+    let previous = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.membership_change.clone());
+    if let Some(previous) = previous.filter(|p| intent_of(p).as_ref() == Some(intent)) {
+        return json!(previous);
+    }
+    let started = chrono::Utc::now().to_rfc3339();
+    json!(match intent {
+        Intent::Seed { member } => json!({"action": "Seed", "member": member, "started": started}),
+        Intent::Add { member } => json!({"action": "Add", "member": member, "started": started}),
+        Intent::Remove { member, id, reason } => {
+            json!({"action": "Remove", "member": member, "memberID": format!("{id:x}"), "reason": reason, "started": started})
+        }
+    })
+}
+
+/// A condition, keeping `lastTransitionTime` while its status holds and `lastUpdateTime` while
+/// nothing in it changes, so an unchanged status is a no-op write (no new resourceVersion, no
+/// watch event, no reconcile loop).
+fn condition(
+    cluster: &EtcdCluster,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+) -> ClusterCondition {
+    let now = chrono::Utc::now().to_rfc3339();
+    let status = if status { "True" } else { "False" }.to_string();
+    let previous = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == type_));
+    let mut new = ClusterCondition {
+        type_: type_.into(),
+        status,
+        last_update_time: Some(now.clone()),
+        last_transition_time: Some(now),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        observed_generation: cluster.metadata.generation,
+    };
+    if let Some(p) = previous {
+        if p.status == new.status {
+            new.last_transition_time = p.last_transition_time.clone();
+        }
+        let same = p.status == new.status
+            && p.reason == new.reason
+            && p.message == new.message
+            && p.observed_generation == new.observed_generation;
+        if same {
+            new.last_update_time = p.last_update_time.clone();
+        }
+    }
+    new
+}
+
+pub fn report(
+    cluster: &EtcdCluster,
+    observed: &Observed,
+    pods: &[MemberPod],
+    step: &Step,
+    outcome: &Result<(), crate::controller::Error>,
+) -> Value {
+    let members = observed.members.as_deref().unwrap_or(&[]);
+    let phase = if observed.members.is_some() || bootstrapped(cluster) {
+        ClusterPhase::Running
+    } else {
+        ClusterPhase::Creating
+    };
+    let mut ready: Vec<String> = Vec::new();
+    let mut unready: Vec<String> = Vec::new();
+    for pod in pods {
+        match pod.state {
+            PodState::Running { ready: true } => ready.push(pod.name.clone()),
+            _ => unready.push(pod.name.clone()),
+        }
+    }
+    let healthy = members.iter().filter(|m| m.healthy && !m.learner).count();
+    let (available, available_reason, available_message) = match step {
+        Step::QuorumLost { dead, reason } => (
+            false,
+            "QuorumLost",
+            format!(
+                "{reason}; dead: {}; restore with an EtcdRestore",
+                dead.join(", ")
+            ),
+        ),
+        _ if observed.members.is_none() => (
+            false,
+            "NoMemberAnswers",
+            "no member answers yet".to_string(),
+        ),
+        _ => (
+            true,
+            "QuorumHealthy",
+            format!("{healthy} of {} members healthy", members.len()),
+        ),
+    };
+    let (progressing, progress_reason, progress_message) = match step {
+        Step::Converged => (
+            false,
+            "Converged",
+            format!("{} members, nothing in flight", members.len()),
+        ),
+        Step::QuorumLost { .. } => (false, "QuorumLost", "waiting for a restore".to_string()),
+        Step::Wait { reason } => (true, "Waiting", reason.clone()),
+        other => (true, step_reason(other), format!("{other:?}")),
+    };
+    let degraded = members.iter().any(|m| !m.healthy) || !unready.is_empty() || outcome.is_err();
+    let degraded_message = match outcome {
+        Err(e) => e.to_string(),
+        Ok(()) if degraded => format!("unready members: {}", unready.join(", ")),
+        Ok(()) => "every member is healthy".into(),
+    };
+    let conditions = vec![
+        condition(
+            cluster,
+            AVAILABLE,
+            available,
+            available_reason,
+            &available_message,
+        ),
+        condition(
+            cluster,
+            PROGRESSING,
+            progressing,
+            progress_reason,
+            &progress_message,
+        ),
+        condition(
+            cluster,
+            DEGRADED,
+            degraded,
+            if degraded {
+                "MembersUnhealthy"
+            } else {
+                "AllHealthy"
+            },
+            &degraded_message,
+        ),
+    ];
+    json!({
+        "phase": phase,
+        "reason": if available { Value::Null } else { json!(available_reason) },
+        "controlPaused": false,
+        "size": members.len(),
+        "serviceName": format!("{}-client", cluster.metadata.name.as_deref().unwrap_or_default()),
+        "clientPort": 2379,
+        "members": {"ready": ready, "unready": unready},
+        "currentVersion": cluster.spec.version(),
+        "observedGeneration": cluster.metadata.generation,
+        "conditions": conditions,
+        "membershipChange": change_json(cluster, &intent_after(step, &observed.intent)),
+    })
+}
+
+fn step_reason(step: &Step) -> &'static str {
+    match step {
+        Step::Seed { .. } => "CreatingSeed",
+        Step::AddLearner { .. } | Step::StartMember { .. } | Step::Promote { .. } => "AddingMember",
+        Step::RemoveMember { .. } | Step::DeleteMemberResources { .. } => "RemovingMember",
+        Step::DeletePod { .. } => "RestartingMember",
+        Step::ClearIntent => "FinishingChange",
+        _ => "Reconciling",
+    }
+}
+
+/// Status of a paused cluster: hands off, but say so; the recorded change stays.
+pub fn paused(cluster: &EtcdCluster) -> Value {
+    let previous = cluster.status.clone().unwrap_or_default();
+    json!({
+        "phase": previous.phase,
+        "controlPaused": true,
+        "observedGeneration": cluster.metadata.generation,
+        "conditions": [condition(cluster, PROGRESSING, false, "Paused", "spec.paused is true: the operator does not touch this cluster")],
+        "membershipChange": previous.membership_change,
+    })
+}
+
+/// Status of a cluster whose spec is invalid: nothing is touched.
+pub fn invalid(cluster: &EtcdCluster, problem: &str) -> Value {
+    let previous = cluster.status.clone().unwrap_or_default();
+    json!({
+        "phase": previous.phase,
+        "reason": "InvalidSpec",
+        "observedGeneration": cluster.metadata.generation,
+        "conditions": [condition(cluster, PROGRESSING, false, "InvalidSpec", &format!("{problem}; nothing of the running cluster is changed"))],
+        "membershipChange": previous.membership_change,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_cluster::Member;
+
+    #[test]
+    fn an_unchanged_world_gives_the_same_status_so_the_write_is_a_no_op() {
+        let mut cluster: EtcdCluster = serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns", "generation": 2},
+            "spec": {"size": 1, "version": "3.4.23"},
+        }))
+        .unwrap();
+        let member = Member {
+            id: 1,
+            name: Some("c-0".into()),
+            started: true,
+            learner: false,
+            healthy: true,
+            leader: true,
+        };
+        let observed = Observed {
+            members: Some(vec![member]),
+            ..Default::default()
+        };
+        let pods = [MemberPod {
+            name: "c-0".into(),
+            state: PodState::Running { ready: true },
+            ip: None,
+        }];
+        let first = report(&cluster, &observed, &pods, &Step::Converged, &Ok(()));
+        cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
+        let second = report(&cluster, &observed, &pods, &Step::Converged, &Ok(()));
+        assert_eq!(first, second);
+        assert_eq!(first["phase"], "Running");
+        assert_eq!(first["conditions"][0]["observedGeneration"], 2);
+        // A change moves lastUpdateTime (and lastTransitionTime when the status flips).
+        let third = report(
+            &cluster,
+            &observed,
+            &pods,
+            &Step::Wait { reason: "x".into() },
+            &Ok(()),
+        );
+        assert_ne!(third["conditions"][1], first["conditions"][1]);
+    }
+}

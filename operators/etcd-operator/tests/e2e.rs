@@ -1,0 +1,264 @@
+//! The operator binary against the kubelet bed, with real etcd member pods: the coreos example
+//! cluster (on the bed's image and with claims) is created seed-first with learners joining,
+//! keeps its data through scaling 3 -> 5 -> 3 and through a member pod being deleted, and an
+//! operator killed in the middle of creation finishes the job after a restart.
+
+use std::process::{Child, Command, Stdio};
+
+use backup_api::EtcdCluster;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testbed::kube::{KubeTestbed, wait_until};
+
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/coreos/example-etcd-cluster.yaml"
+);
+
+/// The operator process, watching one namespace; killed on drop.
+struct Operator(Child);
+
+impl Operator {
+    fn start(kube: &KubeTestbed, ns: &str) -> Operator {
+        let child = Command::new(env!("CARGO_BIN_EXE_etcd-operator"))
+            .args(["--namespace", ns, "--listen", "127.0.0.1:0"])
+            .env("KUBECONFIG", &kube.kubeconfig)
+            .env("RUST_LOG", "info,etcd_operator=debug")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start etcd-operator");
+        Operator(child)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The coreos example, on the bed's etcd image and with a claim per member.
+fn example(size: i32) -> EtcdCluster {
+    let mut cluster: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
+    cluster["spec"]["size"] = json!(size);
+    cluster["spec"]["repository"] = json!("localhost/etcd");
+    cluster["spec"]["version"] = json!("3.4.23");
+    cluster["spec"]["pod"] = json!({
+        "ClusterDomain": ".cluster.local",
+        "persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    });
+    serde_json::from_value(cluster).unwrap()
+}
+
+fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
+    move |c: &EtcdCluster| {
+        let Some(status) = &c.status else {
+            return false;
+        };
+        let ready = status
+            .members
+            .as_ref()
+            .and_then(|m| m.ready.as_ref())
+            .map_or(0, Vec::len);
+        let progressing = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Progressing")
+            .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Converged"));
+        ready == size
+            && status.size == Some(size as i32)
+            && progressing
+            && status.membership_change.is_none()
+    }
+}
+
+/// A client for member pod `name`.
+async fn member_client(kube: &KubeTestbed, ns: &str, name: &str) -> etcd_client::Client {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let ip = pods
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    etcd_client::Client::connect([format!("http://{ip}:2379")], None)
+        .await
+        .unwrap()
+}
+
+async fn member_pods(kube: &KubeTestbed, ns: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let mut names: Vec<String> = pods
+        .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+async fn resize(clusters: &Api<EtcdCluster>, size: i32) {
+    let patch = json!({"spec": {"size": size}});
+    clusters
+        .patch(
+            "example-etcd-cluster",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
+    let kube = KubeTestbed::with_kubelet().await.unwrap();
+    kube.install_crds().await.unwrap();
+    let ns = kube.namespace("etcd-op").await.unwrap();
+    let _report = kube.report_on_failure(&ns);
+    let _operator = Operator::start(&kube, &ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &example(3))
+        .await
+        .unwrap();
+    let name = "example-etcd-cluster";
+    wait_until(&clusters, name, "3 ready members", 240, converged(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        member_pods(&kube, &ns).await,
+        [
+            "example-etcd-cluster-0",
+            "example-etcd-cluster-1",
+            "example-etcd-cluster-2"
+        ]
+    );
+
+    // Data written now must survive everything below.
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    for i in 0..50 {
+        client
+            .put(format!("key-{i}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    let list = client.member_list().await.unwrap();
+    assert_eq!(list.members().len(), 3);
+    assert!(list.members().iter().all(|m| !m.is_learner()));
+
+    // 3 -> 5 -> 3.
+    resize(&clusters, 5).await;
+    wait_until(&clusters, name, "5 ready members", 240, converged(5))
+        .await
+        .unwrap();
+    resize(&clusters, 3).await;
+    wait_until(
+        &clusters,
+        name,
+        "3 ready members after scaling down",
+        240,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    let remaining = member_pods(&kube, &ns).await;
+    assert_eq!(remaining.len(), 3, "{remaining:?}");
+
+    // A deleted member pod comes back under its name, on its claim, with the data.
+    let victim = remaining[1].clone();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let old_uid = pods.get(&victim).await.unwrap().metadata.uid;
+    pods.delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    let back = move |p: &Pod| {
+        p.metadata.uid != old_uid
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    wait_until(
+        &pods,
+        &victim,
+        "the deleted member back and ready",
+        240,
+        back,
+    )
+    .await
+    .unwrap();
+    wait_until(
+        &clusters,
+        name,
+        "3 ready members after healing",
+        240,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    let mut member = member_client(&kube, &ns, &victim).await;
+    let options = etcd_client::GetOptions::new()
+        .with_serializable()
+        .with_prefix();
+    let kvs = member.get("key-", Some(options)).await.unwrap();
+    assert_eq!(kvs.kvs().len(), 50, "the member restarted without its data");
+    assert_eq!(member.member_list().await.unwrap().members().len(), 3);
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_operator_killed_during_creation_finishes_it_after_a_restart() {
+    let kube = KubeTestbed::with_kubelet().await.unwrap();
+    kube.install_crds().await.unwrap();
+    let ns = kube.namespace("etcd-op-restart").await.unwrap();
+    let _report = kube.report_on_failure(&ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &example(3))
+        .await
+        .unwrap();
+    let name = "example-etcd-cluster";
+    {
+        let _operator = Operator::start(&kube, &ns);
+        // Killed as soon as the second member's addition is recorded (after the seed).
+        let adding = |c: &EtcdCluster| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.membership_change.as_ref())
+                .is_some_and(|m| m.action == "Add")
+        };
+        wait_until(&clusters, name, "a member addition in flight", 240, adding)
+            .await
+            .unwrap();
+    }
+    let _operator = Operator::start(&kube, &ns);
+    wait_until(
+        &clusters,
+        name,
+        "3 ready members after the restart",
+        240,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    let members = client.member_list().await.unwrap();
+    assert_eq!(
+        members.members().len(),
+        3,
+        "no phantom member: {:?}",
+        members.members()
+    );
+    assert_eq!(member_pods(&kube, &ns).await.len(), 3);
+    kube.delete_namespace(&ns).await.unwrap();
+}
