@@ -10,7 +10,7 @@ use thiserror::Error;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EtcdVersion(semver::Version);
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum VersionError {
     #[error("version {0:?} is not MAJOR.MINOR.PATCH (e.g. 3.5.16)")]
     NotSemver(String),

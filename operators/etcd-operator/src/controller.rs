@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use backup_api::{EtcdCluster, MembershipChange};
 use etcd_client::MemberAddOptions;
-use etcd_cluster::{ClusterNames, EtcdVersion, Intent, Observed, Step, plan};
+use std::collections::BTreeMap;
+
+use etcd_cluster::{
+    ClusterNames, EtcdVersion, Intent, Observed, PodVersion, Step, UpgradeStep, plan, plan_upgrade,
+};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -109,12 +113,35 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     // Plan one step, execute it, report.
     let step = plan(&names, cluster.spec.size as usize, &observed);
     tracing::debug!(cluster = %name, ?step, "planned");
-    let outcome = execute(&ctx, &cluster, &names, &pods, &observed, &step).await;
-    let report = status::report(&cluster, &observed, &pods, &step, &outcome);
+    let mut outcome = execute(&ctx, &cluster, &names, &pods, &observed, &step).await;
+    // Upgrades only once membership has converged.
+    let upgrade = match (&step, &observed.members) {
+        (Step::Converged, Some(members)) => Some(plan_upgrade_step(&cluster, &pods, members)),
+        _ => None,
+    };
+    if let Some(upgrade) = &upgrade {
+        outcome = execute_upgrade(&ctx, &cluster, upgrade).await;
+    }
+    let report = status::report(
+        &cluster,
+        &observed,
+        &pods,
+        &step,
+        upgrade.as_ref(),
+        &outcome,
+    );
     ctx.metrics.observe(&ns, &name, &observed, &step);
     patch_status(&clusters, &name, report).await?;
     outcome?;
     Ok(match step {
+        Step::Converged
+            if matches!(
+                upgrade,
+                Some(UpgradeStep::Upgrade { .. } | UpgradeStep::Wait { .. })
+            ) =>
+        {
+            Action::requeue(BUSY)
+        }
         Step::Converged => Action::requeue(IDLE),
         Step::QuorumLost { .. } => Action::requeue(IDLE),
         _ => Action::requeue(BUSY),
@@ -289,6 +316,65 @@ async fn execute(
         Step::Wait { .. } | Step::Converged => {}
     }
     let _ = observed;
+    Ok(())
+}
+
+fn plan_upgrade_step(
+    cluster: &EtcdCluster,
+    pods: &[MemberPod],
+    members: &[etcd_cluster::Member],
+) -> UpgradeStep {
+    let target = match EtcdVersion::parse(cluster.spec.version()) {
+        Ok(target) => target,
+        Err(e) => return UpgradeStep::Refused(e),
+    };
+    let versions: BTreeMap<String, PodVersion> = pods
+        .iter()
+        .map(|p| {
+            // A pod without the annotation (made by someone else and adopted) is taken to run
+            // the target rather than guessed at.
+            let version = p.version.clone().unwrap_or_else(|| target.to_string());
+            (
+                p.name.clone(),
+                PodVersion {
+                    version,
+                    state: p.state,
+                },
+            )
+        })
+        .collect();
+    plan_upgrade(&target, &versions, members)
+}
+
+/// Moves one member's pod to the target image in place (same pod, same volume; the kubelet
+/// restarts the container), or reports a refused path.
+async fn execute_upgrade(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    upgrade: &UpgradeStep,
+) -> Result<(), Error> {
+    match upgrade {
+        UpgradeStep::Upgrade { member, from } => {
+            let ns = cluster.namespace().unwrap_or_default();
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let patch = serde_json::json!({
+                "metadata": {"annotations": {build::VERSION_ANNOTATION: cluster.spec.version()}},
+                "spec": {"containers": [{"name": "etcd", "image": cluster.spec.image()}]},
+            });
+            pods.patch(member, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await?;
+            let note = format!(
+                "upgrading {member} from {from} to {}",
+                cluster.spec.version()
+            );
+            event(ctx, cluster, "MemberUpgrading", &note).await;
+        }
+        UpgradeStep::Refused(e) => {
+            let note = format!("{e}; no member was touched");
+            warn(ctx, cluster, "UpgradeRefused", &note).await;
+        }
+        UpgradeStep::Wait { .. } | UpgradeStep::Done => {}
+    }
     Ok(())
 }
 

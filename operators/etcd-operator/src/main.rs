@@ -12,7 +12,8 @@ use etcd_operator::controller::{self, Context, MANAGER};
 use etcd_operator::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
 use kube::{Api, Client};
 use operator_runtime::http::{self, Health};
 use operator_runtime::leader::{self, LeaseConfig};
@@ -109,7 +110,14 @@ async fn main() -> Result<()> {
     tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");
     health.set_ready(true);
     let shutdown = stop.clone();
-    Controller::new(clusters, config)
+    // Spec changes only (generation): the operator's own status writes must not trigger
+    // reconciles; member pods, the periodic requeue and errors do.
+    let (reader, writer) = reflector::store();
+    let spec_changes = reflector(writer, watcher(clusters, config))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd"))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(controller::reconcile, controller::error_policy, ctx)

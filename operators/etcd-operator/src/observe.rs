@@ -10,7 +10,7 @@ use etcd_cluster::{ClusterNames, Member, PodState};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
-use crate::build::MEMBER_LABEL;
+use crate::build::{MEMBER_LABEL, VERSION_ANNOTATION};
 
 /// Dial and request timeout for each member.
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(3);
@@ -21,6 +21,8 @@ pub struct MemberPod {
     pub name: String,
     pub state: PodState,
     pub ip: Option<String>,
+    /// The etcd version it runs (`etcd.version` annotation).
+    pub version: Option<String>,
 }
 
 pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
@@ -44,7 +46,13 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
             let ip = status
                 .and_then(|s| s.pod_ip.clone())
                 .filter(|ip| !ip.is_empty());
-            Some(MemberPod { name, state, ip })
+            let version = pod.annotations().get(VERSION_ANNOTATION).cloned();
+            Some(MemberPod {
+                name,
+                state,
+                ip,
+                version,
+            })
         })
         .collect()
 }
@@ -93,7 +101,7 @@ pub async fn members(names: &ClusterNames, pods: &[MemberPod]) -> Option<Vec<Mem
             .and_then(|n| ips.get(n))
             .map(|ip| ip.to_string());
         async move {
-            let Some(ip) = ip else { return None };
+            let ip = ip?;
             let mut client = connect(&ip).await.ok()?;
             client.status().await.ok()
         }

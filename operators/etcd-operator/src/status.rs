@@ -5,7 +5,9 @@
 //! owns (a field left out would be removed).
 
 use backup_api::{ClusterCondition, ClusterPhase, EtcdCluster, MembershipChange};
-use etcd_cluster::{Intent, Observed, PodState, Step};
+use std::collections::BTreeMap;
+
+use etcd_cluster::{Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version};
 use serde_json::{Value, json};
 
 use crate::observe::MemberPod;
@@ -127,6 +129,7 @@ pub fn report(
     observed: &Observed,
     pods: &[MemberPod],
     step: &Step,
+    upgrade: Option<&UpgradeStep>,
     outcome: &Result<(), crate::controller::Error>,
 ) -> Value {
     let members = observed.members.as_deref().unwrap_or(&[]);
@@ -164,15 +167,49 @@ pub fn report(
             format!("{healthy} of {} members healthy", members.len()),
         ),
     };
-    let (progressing, progress_reason, progress_message) = match step {
-        Step::Converged => (
+    let (progressing, progress_reason, progress_message) = match (step, upgrade) {
+        (Step::Converged, Some(UpgradeStep::Refused(e))) => (
+            false,
+            "UpgradeRefused",
+            format!("{e}; no member was touched"),
+        ),
+        (Step::Converged, Some(UpgradeStep::Upgrade { member, from })) => (
+            true,
+            "Upgrading",
+            format!(
+                "upgrading {member} from {from} to {}",
+                cluster.spec.version()
+            ),
+        ),
+        (Step::Converged, Some(UpgradeStep::Wait { reason })) => {
+            (true, "Upgrading", reason.clone())
+        }
+        (Step::Converged, _) => (
             false,
             "Converged",
             format!("{} members, nothing in flight", members.len()),
         ),
-        Step::QuorumLost { .. } => (false, "QuorumLost", "waiting for a restore".to_string()),
-        Step::Wait { reason } => (true, "Waiting", reason.clone()),
-        other => (true, step_reason(other), format!("{other:?}")),
+        (Step::QuorumLost { .. }, _) => (false, "QuorumLost", "waiting for a restore".to_string()),
+        (Step::Wait { reason }, _) => (true, "Waiting", reason.clone()),
+        (other, _) => (true, step_reason(other), format!("{other:?}")),
+    };
+    let versions: BTreeMap<String, PodVersion> = pods
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p.name.clone(),
+                PodVersion {
+                    version: p.version.clone()?,
+                    state: p.state,
+                },
+            ))
+        })
+        .collect();
+    let current = current_version(&versions).map(|v| v.to_string());
+    let target = cluster.spec.version().to_string();
+    let target_version = match &current {
+        Some(current) if *current != target => json!(target),
+        _ => Value::Null,
     };
     let degraded = members.iter().any(|m| !m.healthy) || !unready.is_empty() || outcome.is_err();
     let degraded_message = match outcome {
@@ -215,7 +252,8 @@ pub fn report(
         "serviceName": format!("{}-client", cluster.metadata.name.as_deref().unwrap_or_default()),
         "clientPort": 2379,
         "members": {"ready": ready, "unready": unready},
-        "currentVersion": cluster.spec.version(),
+        "currentVersion": current,
+        "targetVersion": target_version,
         "observedGeneration": cluster.metadata.generation,
         "conditions": conditions,
         "membershipChange": change_json(cluster, &intent_after(step, &observed.intent)),
@@ -286,10 +324,11 @@ mod tests {
             name: "c-0".into(),
             state: PodState::Running { ready: true },
             ip: None,
+            version: Some("3.4.23".into()),
         }];
-        let first = report(&cluster, &observed, &pods, &Step::Converged, &Ok(()));
+        let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
-        let second = report(&cluster, &observed, &pods, &Step::Converged, &Ok(()));
+        let second = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         assert_eq!(first, second);
         assert_eq!(first["phase"], "Running");
         assert_eq!(first["conditions"][0]["observedGeneration"], 2);
@@ -299,6 +338,7 @@ mod tests {
             &observed,
             &pods,
             &Step::Wait { reason: "x".into() },
+            None,
             &Ok(()),
         );
         assert_ne!(third["conditions"][1], first["conditions"][1]);

@@ -9,6 +9,7 @@ use backup_api::EtcdCluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
 use serde_json::json;
 use testbed::kube::{KubeTestbed, wait_until};
 
@@ -119,11 +120,19 @@ async fn resize(clusters: &Api<EtcdCluster>, size: i32) {
         .unwrap();
 }
 
-#[tokio::test]
-async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
+/// A fresh namespace with the operator running and the example cluster converged at 3.
+struct Running {
+    kube: KubeTestbed,
+    ns: String,
+    clusters: Api<EtcdCluster>,
+    _report: testbed::cluster::FailureReport,
+    _operator: Operator,
+}
+
+async fn running_cluster(prefix: &str) -> Running {
     let kube = KubeTestbed::with_kubelet().await.unwrap();
     kube.install_crds().await.unwrap();
-    let ns = kube.namespace("etcd-op").await.unwrap();
+    let ns = kube.namespace(prefix).await.unwrap();
     let _report = kube.report_on_failure(&ns);
     let _operator = Operator::start(&kube, &ns);
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
@@ -131,10 +140,34 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
         .create(&PostParams::default(), &example(3))
         .await
         .unwrap();
+    wait_until(
+        &clusters,
+        "example-etcd-cluster",
+        "3 ready members",
+        240,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    }
+}
+
+#[tokio::test]
+async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op").await;
     let name = "example-etcd-cluster";
-    wait_until(&clusters, name, "3 ready members", 240, converged(3))
-        .await
-        .unwrap();
     assert_eq!(
         member_pods(&kube, &ns).await,
         [
@@ -260,5 +293,259 @@ async fn an_operator_killed_during_creation_finishes_it_after_a_restart() {
         members.members()
     );
     assert_eq!(member_pods(&kube, &ns).await.len(), 3);
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+async fn set_version(clusters: &Api<EtcdCluster>, version: &str) {
+    let patch = json!({"spec": {"version": version}});
+    clusters
+        .patch(
+            "example-etcd-cluster",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+}
+
+fn progressing_reason(c: &EtcdCluster) -> Option<String> {
+    c.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Progressing")?
+        .reason
+        .clone()
+}
+
+#[tokio::test]
+async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses_a_downgrade() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-upgrade").await;
+    let name = "example-etcd-cluster";
+
+    // A client writing through every member throughout; the longest stretch without a
+    // successful write is measured.
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let mut endpoints = Vec::new();
+    for pod in member_pods(&kube, &ns).await {
+        endpoints.push(format!(
+            "http://{}:2379",
+            pods.get(&pod)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .pod_ip
+                .unwrap()
+        ));
+    }
+    let options =
+        etcd_client::ConnectOptions::new().with_timeout(std::time::Duration::from_secs(2));
+    let mut writer = etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writing = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut last_ok, mut longest, mut writes) =
+                (std::time::Instant::now(), std::time::Duration::ZERO, 0u32);
+            while !stop.is_cancelled() {
+                if writer
+                    .put("during-upgrade", writes.to_string(), None)
+                    .await
+                    .is_ok()
+                {
+                    longest = longest.max(last_ok.elapsed());
+                    last_ok = std::time::Instant::now();
+                    writes += 1;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            (longest.max(last_ok.elapsed()), writes)
+        })
+    };
+
+    set_version(&clusters, "3.5.16").await;
+    let upgraded = |c: &EtcdCluster| {
+        converged(3)(c)
+            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+    };
+    wait_until(&clusters, name, "every member on 3.5.16", 300, upgraded)
+        .await
+        .unwrap();
+    stop.cancel();
+    let (longest, writes) = writing.await.unwrap();
+    eprintln!("upgrade: {writes} writes, longest stretch without one {longest:?}");
+    assert!(writes > 20, "only {writes} writes succeeded");
+    assert!(
+        longest < std::time::Duration::from_secs(10),
+        "writes refused for {longest:?}"
+    );
+    for pod in member_pods(&kube, &ns).await {
+        let mut client = member_client(&kube, &ns, &pod).await;
+        assert_eq!(client.status().await.unwrap().version(), "3.5.16", "{pod}");
+        let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
+            .image
+            .clone();
+        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.16"));
+    }
+
+    // A downgrade is refused with the cause, and no member is touched.
+    set_version(&clusters, "3.4.23").await;
+    let refused = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("UpgradeRefused");
+    let cluster = wait_until(&clusters, name, "the downgrade refused", 60, refused)
+        .await
+        .unwrap();
+    let message = cluster
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap()
+        .message
+        .unwrap();
+    assert!(message.contains("downgrade"), "{message}");
+    for pod in member_pods(&kube, &ns).await {
+        let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
+            .image
+            .clone();
+        assert_eq!(
+            image.as_deref(),
+            Some("localhost/etcd:v3.5.16"),
+            "{pod} was touched"
+        );
+    }
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_and_quorum_loss_are_reported_and_nothing_is_deleted() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-quorum").await;
+    let name = "example-etcd-cluster";
+
+    // A version that is not semver: a condition and a Warning, the members untouched.
+    set_version(&clusters, "latest").await;
+    let invalid = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("InvalidSpec");
+    wait_until(&clusters, name, "the invalid version reported", 60, invalid)
+        .await
+        .unwrap();
+    assert_eq!(member_pods(&kube, &ns).await.len(), 3);
+    set_version(&clusters, "3.4.23").await;
+    wait_until(&clusters, name, "3 ready members again", 120, converged(3))
+        .await
+        .unwrap();
+
+    // Two of three members lose pod and volume: quorum is gone.
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(kube.client.clone(), &ns);
+    for member in ["example-etcd-cluster-1", "example-etcd-cluster-2"] {
+        claims
+            .delete(member, &DeleteParams::default())
+            .await
+            .unwrap();
+        pods.delete(member, &DeleteParams::default()).await.unwrap();
+    }
+    let lost = |c: &EtcdCluster| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "Available"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("QuorumLost")
+                })
+            })
+    };
+    let cluster = wait_until(&clusters, name, "Available=False/QuorumLost", 120, lost)
+        .await
+        .unwrap();
+    let available = cluster
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Available")
+        .unwrap();
+    let message = available.message.unwrap();
+    assert!(
+        message.contains("example-etcd-cluster-1") && message.contains("example-etcd-cluster-2"),
+        "{message}"
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let warning = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("QuorumLost"))
+        .expect("a QuorumLost event");
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(
+        warning
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("EtcdRestore"),
+        "{warning:?}"
+    );
+    // The surviving member and its data are untouched; nothing was re-created over the loss.
+    for member in ["example-etcd-cluster-1", "example-etcd-cluster-2"] {
+        let gone = await_condition(pods.clone(), member, |p: Option<&Pod>| p.is_none());
+        tokio::time::timeout(std::time::Duration::from_secs(60), gone)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // Status has caught up with the pods being gone, and still says QuorumLost.
+    let deleted = |c: &EtcdCluster| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.members.as_ref())
+            .and_then(|m| m.unready.as_ref())
+            .is_some_and(|u| u.is_empty())
+    };
+    wait_until(
+        &clusters,
+        name,
+        "status without the deleted pods",
+        120,
+        move |c: &EtcdCluster| lost(c) && deleted(c),
+    )
+    .await
+    .unwrap();
+    assert_eq!(member_pods(&kube, &ns).await, ["example-etcd-cluster-0"]);
+    assert!(
+        claims
+            .get_opt("example-etcd-cluster-0")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let mut survivor = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    assert_eq!(
+        survivor.member_list().await.unwrap().members().len(),
+        3,
+        "a member was removed without quorum"
+    );
     kube.delete_namespace(&ns).await.unwrap();
 }

@@ -175,14 +175,14 @@ async fn volumes(client: Client, root: PathBuf, node: String) -> Result<()> {
     )
     .default_backoff()
     .applied_objects()
-    .map(|e| e.map(Change::Claim));
+    .map(|e| e.map(|c| Change::Claim(Box::new(c))));
     let volumes = watcher(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
     .applied_objects()
-    .map(|e| e.map(Change::Volume));
+    .map(|e| e.map(|v| Change::Volume(Box::new(v))));
     let mut changes = std::pin::pin!(futures::stream::select(claims, volumes));
     while let Some(change) = changes.next().await {
         let result = match change {
@@ -198,8 +198,8 @@ async fn volumes(client: Client, root: PathBuf, node: String) -> Result<()> {
 }
 
 enum Change {
-    Claim(PersistentVolumeClaim),
-    Volume(PersistentVolume),
+    Claim(Box<PersistentVolumeClaim>),
+    Volume(Box<PersistentVolume>),
 }
 
 /// Creates a volume for a Pending claim of our class that has none yet. The volume's name is

@@ -1,0 +1,184 @@
+//! Rolling upgrades, planned once membership has converged: the path is validated first (every
+//! running version to the target, see [`check_upgrade`]), then one member at a time, followers
+//! before the leader, each only when every member is healthy and every pod ready.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{Member, PodState};
+use crate::version::{EtcdVersion, VersionError, check_upgrade};
+
+/// A member pod's version (its `etcd.version` annotation) and state.
+#[derive(Clone, Debug)]
+pub struct PodVersion {
+    pub version: String,
+    pub state: PodState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpgradeStep {
+    /// Every member runs the target version.
+    Done,
+    /// Move this member's pod to the target image (in place, on its own volume).
+    Upgrade { member: String, from: String },
+    /// An upgrade is under way; wait for this.
+    Wait { reason: String },
+    /// The target cannot be reached from what runs: nothing is touched.
+    Refused(VersionError),
+}
+
+/// The lowest version any member runs (what the cluster speaks), if all parse.
+pub fn current_version(pods: &BTreeMap<String, PodVersion>) -> Option<EtcdVersion> {
+    pods.values()
+        .filter_map(|p| EtcdVersion::parse(&p.version).ok())
+        .min()
+}
+
+pub fn plan_upgrade(
+    target: &EtcdVersion,
+    pods: &BTreeMap<String, PodVersion>,
+    members: &[Member],
+) -> UpgradeStep {
+    // Validate from every version that runs: a half-done upgrade may only go on to the same
+    // target (or one etcd accepts from the oldest member).
+    for pod in pods.values() {
+        let running = match EtcdVersion::parse(&pod.version) {
+            Ok(v) => v,
+            Err(e) => return UpgradeStep::Refused(e),
+        };
+        if let Err(e) = check_upgrade(&running, target) {
+            return UpgradeStep::Refused(e);
+        }
+    }
+    let outdated: Vec<(&String, &PodVersion)> = pods
+        .iter()
+        .filter(|(_, p)| EtcdVersion::parse(&p.version).ok().as_ref() != Some(target))
+        .collect();
+    if outdated.is_empty() {
+        return UpgradeStep::Done;
+    }
+    if let Some(m) = members.iter().find(|m| !m.healthy) {
+        let name = m.name.clone().unwrap_or_else(|| format!("{:x}", m.id));
+        return UpgradeStep::Wait {
+            reason: format!("member {name} is not healthy; the upgrade waits"),
+        };
+    }
+    if let Some((name, _)) = pods
+        .iter()
+        .find(|(_, p)| p.state != (PodState::Running { ready: true }))
+    {
+        return UpgradeStep::Wait {
+            reason: format!("member {name} is not ready; the upgrade waits"),
+        };
+    }
+    let is_leader = |name: &str| {
+        members
+            .iter()
+            .any(|m| m.leader && m.name.as_deref() == Some(name))
+    };
+    let (member, pod) = outdated
+        .iter()
+        .find(|(name, _)| !is_leader(name))
+        .or_else(|| outdated.first())
+        .expect("outdated is not empty");
+    UpgradeStep::Upgrade {
+        member: (*member).clone(),
+        from: pod.version.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods(versions: &[(&str, &str)]) -> BTreeMap<String, PodVersion> {
+        versions
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.to_string(),
+                    PodVersion {
+                        version: v.to_string(),
+                        state: PodState::Running { ready: true },
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn members(leader: &str) -> Vec<Member> {
+        ["c-0", "c-1", "c-2"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Member {
+                id: i as u64 + 1,
+                name: Some(n.to_string()),
+                started: true,
+                learner: false,
+                healthy: true,
+                leader: *n == leader,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn followers_first_leader_last_one_at_a_time() {
+        let target = EtcdVersion::parse("3.5.16").unwrap();
+        let mut running = pods(&[("c-0", "3.4.23"), ("c-1", "3.4.23"), ("c-2", "3.4.23")]);
+        let m = members("c-0");
+        assert_eq!(
+            plan_upgrade(&target, &running, &m),
+            UpgradeStep::Upgrade {
+                member: "c-1".into(),
+                from: "3.4.23".into()
+            }
+        );
+        running.get_mut("c-1").unwrap().version = "3.5.16".into();
+        running.get_mut("c-1").unwrap().state = PodState::Running { ready: false };
+        assert!(matches!(
+            plan_upgrade(&target, &running, &m),
+            UpgradeStep::Wait { .. }
+        ));
+        running.get_mut("c-1").unwrap().state = PodState::Running { ready: true };
+        assert_eq!(
+            plan_upgrade(&target, &running, &m),
+            UpgradeStep::Upgrade {
+                member: "c-2".into(),
+                from: "3.4.23".into()
+            }
+        );
+        running.get_mut("c-2").unwrap().version = "3.5.16".into();
+        assert_eq!(
+            plan_upgrade(&target, &running, &m),
+            UpgradeStep::Upgrade {
+                member: "c-0".into(),
+                from: "3.4.23".into()
+            }
+        );
+        running.get_mut("c-0").unwrap().version = "3.5.16".into();
+        assert_eq!(plan_upgrade(&target, &running, &m), UpgradeStep::Done);
+        assert_eq!(current_version(&running).unwrap().to_string(), "3.5.16");
+    }
+
+    #[test]
+    fn bad_paths_are_refused_before_anything_moves() {
+        let running = pods(&[("c-0", "3.5.16"), ("c-1", "3.5.16"), ("c-2", "3.5.16")]);
+        let down = EtcdVersion::parse("3.4.23").unwrap();
+        assert!(matches!(
+            plan_upgrade(&down, &running, &members("c-0")),
+            UpgradeStep::Refused(VersionError::Downgrade { .. })
+        ));
+        let old = pods(&[("c-0", "3.4.23"), ("c-1", "3.4.23"), ("c-2", "3.4.23")]);
+        let skip = EtcdVersion::parse("3.6.0").unwrap();
+        assert!(matches!(
+            plan_upgrade(&skip, &old, &members("c-0")),
+            UpgradeStep::Refused(VersionError::SkipsMinor { .. })
+        ));
+        let mut sick = members("c-0");
+        sick[2].healthy = false;
+        let up = EtcdVersion::parse("3.5.16").unwrap();
+        assert!(matches!(
+            plan_upgrade(&up, &old, &sick),
+            UpgradeStep::Wait { .. }
+        ));
+    }
+}
