@@ -226,7 +226,7 @@ for tool in etcd containerd containerd-shim-runc-v2 runc ctr umoci dnsmasq iptab
 done
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || die "CNI plugins missing: run $repo/e2e/install-deps.sh"
 if ip link show "$bridge" >/dev/null 2>&1; then
-  die "a bridge $bridge exists that this bed did not make (addresses: $(ip -br addr show "$bridge" | cut -c17-)); delete it with: ip link delete $bridge"
+  die "a bridge $bridge exists that this bed did not make (addresses: $(ip -o -4 addr show dev "$bridge" | awk '{print $4}' | paste -sd, -)); delete it with: ip link delete $bridge"
 fi
 if ip -4 -o addr show | grep -v " $bridge " | grep -q " ${gateway%.*}\."; then
   die "10.88.0.0/16 is already used on this machine ($(ip -4 -o addr show | grep " ${gateway%.*}\." | awk '{print $2, $4}' | head -1)); the bed needs it for pods"

@@ -78,3 +78,11 @@ pub async fn acquire(
     });
     Ok(Some(Leadership { lost, _task: task }))
 }
+
+/// The Lease calls [`acquire`] makes (through kube-lease-manager), for the operators' RBAC
+/// lists: `(apiGroup, resource, verb)`.
+pub const LEASE_CALLS: &[(&str, &str, &str)] = &[
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "patch"),
+];

@@ -83,6 +83,45 @@ pub(crate) async fn start() -> Result<PathBuf> {
         .context("up.sh printed no KUBECONFIG")
 }
 
+/// The documents of an operator's shipped `deploy/<variant>/` (`rbac.yaml`, then
+/// `deployment.yaml`), moved to namespace `ns` (objects and RBAC subjects) and running
+/// `localhost/<binary>:dev` (this build's image on the bed) with `imagePullPolicy: Never`.
+/// Nothing else is changed, so the test runs what users apply.
+pub fn deploy_manifests(
+    deploy_dir: &Path,
+    ns: &str,
+    binary: &str,
+) -> Result<Vec<serde_json::Value>> {
+    use serde::Deserialize as _;
+    let mut docs = Vec::new();
+    for file in ["rbac.yaml", "deployment.yaml"] {
+        let path = deploy_dir.join(file);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let doc = serde_json::Value::deserialize(doc)
+                .with_context(|| format!("{} is not YAML", path.display()))?;
+            if !doc.is_null() {
+                docs.push(doc);
+            }
+        }
+    }
+    for doc in &mut docs {
+        doc["metadata"]["namespace"] = serde_json::json!(ns);
+        if let Some(subjects) = doc.get_mut("subjects").and_then(|s| s.as_array_mut()) {
+            subjects
+                .iter_mut()
+                .for_each(|s| s["namespace"] = serde_json::json!(ns));
+        }
+        if doc["kind"] == "Deployment" {
+            let container = &mut doc["spec"]["template"]["spec"]["containers"][0];
+            container["image"] = serde_json::json!(format!("localhost/{binary}:dev"));
+            container["imagePullPolicy"] = serde_json::json!("Never");
+        }
+    }
+    Ok(docs)
+}
+
 /// `kubectl`: the bed's own 1.20.2 build when present, else the one on `PATH`.
 pub fn kubectl(kubeconfig: &Path) -> Command {
     let bed = crate::kube::bin_dir().join("kubectl");

@@ -20,9 +20,5 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("events.k8s.io", "events", "patch"),
 ];
 
-/// Calls in the operator's own namespace (leader election, main.rs).
-pub const LEASE_CALLS: &[ApiCall] = &[
-    ("coordination.k8s.io", "leases", "get"),
-    ("coordination.k8s.io", "leases", "create"),
-    ("coordination.k8s.io", "leases", "patch"),
-];
+/// Calls in the operator's own namespace: leader election (operator-runtime).
+pub use operator_runtime::leader::LEASE_CALLS;

@@ -8,7 +8,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use testbed::Garage;
 use testbed::cluster::host_address;
@@ -19,31 +18,6 @@ use common::{aws_files, store};
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced");
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
-
-fn documents(path: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|de| Value::deserialize(de).unwrap())
-        .collect()
-}
-
-/// deploy/namespaced/*.yaml moved to `ns`, with the bed's image of this build.
-fn operator_manifests(ns: &str) -> Vec<Value> {
-    let mut docs = documents(&format!("{DEPLOY}/rbac.yaml"));
-    docs.extend(documents(&format!("{DEPLOY}/deployment.yaml")));
-    for doc in &mut docs {
-        doc["metadata"]["namespace"] = json!(ns);
-        if let Some(subjects) = doc.get_mut("subjects").and_then(Value::as_array_mut) {
-            subjects.iter_mut().for_each(|s| s["namespace"] = json!(ns));
-        }
-        if doc["kind"] == "Deployment" {
-            let container = &mut doc["spec"]["template"]["spec"]["containers"][0];
-            container["image"] = json!("localhost/etcd-backup-operator:dev");
-            container["imagePullPolicy"] = json!("Never");
-        }
-    }
-    docs
-}
 
 /// One etcd member as a pod behind the coreos example's client Service name.
 fn etcd_manifests(ns: &str) -> Vec<Value> {
@@ -122,7 +96,9 @@ async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
     }
 
     // The operator from its image, two replicas with leader election, probes passing.
-    kube.apply(&operator_manifests(&ns), &ns).await.unwrap();
+    let manifests =
+        testbed::cluster::deploy_manifests(DEPLOY.as_ref(), &ns, "etcd-backup-operator").unwrap();
+    kube.apply(&manifests, &ns).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
     wait(
         &deployments,

@@ -1,89 +1,24 @@
 //! The deploy manifests parse, and their RBAC grants exactly the API calls the operator makes
 //! (`src/rbac.rs`): nothing missing, nothing extra, no wildcards, a comment on every rule.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use etcd_backup_operator::rbac::{ApiCall, LEASE_CALLS, NAMESPACED_CALLS};
-use serde::Deserialize;
+use etcd_backup_operator::rbac::{LEASE_CALLS, NAMESPACED_CALLS};
 use serde_yaml::Value;
+use testbed::rbac::{self, grants, of_kind, set};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
 }
 
+const ACCOUNT: &str = "etcd-backup-operator";
+
 fn docs(variant: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    for file in ["rbac.yaml", "deployment.yaml"] {
-        let path = deploy_dir().join(variant).join(file);
-        let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            if !value.is_null() {
-                out.push(value);
-            }
-        }
-    }
-    out
+    rbac::docs(&deploy_dir(), variant)
 }
 
-fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|d| d["kind"] == kind).collect()
-}
-
-fn grants(role: &Value) -> BTreeSet<(String, String, String)> {
-    let mut out = BTreeSet::new();
-    for rule in role["rules"].as_sequence().unwrap() {
-        let list = |k: &str| -> Vec<String> {
-            rule[k]
-                .as_sequence()
-                .unwrap_or_else(|| panic!("rule without {k}: {rule:?}"))
-                .iter()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect()
-        };
-        for g in list("apiGroups") {
-            for r in list("resources") {
-                for v in list("verbs") {
-                    assert!(g != "*" && r != "*" && v != "*", "wildcard in {rule:?}");
-                    out.insert((g.clone(), r.clone(), v));
-                }
-            }
-        }
-    }
-    out
-}
-
-fn set(calls: &[ApiCall]) -> BTreeSet<(String, String, String)> {
-    calls
-        .iter()
-        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
-        .collect()
-}
-
-/// The role bound to the operator's ServiceAccount by a binding of `binding_kind`.
 fn bound_role<'a>(docs: &'a [Value], binding_kind: &str, role_kind: &str) -> Vec<&'a Value> {
-    of_kind(docs, binding_kind)
-        .into_iter()
-        .filter(|b| {
-            b["subjects"]
-                .as_sequence()
-                .unwrap()
-                .iter()
-                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "etcd-backup-operator")
-        })
-        .map(|b| {
-            assert_eq!(b["roleRef"]["kind"], role_kind);
-            let name = &b["roleRef"]["name"];
-            *of_kind(docs, role_kind)
-                .iter()
-                .find(|r| &r["metadata"]["name"] == name)
-                .unwrap_or_else(|| {
-                    panic!("{binding_kind} refers to a missing {role_kind} {name:?}")
-                })
-        })
-        .collect()
+    rbac::bound_roles(docs, ACCOUNT, binding_kind, role_kind)
 }
 
 #[test]
@@ -115,17 +50,7 @@ fn cluster_wide_rbac_covers_exactly_the_calls() {
 #[test]
 fn every_rule_has_a_comment() {
     for variant in ["namespaced", "cluster-wide"] {
-        let text = std::fs::read_to_string(deploy_dir().join(variant).join("rbac.yaml")).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        for (i, line) in lines.iter().enumerate() {
-            if line.trim_start().starts_with("- apiGroups:") {
-                assert!(
-                    lines[i - 1].trim_start().starts_with('#'),
-                    "{variant}/rbac.yaml line {}: rule without a comment",
-                    i + 1
-                );
-            }
-        }
+        rbac::assert_every_rule_commented(&deploy_dir(), variant);
     }
 }
 

@@ -6,4 +6,5 @@ pub mod build;
 pub mod controller;
 pub mod metrics;
 pub mod observe;
+pub mod rbac;
 pub mod status;

@@ -1,0 +1,33 @@
+//! Every Kubernetes API call the operator makes, in one place. The manifests test checks the
+//! RBAC rules under `deploy/` grant exactly these; add a line here with any new call.
+
+/// `(apiGroup, resource, verb)`.
+pub type ApiCall = (&'static str, &'static str, &'static str);
+
+/// Calls in the watched namespace(s).
+pub const NAMESPACED_CALLS: &[ApiCall] = &[
+    // main.rs: the watch behind the controller.
+    ("etcd.database.coreos.com", "etcdclusters", "list"),
+    ("etcd.database.coreos.com", "etcdclusters", "watch"),
+    // controller.rs patch_status / record: server-side apply of status.
+    ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
+    // main.rs owns(): the pod watch; controller.rs: list, create, delete, upgrade patch.
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "create"),
+    ("", "pods", "delete"),
+    ("", "pods", "patch"),
+    // controller.rs: member claims.
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "create"),
+    ("", "persistentvolumeclaims", "delete"),
+    // controller.rs: Services by server-side apply (creates them the first time).
+    ("", "services", "patch"),
+    ("", "services", "create"),
+    // kube Recorder: creates events and patches them into series.
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+/// Calls in the operator's own namespace: leader election (operator-runtime).
+pub use operator_runtime::leader::LEASE_CALLS;
