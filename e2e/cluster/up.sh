@@ -156,7 +156,14 @@ running() {
   local dir=$1 name
   for name in "${parts[@]}" containerd; do recorded_pid "$dir" "$name" >/dev/null || return 1; done
   [[ -f $dir/kubeconfig ]] || return 1
-  "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz >/dev/null 2>&1
+  # Every part runs: give a busy API server 30 s to answer before calling the bed dead (a
+  # restart would pull it from under the tests using it).
+  local i
+  for ((i = 0; i < 60; i++)); do
+    "$bin/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  return 1
 }
 
 watch_pid='' rm_dir=0
@@ -165,10 +172,12 @@ case ${1:-} in
     [[ $# == 2 ]] || usage
     [[ -d $2 ]] || exit 0
     dir=$(cd "$2" && pwd)
-    # Stops and starts take turns.
-    mkdir -p /run/lock
-    exec 8>"$machine_lock"
-    flock 8
+    # Stops and starts take turns (a watcher already holds the lock when it gets here).
+    if [[ -z ${BED_LOCK_HELD:-} ]]; then
+      mkdir -p /run/lock
+      exec 8>"$machine_lock"
+      flock 8
+    fi
     if [[ -n ${BED_WATCHER:-} ]]; then
       # A watcher stops only its own bed: a new bed may have replaced it in DIR meanwhile.
       [[ $(cat "$dir/watcher.pid" 2>/dev/null) == "$BED_WATCHER" ]] || exit 0
@@ -365,19 +374,26 @@ done
 if [[ -n $watch_pid ]]; then
   add_user
   # shellcheck disable=SC2016 # expanded by the inner bash
-  setsid bash -c 'dir=$1 up=$2
-    # Stops the bed once no user is alive any more.
-    while :; do
-      sleep 2
-      live=0
+  setsid bash -c 'dir=$1 up=$2 lock=$3
+    live() {
+      local f p live=1
       for f in "$dir"/users/*; do
         p=${f##*/}
         [[ $p =~ ^[0-9]+$ ]] || continue
-        if kill -0 "$p" 2>/dev/null; then live=1; else rm -f "$f"; fi
+        if kill -0 "$p" 2>/dev/null; then live=0; else rm -f "$f"; fi
       done
-      ((live)) && continue
-      BED_WATCHER=$$ exec "$up" --stop "$dir"
-    done' watcher "$dir" "$here/up.sh" </dev/null >>"$dir/logs/watcher.log" 2>&1 8>&- &
+      return $live
+    }
+    # Stops the bed once no user is alive any more, deciding under the machine lock so that
+    # a user joining meanwhile (which happens under the lock) keeps it running.
+    while :; do
+      sleep 2
+      live && continue
+      exec 9>"$lock"
+      flock 9
+      if live; then flock -u 9; continue; fi
+      BED_WATCHER=$$ BED_LOCK_HELD=1 exec "$up" --stop "$dir"
+    done' watcher "$dir" "$here/up.sh" "$machine_lock" </dev/null >>"$dir/logs/watcher.log" 2>&1 8>&- &
   echo $! >"$dir/watcher.pid"
 fi
 

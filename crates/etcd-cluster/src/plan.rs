@@ -7,13 +7,14 @@
 //!
 //! Rules, in order:
 //! 1. Finish the recorded change.
-//! 2. Never act destructively without quorum: fewer healthy voters than a majority is
+//! 2. Restart members whose pod is gone or failed on their own claims (deletes nothing).
+//! 3. Never act destructively without quorum: fewer healthy voters than a majority is
 //!    [`Step::QuorumLost`], and nothing is removed or deleted.
-//! 3. Heal: a member whose pod is gone restarts on its own claim; one whose data is gone (no
-//!    claim, or emptyDir) is removed, to be replaced by a new member under a new name.
-//! 4. Clean up: pods and claims of members etcd no longer has, phantom members.
-//! 5. Promote a caught-up learner; wait for unhealthy members (the kubelet restarts them).
-//! 6. Scale one member at a time, only when every member is healthy: add as a learner; remove
+//! 4. Heal: a member whose data is gone (no claim, or emptyDir) is removed, to be replaced by
+//!    a new member under a new name.
+//! 5. Clean up: pods and claims of members etcd no longer has, phantom members.
+//! 6. Promote a caught-up learner; wait for unhealthy members (the kubelet restarts them).
+//! 7. Scale one member at a time, only when every member is healthy: add as a learner; remove
 //!    an unhealthy member first, never the leader when there is another choice.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -241,10 +242,15 @@ fn plan_reachable(
                 },
                 // No longer wanted (size went down meanwhile): its leftovers go in step 4.
                 None => Step::ClearIntent,
-                Some(_) if !pods.contains_key(member) => Step::StartMember {
-                    member: member.clone(),
-                    initial_cluster: all_names(),
-                },
+                // Started only while it is a learner, or on its own data: a promoted voter
+                // must never come back on an empty disk (it would have forgotten its log).
+                Some(m) if !pods.contains_key(member) && (m.learner || has_data(member)) => {
+                    Step::StartMember {
+                        member: member.clone(),
+                        initial_cluster: all_names(),
+                    }
+                }
+                Some(m) if !pods.contains_key(member) && !m.learner => Step::ClearIntent,
                 Some(m) if m.learner && m.started && m.healthy => Step::Promote {
                     member: member.clone(),
                     id: m.id,
@@ -275,7 +281,31 @@ fn plan_reachable(
         None => {}
     }
 
-    // 2. Quorum.
+    // 2. Restarts that delete nothing come before the quorum check: members whose pods are
+    //    gone or failed come back on their own claims, which is how a cluster that lost
+    //    quorum only because pods were deleted or evicted recovers.
+    for m in members {
+        let Some(name) = &m.name else { continue };
+        if !has_data(name) {
+            continue;
+        }
+        match pods.get(name) {
+            None => {
+                return Step::StartMember {
+                    member: name.clone(),
+                    initial_cluster: all_names(),
+                };
+            }
+            Some(PodState::Failed) => {
+                return Step::DeletePod {
+                    member: name.clone(),
+                };
+            }
+            Some(_) => {}
+        }
+    }
+
+    // 3. Quorum: nothing below runs without it.
     let voters: Vec<&Member> = members.iter().filter(|m| !m.learner).collect();
     let healthy_voters = voters.iter().filter(|m| m.healthy).count();
     if healthy_voters < voters.len() / 2 + 1 {
@@ -292,7 +322,7 @@ fn plan_reachable(
         };
     }
 
-    // 3. Heal members whose pod is gone or failed.
+    // 4. Heal members whose data is gone, and failed pods without claims.
     for m in members {
         let Some(name) = &m.name else { continue };
         match pods.get(name) {
@@ -323,7 +353,7 @@ fn plan_reachable(
         }
     }
 
-    // 4. Leftovers: pods and claims of members etcd does not have.
+    // 5. Leftovers: pods and claims of members etcd does not have.
     for name in pods.keys().chain(claims.iter()) {
         if by_name(name).is_none() && names.ordinal(name).is_some() {
             return Step::DeleteMemberResources {
@@ -332,7 +362,7 @@ fn plan_reachable(
         }
     }
 
-    // 5. Learners and unhealthy members.
+    // 6. Learners and unhealthy members.
     if let Some(m) = members.iter().find(|m| m.learner) {
         let name = display(m);
         return if m.started && m.healthy {
@@ -358,7 +388,7 @@ fn plan_reachable(
         };
     }
 
-    // 6. Scale, one member at a time.
+    // 7. Scale, one member at a time.
     if members.len() < size {
         let used = used_names(observed);
         return Step::AddLearner {

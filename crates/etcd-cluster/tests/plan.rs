@@ -299,3 +299,35 @@ fn scaling_waits_for_every_member_to_be_healthy() {
         }
     );
 }
+
+#[test]
+fn members_whose_pods_were_deleted_restart_on_their_claims_even_without_quorum() {
+    // Two of three pods evicted, claims kept: the data is all there; bring them back.
+    let mut o = healthy(3);
+    for name in ["c-1", "c-2"] {
+        member(&mut o, name).healthy = false;
+        o.pods.remove(name);
+    }
+    assert!(
+        matches!(plan(&names(), 3, &o), Step::StartMember { ref member, .. } if member == "c-1")
+    );
+}
+
+#[test]
+fn a_promoted_member_without_data_is_never_restarted_empty() {
+    // Crash after Promote, before ClearIntent, and the emptyDir pod is gone.
+    let mut o = healthy(3);
+    o.persistent = false;
+    o.claims.clear();
+    o.pods.remove("c-2");
+    member(&mut o, "c-2").healthy = false;
+    o.intent = Some(Intent::Add {
+        member: "c-2".into(),
+    });
+    assert_eq!(plan(&names(), 3, &o), Step::ClearIntent);
+    o.intent = None;
+    assert!(matches!(
+        plan(&names(), 3, &o),
+        Step::RemoveMember { id: 3, .. }
+    ));
+}

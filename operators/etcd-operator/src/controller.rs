@@ -9,7 +9,8 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    ClusterNames, EtcdVersion, Intent, Observed, PodVersion, Step, UpgradeStep, plan, plan_upgrade,
+    ClusterNames, EtcdVersion, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, plan,
+    plan_upgrade,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -171,19 +172,17 @@ async fn execute(
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    // A merge patch of this one field: a server-side apply of it alone would drop every other
+    // status field this manager owns (phase among them) until the report is written.
     let record = |intent: Option<Intent>| {
         let clusters = clusters.clone();
         async move {
-            let patch = serde_json::json!({
-                "apiVersion": "etcd.database.coreos.com/v1beta2",
-                "kind": "EtcdCluster",
-                "status": {"membershipChange": intent.map(change)},
-            });
+            let patch = serde_json::json!({"status": {"membershipChange": intent.map(change)}});
             clusters
                 .patch_status(
                     &cluster.name_any(),
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&patch),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
                 )
                 .await
                 .map(|_| ())
@@ -334,16 +333,27 @@ fn plan_upgrade_step(
             // A pod without the annotation (made by someone else and adopted) is taken to run
             // the target rather than guessed at.
             let version = p.version.clone().unwrap_or_else(|| target.to_string());
-            (
-                p.name.clone(),
-                PodVersion {
-                    version,
-                    state: p.state,
-                },
-            )
+            // Patched but not yet restarted on the new image: not ready for the next step.
+            let image = cluster.spec.image();
+            let pending = version == target.to_string()
+                && p.running_image
+                    .as_deref()
+                    .is_some_and(|running| !same_image(running, &image));
+            let state = if pending {
+                PodState::Running { ready: false }
+            } else {
+                p.state
+            };
+            (p.name.clone(), PodVersion { version, state })
         })
         .collect();
     plan_upgrade(&target, &versions, members)
+}
+
+/// Whether the image a container status reports is `spec` (the runtime may add a registry
+/// host such as `docker.io/library/` to short names).
+fn same_image(running: &str, spec: &str) -> bool {
+    running == spec || running.ends_with(&format!("/{spec}"))
 }
 
 /// Moves one member's pod to the target image in place (same pod, same volume; the kubelet

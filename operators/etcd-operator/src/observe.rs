@@ -23,6 +23,9 @@ pub struct MemberPod {
     pub ip: Option<String>,
     /// The etcd version it runs (`etcd.version` annotation).
     pub version: Option<String>,
+    /// The image the etcd container runs now (from its status: after an in-place upgrade
+    /// patch, the old one until the kubelet has restarted the container).
+    pub running_image: Option<String>,
 }
 
 pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
@@ -47,7 +50,12 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
                 .and_then(|s| s.pod_ip.clone())
                 .filter(|ip| !ip.is_empty());
             let version = pod.annotations().get(VERSION_ANNOTATION).cloned();
+            let running_image = status
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.iter().find(|c| c.name == "etcd"))
+                .map(|c| c.image.clone());
             Some(MemberPod {
+                running_image,
                 name,
                 state,
                 ip,

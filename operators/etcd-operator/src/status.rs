@@ -325,6 +325,7 @@ mod tests {
             state: PodState::Running { ready: true },
             ip: None,
             version: Some("3.4.23".into()),
+            running_image: None,
         }];
         let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
