@@ -184,7 +184,7 @@ case ${1:-} in
       remove_dir=0
       [[ -f $dir/users/.rm ]] && remove_dir=1
       stop "$dir"
-      if ((remove_dir)); then rm -rf "$dir"; fi
+      if ((remove_dir)) && [[ -f $dir/.made-by-up.sh ]]; then rm -rf "$dir"; fi
       exit 0
     fi
     stop "$dir"
@@ -200,7 +200,9 @@ esac
 [[ $# == 1 && $1 != -* ]] || usage
 
 [[ $(id -u) == 0 ]] || die "the bed needs root (bridge, iptables, mounts, cgroups): run it as root"
-mkdir -p "$1" /run/lock
+# --rm deletes DIR only if this script made it.
+[[ -e $1 ]] || { mkdir -p "$1" && touch "$1/.made-by-up.sh"; }
+mkdir -p /run/lock
 dir=$(cd "$1" && pwd)
 
 # One start at a time on this machine; a running bed in DIR is joined instead.
@@ -234,6 +236,14 @@ for tool in etcd containerd containerd-shim-runc-v2 runc ctr umoci dnsmasq iptab
   command -v "$tool" >/dev/null || die "$tool is missing: run $repo/e2e/install-deps.sh"
 done
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || die "CNI plugins missing: run $repo/e2e/install-deps.sh"
+# --stop removes every KUBE-* chain, kubepods cgroup and CNI netns: start only where none
+# exists, so that all of them are this bed's.
+if iptables -t nat -S 2>/dev/null | grep -q '^-N KUBE-' || iptables -t filter -S 2>/dev/null | grep -q '^-N KUBE-'; then
+  die "KUBE-* iptables chains exist: another Kubernetes runs on this machine (stop it, or remove them if they are a dead bed's)"
+fi
+if compgen -G '/sys/fs/cgroup/*/kubepods' >/dev/null || compgen -G '/run/netns/cni-*' >/dev/null; then
+  die "kubepods cgroups or CNI network namespaces exist: another Kubernetes or container runtime runs on this machine; stop it first"
+fi
 if ip link show "$bridge" >/dev/null 2>&1; then
   die "a bridge $bridge exists that this bed did not make (addresses: $(ip -o -4 addr show dev "$bridge" | awk '{print $4}' | paste -sd, -)); delete it with: ip link delete $bridge"
 fi
