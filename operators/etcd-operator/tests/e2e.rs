@@ -517,12 +517,20 @@ async fn bad_input_and_quorum_loss_are_reported_and_nothing_is_deleted() {
             .unwrap();
     }
     // Status has caught up with the pods being gone, and still says QuorumLost.
+    // The survivor alone is listed (ready or not: without quorum its /health fails).
     let deleted = |c: &EtcdCluster| {
         c.status
             .as_ref()
             .and_then(|s| s.members.as_ref())
-            .and_then(|m| m.unready.as_ref())
-            .is_some_and(|u| u.is_empty())
+            .is_some_and(|m| {
+                let listed: Vec<&String> = m
+                    .ready
+                    .iter()
+                    .flatten()
+                    .chain(m.unready.iter().flatten())
+                    .collect();
+                listed == ["example-etcd-cluster-0"]
+            })
     };
     wait_until(
         &clusters,
