@@ -84,7 +84,12 @@ impl EtcdClusterSpec {
 
     /// The member image, `<repository>:v<version>` as coreos tagged it.
     pub fn image(&self) -> String {
-        format!("{}:v{}", self.repository(), self.version())
+        self.image_of(self.version())
+    }
+
+    /// The member image of another version (members run an older one until upgraded).
+    pub fn image_of(&self, version: &str) -> String {
+        format!("{}:v{}", self.repository(), version.trim_start_matches('v'))
     }
 
     /// Whether the operator is told to keep its hands off.

@@ -6,8 +6,11 @@
 //! intended (a phantom of an add that timed out) is removed.
 //!
 //! Rules, in order:
-//! 1. Finish the recorded change.
-//! 2. Restart members whose pod is gone or failed on their own claims (deletes nothing).
+//! 1. Restart members whose pod is gone or failed on their own claims (deletes nothing, and
+//!    comes first so that a recorded change etcd refuses while a member is down cannot keep
+//!    that member down).
+//! 2. Finish the recorded change; an add etcd has not seen yet is dropped while a member is
+//!    unhealthy (etcd would refuse it, and healing must not wait behind it).
 //! 3. Never act destructively without quorum: fewer healthy voters than a majority is
 //!    [`Step::QuorumLost`], and nothing is removed or deleted.
 //! 4. Heal: a member whose data is gone (no claim, or emptyDir) is removed, to be replaced by
@@ -74,6 +77,9 @@ pub struct Observed {
     pub pods: BTreeMap<String, PodState>,
     /// Data claims, by member name.
     pub claims: BTreeSet<String>,
+    /// Names still held by objects on their way out (claims being deleted): a new member must
+    /// not take one, or it would be bound to a volume that is going away.
+    pub reserved: BTreeSet<String>,
     /// etcd's member list, or `None` when no member answered.
     pub members: Option<Vec<Member>>,
     /// The change in flight, if any.
@@ -137,6 +143,7 @@ fn used_names(observed: &Observed) -> Vec<String> {
         .pods
         .keys()
         .chain(&observed.claims)
+        .chain(&observed.reserved)
         .cloned()
         .collect();
     if let Some(members) = &observed.members {
@@ -224,7 +231,38 @@ fn plan_reachable(
     let all_names = || -> Vec<String> { members.iter().filter_map(|m| m.name.clone()).collect() };
     let has_data = |name: &str| *persistent && claims.contains(name);
 
-    // 1. The recorded change.
+    // 1. Restarts that delete nothing come before anything else, the quorum check included:
+    //    members whose pods are gone or failed come back on their own claims, which is how a
+    //    cluster that lost quorum only because pods were deleted or evicted recovers. The
+    //    member a recorded add concerns is left to step 2 (a promoted one without data must
+    //    not come back) and a member being removed is not restarted.
+    let subject = match intent {
+        Some(Intent::Add { member }) => Some(member.as_str()),
+        Some(Intent::Remove { member, .. }) => member.as_deref(),
+        _ => None,
+    };
+    for m in members {
+        let Some(name) = &m.name else { continue };
+        if !has_data(name) || subject == Some(name.as_str()) {
+            continue;
+        }
+        match pods.get(name) {
+            None => {
+                return Step::StartMember {
+                    member: name.clone(),
+                    initial_cluster: all_names(),
+                };
+            }
+            Some(PodState::Failed) => {
+                return Step::DeletePod {
+                    member: name.clone(),
+                };
+            }
+            Some(_) => {}
+        }
+    }
+
+    // 2. The recorded change.
     match intent {
         Some(Intent::Seed { member }) => {
             return if by_name(member).is_some() {
@@ -237,10 +275,13 @@ fn plan_reachable(
         }
         Some(Intent::Add { member }) => {
             return match by_name(member) {
-                None if members.len() < size => Step::AddLearner {
-                    member: member.clone(),
-                },
-                // No longer wanted (size went down meanwhile): its leftovers go in step 4.
+                None if members.len() < size && members.iter().all(|m| m.healthy) => {
+                    Step::AddLearner {
+                        member: member.clone(),
+                    }
+                }
+                // Not in etcd, so nothing happened yet: no longer wanted (size went down
+                // meanwhile), or a member is unhealthy and healing comes first.
                 None => Step::ClearIntent,
                 // Started only while it is a learner, or on its own data: a promoted voter
                 // must never come back on an empty disk (it would have forgotten its log).
@@ -279,30 +320,6 @@ fn plan_reachable(
             return Step::ClearIntent;
         }
         None => {}
-    }
-
-    // 2. Restarts that delete nothing come before the quorum check: members whose pods are
-    //    gone or failed come back on their own claims, which is how a cluster that lost
-    //    quorum only because pods were deleted or evicted recovers.
-    for m in members {
-        let Some(name) = &m.name else { continue };
-        if !has_data(name) {
-            continue;
-        }
-        match pods.get(name) {
-            None => {
-                return Step::StartMember {
-                    member: name.clone(),
-                    initial_cluster: all_names(),
-                };
-            }
-            Some(PodState::Failed) => {
-                return Step::DeletePod {
-                    member: name.clone(),
-                };
-            }
-            Some(_) => {}
-        }
     }
 
     // 3. Quorum: nothing below runs without it.

@@ -33,6 +33,26 @@ pub fn current_version(pods: &BTreeMap<String, PodVersion>) -> Option<EtcdVersio
         .min()
 }
 
+/// The version a member's pod is created with. A member restarting on its own data gets the
+/// version recorded for that data (`own`), so that a pod deleted mid-upgrade neither moves
+/// ahead nor goes back. A new member joins at the lowest version the members run, so that it is
+/// never ahead of an upgrade that is refused or still under way; it is upgraded like the others
+/// afterwards. The first member gets the target.
+pub fn starting_version<'a>(
+    target: &EtcdVersion,
+    own: Option<&str>,
+    running: impl IntoIterator<Item = &'a str>,
+) -> EtcdVersion {
+    if let Some(own) = own.and_then(|v| EtcdVersion::parse(v).ok()) {
+        return own;
+    }
+    running
+        .into_iter()
+        .filter_map(|v| EtcdVersion::parse(v).ok())
+        .min()
+        .unwrap_or_else(|| target.clone())
+}
+
 pub fn plan_upgrade(
     target: &EtcdVersion,
     pods: &BTreeMap<String, PodVersion>,
@@ -157,6 +177,19 @@ mod tests {
         running.get_mut("c-0").unwrap().version = "3.5.16".into();
         assert_eq!(plan_upgrade(&target, &running, &m), UpgradeStep::Done);
         assert_eq!(current_version(&running).unwrap().to_string(), "3.5.16");
+    }
+
+    #[test]
+    fn members_start_at_their_own_version_or_behind_an_unfinished_upgrade() {
+        let target = EtcdVersion::parse("3.5.16").unwrap();
+        let v = |own, running: &[&str]| starting_version(&target, own, running.iter().copied());
+        // The first member: the target.
+        assert_eq!(v(None, &[]).to_string(), "3.5.16");
+        // Joining a cluster mid-upgrade, or one whose upgrade was refused: the oldest.
+        assert_eq!(v(None, &["3.5.16", "3.4.23"]).to_string(), "3.4.23");
+        // Restarting on its data: the version that data was last run with.
+        assert_eq!(v(Some("3.5.16"), &["3.4.23"]).to_string(), "3.5.16");
+        assert_eq!(v(Some("not-a-version"), &["3.4.23"]).to_string(), "3.4.23");
     }
 
     #[test]

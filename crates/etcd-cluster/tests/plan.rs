@@ -31,6 +31,7 @@ fn healthy(n: u64) -> Observed {
             .map(|m| (m.name.clone().unwrap(), READY))
             .collect(),
         claims: members.iter().map(|m| m.name.clone().unwrap()).collect(),
+        reserved: BTreeSet::new(),
         members: Some(members),
         intent: None,
         persistent: true,
@@ -330,4 +331,61 @@ fn a_promoted_member_without_data_is_never_restarted_empty() {
         plan(&names(), 3, &o),
         Step::RemoveMember { id: 3, .. }
     ));
+}
+
+#[test]
+fn a_recorded_change_etcd_refuses_does_not_keep_a_member_down() {
+    // A removal recorded for c-2 (scale down) while c-1's pod is gone: etcd's strict
+    // reconfiguration check refuses the removal until c-1 runs again, so c-1 comes back first.
+    let mut o = healthy(3);
+    o.intent = Some(Intent::Remove {
+        member: Some("c-2".into()),
+        id: 3,
+        reason: "scale down".into(),
+    });
+    o.pods.remove("c-1");
+    member(&mut o, "c-1").healthy = false;
+    assert_eq!(
+        plan(&names(), 2, &o),
+        Step::StartMember {
+            member: "c-1".into(),
+            initial_cluster: vec!["c-0".into(), "c-1".into(), "c-2".into()]
+        }
+    );
+    // The member being removed is not restarted itself.
+    let mut o = healthy(3);
+    o.intent = Some(Intent::Remove {
+        member: Some("c-2".into()),
+        id: 3,
+        reason: "scale down".into(),
+    });
+    o.pods.remove("c-2");
+    assert!(matches!(
+        plan(&names(), 2, &o),
+        Step::RemoveMember { id: 3, .. }
+    ));
+}
+
+#[test]
+fn an_add_etcd_has_not_seen_is_dropped_while_a_member_is_unhealthy() {
+    let mut o = healthy(3);
+    o.intent = Some(Intent::Add {
+        member: "c-3".into(),
+    });
+    member(&mut o, "c-2").healthy = false;
+    assert_eq!(plan(&names(), 5, &o), Step::ClearIntent);
+    o.intent = None;
+    assert!(matches!(plan(&names(), 5, &o), Step::Wait { .. }));
+}
+
+#[test]
+fn a_new_member_never_takes_the_name_of_a_claim_being_deleted() {
+    let mut o = healthy(3);
+    o.reserved.insert("c-3".into());
+    assert_eq!(
+        plan(&names(), 4, &o),
+        Step::AddLearner {
+            member: "c-4".into()
+        }
+    );
 }

@@ -90,8 +90,9 @@ pub fn persistent(spec: &EtcdClusterSpec) -> bool {
         .is_some_and(|p| p.persistent_volume_claim_spec.is_some())
 }
 
-/// The member's data claim, named like the member.
-pub fn claim(cluster: &EtcdCluster, member: &str) -> Option<PersistentVolumeClaim> {
+/// The member's data claim, named like the member, annotated with the etcd version its data
+/// was last run with (a member restarting on it keeps that version).
+pub fn claim(cluster: &EtcdCluster, member: &str, version: &str) -> Option<PersistentVolumeClaim> {
     let spec = cluster
         .spec
         .pod
@@ -99,16 +100,21 @@ pub fn claim(cluster: &EtcdCluster, member: &str) -> Option<PersistentVolumeClai
         .persistent_volume_claim_spec
         .clone()?;
     let labels = member_labels(&cluster.spec, &cluster.name_any(), member);
+    let mut metadata = owned_meta(cluster, member, labels);
+    metadata.annotations = Some(BTreeMap::from([(
+        VERSION_ANNOTATION.to_string(),
+        version.to_string(),
+    )]));
     Some(PersistentVolumeClaim {
-        metadata: owned_meta(cluster, member, labels),
+        metadata,
         spec: Some(spec),
         status: None,
     })
 }
 
-/// The member pod: etcd with coreos's flags, restarted in place by the kubelet, data on the
-/// member's claim (or an emptyDir without a claim spec).
-pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap) -> Pod {
+/// The member pod: etcd `version` with coreos's flags, restarted in place by the kubelet, data
+/// on the member's claim (or an emptyDir without a claim spec).
+pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: &str) -> Pod {
     let names = names(cluster);
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
@@ -141,7 +147,7 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap) -> Pod {
         false => json!({"name": "etcd-data", "emptyDir": {}}),
     };
     let mut annotations = policy.annotations.clone().unwrap_or_default();
-    annotations.insert(VERSION_ANNOTATION.to_string(), spec.version().to_string());
+    annotations.insert(VERSION_ANNOTATION.to_string(), version.to_string());
     let pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -155,7 +161,7 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap) -> Pod {
             "automountServiceAccountToken": false,
             "containers": [{
                 "name": "etcd",
-                "image": spec.image(),
+                "image": spec.image_of(version),
                 "command": ["/usr/local/bin/etcd"],
                 "args": args,
                 "env": policy.etcd_env.clone().unwrap_or_default(),
@@ -213,6 +219,24 @@ pub fn services(cluster: &EtcdCluster) -> [Service; 2] {
     [peer, client]
 }
 
+/// The PodDisruptionBudget `<cluster>` that keeps quorum: voluntary evictions (node drains) may
+/// take a member only while a majority stays ready, so none for one or two members.
+/// `api_version` is `policy/v1` where the server has it, else `policy/v1beta1` (Kubernetes
+/// before 1.21), whose spec has the same two fields used here.
+pub fn disruption_budget(cluster: &EtcdCluster, api_version: &str) -> serde_json::Value {
+    let name = cluster.name_any();
+    let quorum = cluster.spec.size / 2 + 1;
+    json!({
+        "apiVersion": api_version,
+        "kind": "PodDisruptionBudget",
+        "metadata": owned_meta(cluster, &name, selector(&name)),
+        "spec": {
+            "minAvailable": quorum,
+            "selector": {"matchLabels": selector(&name)},
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +273,7 @@ spec:
             &Bootstrap::Existing {
                 initial_cluster: vec!["example-0".into(), "example-1".into()],
             },
+            "3.4.22",
         );
         let labels = pod.metadata.labels.clone().unwrap();
         assert_eq!(labels["app"], "etcd");
@@ -264,7 +289,12 @@ spec:
         assert_eq!(spec.subdomain.as_deref(), Some("example"));
         assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
         let etcd = &spec.containers[0];
-        assert_eq!(etcd.image.as_deref(), Some("localhost/etcd:v3.4.23"));
+        // The version it is given (behind the spec's while an upgrade is unfinished).
+        assert_eq!(etcd.image.as_deref(), Some("localhost/etcd:v3.4.22"));
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()["etcd.version"],
+            "3.4.22"
+        );
         let args = etcd.args.clone().unwrap();
         assert!(args.contains(&"--initial-cluster-state=existing".to_string()));
         assert!(args.contains(&"--initial-advertise-peer-urls=http://example-1.example.prod.svc.cluster.local:2380".to_string()));
@@ -279,9 +309,11 @@ spec:
             volume.persistent_volume_claim.as_ref().unwrap().claim_name,
             "example-1"
         );
+        let claim = claim(&c, "example-1", "3.4.22").unwrap();
+        assert_eq!(claim.metadata.name.as_deref(), Some("example-1"));
         assert_eq!(
-            claim(&c, "example-1").unwrap().metadata.name.as_deref(),
-            Some("example-1")
+            claim.metadata.annotations.unwrap()["etcd.version"],
+            "3.4.22"
         );
     }
 
@@ -295,13 +327,35 @@ spec:
             &Bootstrap::New {
                 token: "tok".into(),
             },
+            "3.4.23",
         );
         let spec = pod.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
         assert!(args.contains(&"--initial-cluster-state=new".to_string()));
         assert!(args.contains(&"--initial-cluster-token=tok".to_string()));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
-        assert!(claim(&c, "example-0").is_none());
+        assert!(claim(&c, "example-0", "3.4.23").is_none());
+    }
+
+    #[test]
+    fn disruption_budget_keeps_a_majority() {
+        let mut c = cluster(COREOS);
+        let pdb = disruption_budget(&c, "policy/v1beta1");
+        assert_eq!(pdb["apiVersion"], "policy/v1beta1");
+        assert_eq!(pdb["metadata"]["name"], "example");
+        assert_eq!(pdb["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        assert_eq!(pdb["spec"]["minAvailable"], 2);
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"]["etcd_cluster"],
+            "example"
+        );
+        for (size, min) in [(1, 1), (2, 2), (4, 3), (5, 3), (7, 4)] {
+            c.spec.size = size;
+            assert_eq!(
+                disruption_budget(&c, "policy/v1")["spec"]["minAvailable"],
+                min
+            );
+        }
     }
 
     #[test]

@@ -10,10 +10,13 @@ use std::collections::BTreeMap;
 
 use etcd_cluster::{
     ClusterNames, EtcdVersion, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, plan,
-    plan_upgrade,
+    plan_upgrade, starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
@@ -22,6 +25,7 @@ use thiserror::Error;
 use crate::build::{self, Bootstrap};
 use crate::metrics::Metrics;
 use crate::observe::{self, MemberPod};
+use crate::scope::Scope;
 use crate::status;
 
 pub const MANAGER: &str = "etcd-operator";
@@ -40,10 +44,20 @@ pub struct Context {
     pub client: kube::Client,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// PodDisruptionBudgets as this server serves them (see [`disruption_budget_api`]).
+    pub budgets: ApiResource,
+    /// Which clusters are this operator's (the coreos scope annotation).
+    pub scope: Scope,
 }
 
 impl Context {
-    pub fn new(client: kube::Client, instance: Option<String>, metrics: Arc<Metrics>) -> Context {
+    pub fn new(
+        client: kube::Client,
+        instance: Option<String>,
+        metrics: Arc<Metrics>,
+        budgets: ApiResource,
+        scope: Scope,
+    ) -> Context {
         let reporter = Reporter {
             controller: MANAGER.into(),
             instance,
@@ -52,8 +66,28 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics,
+            budgets,
+            scope,
         }
     }
+}
+
+/// `policy/v1` PodDisruptionBudgets where the server has them (Kubernetes 1.21+), else
+/// `policy/v1beta1`.
+pub async fn disruption_budget_api(client: &kube::Client) -> ApiResource {
+    let has_v1 = client
+        .list_api_group_resources("policy/v1")
+        .await
+        .is_ok_and(|list| {
+            list.resources
+                .iter()
+                .any(|r| r.name == "poddisruptionbudgets")
+        });
+    let version = if has_v1 { "v1" } else { "v1beta1" };
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    )
 }
 
 /// Requeue soon while a change is in flight, slowly once converged.
@@ -64,7 +98,8 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    if cluster.meta().deletion_timestamp.is_some() {
+    // Another operator's cluster (scope annotation), or on its way out: hands off.
+    if !ctx.scope.manages(&cluster) || cluster.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     // Validate: bad input gets a condition and a Warning, and nothing running is touched.
@@ -81,16 +116,17 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
 
     // Observe.
     let names = build::names(&cluster);
+    let apply = PatchParams::apply(MANAGER).force();
     for service in build::services(&cluster) {
         let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
         services
-            .patch(
-                &service.name_any(),
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&service),
-            )
+            .patch(&service.name_any(), &apply, &Patch::Apply(&service))
             .await?;
     }
+    let budget = build::disruption_budget(&cluster, &ctx.budgets.api_version);
+    Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ns, &ctx.budgets)
+        .patch(&name, &apply, &Patch::Apply(&budget))
+        .await?;
     let selector = ListParams::default().labels(&build::label_selector(&name));
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
         .list(&selector)
@@ -102,9 +138,11 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         .await?
         .items;
     let members = observe::members(&names, &pods).await;
+    let live_claims = observe::live_claims(&claims);
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
-        claims: observe::claim_names(&claims),
+        claims: live_claims.keys().cloned().collect(),
+        reserved: observe::terminating_claims(&claims),
         members,
         intent: status::intent(&cluster),
         persistent: build::persistent(&cluster.spec),
@@ -114,7 +152,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     // Plan one step, execute it, report.
     let step = plan(&names, cluster.spec.size as usize, &observed);
     tracing::debug!(cluster = %name, ?step, "planned");
-    let mut outcome = execute(&ctx, &cluster, &names, &pods, &observed, &step).await;
+    let mut outcome = execute(&ctx, &cluster, &names, &pods, &live_claims, &step).await;
     // Upgrades only once membership has converged.
     let upgrade = match (&step, &observed.members) {
         (Step::Converged, Some(members)) => Some(plan_upgrade_step(&cluster, &pods, members)),
@@ -162,14 +200,22 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
 }
 
 /// Executes one step. Steps that change membership record their intent in status first.
+/// `claims` are the data claims by member, with the version their data was last run with.
 async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
     names: &ClusterNames,
     pods: &[MemberPod],
-    observed: &Observed,
+    claims: &BTreeMap<String, Option<String>>,
     step: &Step,
 ) -> Result<(), Error> {
+    // The version a pod is created with: see `starting_version`.
+    let version_of = |member: &str| {
+        let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
+        let own = claims.get(member).cloned().flatten();
+        let running = pods.iter().filter_map(|p| p.version.as_deref());
+        starting_version(&target, own.as_deref(), running).to_string()
+    };
     let ns = cluster.namespace().unwrap_or_default();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // A merge patch of this one field: a server-side apply of it alone would drop every other
@@ -199,7 +245,8 @@ async fn execute(
                 cluster.uid().unwrap_or_default(),
                 rand::random::<u32>()
             );
-            create_member(ctx, cluster, member, &Bootstrap::New { token }).await?;
+            let version = version_of(member);
+            create_member(ctx, cluster, member, &Bootstrap::New { token }, &version).await?;
             event(
                 ctx,
                 cluster,
@@ -235,12 +282,13 @@ async fn execute(
             let bootstrap = Bootstrap::Existing {
                 initial_cluster: initial_cluster.clone(),
             };
-            create_member(ctx, cluster, member, &bootstrap).await?;
+            let version = version_of(member);
+            create_member(ctx, cluster, member, &bootstrap, &version).await?;
             event(
                 ctx,
                 cluster,
                 "MemberStarted",
-                &format!("started pod {member}"),
+                &format!("started pod {member} (etcd {version})"),
             )
             .await;
         }
@@ -314,7 +362,6 @@ async fn execute(
         }
         Step::Wait { .. } | Step::Converged => {}
     }
-    let _ = observed;
     Ok(())
 }
 
@@ -366,6 +413,18 @@ async fn execute_upgrade(
     match upgrade {
         UpgradeStep::Upgrade { member, from } => {
             let ns = cluster.namespace().unwrap_or_default();
+            // The claim first: a pod deleted after this restarts at the new version, and
+            // the next reconcile patches a pod still at the old one.
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+            let annotate = serde_json::json!({
+                "metadata": {"annotations": {build::VERSION_ANNOTATION: cluster.spec.version()}},
+            });
+            ignore_missing(
+                claims
+                    .patch(member, &PatchParams::default(), &Patch::Merge(&annotate))
+                    .await
+                    .map(|_| ()),
+            )?;
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             let patch = serde_json::json!({
                 "metadata": {"annotations": {build::VERSION_ANNOTATION: cluster.spec.version()}},
@@ -418,9 +477,10 @@ async fn create_member(
     cluster: &EtcdCluster,
     member: &str,
     bootstrap: &Bootstrap,
+    version: &str,
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    if let Some(claim) = build::claim(cluster, member) {
+    if let Some(claim) = build::claim(cluster, member, version) {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         ignore_exists(
             claims
@@ -433,7 +493,7 @@ async fn create_member(
     ignore_exists(
         pods.create(
             &PostParams::default(),
-            &build::pod(cluster, member, bootstrap),
+            &build::pod(cluster, member, bootstrap, version),
         )
         .await
         .map(|_| ()),

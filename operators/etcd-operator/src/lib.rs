@@ -7,4 +7,5 @@ pub mod controller;
 pub mod metrics;
 pub mod observe;
 pub mod rbac;
+pub mod scope;
 pub mod status;

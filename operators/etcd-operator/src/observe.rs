@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, StatusResponse};
 use etcd_cluster::{ClusterNames, Member, PodState};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
@@ -65,10 +65,24 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
         .collect()
 }
 
-pub fn claim_names(claims: &[PersistentVolumeClaim]) -> BTreeSet<String> {
+/// Data claims that are not being deleted, by member name, with the etcd version their data
+/// was last run with (when annotated).
+pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, Option<String>> {
     claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| {
+            let member = c.labels().get(MEMBER_LABEL)?.clone();
+            Some((member, c.annotations().get(VERSION_ANNOTATION).cloned()))
+        })
+        .collect()
+}
+
+/// Member names of claims being deleted: still taken.
+pub fn terminating_claims(claims: &[PersistentVolumeClaim]) -> BTreeSet<String> {
+    claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_some())
         .filter_map(|c| c.labels().get(MEMBER_LABEL).cloned())
         .collect()
 }
@@ -81,16 +95,30 @@ pub async fn connect(ip: &str) -> Result<Client, etcd_client::Error> {
     Client::connect([format!("http://{ip}:2379")], Some(options)).await
 }
 
-/// etcd's member list as the planner sees it, or `None` when no member answers. Each member is
-/// asked for its status through its own pod, which says whether it is healthy and who leads.
+/// etcd's member list as the planner sees it, or `None` when no member answers. Every member pod
+/// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
+/// whose view is current (a member cut off from the others may hold an old one).
 pub async fn members(names: &ClusterNames, pods: &[MemberPod]) -> Option<Vec<Member>> {
-    let ips: BTreeMap<&str, &str> = pods
+    let reachable: Vec<(&str, &str)> = pods
         .iter()
         .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
         .collect();
-    // The list from the first member that gives one.
+    let statuses: BTreeMap<&str, StatusResponse> =
+        futures::future::join_all(reachable.iter().map(|(name, ip)| async move {
+            let mut client = connect(ip).await.ok()?;
+            Some((*name, client.status().await.ok()?))
+        }))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let is_leader = |s: &StatusResponse| s.header().is_some_and(|h| h.member_id() == s.leader());
+    let leader_first = reachable
+        .iter()
+        .filter(|(name, _)| statuses.get(name).is_some_and(is_leader))
+        .chain(reachable.iter());
     let mut list = None;
-    for ip in ips.values() {
+    for (_, ip) in leader_first {
         if let Ok(mut client) = connect(ip).await
             && let Ok(response) = client.member_list().await
         {
@@ -98,41 +126,24 @@ pub async fn members(names: &ClusterNames, pods: &[MemberPod]) -> Option<Vec<Mem
             break;
         }
     }
-    let list = list?;
-    let statuses = futures::future::join_all(list.iter().map(|m| {
-        let name = m
-            .peer_urls()
-            .iter()
-            .find_map(|u| names.member_of_peer_url(u));
-        let ip = name
-            .as_deref()
-            .and_then(|n| ips.get(n))
-            .map(|ip| ip.to_string());
-        async move {
-            let ip = ip?;
-            let mut client = connect(&ip).await.ok()?;
-            client.status().await.ok()
-        }
-    }))
-    .await;
-    let leader = statuses
-        .iter()
-        .flatten()
-        .map(|s| s.leader())
-        .find(|l| *l != 0);
+    let leader = statuses.values().map(|s| s.leader()).find(|l| *l != 0);
     Some(
-        list.iter()
-            .zip(statuses)
-            .map(|(m, status)| Member {
-                id: m.id(),
-                name: m
+        list?
+            .iter()
+            .map(|m| {
+                let name = m
                     .peer_urls()
                     .iter()
-                    .find_map(|u| names.member_of_peer_url(u)),
-                started: !m.name().is_empty(),
-                learner: m.is_learner(),
-                healthy: status.as_ref().is_some_and(|s| s.errors().is_empty()),
-                leader: leader == Some(m.id()),
+                    .find_map(|u| names.member_of_peer_url(u));
+                let status = name.as_deref().and_then(|n| statuses.get(n));
+                Member {
+                    id: m.id(),
+                    started: !m.name().is_empty(),
+                    learner: m.is_learner(),
+                    healthy: status.is_some_and(|s| s.errors().is_empty()),
+                    leader: leader == Some(m.id()),
+                    name,
+                }
             })
             .collect(),
     )

@@ -17,13 +17,18 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "create"),
     ("", "pods", "delete"),
     ("", "pods", "patch"),
-    // controller.rs: member claims.
+    // controller.rs: member claims (patched with the version of an upgraded member).
     ("", "persistentvolumeclaims", "list"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "delete"),
+    ("", "persistentvolumeclaims", "patch"),
     // controller.rs: Services by server-side apply (creates them the first time).
     ("", "services", "patch"),
     ("", "services", "create"),
+    // controller.rs: the PodDisruptionBudget by server-side apply; main.rs asks which
+    // policy version the server has (discovery needs no grant).
+    ("policy", "poddisruptionbudgets", "patch"),
+    ("policy", "poddisruptionbudgets", "create"),
     // kube Recorder: creates events and patches them into series.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),

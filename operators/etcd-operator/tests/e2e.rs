@@ -1,15 +1,16 @@
 //! The operator binary against the kubelet bed, with real etcd member pods: the coreos example
 //! cluster (on the bed's image and with claims) is created seed-first with learners joining,
 //! keeps its data through scaling 3 -> 5 -> 3 and through a member pod being deleted, and an
-//! operator killed in the middle of creation finishes the job after a restart.
+//! operator killed in the middle of creation finishes the job after a restart; upgrades,
+//! refusals, quorum loss, and the coreos scope annotation.
 
 use std::process::{Child, Command, Stdio};
 
 use backup_api::EtcdCluster;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use testbed::kube::{KubeTestbed, wait_until};
 
@@ -23,8 +24,13 @@ struct Operator(Child);
 
 impl Operator {
     fn start(kube: &KubeTestbed, ns: &str) -> Operator {
+        Operator::start_with(kube, &["--namespace", ns])
+    }
+
+    fn start_with(kube: &KubeTestbed, args: &[&str]) -> Operator {
         let child = Command::new(env!("CARGO_BIN_EXE_etcd-operator"))
-            .args(["--namespace", ns, "--listen", "127.0.0.1:0"])
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
             .env("KUBECONFIG", &kube.kubeconfig)
             .env("RUST_LOG", "info,etcd_operator=debug")
             .stdin(Stdio::null())
@@ -108,6 +114,14 @@ async fn member_pods(kube: &KubeTestbed, ns: &str) -> Vec<String> {
     names
 }
 
+/// `minAvailable` of the cluster's PodDisruptionBudget.
+async fn min_available(kube: &KubeTestbed, ns: &str) -> i64 {
+    let resource = etcd_operator::controller::disruption_budget_api(&kube.client).await;
+    let budgets: Api<DynamicObject> = Api::namespaced_with(kube.client.clone(), ns, &resource);
+    let budget = budgets.get("example-etcd-cluster").await.unwrap();
+    budget.data["spec"]["minAvailable"].as_i64().unwrap()
+}
+
 async fn resize(clusters: &Api<EtcdCluster>, size: i32) {
     let patch = json!({"spec": {"size": size}});
     clusters
@@ -189,11 +203,15 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
     assert_eq!(list.members().len(), 3);
     assert!(list.members().iter().all(|m| !m.is_learner()));
 
+    // A disruption budget that keeps quorum, in the policy version this server has.
+    assert_eq!(min_available(&kube, &ns).await, 2);
+
     // 3 -> 5 -> 3.
     resize(&clusters, 5).await;
     wait_until(&clusters, name, "5 ready members", 240, converged(5))
         .await
         .unwrap();
+    assert_eq!(min_available(&kube, &ns).await, 3);
     resize(&clusters, 3).await;
     wait_until(
         &clusters,
@@ -333,6 +351,7 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
     // A client writing through every member throughout; the longest stretch without a
     // successful write is measured.
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
     let mut endpoints = Vec::new();
     for pod in member_pods(&kube, &ns).await {
         endpoints.push(format!(
@@ -396,6 +415,9 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
             .image
             .clone();
         assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.16"));
+        // The data's version, which a member restarting on it gets.
+        let claim = claims.get(&pod).await.unwrap();
+        assert_eq!(claim.annotations()["etcd.version"], "3.5.16", "{pod}");
     }
 
     // A downgrade is refused with the cause, and no member is touched.
@@ -425,6 +447,87 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
             "{pod} was touched"
         );
     }
+
+    // With the downgrade still refused, a member whose pod and volume are lost is replaced
+    // by one at the version the cluster runs, not at the refused spec version.
+    let lost = "example-etcd-cluster-1";
+    claims.delete(lost, &DeleteParams::default()).await.unwrap();
+    pods.delete(lost, &DeleteParams::default()).await.unwrap();
+    let replaced = |c: &EtcdCluster| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.members.as_ref())
+            .and_then(|m| m.ready.as_ref())
+            .is_some_and(|ready| {
+                ready.len() == 3 && ready.iter().all(|m| m != "example-etcd-cluster-1")
+            })
+    };
+    wait_until(&clusters, name, "the lost member replaced", 240, replaced)
+        .await
+        .unwrap();
+    let members = member_pods(&kube, &ns).await;
+    assert_eq!(members.len(), 3, "{members:?}");
+    for pod in members {
+        let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
+            .image
+            .clone();
+        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.16"), "{pod}");
+    }
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// coreos's scope annotation: a `--cluster-wide` operator manages the annotated cluster and
+/// leaves the other (in the same namespace) to a namespaced operator, and the reverse.
+#[tokio::test]
+async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annotation() {
+    let kube = KubeTestbed::with_kubelet().await.unwrap();
+    kube.install_crds().await.unwrap();
+    let ns = kube.namespace("etcd-op-scope").await.unwrap();
+    let _report = kube.report_on_failure(&ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    let mut wide = example(1);
+    wide.metadata.name = Some("wide".into());
+    wide.annotations_mut().insert(
+        "etcd.database.coreos.com/scope".into(),
+        "clusterwide".into(),
+    );
+    let mut local = example(1);
+    local.metadata.name = Some("local".into());
+    for cluster in [&wide, &local] {
+        clusters
+            .create(&PostParams::default(), cluster)
+            .await
+            .unwrap();
+    }
+    let _cluster_wide = Operator::start_with(&kube, &["--cluster-wide"]);
+    wait_until(
+        &clusters,
+        "wide",
+        "the annotated cluster running",
+        240,
+        converged(1),
+    )
+    .await
+    .unwrap();
+    // The cluster-wide operator has reconciled; the other cluster is not its own.
+    let untouched = clusters.get("local").await.unwrap();
+    assert!(untouched.status.is_none(), "{:?}", untouched.status);
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let local_pods = pods
+        .list(&ListParams::default().labels("etcd_cluster=local"))
+        .await
+        .unwrap();
+    assert!(local_pods.items.is_empty());
+    let _namespaced = Operator::start(&kube, &ns);
+    wait_until(
+        &clusters,
+        "local",
+        "the other cluster running",
+        240,
+        converged(1),
+    )
+    .await
+    .unwrap();
     kube.delete_namespace(&ns).await.unwrap();
 }
 
@@ -453,8 +556,7 @@ async fn bad_input_and_quorum_loss_are_reported_and_nothing_is_deleted() {
 
     // Two of three members lose pod and volume: quorum is gone.
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
-    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
-        Api::namespaced(kube.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
     for member in ["example-etcd-cluster-1", "example-etcd-cluster-2"] {
         claims
             .delete(member, &DeleteParams::default())

@@ -23,6 +23,55 @@ fn namespaced_rbac_covers_exactly_the_calls() {
 }
 
 #[test]
+fn cluster_wide_rbac_covers_exactly_the_calls() {
+    let docs = rbac::docs(&deploy_dir(), "cluster-wide");
+    let cluster = rbac::bound_roles(&docs, "etcd-operator", "ClusterRoleBinding", "ClusterRole");
+    assert_eq!(cluster.len(), 1);
+    assert_eq!(grants(cluster[0]), set(NAMESPACED_CALLS));
+    // Leases only in the operator's own namespace.
+    let lease = rbac::bound_roles(&docs, "etcd-operator", "RoleBinding", "Role");
+    assert_eq!(lease.len(), 1);
+    assert_eq!(grants(lease[0]), set(LEASE_CALLS));
+    assert_eq!(lease[0]["metadata"]["namespace"], "etcd");
+    rbac::assert_every_rule_commented(&deploy_dir(), "cluster-wide");
+}
+
+#[test]
+fn cluster_wide_deployment_can_run_beside_the_namespaced_one() {
+    let namespaced = rbac::docs(&deploy_dir(), "namespaced");
+    let wide = rbac::docs(&deploy_dir(), "cluster-wide");
+    let (a, b) = (
+        of_kind(&namespaced, "Deployment")[0],
+        of_kind(&wide, "Deployment")[0],
+    );
+    assert_ne!(a["metadata"]["name"], b["metadata"]["name"]);
+    assert_ne!(a["spec"]["selector"], b["spec"]["selector"]);
+    let c = &b["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        c["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--cluster-wide")
+    );
+    let env = c["env"].as_sequence().unwrap();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(
+        value("LEASE_NAME"),
+        Some(Value::from("etcd-operator-cluster-wide"))
+    );
+    assert_eq!(
+        value("WATCH_NAMESPACE"),
+        None,
+        "cluster-wide watches every namespace"
+    );
+}
+
+#[test]
 fn deployment_has_probes_downward_api_and_a_locked_down_context() {
     let docs = rbac::docs(&deploy_dir(), "namespaced");
     let pod = &of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"];

@@ -1,0 +1,156 @@
+//! The start-up every operator binary shares: the flags that say what to watch and how to run,
+//! the Kubernetes client, shutdown on a signal, the `/metrics` + `/healthz` + `/readyz` server
+//! and, when asked, leader election. A binary parses [`RuntimeArgs`] (flattened into its own
+//! flags), calls [`start`], runs its controller until [`Started::stop`] is cancelled, then
+//! [`Started::finish`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{self, EncodeMetrics, Health};
+use crate::leader::{self, LeaderError, Leadership, LeaseConfig};
+use crate::shutdown::stop_on_signal;
+
+/// Flags with the same names and environment variables in every operator.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RuntimeArgs {
+    /// Watch objects in this namespace only; empty watches all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    pub namespace: String,
+    /// Watch only objects whose labels match this selector (e.g. `team=a`), to split objects
+    /// between operator deployments; empty watches all.
+    #[arg(long, env = "WATCH_SELECTOR", default_value = "")]
+    pub selector: String,
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, env = "LISTEN_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Elect a leader through a Lease so that replicas never act on one object together.
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = false)]
+    pub leader_election: bool,
+    /// Name of the Lease; defaults to the operator's name.
+    #[arg(long, env = "LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// Namespace of the Lease; defaults to the pod's namespace (downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease and in events (downward API pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Seconds a Lease is held without renewal.
+    #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+}
+
+impl RuntimeArgs {
+    /// The namespace to watch, `None` for all.
+    pub fn watch_namespace(&self) -> Option<&str> {
+        Some(self.namespace.as_str()).filter(|n| !n.is_empty())
+    }
+
+    /// The label selector, `None` for all objects.
+    pub fn watch_selector(&self) -> Option<&str> {
+        Some(self.selector.as_str()).filter(|s| !s.is_empty())
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("no Kubernetes configuration: set KUBECONFIG or run in a pod ({0})")]
+    Config(#[source] kube::Error),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("leader election needs --lease-namespace (POD_NAMESPACE) or --namespace")]
+    LeaseNamespace,
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("leadership lost")]
+    LeadershipLost,
+}
+
+/// A running operator process.
+pub struct Started {
+    pub client: kube::Client,
+    /// Cancelled on SIGTERM/SIGINT or when leadership is lost: the controller winds down.
+    pub stop: CancellationToken,
+    pub health: Arc<Health>,
+    /// This replica's name, for events and the Lease.
+    pub identity: String,
+    server: JoinHandle<std::io::Result<()>>,
+    leadership: Option<Leadership>,
+}
+
+/// Starts the process plumbing for operator `manager`. Returns `None` when stopped (a signal)
+/// while waiting for leadership: the binary exits cleanly.
+pub async fn start(
+    manager: &str,
+    args: &RuntimeArgs,
+    metrics: EncodeMetrics,
+) -> Result<Option<Started>, StartError> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(StartError::Config)?;
+    let stop = CancellationToken::new();
+    tokio::spawn(stop_on_signal(stop.clone()));
+    let health = Arc::new(Health::default());
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            address: args.listen,
+            source,
+        })?;
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::router(metrics, health.clone()),
+        stop.clone(),
+    ));
+    let identity = args
+        .pod_name
+        .clone()
+        .unwrap_or_else(|| format!("{manager}-{}", std::process::id()));
+    let leadership = if args.leader_election {
+        let lease = LeaseConfig {
+            name: args.lease_name.clone().unwrap_or_else(|| manager.into()),
+            namespace: args
+                .lease_namespace
+                .clone()
+                .or_else(|| args.watch_namespace().map(str::to_string))
+                .ok_or(StartError::LeaseNamespace)?,
+            identity: identity.clone(),
+            duration_seconds: args.lease_duration_seconds,
+        };
+        match leader::acquire(client.clone(), &lease, &health, &stop).await? {
+            Some(leadership) => Some(leadership),
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
+    Ok(Some(Started {
+        client,
+        stop,
+        health,
+        identity,
+        server,
+        leadership,
+    }))
+}
+
+impl Started {
+    /// After the controller has returned: stops the server and says whether the process ended
+    /// because it lost leadership (an error, so the pod restarts as a standby).
+    pub async fn finish(self) -> Result<(), StartError> {
+        self.stop.cancel();
+        let _ = self.server.await;
+        match self.leadership {
+            Some(leadership) if leadership.lost.is_cancelled() => Err(StartError::LeadershipLost),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Reconcile flows against a mock API server (`testbed::mock_api`): the calls, their order and
+//! their bodies. The order is the point for crash safety: a membership change's intent is
+//! recorded before anything is created. Real member pods are in `e2e.rs`.
+
+use std::sync::Arc;
+
+use backup_api::EtcdCluster;
+use etcd_operator::controller::{self, Context};
+use etcd_operator::metrics::Metrics;
+use etcd_operator::scope::Scope;
+use http::{Method, StatusCode};
+use kube::api::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use testbed::mock_api::{self, MockApi};
+
+const CLUSTER: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdclusters/c";
+
+fn context(scope: Scope) -> (Arc<Context>, MockApi) {
+    let (client, api) = mock_api::pair();
+    let budgets = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    let metrics = Arc::new(Metrics::default());
+    let ctx = Context::new(client, Some("test-pod".into()), metrics, budgets, scope);
+    (Arc::new(ctx), api)
+}
+
+/// An EtcdCluster as the API server returns it: 3 members with claims, on the bed's image.
+fn cluster(spec: Value, status: Option<Value>) -> EtcdCluster {
+    let mut spec_base = json!({
+        "size": 3, "version": "3.4.23", "repository": "localhost/etcd",
+        "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        spec_base[k] = v.clone();
+    }
+    let mut obj = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "uid-1", "generation": 2, "resourceVersion": "7"},
+        "spec": spec_base,
+    });
+    if let Some(status) = status {
+        obj["status"] = status;
+    }
+    serde_json::from_value(obj).unwrap()
+}
+
+fn run(cluster: EtcdCluster, ctx: &Arc<Context>) -> tokio::task::JoinHandle<Action> {
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        controller::reconcile(Arc::new(cluster), ctx)
+            .await
+            .expect("reconcile")
+    })
+}
+
+/// The Services and the disruption budget, then the (empty) pod and claim lists.
+async fn expect_observation_of_an_empty_world(api: &mut MockApi) {
+    let peer = api
+        .expect_apply("/api/v1/namespaces/ns/services/c", "etcd-operator")
+        .await;
+    assert_eq!(peer["spec"]["clusterIP"], "None");
+    api.expect_apply("/api/v1/namespaces/ns/services/c-client", "etcd-operator")
+        .await;
+    let budget = api
+        .expect_apply(
+            "/apis/policy/v1/namespaces/ns/poddisruptionbudgets/c",
+            "etcd-operator",
+        )
+        .await;
+    assert_eq!(budget["spec"]["minAvailable"], 2);
+    let pods = api
+        .expect_list("/api/v1/namespaces/ns/pods", Vec::new())
+        .await;
+    assert!(pods.query.contains("etcd_cluster%3Dc"), "{}", pods.query);
+    api.expect_list("/api/v1/namespaces/ns/persistentvolumeclaims", Vec::new())
+        .await;
+}
+
+/// The status, by server-side apply as the operator's field manager.
+async fn expect_status(api: &mut MockApi, obj: &Value) -> Value {
+    api.expect_status_apply(&format!("{CLUSTER}/status"), "etcd-operator", obj)
+        .await
+}
+
+/// The seed: intent recorded, then its claim and pod, an event, the status.
+async fn expect_seed(api: &mut MockApi, obj: &EtcdCluster) {
+    let obj = serde_json::to_value(obj).unwrap();
+    let record = api
+        .expect_call(
+            Method::PATCH,
+            &format!("{CLUSTER}/status"),
+            StatusCode::OK,
+            |_| obj.clone(),
+        )
+        .await;
+    assert_eq!(
+        record.body["status"]["membershipChange"]["action"], "Seed",
+        "{:?}",
+        record.body
+    );
+    assert_eq!(record.body["status"]["membershipChange"]["member"], "c-0");
+    let claim = api
+        .expect_call(
+            Method::POST,
+            "/api/v1/namespaces/ns/persistentvolumeclaims",
+            StatusCode::CREATED,
+            |c| c.body.clone(),
+        )
+        .await;
+    assert_eq!(claim.body["metadata"]["name"], "c-0");
+    assert_eq!(
+        claim.body["metadata"]["annotations"]["etcd.version"],
+        "3.4.23"
+    );
+    let pod = api
+        .expect_call(
+            Method::POST,
+            "/api/v1/namespaces/ns/pods",
+            StatusCode::CREATED,
+            |c| c.body.clone(),
+        )
+        .await;
+    assert_eq!(pod.body["metadata"]["name"], "c-0");
+    let container = &pod.body["spec"]["containers"][0];
+    assert_eq!(container["image"], "localhost/etcd:v3.4.23");
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--initial-cluster-state=new"), "{args:?}");
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--initial-cluster-token=uid-1-")),
+        "{args:?}"
+    );
+    let event = api.expect_event("ns").await;
+    assert_eq!(event["reason"], "SeedCreated");
+    let status = expect_status(api, &obj).await;
+    assert_eq!(status["status"]["phase"], "Creating");
+    assert_eq!(status["status"]["observedGeneration"], 2);
+}
+
+#[tokio::test]
+async fn a_new_cluster_records_the_seed_before_creating_it() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = cluster(json!({}), None);
+    let task = run(c.clone(), &ctx);
+    expect_observation_of_an_empty_world(&mut api).await;
+    expect_seed(&mut api, &c).await;
+    assert_eq!(
+        task.await.unwrap(),
+        Action::requeue(std::time::Duration::from_secs(2))
+    );
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_restart_after_the_seed_was_recorded_creates_that_same_seed_not_a_second_one() {
+    let (ctx, mut api) = context(Scope::new(false));
+    // Recorded by a previous incarnation that died before the pod existed.
+    let status = json!({"membershipChange": {"action": "Seed", "member": "c-0", "started": "2026-11-24T00:00:00Z"}});
+    let c = cluster(json!({}), Some(status));
+    let task = run(c.clone(), &ctx);
+    expect_observation_of_an_empty_world(&mut api).await;
+    expect_seed(&mut api, &c).await;
+    task.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_reported_and_nothing_else_is_touched() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = serde_json::to_value(cluster(json!({"size": 9}), None)).unwrap();
+    let task = run(serde_json::from_value(c.clone()).unwrap(), &ctx);
+    let event = api.expect_event("ns").await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "InvalidSpec");
+    assert!(
+        event["note"].as_str().unwrap().contains("size 9"),
+        "{event}"
+    );
+    let status = expect_status(&mut api, &c).await;
+    let condition = &status["status"]["conditions"][0];
+    assert_eq!(condition["reason"], "InvalidSpec");
+    assert_eq!(condition["observedGeneration"], 2);
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    // No Service, pod or claim call: the reconcile has returned and nothing else came.
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_paused_cluster_gets_only_its_status() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = serde_json::to_value(cluster(json!({"paused": true}), None)).unwrap();
+    let task = run(serde_json::from_value(c.clone()).unwrap(), &ctx);
+    let status = expect_status(&mut api, &c).await;
+    assert_eq!(status["status"]["controlPaused"], true);
+    assert_eq!(status["status"]["conditions"][0]["reason"], "Paused");
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_cluster_of_the_other_scope_is_not_touched_at_all() {
+    let (ctx, mut api) = context(Scope::new(true));
+    let task = run(cluster(json!({}), None), &ctx);
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
