@@ -15,12 +15,15 @@ pub struct ClusterNames {
     /// coreos `ClusterDomain`, e.g. `.cluster.local`; empty leaves the name to the pods' DNS
     /// search path.
     pub cluster_domain: String,
-    /// Peers and clients speak TLS.
-    pub tls: bool,
+    /// Peers speak TLS (coreos `member.peerSecret`).
+    pub peer_tls: bool,
+    /// Clients speak TLS (coreos `member.serverSecret`).
+    pub client_tls: bool,
 }
 
 impl ClusterNames {
-    pub fn new(cluster: &str, namespace: &str, cluster_domain: Option<&str>, tls: bool) -> Self {
+    /// Plain-text names; see [`ClusterNames::with_tls`].
+    pub fn new(cluster: &str, namespace: &str, cluster_domain: Option<&str>) -> Self {
         let domain = cluster_domain.unwrap_or("").trim();
         let domain = match domain {
             "" => String::new(),
@@ -31,8 +34,23 @@ impl ClusterNames {
             cluster: cluster.to_string(),
             namespace: namespace.to_string(),
             cluster_domain: domain,
-            tls,
+            peer_tls: false,
+            client_tls: false,
         }
+    }
+
+    /// The same names with `https` peer and/or client URLs.
+    pub fn with_tls(mut self, peer: bool, client: bool) -> Self {
+        self.peer_tls = peer;
+        self.client_tls = client;
+        self
+    }
+
+    /// The name a member's serving certificate is checked against when it is reached by IP:
+    /// `<member>.<cluster>.<namespace>.svc`, which coreos's required SAN
+    /// `*.<cluster>.<namespace>.svc` covers.
+    pub fn server_name(&self, member: &str) -> String {
+        format!("{member}.{}.{}.svc", self.cluster, self.namespace)
     }
 
     pub fn member(&self, ordinal: u32) -> String {
@@ -79,23 +97,31 @@ impl ClusterNames {
         )
     }
 
-    fn scheme(&self) -> &str {
-        if self.tls { "https" } else { "http" }
+    pub fn peer_scheme(&self) -> &str {
+        if self.peer_tls { "https" } else { "http" }
+    }
+
+    pub fn client_scheme(&self) -> &str {
+        if self.client_tls { "https" } else { "http" }
     }
 
     pub fn peer_url(&self, member: &str) -> String {
-        format!("{}://{}:{PEER_PORT}", self.scheme(), self.host(member))
+        format!("{}://{}:{PEER_PORT}", self.peer_scheme(), self.host(member))
     }
 
     pub fn client_url(&self, member: &str) -> String {
-        format!("{}://{}:{CLIENT_PORT}", self.scheme(), self.host(member))
+        format!(
+            "{}://{}:{CLIENT_PORT}",
+            self.client_scheme(),
+            self.host(member)
+        )
     }
 
     /// The Service URL clients use.
     pub fn service_url(&self) -> String {
         format!(
             "{}://{}.{}.svc{}:{CLIENT_PORT}",
-            self.scheme(),
+            self.client_scheme(),
             self.client_service(),
             self.namespace,
             self.cluster_domain
@@ -125,7 +151,7 @@ mod tests {
 
     #[test]
     fn names_urls_and_ordinals() {
-        let n = ClusterNames::new("example", "prod", Some("cluster.local"), false);
+        let n = ClusterNames::new("example", "prod", Some("cluster.local"));
         assert_eq!(n.member(3), "example-3");
         assert_eq!(
             n.peer_url("example-3"),
@@ -160,10 +186,19 @@ mod tests {
             n.initial_cluster(["example-0", "example-1"]),
             "example-0=http://example-0.example.prod.svc.cluster.local:2380,example-1=http://example-1.example.prod.svc.cluster.local:2380"
         );
-        let tls = ClusterNames::new("c", "ns", None, true);
+        let tls = ClusterNames::new("c", "ns", None).with_tls(true, true);
         assert_eq!(tls.client_url("c-0"), "https://c-0.c.ns.svc:2379");
+        assert_eq!(tls.server_name("c-0"), "c-0.c.ns.svc");
+        // Peer TLS alone (coreos allows a peerSecret without a serverSecret).
+        let peer_only = ClusterNames::new("c", "ns", None).with_tls(true, false);
+        assert_eq!(peer_only.peer_url("c-0"), "https://c-0.c.ns.svc:2380");
+        assert_eq!(peer_only.client_url("c-0"), "http://c-0.c.ns.svc:2379");
         assert_eq!(
-            ClusterNames::new("c", "ns", Some(".cluster.local"), false).host("c-0"),
+            peer_only.member_of_peer_url("https://c-0.c.ns.svc:2380"),
+            Some("c-0".into())
+        );
+        assert_eq!(
+            ClusterNames::new("c", "ns", Some(".cluster.local")).host("c-0"),
             "c-0.c.ns.svc.cluster.local"
         );
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use etcd_cluster::{ClusterNames, Intent, Member, Observed, PodState, Step, plan};
 
 fn names() -> ClusterNames {
-    ClusterNames::new("c", "ns", Some("cluster.local"), false)
+    ClusterNames::new("c", "ns", Some("cluster.local"))
 }
 
 const READY: PodState = PodState::Running { ready: true };

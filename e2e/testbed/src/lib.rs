@@ -22,7 +22,7 @@ use std::sync::Mutex;
 
 pub use etcd::{Etcd, snapshot_restore};
 pub use garage::Garage;
-pub use tls::TlsFiles;
+pub use tls::{ExtendedKeyUsagePurpose, TestCa, TlsFiles};
 
 /// A free loopback port, never the same twice in one process: the OS may hand a closed port out
 /// again before the server that asked for it first has bound it.

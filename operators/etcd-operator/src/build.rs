@@ -11,6 +11,8 @@ use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::tls::{PEER_DIR, SERVER_DIR, TlsSecrets};
+
 /// Labels coreos put on member pods and that select them; the restore controller's pods carry
 /// the same (the adoption contract).
 pub const APP_LABEL: &str = "app";
@@ -40,12 +42,13 @@ pub fn names(cluster: &EtcdCluster) -> ClusterNames {
         .pod
         .as_ref()
         .and_then(|p| p.cluster_domain.as_deref());
+    let tls = TlsSecrets::of(&cluster.spec);
     ClusterNames::new(
         &cluster.name_any(),
         &cluster.namespace().unwrap_or_default(),
         domain,
-        cluster.spec.tls.is_some(),
     )
+    .with_tls(tls.peer.is_some(), tls.server.is_some())
 }
 
 /// The labels selecting every member pod and claim of a cluster.
@@ -121,12 +124,44 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
     let mut args = vec![
         format!("--name={member}"),
         format!("--data-dir={DATA_DIR}"),
-        format!("--listen-peer-urls=http://0.0.0.0:{PEER_PORT}"),
-        format!("--listen-client-urls=http://0.0.0.0:{CLIENT_PORT}"),
+        format!(
+            "--listen-peer-urls={}://0.0.0.0:{PEER_PORT}",
+            names.peer_scheme()
+        ),
+        format!(
+            "--listen-client-urls={}://0.0.0.0:{CLIENT_PORT}",
+            names.client_scheme()
+        ),
+        // Plain HTTP on its own port for /health and /metrics: probes work with client TLS.
         format!("--listen-metrics-urls=http://0.0.0.0:{METRICS_PORT}"),
         format!("--advertise-client-urls={}", names.client_url(member)),
         format!("--initial-advertise-peer-urls={}", names.peer_url(member)),
     ];
+    // TLS.static: certificates from the mounted Secrets, client certificates required.
+    let tls = TlsSecrets::of(spec);
+    let mut volumes = Vec::new();
+    let mut mounts = vec![json!({"name": "etcd-data", "mountPath": DATA_MOUNT})];
+    if let Some(secret) = &tls.peer {
+        args.extend([
+            format!("--peer-cert-file={PEER_DIR}/peer.crt"),
+            format!("--peer-key-file={PEER_DIR}/peer.key"),
+            format!("--peer-trusted-ca-file={PEER_DIR}/peer-ca.crt"),
+            "--peer-client-cert-auth=true".into(),
+        ]);
+        volumes.push(json!({"name": "member-peer-tls", "secret": {"secretName": secret}}));
+        mounts.push(json!({"name": "member-peer-tls", "mountPath": PEER_DIR, "readOnly": true}));
+    }
+    if let Some(secret) = &tls.server {
+        args.extend([
+            format!("--cert-file={SERVER_DIR}/server.crt"),
+            format!("--key-file={SERVER_DIR}/server.key"),
+            format!("--trusted-ca-file={SERVER_DIR}/server-ca.crt"),
+            "--client-cert-auth=true".into(),
+        ]);
+        volumes.push(json!({"name": "member-server-tls", "secret": {"secretName": secret}}));
+        mounts
+            .push(json!({"name": "member-server-tls", "mountPath": SERVER_DIR, "readOnly": true}));
+    }
     match bootstrap {
         Bootstrap::New { token } => {
             args.push(format!(
@@ -142,10 +177,13 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
             args.push("--initial-cluster-state=existing".into());
         }
     }
-    let volume = match persistent(spec) {
-        true => json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}}),
-        false => json!({"name": "etcd-data", "emptyDir": {}}),
-    };
+    volumes.insert(
+        0,
+        match persistent(spec) {
+            true => json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}}),
+            false => json!({"name": "etcd-data", "emptyDir": {}}),
+        },
+    );
     let mut annotations = policy.annotations.clone().unwrap_or_default();
     annotations.insert(VERSION_ANNOTATION.to_string(), version.to_string());
     let pod = json!({
@@ -174,10 +212,10 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
                     "httpGet": {"path": "/health", "port": METRICS_PORT},
                     "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5,
                 },
-                "volumeMounts": [{"name": "etcd-data", "mountPath": DATA_MOUNT}],
+                "volumeMounts": mounts,
                 "resources": policy.resources.clone().unwrap_or_default(),
             }],
-            "volumes": [volume],
+            "volumes": volumes,
             "nodeSelector": policy.node_selector.clone(),
             "tolerations": policy.tolerations.clone(),
             "affinity": policy.affinity.clone(),
@@ -335,6 +373,83 @@ spec:
         assert!(args.contains(&"--initial-cluster-token=tok".to_string()));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
         assert!(claim(&c, "example-0", "3.4.23").is_none());
+    }
+
+    #[test]
+    fn tls_static_mounts_the_member_secrets_and_speaks_https() {
+        let mut c = cluster(COREOS);
+        c.spec.tls = serde_yaml::from_str(
+            "static: {member: {peerSecret: peer, serverSecret: server}, operatorSecret: op}",
+        )
+        .unwrap();
+        let pod = pod(
+            &c,
+            "example-0",
+            &Bootstrap::New { token: "t".into() },
+            "3.4.23",
+        );
+        let spec = pod.spec.unwrap();
+        let etcd = &spec.containers[0];
+        let args = etcd.args.clone().unwrap();
+        for expected in [
+            "--listen-peer-urls=https://0.0.0.0:2380",
+            "--listen-client-urls=https://0.0.0.0:2379",
+            "--listen-metrics-urls=http://0.0.0.0:8080",
+            "--initial-advertise-peer-urls=https://example-0.example.prod.svc.cluster.local:2380",
+            "--advertise-client-urls=https://example-0.example.prod.svc.cluster.local:2379",
+            "--initial-cluster=example-0=https://example-0.example.prod.svc.cluster.local:2380",
+            "--peer-cert-file=/etc/etcdtls/member/peer-tls/peer.crt",
+            "--peer-trusted-ca-file=/etc/etcdtls/member/peer-tls/peer-ca.crt",
+            "--peer-client-cert-auth=true",
+            "--cert-file=/etc/etcdtls/member/server-tls/server.crt",
+            "--trusted-ca-file=/etc/etcdtls/member/server-tls/server-ca.crt",
+            "--client-cert-auth=true",
+        ] {
+            assert!(
+                args.contains(&expected.to_string()),
+                "{expected} in {args:?}"
+            );
+        }
+        let volumes = spec.volumes.unwrap();
+        let secret = |n: &str| {
+            volumes
+                .iter()
+                .find(|v| v.name == n)
+                .and_then(|v| v.secret.as_ref())
+                .and_then(|s| s.secret_name.clone())
+        };
+        assert_eq!(secret("member-peer-tls").as_deref(), Some("peer"));
+        assert_eq!(secret("member-server-tls").as_deref(), Some("server"));
+        let mounts = etcd.volume_mounts.clone().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.mount_path == "/etc/etcdtls/member/server-tls")
+        );
+        // The probe stays on the plain metrics port.
+        let probe = etcd
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(probe.scheme, None);
+        // Without TLS: no certificate flags, plain URLs.
+        c.spec.tls = None;
+        let plain = super::pod(
+            &c,
+            "example-0",
+            &Bootstrap::New { token: "t".into() },
+            "3.4.23",
+        );
+        let args = plain.spec.unwrap().containers[0].args.clone().unwrap();
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.contains("https") || a.contains("cert")),
+            "{args:?}"
+        );
     }
 
     #[test]

@@ -9,10 +9,10 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    ClusterNames, EtcdVersion, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, plan,
-    plan_upgrade, starting_version,
+    EtcdVersion, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, plan, plan_upgrade,
+    starting_version,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
@@ -24,9 +24,10 @@ use thiserror::Error;
 
 use crate::build::{self, Bootstrap};
 use crate::metrics::Metrics;
-use crate::observe::{self, MemberPod};
+use crate::observe::{self, Access, MemberPod};
 use crate::scope::Scope;
 use crate::status;
+use crate::tls::{self, Dereferenced, TlsSecrets};
 
 pub const MANAGER: &str = "etcd-operator";
 
@@ -93,6 +94,8 @@ pub async fn disruption_budget_api(client: &kube::Client) -> ApiResource {
 /// Requeue soon while a change is in flight, slowly once converged.
 const BUSY: Duration = Duration::from_secs(2);
 const IDLE: Duration = Duration::from_secs(30);
+/// A Secret the spec names may be created after the cluster: look again soon.
+const MISSING_SECRET: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
@@ -102,17 +105,23 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     if !ctx.scope.manages(&cluster) || cluster.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    // Validate: bad input gets a condition and a Warning, and nothing running is touched.
-    if let Err(problem) = validate(&cluster) {
-        warn(&ctx, &cluster, "InvalidSpec", &problem).await;
-        let status = status::invalid(&cluster, &problem);
-        patch_status(&clusters, &name, status).await?;
-        return Ok(Action::await_change());
-    }
     if cluster.spec.is_paused() {
         patch_status(&clusters, &name, status::paused(&cluster)).await?;
         return Ok(Action::await_change());
     }
+    // Validate, then dereference the TLS Secrets: bad input gets a condition and a Warning,
+    // and nothing running is touched. A missing Secret is looked at again shortly (it may be
+    // created after the cluster), an invalid spec only when the spec changes.
+    if let Err(problem) = validate(&cluster) {
+        return report_invalid(&ctx, &cluster, &problem, Action::await_change()).await;
+    }
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    let client_tls = match tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await? {
+        Dereferenced::Ready(client_tls) => client_tls,
+        Dereferenced::Missing(problem) => {
+            return report_invalid(&ctx, &cluster, &problem, Action::requeue(MISSING_SECRET)).await;
+        }
+    };
 
     // Observe.
     let names = build::names(&cluster);
@@ -137,7 +146,11 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         .list(&selector)
         .await?
         .items;
-    let members = observe::members(&names, &pods).await;
+    let access = Access {
+        names: names.clone(),
+        tls: client_tls,
+    };
+    let members = observe::members(&access, &pods).await;
     let live_claims = observe::live_claims(&claims);
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
@@ -152,7 +165,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     // Plan one step, execute it, report.
     let step = plan(&names, cluster.spec.size as usize, &observed);
     tracing::debug!(cluster = %name, ?step, "planned");
-    let mut outcome = execute(&ctx, &cluster, &names, &pods, &live_claims, &step).await;
+    let mut outcome = execute(&ctx, &cluster, &access, &pods, &live_claims, &step).await;
     // Upgrades only once membership has converged.
     let upgrade = match (&step, &observed.members) {
         (Step::Converged, Some(members)) => Some(plan_upgrade_step(&cluster, &pods, members)),
@@ -193,10 +206,26 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
         return Err(format!("size {size} is outside 1..7"));
     }
     EtcdVersion::parse(cluster.spec.version()).map_err(|e| e.to_string())?;
-    if cluster.spec.tls.is_some() {
-        return Err("TLS is not supported by this operator version yet".into());
-    }
-    Ok(())
+    TlsSecrets::of(&cluster.spec).validate()
+}
+
+/// Bad input: a condition and a Warning, nothing else touched.
+async fn report_invalid(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    problem: &str,
+    then: Action,
+) -> Result<Action, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    warn(ctx, cluster, "InvalidSpec", problem).await;
+    patch_status(
+        &clusters,
+        &cluster.name_any(),
+        status::invalid(cluster, problem),
+    )
+    .await?;
+    Ok(then)
 }
 
 /// Executes one step. Steps that change membership record their intent in status first.
@@ -204,7 +233,7 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
 async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
-    names: &ClusterNames,
+    access: &Access,
     pods: &[MemberPod],
     claims: &BTreeMap<String, Option<String>>,
     step: &Step,
@@ -260,10 +289,10 @@ async fn execute(
                 member: member.clone(),
             }))
             .await?;
-            let mut client = any_member(pods).await?;
+            let mut client = any_member(access, pods).await?;
             client
                 .member_add(
-                    [names.peer_url(member)],
+                    [access.names.peer_url(member)],
                     Some(MemberAddOptions::new().with_is_learner()),
                 )
                 .await?;
@@ -293,7 +322,7 @@ async fn execute(
             .await;
         }
         Step::Promote { member, id } => {
-            let mut client = any_member(pods).await?;
+            let mut client = any_member(access, pods).await?;
             client.member_promote(*id).await?;
             event(
                 ctx,
@@ -310,7 +339,7 @@ async fn execute(
                 reason: reason.clone(),
             }))
             .await?;
-            let mut client = any_member(pods).await?;
+            let mut client = any_member(access, pods).await?;
             client.member_remove(*id).await?;
             let who = member.clone().unwrap_or_else(|| format!("{id:x}"));
             event(
@@ -525,9 +554,12 @@ fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Error> {
 }
 
 /// A client for any member that answers (etcd forwards membership changes to the leader).
-async fn any_member(pods: &[MemberPod]) -> Result<etcd_client::Client, Error> {
-    for ip in pods.iter().filter_map(|p| p.ip.as_deref()) {
-        if let Ok(mut client) = observe::connect(ip).await
+async fn any_member(access: &Access, pods: &[MemberPod]) -> Result<etcd_client::Client, Error> {
+    for (name, ip) in pods
+        .iter()
+        .filter_map(|p| Some((&p.name, p.ip.as_deref()?)))
+    {
+        if let Ok(mut client) = access.connect(name, ip).await
             && client.status().await.is_ok()
         {
             return Ok(client);

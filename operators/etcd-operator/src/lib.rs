@@ -9,3 +9,4 @@ pub mod observe;
 pub mod rbac;
 pub mod scope;
 pub mod status;
+pub mod tls;

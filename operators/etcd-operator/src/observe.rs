@@ -1,16 +1,17 @@
 //! Reads the world: the cluster's member pods and claims from Kubernetes, and etcd's member list
-//! with each member's health, asked of the members themselves (through their pod IPs, which
-//! work from inside and outside the cluster).
+//! with each member's health, asked of the members themselves ([`Access`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, StatusResponse};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, StatusResponse, TlsOptions};
+use etcd_cluster::naming::CLIENT_PORT;
 use etcd_cluster::{ClusterNames, Member, PodState};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
 use crate::build::{MEMBER_LABEL, VERSION_ANNOTATION};
+use crate::tls::ClientTls;
 
 /// Dial and request timeout for each member.
 const MEMBER_TIMEOUT: Duration = Duration::from_secs(3);
@@ -87,25 +88,46 @@ pub fn terminating_claims(claims: &[PersistentVolumeClaim]) -> BTreeSet<String> 
         .collect()
 }
 
-/// A client for one member, by pod IP.
-pub async fn connect(ip: &str) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(MEMBER_TIMEOUT)
-        .with_timeout(MEMBER_TIMEOUT);
-    Client::connect([format!("http://{ip}:2379")], Some(options)).await
+/// How the operator reaches members: through their pod IPs (which work from inside and outside
+/// the cluster), plain or with the operator Secret's client certificate. With TLS the member's
+/// certificate is checked against its name ([`ClusterNames::server_name`]), as the IP is not in
+/// it.
+#[derive(Clone, Debug)]
+pub struct Access {
+    pub names: ClusterNames,
+    pub tls: Option<ClientTls>,
+}
+
+impl Access {
+    pub async fn connect(&self, member: &str, ip: &str) -> Result<Client, etcd_client::Error> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(MEMBER_TIMEOUT)
+            .with_timeout(MEMBER_TIMEOUT);
+        if let Some(tls) = self.tls.as_ref().filter(|_| self.names.client_tls) {
+            options = options.with_tls(
+                TlsOptions::new()
+                    .ca_certificate(Certificate::from_pem(&tls.ca))
+                    .identity(Identity::from_pem(&tls.cert, &tls.key))
+                    .domain_name(self.names.server_name(member)),
+            );
+        }
+        let url = format!("{}://{ip}:{CLIENT_PORT}", self.names.client_scheme());
+        Client::connect([url], Some(options)).await
+    }
 }
 
 /// etcd's member list as the planner sees it, or `None` when no member answers. Every member pod
 /// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
 /// whose view is current (a member cut off from the others may hold an old one).
-pub async fn members(names: &ClusterNames, pods: &[MemberPod]) -> Option<Vec<Member>> {
+pub async fn members(access: &Access, pods: &[MemberPod]) -> Option<Vec<Member>> {
+    let names = &access.names;
     let reachable: Vec<(&str, &str)> = pods
         .iter()
         .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
         .collect();
     let statuses: BTreeMap<&str, StatusResponse> =
         futures::future::join_all(reachable.iter().map(|(name, ip)| async move {
-            let mut client = connect(ip).await.ok()?;
+            let mut client = access.connect(name, ip).await.ok()?;
             Some((*name, client.status().await.ok()?))
         }))
         .await
@@ -118,8 +140,8 @@ pub async fn members(names: &ClusterNames, pods: &[MemberPod]) -> Option<Vec<Mem
         .filter(|(name, _)| statuses.get(name).is_some_and(is_leader))
         .chain(reachable.iter());
     let mut list = None;
-    for (_, ip) in leader_first {
-        if let Ok(mut client) = connect(ip).await
+    for (name, ip) in leader_first {
+        if let Ok(mut client) = access.connect(name, ip).await
             && let Ok(response) = client.member_list().await
         {
             list = Some(response.members().to_vec());

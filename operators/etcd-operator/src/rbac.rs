@@ -29,6 +29,8 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     // policy version the server has (discovery needs no grant).
     ("policy", "poddisruptionbudgets", "patch"),
     ("policy", "poddisruptionbudgets", "create"),
+    // tls.rs: the Secrets TLS.static names, read by name each reconcile.
+    ("", "secrets", "get"),
     // kube Recorder: creates events and patches them into series.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),

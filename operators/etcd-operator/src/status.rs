@@ -275,7 +275,8 @@ fn step_reason(step: &Step) -> &'static str {
 pub fn paused(cluster: &EtcdCluster) -> Value {
     let previous = cluster.status.clone().unwrap_or_default();
     json!({
-        "phase": previous.phase,
+        // `""` (not null, which the schema refuses) for a cluster never looked at.
+        "phase": previous.phase.unwrap_or(ClusterPhase::None),
         "controlPaused": true,
         "observedGeneration": cluster.metadata.generation,
         "conditions": [condition(cluster, PROGRESSING, false, "Paused", "spec.paused is true: the operator does not touch this cluster")],
@@ -287,7 +288,8 @@ pub fn paused(cluster: &EtcdCluster) -> Value {
 pub fn invalid(cluster: &EtcdCluster, problem: &str) -> Value {
     let previous = cluster.status.clone().unwrap_or_default();
     json!({
-        "phase": previous.phase,
+        // `""` (not null, which the schema refuses) for a cluster never looked at.
+        "phase": previous.phase.unwrap_or(ClusterPhase::None),
         "reason": "InvalidSpec",
         "observedGeneration": cluster.metadata.generation,
         "conditions": [condition(cluster, PROGRESSING, false, "InvalidSpec", &format!("{problem}; nothing of the running cluster is changed"))],

@@ -659,3 +659,162 @@ async fn bad_input_and_quorum_loss_are_reported_and_nothing_is_deleted() {
     );
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// `TLS.static` with coreos's Secret and key names: members speak TLS to peers and clients and
+/// require client certificates; the operator reaches them with the operator Secret. A missing
+/// Secret is reported (no pod made that could not start) until it is created.
+#[tokio::test]
+async fn a_tls_cluster_with_a_secret_created_late() {
+    use k8s_openapi::api::core::v1::Secret;
+    use testbed::{ExtendedKeyUsagePurpose as Usage, TestCa};
+
+    let kube = KubeTestbed::with_kubelet().await.unwrap();
+    kube.install_crds().await.unwrap();
+    let ns = kube.namespace("etcd-op-tls").await.unwrap();
+    let _report = kube.report_on_failure(&ns);
+    let name = "example-etcd-cluster";
+
+    // Certificates as coreos documents them (doc/user/cluster_tls.md).
+    let ca = TestCa::new("etcd test CA").unwrap();
+    let peer_names = [
+        format!("*.{name}.{ns}.svc"),
+        format!("*.{name}.{ns}.svc.cluster.local"),
+    ];
+    let server_names = [
+        format!("*.{name}.{ns}.svc"),
+        format!("{name}-client.{ns}.svc"),
+        "localhost".to_string(),
+    ];
+    let (peer_crt, peer_key) = ca
+        .issue(
+            &[&peer_names[0], &peer_names[1]],
+            "peer",
+            &[Usage::ServerAuth, Usage::ClientAuth],
+        )
+        .unwrap();
+    let (server_crt, server_key) = ca
+        .issue(
+            &[&server_names[0], &server_names[1], &server_names[2]],
+            "server",
+            &[Usage::ServerAuth, Usage::ClientAuth],
+        )
+        .unwrap();
+    let (client_crt, client_key) = ca.issue(&[], "operator", &[Usage::ClientAuth]).unwrap();
+    let secret = |secret: &str, files: [(&str, &str); 3]| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": secret},
+            "stringData": files.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        }))
+        .unwrap()
+    };
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
+    let create = |s: Secret| {
+        let secrets = secrets.clone();
+        async move { secrets.create(&PostParams::default(), &s).await.unwrap() }
+    };
+    create(secret(
+        "etcd-peer-tls",
+        [
+            ("peer.crt", &peer_crt),
+            ("peer.key", &peer_key),
+            ("peer-ca.crt", &ca.cert_pem),
+        ],
+    ))
+    .await;
+    create(secret(
+        "etcd-server-tls",
+        [
+            ("server.crt", &server_crt),
+            ("server.key", &server_key),
+            ("server-ca.crt", &ca.cert_pem),
+        ],
+    ))
+    .await;
+
+    let mut cluster = example(3);
+    cluster.spec.tls = serde_json::from_value(json!({"static": {
+        "member": {"peerSecret": "etcd-peer-tls", "serverSecret": "etcd-server-tls"},
+        "operatorSecret": "etcd-client-tls",
+    }}))
+    .unwrap();
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let _operator = Operator::start(&kube, &ns);
+    let missing = |c: &EtcdCluster| {
+        progressing_reason(c).as_deref() == Some("InvalidSpec")
+            && c.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.message
+                            .as_deref()
+                            .unwrap_or("")
+                            .contains("etcd-client-tls")
+                    })
+                })
+    };
+    wait_until(&clusters, name, "the missing Secret reported", 60, missing)
+        .await
+        .unwrap();
+    assert!(member_pods(&kube, &ns).await.is_empty());
+
+    create(secret(
+        "etcd-client-tls",
+        [
+            ("etcd-client.crt", &client_crt),
+            ("etcd-client.key", &client_key),
+            ("etcd-client-ca.crt", &ca.cert_pem),
+        ],
+    ))
+    .await;
+    wait_until(&clusters, name, "3 ready TLS members", 300, converged(3))
+        .await
+        .unwrap();
+
+    // A client with the operator's certificate works; one without a certificate does not.
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let member = "example-etcd-cluster-1";
+    let ip = pods
+        .get(member)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    let tls = |identity: bool| {
+        let mut tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&ca.cert_pem))
+            .domain_name(format!("{member}.{name}.{ns}.svc"));
+        if identity {
+            tls = tls.identity(etcd_client::Identity::from_pem(&client_crt, &client_key));
+        }
+        etcd_client::ConnectOptions::new()
+            .with_tls(tls)
+            .with_timeout(std::time::Duration::from_secs(5))
+    };
+    let url = format!("https://{ip}:2379");
+    let mut client = etcd_client::Client::connect([url.clone()], Some(tls(true)))
+        .await
+        .unwrap();
+    client.put("over-tls", "yes", None).await.unwrap();
+    let list = client.member_list().await.unwrap();
+    assert_eq!(list.members().len(), 3);
+    for m in list.members() {
+        assert!(m.peer_urls()[0].starts_with("https://"), "{m:?}");
+        assert!(m.client_urls()[0].starts_with("https://"), "{m:?}");
+    }
+    let anonymous = async {
+        let mut c = etcd_client::Client::connect([url], Some(tls(false))).await?;
+        c.get("over-tls", None).await
+    };
+    assert!(
+        anonymous.await.is_err(),
+        "a client without a certificate was served"
+    );
+    kube.delete_namespace(&ns).await.unwrap();
+}
