@@ -136,6 +136,18 @@ pub fn kubectl(kubeconfig: &Path) -> Command {
 
 /// Prints the events of a namespace and the logs of its pods (current and previous container)
 /// when the test holding it panics, the first thing a developer needs. Nothing otherwise.
+/// What a test on the kubelet bed starts with: the bed (started or joined), the CRDs, a fresh
+/// namespace, and that namespace's events and pod logs printed if the test panics.
+pub async fn test_namespace(prefix: &str) -> (crate::kube::KubeTestbed, String, FailureReport) {
+    let kube = crate::kube::KubeTestbed::with_kubelet()
+        .await
+        .expect("the kubelet bed");
+    kube.install_crds().await.expect("CRDs installed");
+    let ns = kube.namespace(prefix).await.expect("a test namespace");
+    let report = kube.report_on_failure(&ns);
+    (kube, ns, report)
+}
+
 pub struct FailureReport {
     kubeconfig: PathBuf,
     namespace: String,

@@ -11,7 +11,7 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 use testbed::Garage;
 use testbed::cluster::host_address;
-use testbed::kube::{KubeTestbed, wait_until};
+use testbed::kube::wait_until;
 
 mod common;
 use common::{aws_files, store};
@@ -50,10 +50,7 @@ where
 
 #[tokio::test]
 async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
-    let kube = KubeTestbed::with_kubelet().await.unwrap();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("eb-in-cluster").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let (kube, ns, _report) = testbed::cluster::test_namespace("eb-in-cluster").await;
     let garage = Garage::start_on(&host_address()).await.unwrap();
 
     // etcd in a pod, with data written from the host through the pod network.

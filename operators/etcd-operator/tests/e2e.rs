@@ -144,10 +144,7 @@ struct Running {
 }
 
 async fn running_cluster(prefix: &str) -> Running {
-    let kube = KubeTestbed::with_kubelet().await.unwrap();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace(prefix).await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let (kube, ns, _report) = testbed::cluster::test_namespace(prefix).await;
     let _operator = Operator::start(&kube, &ns);
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
     clusters
@@ -269,10 +266,7 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
 
 #[tokio::test]
 async fn an_operator_killed_during_creation_finishes_it_after_a_restart() {
-    let kube = KubeTestbed::with_kubelet().await.unwrap();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("etcd-op-restart").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-restart").await;
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
     clusters
         .create(&PostParams::default(), &example(3))
@@ -480,10 +474,7 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
 /// leaves the other (in the same namespace) to a namespaced operator, and the reverse.
 #[tokio::test]
 async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annotation() {
-    let kube = KubeTestbed::with_kubelet().await.unwrap();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("etcd-op-scope").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-scope").await;
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
     let mut wide = example(1);
     wide.metadata.name = Some("wide".into());
@@ -668,10 +659,7 @@ async fn a_tls_cluster_with_a_secret_created_late() {
     use k8s_openapi::api::core::v1::Secret;
     use testbed::{ExtendedKeyUsagePurpose as Usage, TestCa};
 
-    let kube = KubeTestbed::with_kubelet().await.unwrap();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("etcd-op-tls").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-tls").await;
     let name = "example-etcd-cluster";
 
     // Certificates as coreos documents them (doc/user/cluster_tls.md).

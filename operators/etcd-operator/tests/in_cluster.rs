@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use testbed::kube::{KubeTestbed, wait_until};
+use testbed::kube::wait_until;
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced");
 const EXAMPLE: &str = concat!(
@@ -19,10 +19,7 @@ const EXAMPLE: &str = concat!(
 
 #[tokio::test]
 async fn operator_image_with_shipped_manifests_runs_the_coreos_example() {
-    let kube = KubeTestbed::with_kubelet().await.unwrap();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("etcd-op-in-cluster").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-in-cluster").await;
     let manifests =
         testbed::cluster::deploy_manifests(DEPLOY.as_ref(), &ns, "etcd-operator").unwrap();
     kube.apply(&manifests, &ns).await.unwrap();
