@@ -10,5 +10,8 @@ pub mod version;
 
 pub use naming::ClusterNames;
 pub use plan::{Intent, Member, Observed, PodState, Step, plan};
-pub use upgrade::{PodVersion, UpgradeStep, current_version, plan_upgrade, starting_version};
+pub use upgrade::{
+    ContainerFailure, PodVersion, UpgradeStep, current_version, failed_upgrade, plan_upgrade,
+    starting_version,
+};
 pub use version::{EtcdVersion, Upgrade, VersionError, check_upgrade};

@@ -12,6 +12,31 @@ use crate::version::{EtcdVersion, VersionError, check_upgrade};
 pub struct PodVersion {
     pub version: String,
     pub state: PodState,
+    /// The version an in-place upgrade moved it from, until the upgrade is done.
+    pub upgraded_from: Option<String>,
+    /// Why its etcd container does not run, as the kubelet reports it.
+    pub failure: Option<ContainerFailure>,
+}
+
+impl PodVersion {
+    pub fn new(version: &str, state: PodState) -> PodVersion {
+        PodVersion {
+            version: version.to_string(),
+            state,
+            upgraded_from: None,
+            failure: None,
+        }
+    }
+}
+
+/// How a member's container fails (the kubelet's waiting reason and message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContainerFailure {
+    /// The image cannot be pulled or is invalid: the container never ran it, so the member's
+    /// data was not touched by that version.
+    Image(String),
+    /// The container keeps exiting.
+    Crashing(String),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +49,56 @@ pub enum UpgradeStep {
     Wait { reason: String },
     /// The target cannot be reached from what runs: nothing is touched.
     Refused(VersionError),
+    /// A member moved to `version` does not run: the upgrade is paused (nothing else moves)
+    /// until the cause is fixed or the spec goes back.
+    Failed {
+        member: String,
+        version: String,
+        cause: String,
+    },
+    /// The spec went back to the version this member was moved from, and the new image never
+    /// ran: move it back (in place, on its untouched data).
+    Revert { member: String, to: String },
+}
+
+/// A failed in-place upgrade, checked before membership planning (a member that does not run
+/// holds everything else up anyway). A member whose new version does not run pauses the
+/// upgrade with the cause. Going back is offered only where it is safe: the new image never
+/// ran (pull failure), so the member's data is as the old version left it; a member that
+/// crashed on the new version may have changed its data and stays put.
+pub fn failed_upgrade(
+    target: &EtcdVersion,
+    pods: &BTreeMap<String, PodVersion>,
+) -> Option<UpgradeStep> {
+    for (name, pod) in pods {
+        let (Some(from), Some(failure)) = (&pod.upgraded_from, &pod.failure) else {
+            continue;
+        };
+        let back = EtcdVersion::parse(from).ok().as_ref() == Some(target);
+        return Some(match failure {
+            ContainerFailure::Image(_) if back => UpgradeStep::Revert {
+                member: name.clone(),
+                to: from.clone(),
+            },
+            ContainerFailure::Image(cause) | ContainerFailure::Crashing(cause) => {
+                let hint = match failure {
+                    ContainerFailure::Image(_) => {
+                        format!("make the image available, or set version back to {from}")
+                    }
+                    ContainerFailure::Crashing(_) => format!(
+                        "see the member's logs; it crashed on {} and may have changed its data, so it is not moved back to {from} automatically",
+                        pod.version
+                    ),
+                };
+                UpgradeStep::Failed {
+                    member: name.clone(),
+                    version: pod.version.clone(),
+                    cause: format!("{cause}; {hint}"),
+                }
+            }
+        });
+    }
+    None
 }
 
 /// The lowest version any member runs (what the cluster speaks), if all parse.
@@ -116,10 +191,7 @@ mod tests {
             .map(|(n, v)| {
                 (
                     n.to_string(),
-                    PodVersion {
-                        version: v.to_string(),
-                        state: PodState::Running { ready: true },
-                    },
+                    PodVersion::new(v, PodState::Running { ready: true }),
                 )
             })
             .collect()
@@ -190,6 +262,51 @@ mod tests {
         // Restarting on its data: the version that data was last run with.
         assert_eq!(v(Some("3.5.16"), &["3.4.23"]).to_string(), "3.5.16");
         assert_eq!(v(Some("not-a-version"), &["3.4.23"]).to_string(), "3.4.23");
+    }
+
+    #[test]
+    fn a_member_whose_new_version_does_not_run_pauses_the_upgrade_and_can_go_back() {
+        let new = EtcdVersion::parse("3.5.99").unwrap();
+        let old = EtcdVersion::parse("3.4.23").unwrap();
+        let mut running = pods(&[("c-0", "3.4.23"), ("c-1", "3.5.99"), ("c-2", "3.4.23")]);
+        // Moved, not yet failing: nothing to say.
+        running.get_mut("c-1").unwrap().upgraded_from = Some("3.4.23".into());
+        assert_eq!(failed_upgrade(&new, &running), None);
+        // The new image cannot be pulled: paused with the cause.
+        running.get_mut("c-1").unwrap().failure = Some(ContainerFailure::Image(
+            "ImagePullBackOff: not found".into(),
+        ));
+        match failed_upgrade(&new, &running) {
+            Some(UpgradeStep::Failed {
+                member,
+                version,
+                cause,
+            }) => {
+                assert_eq!((member.as_str(), version.as_str()), ("c-1", "3.5.99"));
+                assert!(cause.contains("ImagePullBackOff") && cause.contains("back to 3.4.23"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The spec goes back: the member goes back.
+        assert_eq!(
+            failed_upgrade(&old, &running),
+            Some(UpgradeStep::Revert {
+                member: "c-1".into(),
+                to: "3.4.23".into()
+            })
+        );
+        // Crashed on the new version: paused, never moved back automatically.
+        running.get_mut("c-1").unwrap().failure =
+            Some(ContainerFailure::Crashing("CrashLoopBackOff".into()));
+        assert!(matches!(
+            failed_upgrade(&old, &running),
+            Some(UpgradeStep::Failed { .. })
+        ));
+        // A failing member that was not upgraded is not an upgrade's business.
+        let mut other = pods(&[("c-0", "3.4.23")]);
+        other.get_mut("c-0").unwrap().failure =
+            Some(ContainerFailure::Crashing("CrashLoopBackOff".into()));
+        assert_eq!(failed_upgrade(&new, &other), None);
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub const CLUSTER_LABEL: &str = "etcd_cluster";
 pub const MEMBER_LABEL: &str = "etcd_node";
 /// Annotation with the etcd version a pod runs.
 pub const VERSION_ANNOTATION: &str = "etcd.version";
+/// Annotation with the version an in-place upgrade moved a pod from, until the upgrade is done
+/// (what a failed upgrade goes back to).
+pub const UPGRADED_FROM_ANNOTATION: &str = "etcd.version.upgraded-from";
 /// Where the data volume is mounted, and etcd's data dir in it (coreos layout).
 pub const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";

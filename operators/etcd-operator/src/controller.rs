@@ -9,7 +9,7 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    EtcdVersion, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, plan, plan_upgrade,
+    EtcdVersion, Intent, Observed, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade,
     starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
@@ -28,6 +28,7 @@ use crate::observe::{self, Access, MemberPod};
 use crate::scope::Scope;
 use crate::status;
 use crate::tls::{self, Dereferenced, TlsSecrets};
+use crate::upgrade;
 
 pub const MANAGER: &str = "etcd-operator";
 
@@ -162,17 +163,27 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         bootstrapped: status::bootstrapped(&cluster),
     };
 
-    // Plan one step, execute it, report.
-    let step = plan(&names, cluster.spec.size as usize, &observed);
-    tracing::debug!(cluster = %name, ?step, "planned");
+    // Plan one step, execute it, report. A failed upgrade is looked at first: its member
+    // holds everything else up until it runs again.
+    let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
+    let versions = upgrade::pod_versions(&cluster, &pods);
+    let failed = failed_upgrade(&target, &versions);
+    let step = match &failed {
+        Some(_) => Step::Wait {
+            reason: "the upgrade is paused".into(),
+        },
+        None => plan(&names, cluster.spec.size as usize, &observed),
+    };
+    tracing::debug!(cluster = %name, ?step, ?failed, "planned");
     let mut outcome = execute(&ctx, &cluster, &access, &pods, &live_claims, &step).await;
-    // Upgrades only once membership has converged.
-    let upgrade = match (&step, &observed.members) {
-        (Step::Converged, Some(members)) => Some(plan_upgrade_step(&cluster, &pods, members)),
+    // Otherwise upgrades only once membership has converged.
+    let upgrade = match (failed, &step, &observed.members) {
+        (Some(failed), _, _) => Some(failed),
+        (None, Step::Converged, Some(members)) => Some(plan_upgrade(&target, &versions, members)),
         _ => None,
     };
     if let Some(upgrade) = &upgrade {
-        outcome = execute_upgrade(&ctx, &cluster, upgrade).await;
+        outcome = upgrade::execute(&ctx, &cluster, &pods, upgrade).await;
     }
     let report = status::report(
         &cluster,
@@ -186,6 +197,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     patch_status(&clusters, &name, report).await?;
     outcome?;
     Ok(match step {
+        _ if matches!(upgrade, Some(UpgradeStep::Failed { .. })) => Action::requeue(IDLE),
         Step::Converged
             if matches!(
                 upgrade,
@@ -394,88 +406,6 @@ async fn execute(
     Ok(())
 }
 
-fn plan_upgrade_step(
-    cluster: &EtcdCluster,
-    pods: &[MemberPod],
-    members: &[etcd_cluster::Member],
-) -> UpgradeStep {
-    let target = match EtcdVersion::parse(cluster.spec.version()) {
-        Ok(target) => target,
-        Err(e) => return UpgradeStep::Refused(e),
-    };
-    let versions: BTreeMap<String, PodVersion> = pods
-        .iter()
-        .map(|p| {
-            // A pod without the annotation (made by someone else and adopted) is taken to run
-            // the target rather than guessed at.
-            let version = p.version.clone().unwrap_or_else(|| target.to_string());
-            // Patched but not yet restarted on the new image: not ready for the next step.
-            let image = cluster.spec.image();
-            let pending = version == target.to_string()
-                && p.running_image
-                    .as_deref()
-                    .is_some_and(|running| !same_image(running, &image));
-            let state = if pending {
-                PodState::Running { ready: false }
-            } else {
-                p.state
-            };
-            (p.name.clone(), PodVersion { version, state })
-        })
-        .collect();
-    plan_upgrade(&target, &versions, members)
-}
-
-/// Whether the image a container status reports is `spec` (the runtime may add a registry
-/// host such as `docker.io/library/` to short names).
-fn same_image(running: &str, spec: &str) -> bool {
-    running == spec || running.ends_with(&format!("/{spec}"))
-}
-
-/// Moves one member's pod to the target image in place (same pod, same volume; the kubelet
-/// restarts the container), or reports a refused path.
-async fn execute_upgrade(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    upgrade: &UpgradeStep,
-) -> Result<(), Error> {
-    match upgrade {
-        UpgradeStep::Upgrade { member, from } => {
-            let ns = cluster.namespace().unwrap_or_default();
-            // The claim first: a pod deleted after this restarts at the new version, and
-            // the next reconcile patches a pod still at the old one.
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            let annotate = serde_json::json!({
-                "metadata": {"annotations": {build::VERSION_ANNOTATION: cluster.spec.version()}},
-            });
-            ignore_missing(
-                claims
-                    .patch(member, &PatchParams::default(), &Patch::Merge(&annotate))
-                    .await
-                    .map(|_| ()),
-            )?;
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            let patch = serde_json::json!({
-                "metadata": {"annotations": {build::VERSION_ANNOTATION: cluster.spec.version()}},
-                "spec": {"containers": [{"name": "etcd", "image": cluster.spec.image()}]},
-            });
-            pods.patch(member, &PatchParams::default(), &Patch::Strategic(&patch))
-                .await?;
-            let note = format!(
-                "upgrading {member} from {from} to {}",
-                cluster.spec.version()
-            );
-            event(ctx, cluster, "MemberUpgrading", &note).await;
-        }
-        UpgradeStep::Refused(e) => {
-            let note = format!("{e}; no member was touched");
-            warn(ctx, cluster, "UpgradeRefused", &note).await;
-        }
-        UpgradeStep::Wait { .. } | UpgradeStep::Done => {}
-    }
-    Ok(())
-}
-
 fn change(intent: Intent) -> MembershipChange {
     let started = Some(chrono::Utc::now().to_rfc3339());
     match intent {
@@ -546,7 +476,7 @@ fn ignore_exists(result: Result<(), kube::Error>) -> Result<(), Error> {
     }
 }
 
-fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Error> {
+pub(crate) fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Error> {
     match result {
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         other => Ok(other?),
@@ -587,11 +517,11 @@ async fn patch_status(
     Ok(())
 }
 
-async fn event(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
+pub(crate) async fn event(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
     publish(ctx, cluster, EventType::Normal, reason, note).await;
 }
 
-async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
+pub(crate) async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
     publish(ctx, cluster, EventType::Warning, reason, note).await;
 }
 

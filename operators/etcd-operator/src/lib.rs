@@ -10,3 +10,4 @@ pub mod rbac;
 pub mod scope;
 pub mod status;
 pub mod tls;
+pub mod upgrade;

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, StatusResponse, TlsOptions};
 use etcd_cluster::naming::CLIENT_PORT;
-use etcd_cluster::{ClusterNames, Member, PodState};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use etcd_cluster::{ClusterNames, ContainerFailure, Member, PodState};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
-use crate::build::{MEMBER_LABEL, VERSION_ANNOTATION};
+use crate::build::{MEMBER_LABEL, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
 use crate::tls::ClientTls;
 
 /// Dial and request timeout for each member.
@@ -27,6 +27,29 @@ pub struct MemberPod {
     /// The image the etcd container runs now (from its status: after an in-place upgrade
     /// patch, the old one until the kubelet has restarted the container).
     pub running_image: Option<String>,
+    /// The version an in-place upgrade moved it from (until the upgrade is done).
+    pub upgraded_from: Option<String>,
+    /// Why the etcd container does not run, if it does not.
+    pub failure: Option<ContainerFailure>,
+}
+
+/// The kubelet's waiting reasons that mean the container will not run without help.
+fn container_failure(status: &ContainerStatus) -> Option<ContainerFailure> {
+    let waiting = status.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    let cause = match &waiting.message {
+        Some(message) => format!("{reason}: {message}"),
+        None => reason.to_string(),
+    };
+    match reason {
+        "ErrImagePull" | "ImagePullBackOff" | "InvalidImageName" | "ErrImageNeverPull" => {
+            Some(ContainerFailure::Image(cause))
+        }
+        "CrashLoopBackOff" | "CreateContainerError" | "RunContainerError" => {
+            Some(ContainerFailure::Crashing(cause))
+        }
+        _ => None,
+    }
 }
 
 pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
@@ -51,12 +74,13 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
                 .and_then(|s| s.pod_ip.clone())
                 .filter(|ip| !ip.is_empty());
             let version = pod.annotations().get(VERSION_ANNOTATION).cloned();
-            let running_image = status
+            let etcd = status
                 .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|c| c.iter().find(|c| c.name == "etcd"))
-                .map(|c| c.image.clone());
+                .and_then(|c| c.iter().find(|c| c.name == "etcd"));
             Some(MemberPod {
-                running_image,
+                running_image: etcd.map(|c| c.image.clone()),
+                upgraded_from: pod.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
+                failure: etcd.and_then(container_failure),
                 name,
                 state,
                 ip,

@@ -168,6 +168,23 @@ pub fn report(
         ),
     };
     let (progressing, progress_reason, progress_message) = match (step, upgrade) {
+        (
+            _,
+            Some(UpgradeStep::Failed {
+                member,
+                version,
+                cause,
+            }),
+        ) => (
+            false,
+            "UpgradeFailed",
+            format!("{member} on {version} does not run: {cause}; the upgrade is paused"),
+        ),
+        (_, Some(UpgradeStep::Revert { member, to })) => (
+            true,
+            "RevertingUpgrade",
+            format!("moving {member} back to {to}: its new image never ran"),
+        ),
         (Step::Converged, Some(UpgradeStep::Refused(e))) => (
             false,
             "UpgradeRefused",
@@ -198,10 +215,7 @@ pub fn report(
         .filter_map(|p| {
             Some((
                 p.name.clone(),
-                PodVersion {
-                    version: p.version.clone()?,
-                    state: p.state,
-                },
+                PodVersion::new(p.version.as_deref()?, p.state),
             ))
         })
         .collect();
@@ -328,6 +342,8 @@ mod tests {
             ip: None,
             version: Some("3.4.23".into()),
             running_image: None,
+            upgraded_from: None,
+            failure: None,
         }];
         let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());

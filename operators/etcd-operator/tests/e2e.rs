@@ -806,3 +806,88 @@ async fn a_tls_cluster_with_a_secret_created_late() {
     );
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// An upgrade to an image that does not exist: the first member moved fails to pull it, the
+/// upgrade pauses with the kubelet's cause (no other member moves), and setting the version
+/// back moves that member back onto its untouched data.
+#[tokio::test]
+async fn an_upgrade_whose_image_is_missing_pauses_with_the_cause_and_can_go_back() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-upgrade-fail").await;
+    let name = "example-etcd-cluster";
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    client.put("before", "upgrade", None).await.unwrap();
+
+    set_version(&clusters, "3.5.99").await;
+    let failed = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("UpgradeFailed");
+    let cluster = wait_until(&clusters, name, "the upgrade paused", 180, failed)
+        .await
+        .unwrap();
+    let message = cluster
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap()
+        .message
+        .unwrap();
+    assert!(
+        message.contains("ImagePull") || message.contains("ErrImagePull"),
+        "{message}"
+    );
+    assert!(message.contains("back to 3.4.23"), "{message}");
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let mut moved = Vec::new();
+    for pod in member_pods(&kube, &ns).await {
+        if pods.get(&pod).await.unwrap().annotations()["etcd.version"] == "3.5.99" {
+            moved.push(pod);
+        }
+    }
+    assert_eq!(
+        moved.len(),
+        1,
+        "only one member moves before it runs: {moved:?}"
+    );
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("UpgradeFailed")
+                && e.type_.as_deref() == Some("Warning")),
+        "no UpgradeFailed Warning"
+    );
+
+    set_version(&clusters, "3.4.23").await;
+    wait_until(
+        &clusters,
+        name,
+        "3 ready members back on 3.4.23",
+        180,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    for pod in member_pods(&kube, &ns).await {
+        let pod = pods.get(&pod).await.unwrap();
+        assert_eq!(pod.annotations()["etcd.version"], "3.4.23");
+        assert!(!pod.annotations().contains_key("etcd.version.upgraded-from"));
+        let image = pod.spec.unwrap().containers[0].image.clone();
+        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.4.23"));
+    }
+    let mut reverted = member_client(&kube, &ns, &moved[0]).await;
+    let options = etcd_client::GetOptions::new().with_serializable();
+    let kv = reverted.get("before", Some(options)).await.unwrap();
+    assert_eq!(kv.kvs().len(), 1, "the reverted member lost its data");
+    kube.delete_namespace(&ns).await.unwrap();
+}
