@@ -13,8 +13,9 @@
 //!    unhealthy (etcd would refuse it, and healing must not wait behind it).
 //! 3. Never act destructively without quorum: fewer healthy voters than a majority is
 //!    [`Step::QuorumLost`], and nothing is removed or deleted.
-//! 4. Heal: a member whose data is gone (no claim, or emptyDir) is removed, to be replaced by
-//!    a new member under a new name.
+//! 4. Heal: a member whose data is gone (no claim, or emptyDir), or that keeps crashing on its
+//!    data while the others hold quorum, is removed, to be replaced by a new member under a new
+//!    name (the healthy majority holds every committed write).
 //! 5. Clean up: pods and claims of members etcd no longer has, phantom members.
 //! 6. Promote a caught-up learner; wait for unhealthy members (the kubelet restarts them).
 //! 7. Scale one member at a time, only when every member is healthy: add as a learner; remove
@@ -82,6 +83,9 @@ pub struct Observed {
     pub reserved: BTreeSet<String>,
     /// etcd's member list, or `None` when no member answered.
     pub members: Option<Vec<Member>>,
+    /// Members whose pods keep crashing (restarted again and again, not part of an
+    /// upgrade), with the cause: they cannot rejoin on their data.
+    pub crashing: BTreeMap<String, String>,
     /// The change in flight, if any.
     pub intent: Option<Intent>,
     /// Members keep their data on claims (`persistentVolumeClaimSpec` is set).
@@ -364,6 +368,16 @@ fn plan_reachable(
             Some(PodState::Failed) => {
                 return Step::DeletePod {
                     member: name.clone(),
+                };
+            }
+            Some(_) if !m.healthy && observed.crashing.contains_key(name) => {
+                return Step::RemoveMember {
+                    member: Some(name.clone()),
+                    id: m.id,
+                    reason: format!(
+                        "it cannot rejoin ({}); a new member replaces it",
+                        observed.crashing[name]
+                    ),
                 };
             }
             Some(_) => {}

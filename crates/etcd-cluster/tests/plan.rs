@@ -32,6 +32,7 @@ fn healthy(n: u64) -> Observed {
             .collect(),
         claims: members.iter().map(|m| m.name.clone().unwrap()).collect(),
         reserved: BTreeSet::new(),
+        crashing: BTreeMap::new(),
         members: Some(members),
         intent: None,
         persistent: true,
@@ -388,4 +389,30 @@ fn a_new_member_never_takes_the_name_of_a_claim_being_deleted() {
             member: "c-4".into()
         }
     );
+}
+
+#[test]
+fn a_member_that_keeps_crashing_is_replaced_only_while_the_others_hold_quorum() {
+    let mut o = healthy(3);
+    member(&mut o, "c-1").healthy = false;
+    o.pods
+        .insert("c-1".into(), PodState::Running { ready: false });
+    // Not crashing (yet): wait for it.
+    assert!(matches!(plan(&names(), 3, &o), Step::Wait { .. }));
+    o.crashing
+        .insert("c-1".into(), "CrashLoopBackOff, 3 restarts".into());
+    match plan(&names(), 3, &o) {
+        Step::RemoveMember {
+            member: Some(m),
+            id: 2,
+            reason,
+        } => {
+            assert_eq!(m, "c-1");
+            assert!(reason.contains("CrashLoopBackOff"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without quorum nothing is removed, crashing or not.
+    member(&mut o, "c-2").healthy = false;
+    assert!(matches!(plan(&names(), 3, &o), Step::QuorumLost { .. }));
 }

@@ -157,6 +157,10 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
         claims: live_claims.keys().cloned().collect(),
         reserved: observe::terminating_claims(&claims),
+        crashing: pods
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.crash_loop()?)))
+            .collect(),
         members,
         intent: status::intent(&cluster),
         persistent: build::persistent(&cluster.spec),

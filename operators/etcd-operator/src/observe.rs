@@ -31,6 +31,27 @@ pub struct MemberPod {
     pub upgraded_from: Option<String>,
     /// Why the etcd container does not run, if it does not.
     pub failure: Option<ContainerFailure>,
+    /// How often the kubelet has restarted the etcd container.
+    pub restarts: i32,
+}
+
+/// Restarts after which a crashing member counts as unable to rejoin on its data (with the
+/// kubelet's back-off, about 70 s of crashing).
+pub const CRASH_RESTARTS: i32 = 3;
+
+impl MemberPod {
+    /// Why this member cannot rejoin, if it keeps crashing outside an upgrade (a failed
+    /// upgrade is handled as such, not by replacing the member).
+    pub fn crash_loop(&self) -> Option<String> {
+        match &self.failure {
+            Some(ContainerFailure::Crashing(cause))
+                if self.restarts >= CRASH_RESTARTS && self.upgraded_from.is_none() =>
+            {
+                Some(format!("{cause}, {} restarts", self.restarts))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The kubelet's waiting reasons that mean the container will not run without help.
@@ -81,6 +102,7 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
                 running_image: etcd.map(|c| c.image.clone()),
                 upgraded_from: pod.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
                 failure: etcd.and_then(container_failure),
+                restarts: etcd.map_or(0, |c| c.restart_count),
                 name,
                 state,
                 ip,

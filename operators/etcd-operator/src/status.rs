@@ -344,6 +344,7 @@ mod tests {
             running_image: None,
             upgraded_from: None,
             failure: None,
+            restarts: 0,
         }];
         let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());

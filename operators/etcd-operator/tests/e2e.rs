@@ -891,3 +891,106 @@ async fn an_upgrade_whose_image_is_missing_pauses_with_the_cause_and_can_go_back
     assert_eq!(kv.kvs().len(), 1, "the reverted member lost its data");
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// A member whose data cannot be used any more (its WAL lost underneath it) crash-loops on
+/// restart; while the other two hold quorum it is removed and replaced by a new member that
+/// syncs every key.
+#[tokio::test]
+async fn a_member_that_cannot_rejoin_on_its_data_is_replaced() {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-replace").await;
+    let name = "example-etcd-cluster";
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    for i in 0..20 {
+        client.put(format!("key-{i}"), "v", None).await.unwrap();
+    }
+
+    // The bed's volumes are host directories: lose the victim's WAL, then restart it.
+    let victim = "example-etcd-cluster-1";
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
+    let volume = claims
+        .get(victim)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let pv = Api::<PersistentVolume>::all(kube.client.clone())
+        .get(&volume)
+        .await
+        .unwrap();
+    let dir = pv.spec.unwrap().host_path.unwrap().path;
+    let wal = std::path::Path::new(&dir).join("data/member/wal");
+    assert!(wal.is_dir(), "{} is not the member's WAL", wal.display());
+    std::fs::remove_dir_all(&wal).unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    pods.delete(victim, &DeleteParams::default()).await.unwrap();
+
+    let replaced = |c: &EtcdCluster| {
+        converged(3)(c)
+            && c.status
+                .as_ref()
+                .and_then(|s| s.members.as_ref())
+                .and_then(|m| m.ready.as_ref())
+                .is_some_and(|ready| ready.iter().all(|m| m != "example-etcd-cluster-1"))
+    };
+    wait_until(
+        &clusters,
+        name,
+        "the crashing member replaced",
+        300,
+        replaced,
+    )
+    .await
+    .unwrap();
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let removal = events
+        .iter()
+        .find(|e| {
+            e.reason.as_deref() == Some("MemberRemoved")
+                && e.note.as_deref().unwrap_or("").contains(victim)
+        })
+        .expect("a MemberRemoved event for the victim");
+    assert!(
+        removal.note.as_deref().unwrap().contains("cannot rejoin"),
+        "{removal:?}"
+    );
+    let members = member_pods(&kube, &ns).await;
+    let newcomer = members
+        .iter()
+        .find(|m| !["example-etcd-cluster-0", "example-etcd-cluster-2"].contains(&m.as_str()))
+        .unwrap();
+    let mut fresh = member_client(&kube, &ns, newcomer).await;
+    let options = etcd_client::GetOptions::new()
+        .with_serializable()
+        .with_prefix();
+    assert_eq!(
+        fresh.get("key-", Some(options)).await.unwrap().kvs().len(),
+        20
+    );
+    assert!(
+        claims.get_opt(victim).await.unwrap().is_none() || {
+            // Deleted, perhaps still finalizing.
+            claims
+                .get(victim)
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        }
+    );
+    kube.delete_namespace(&ns).await.unwrap();
+}
