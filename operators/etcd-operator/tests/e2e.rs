@@ -994,3 +994,89 @@ async fn a_member_that_cannot_rejoin_on_its_data_is_replaced() {
     );
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// The operator is killed in the middle of a scale-up, a scale-down and an upgrade step, and
+/// each time a new one finishes the job: no phantom member, no member left behind.
+#[tokio::test]
+async fn an_operator_killed_while_scaling_or_upgrading_finishes_after_a_restart() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-restarts").await;
+    let name = "example-etcd-cluster";
+    drop(_operator);
+    let in_flight = |action: &'static str| {
+        move |c: &EtcdCluster| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.membership_change.as_ref())
+                .is_some_and(|m| m.action == action)
+        }
+    };
+
+    // Scale-up, killed once the addition is recorded.
+    resize(&clusters, 5).await;
+    {
+        let _operator = Operator::start(&kube, &ns);
+        wait_until(
+            &clusters,
+            name,
+            "an addition in flight",
+            120,
+            in_flight("Add"),
+        )
+        .await
+        .unwrap();
+    }
+    let operator = Operator::start(&kube, &ns);
+    wait_until(&clusters, name, "5 ready members", 300, converged(5))
+        .await
+        .unwrap();
+    drop(operator);
+
+    // Scale-down, killed once the removal is recorded.
+    resize(&clusters, 3).await;
+    {
+        let _operator = Operator::start(&kube, &ns);
+        wait_until(
+            &clusters,
+            name,
+            "a removal in flight",
+            120,
+            in_flight("Remove"),
+        )
+        .await
+        .unwrap();
+    }
+    let operator = Operator::start(&kube, &ns);
+    wait_until(&clusters, name, "3 ready members", 300, converged(3))
+        .await
+        .unwrap();
+    drop(operator);
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    assert_eq!(client.member_list().await.unwrap().members().len(), 3);
+    assert_eq!(member_pods(&kube, &ns).await.len(), 3);
+
+    // Upgrade, killed once the first member has been moved.
+    set_version(&clusters, "3.5.16").await;
+    {
+        let _operator = Operator::start(&kube, &ns);
+        let upgrading = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("Upgrading");
+        wait_until(&clusters, name, "an upgrade step", 120, upgrading)
+            .await
+            .unwrap();
+    }
+    let _operator = Operator::start(&kube, &ns);
+    let upgraded = |c: &EtcdCluster| {
+        converged(3)(c)
+            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+    };
+    wait_until(&clusters, name, "every member on 3.5.16", 300, upgraded)
+        .await
+        .unwrap();
+    assert_eq!(client.member_list().await.unwrap().members().len(), 3);
+    kube.delete_namespace(&ns).await.unwrap();
+}
