@@ -12,6 +12,7 @@ mod garage;
 pub mod image;
 pub mod kube;
 pub mod mock_api;
+pub mod procstat;
 pub mod rbac;
 mod tls;
 

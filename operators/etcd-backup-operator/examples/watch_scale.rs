@@ -22,6 +22,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use testbed::kube::KubeTestbed;
+use testbed::procstat;
 
 const SCHEDULES: [&str; 3] = ["@daily", "@weekly", "0 0 1 1 *"];
 
@@ -116,10 +117,10 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let settle = started.elapsed().as_secs_f64();
-    let after_settle = process(pid);
+    let after_settle = procstat::sample(pid);
 
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
-    let after_idle = process(pid);
+    let after_idle = procstat::sample(pid);
     let idle_cpu = (after_idle.cpu_seconds - after_settle.cpu_seconds) / idle_seconds as f64;
 
     println!("objects: {objects}");
@@ -138,38 +139,4 @@ async fn main() {
     );
     let _ = child.kill().await;
     kube.delete_namespace(&ns).await.unwrap();
-}
-
-struct Sample {
-    cpu_seconds: f64,
-    rss_kib: u64,
-    peak_rss_kib: u64,
-}
-
-/// CPU time (user + system) and memory of `pid`, from /proc.
-fn process(pid: u32) -> Sample {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib = |key: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap()
-    };
-    Sample {
-        // The kernel's USER_HZ is 100 on every Linux architecture this runs on.
-        cpu_seconds: ticks as f64 / 100.0,
-        rss_kib: kib("VmRSS:"),
-        peak_rss_kib: kib("VmHWM:"),
-    }
 }
