@@ -37,7 +37,21 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None).await
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None, None).await
+    }
+
+    /// A fresh peer URL for a member to be added with [`Etcd::join`].
+    pub fn new_peer_url() -> String {
+        format!("http://127.0.0.1:{}", free_port())
+    }
+
+    /// A new member `name` at `peer_url` joining the cluster whose members (itself included)
+    /// `initial_cluster` lists (`name=peerURL,...`); it must have been added to etcd first.
+    /// Returns once it serves its status (a learner serves no linearizable read).
+    pub async fn join(name: &str, peer_url: &str, initial_cluster: &str) -> Result<Etcd> {
+        let dir = tempfile::tempdir()?;
+        let data_dir = dir.path().join("data");
+        Etcd::spawn(dir, data_dir, name, peer_url, None, Some(initial_cluster)).await
     }
 
     /// A fresh member on https that requires client certificates signed by `tls`'s CA.
@@ -45,7 +59,7 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, Some(tls)).await
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, Some(tls), None).await
     }
 
     /// A member on a data dir made by `snapshot_restore` with the same `name` and `peer_url`
@@ -57,6 +71,7 @@ impl Etcd {
             name,
             peer_url,
             None,
+            None,
         )
         .await
     }
@@ -67,6 +82,7 @@ impl Etcd {
         name: &str,
         peer_url: &str,
         tls: Option<&TlsFiles>,
+        existing: Option<&str>,
     ) -> Result<Etcd> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let endpoint = format!("{scheme}://127.0.0.1:{}", free_port());
@@ -88,13 +104,21 @@ impl Etcd {
                 "--initial-advertise-peer-urls",
                 peer_url,
             ])
-            .args(["--initial-cluster", &format!("{name}={peer_url}")])
             .args(["--initial-cluster-token", "testbed"])
             // Room for benchmark databases of several GiB (the default quota is 2 GiB).
             .args(["--quota-backend-bytes", &(8u64 << 30).to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?);
+        match existing {
+            None => command.args(["--initial-cluster", &format!("{name}={peer_url}")]),
+            Some(members) => command.args([
+                "--initial-cluster",
+                members,
+                "--initial-cluster-state",
+                "existing",
+            ]),
+        };
         let mut client_tls = None;
         if let Some(tls) = tls {
             let copy = |from: &Path, name: &str| -> Result<PathBuf> {
@@ -129,18 +153,20 @@ impl Etcd {
             log,
             _dir: dir,
         };
-        etcd.wait_ready().await?;
+        etcd.wait_ready(existing.is_some()).await?;
         Ok(etcd)
     }
 
-    async fn wait_ready(&mut self) -> Result<()> {
+    /// Until it is elected and serving (`endpoint health`, a quorum read), or for a joining
+    /// member until it answers (`endpoint status`).
+    async fn wait_ready(&mut self, joining: bool) -> Result<()> {
+        let check = if joining { "status" } else { "health" };
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
             if let Some(status) = self.child.try_wait()? {
                 bail!("etcd exited with {status}; log:\n{}", tail(&self.log, 20));
             }
-            // `endpoint health` does a quorum read: the member is elected and serving.
-            let health = self.etcdctl().args(["endpoint", "health"]).output().await?;
+            let health = self.etcdctl().args(["endpoint", check]).output().await?;
             if health.status.success() {
                 return Ok(());
             }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::{EtcdCluster, EtcdClusterSpec};
+use backup_api::{EtcdCluster, EtcdClusterSpec, PodPolicy};
 use etcd_cluster::ClusterNames;
 use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
@@ -221,7 +221,7 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
             "volumes": volumes,
             "nodeSelector": policy.node_selector.clone(),
             "tolerations": policy.tolerations.clone(),
-            "affinity": policy.affinity.clone(),
+            "affinity": affinity(&policy, &cluster.name_any()),
             "securityContext": policy.security_context.clone(),
         }
     });
@@ -234,6 +234,21 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
     meta.annotations = pod.metadata.annotations.take();
     pod.metadata = meta;
     pod
+}
+
+/// `pod.affinity` as given; else, with coreos's deprecated `antiAffinity: true`, no two members
+/// of this cluster on one node (as coreos did: required, by hostname).
+fn affinity(policy: &PodPolicy, cluster: &str) -> serde_json::Value {
+    match (&policy.affinity, policy.anti_affinity) {
+        (Some(affinity), _) => json!(affinity),
+        (None, Some(true)) => {
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {CLUSTER_LABEL: cluster}},
+                "topologyKey": "kubernetes.io/hostname",
+            }]}})
+        }
+        (None, _) => serde_json::Value::Null,
+    }
 }
 
 /// The headless peer Service `<cluster>` (publishes members before they are ready, so peers
@@ -453,6 +468,30 @@ spec:
                 .any(|a| a.contains("https") || a.contains("cert")),
             "{args:?}"
         );
+    }
+
+    #[test]
+    fn coreos_anti_affinity_keeps_members_apart_unless_affinity_is_given() {
+        let mut c = cluster(COREOS);
+        c.spec.pod.as_mut().unwrap().anti_affinity = Some(true);
+        let bootstrap = Bootstrap::New { token: "t".into() };
+        let spec = pod(&c, "example-0", &bootstrap, "3.4.23").spec.unwrap();
+        let term = &spec
+            .affinity
+            .unwrap()
+            .pod_anti_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()[0];
+        assert_eq!(term.topology_key, "kubernetes.io/hostname");
+        let labels = term.label_selector.clone().unwrap().match_labels.unwrap();
+        assert_eq!(labels["etcd_cluster"], "example");
+        // An explicit affinity wins, as in coreos.
+        c.spec.pod.as_mut().unwrap().affinity =
+            Some(serde_json::from_value(json!({"nodeAffinity": {}})).unwrap());
+        let spec = pod(&c, "example-0", &bootstrap, "3.4.23").spec.unwrap();
+        let affinity = spec.affinity.unwrap();
+        assert!(affinity.pod_anti_affinity.is_none() && affinity.node_affinity.is_some());
     }
 
     #[test]

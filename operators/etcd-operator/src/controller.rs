@@ -22,6 +22,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
 use thiserror::Error;
 
+use crate::adopt;
 use crate::build::{self, Bootstrap};
 use crate::metrics::Metrics;
 use crate::observe::{self, Access, MemberPod};
@@ -92,7 +93,9 @@ pub async fn disruption_budget_api(client: &kube::Client) -> ApiResource {
     )
 }
 
-/// Requeue soon while a change is in flight, slowly once converged.
+/// Requeue at once after a step that changed something (the next one often can follow), soon
+/// while waiting for the world, slowly once converged.
+const CHANGED: Duration = Duration::from_millis(500);
 const BUSY: Duration = Duration::from_secs(2);
 const IDLE: Duration = Duration::from_secs(30);
 /// A Secret the spec names may be created after the cluster: look again soon.
@@ -142,11 +145,12 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         .list(&selector)
         .await?
         .items;
-    let pods = observe::member_pods(&pods);
     let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
         .list(&selector)
         .await?
         .items;
+    adopt::adopt(&ctx, &cluster, &pods, &claims).await?;
+    let pods = observe::member_pods(&pods);
     let access = Access {
         names: names.clone(),
         tls: client_tls,
@@ -212,7 +216,8 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         }
         Step::Converged => Action::requeue(IDLE),
         Step::QuorumLost { .. } => Action::requeue(IDLE),
-        _ => Action::requeue(BUSY),
+        Step::Wait { .. } => Action::requeue(BUSY),
+        _ => Action::requeue(CHANGED),
     })
 }
 
@@ -306,19 +311,14 @@ async fn execute(
             }))
             .await?;
             let mut client = any_member(access, pods).await?;
-            client
-                .member_add(
-                    [access.names.peer_url(member)],
-                    Some(MemberAddOptions::new().with_is_learner()),
-                )
-                .await?;
-            event(
-                ctx,
-                cluster,
-                "MemberAdded",
-                &format!("added {member} to etcd as a learner"),
-            )
-            .await;
+            let learner = Some(MemberAddOptions::new().with_is_learner());
+            let added = client
+                .member_add([access.names.peer_url(member)], learner)
+                .await;
+            if !etcd_asks_to_wait(added)? {
+                let note = format!("added {member} to etcd as a learner");
+                event(ctx, cluster, "MemberAdded", &note).await;
+            }
         }
         Step::StartMember {
             member,
@@ -356,15 +356,11 @@ async fn execute(
             }))
             .await?;
             let mut client = any_member(access, pods).await?;
-            client.member_remove(*id).await?;
-            let who = member.clone().unwrap_or_else(|| format!("{id:x}"));
-            event(
-                ctx,
-                cluster,
-                "MemberRemoved",
-                &format!("removed {who} from etcd: {reason}"),
-            )
-            .await;
+            if !etcd_asks_to_wait(client.member_remove(*id).await)? {
+                let who = member.clone().unwrap_or_else(|| format!("{id:x}"));
+                let note = format!("removed {who} from etcd: {reason}");
+                event(ctx, cluster, "MemberRemoved", &note).await;
+            }
         }
         Step::DeleteMemberResources { member } => {
             delete_pod(ctx, &ns, member).await?;
@@ -477,6 +473,24 @@ fn ignore_exists(result: Result<(), kube::Error>) -> Result<(), Error> {
     match result {
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         other => Ok(other?),
+    }
+}
+
+/// Whether etcd turned a membership change down for now: it refuses one until every voter has
+/// been connected for its health interval (5 s), so right after a member joined. Not an error:
+/// the recorded change is tried again shortly.
+fn etcd_asks_to_wait<T>(result: Result<T, etcd_client::Error>) -> Result<bool, Error> {
+    match result {
+        Ok(_) => Ok(false),
+        Err(e) => {
+            let text = e.to_string();
+            if text.contains("unhealthy cluster") || text.contains("not enough started members") {
+                tracing::debug!(reason = %text, "etcd asks to wait before the membership change");
+                Ok(true)
+            } else {
+                Err(e.into())
+            }
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! one step (`etcd_cluster::plan`, pure) -> record intent -> execute -> status. Builders of
 //! pods, claims and Services are pure ([`build`]).
 
+pub mod adopt;
 pub mod build;
 pub mod controller;
 pub mod metrics;

@@ -11,13 +11,14 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("etcd.database.coreos.com", "etcdclusters", "watch"),
     // controller.rs patch_status / record: server-side apply of status.
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
-    // main.rs owns(): the pod watch; controller.rs: list, create, delete, upgrade patch.
+    // main.rs owns(): the pod watch; controller.rs: list, create, delete; upgrade.rs and
+    // adopt.rs: patch.
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "create"),
     ("", "pods", "delete"),
     ("", "pods", "patch"),
-    // controller.rs: member claims (patched with the version of an upgraded member).
+    // controller.rs: member claims (patched by upgrade.rs and adopt.rs).
     ("", "persistentvolumeclaims", "list"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "delete"),

@@ -15,6 +15,8 @@ use crate::observe::MemberPod;
 pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
+/// Where members keep their data (False: emptyDir).
+pub const DATA_PERSISTENT: &str = "DataPersistent";
 
 /// The change recorded in status, as the planner's intent.
 pub fn intent(cluster: &EtcdCluster) -> Option<Intent> {
@@ -246,6 +248,7 @@ pub fn report(
             progress_reason,
             &progress_message,
         ),
+        persistence(cluster, observed.persistent),
         condition(
             cluster,
             DEGRADED,
@@ -272,6 +275,27 @@ pub fn report(
         "conditions": conditions,
         "membershipChange": change_json(cluster, &intent_after(step, &observed.intent)),
     })
+}
+
+/// Where members keep their data: said in status, since emptyDir loses it with the pod.
+fn persistence(cluster: &EtcdCluster, persistent: bool) -> ClusterCondition {
+    if persistent {
+        condition(
+            cluster,
+            DATA_PERSISTENT,
+            true,
+            "PersistentVolumeClaims",
+            "each member keeps its data on its own claim",
+        )
+    } else {
+        condition(
+            cluster,
+            DATA_PERSISTENT,
+            false,
+            "EmptyDir",
+            "members keep their data in emptyDir: a member whose pod is deleted loses it and is replaced; set pod.persistentVolumeClaimSpec to keep it",
+        )
+    }
 }
 
 fn step_reason(step: &Step) -> &'static str {

@@ -1080,3 +1080,107 @@ async fn an_operator_killed_while_scaling_or_upgrading_finishes_after_a_restart(
     assert_eq!(client.member_list().await.unwrap().members().len(), 3);
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// The adoption contract: members made outside this EtcdCluster (here: orphaned by deleting
+/// the previous one with `propagationPolicy: Orphan`) are taken over by a new EtcdCluster of
+/// the same name, created paused and then unpaused, without a restart, and are then managed
+/// (scaled) like its own.
+#[tokio::test]
+async fn orphaned_members_are_adopted_without_restarts_and_then_managed() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-adopt").await;
+    let name = "example-etcd-cluster";
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    client.put("kept", "yes", None).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let before = pod_identities(&pods).await;
+
+    clusters
+        .delete(name, &DeleteParams::orphan())
+        .await
+        .unwrap();
+    let gone = await_condition(clusters.clone(), name, |c: Option<&EtcdCluster>| {
+        c.is_none()
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(60), gone)
+        .await
+        .unwrap()
+        .unwrap();
+    let orphaned = |p: &Pod| p.owner_references().is_empty();
+    for pod in before.keys() {
+        wait_until(&pods, pod, "the member orphaned", 60, orphaned)
+            .await
+            .unwrap();
+    }
+
+    let mut cluster = example(3);
+    cluster.spec.paused = Some(true);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let paused = |c: &EtcdCluster| c.status.as_ref().and_then(|s| s.control_paused) == Some(true);
+    wait_until(&clusters, name, "the new cluster paused", 60, paused)
+        .await
+        .unwrap();
+    let patch = json!({"spec": {"paused": false}});
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_until(&clusters, name, "3 adopted members", 120, converged(3))
+        .await
+        .unwrap();
+    let uid = clusters.get(name).await.unwrap().metadata.uid.unwrap();
+    for pod in before.keys() {
+        let owned = {
+            let uid = uid.clone();
+            move |p: &Pod| p.owner_references().iter().any(|o| o.uid == uid)
+        };
+        wait_until(&pods, pod, "the member adopted", 60, owned)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        pod_identities(&pods).await,
+        before,
+        "an adopted member was restarted"
+    );
+
+    resize(&clusters, 4).await;
+    wait_until(&clusters, name, "4 ready members", 240, converged(4))
+        .await
+        .unwrap();
+    let options = etcd_client::GetOptions::new().with_serializable();
+    let newest = member_pods(&kube, &ns).await.pop().unwrap();
+    let mut fresh = member_client(&kube, &ns, &newest).await;
+    assert_eq!(
+        fresh.get("kept", Some(options)).await.unwrap().kvs().len(),
+        1
+    );
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// Each member pod's UID and etcd container restart count.
+async fn pod_identities(pods: &Api<Pod>) -> std::collections::BTreeMap<String, (String, i32)> {
+    let list = pods
+        .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map_or(0, |c| c[0].restart_count);
+            (p.name_any(), (p.metadata.uid.unwrap(), restarts))
+        })
+        .collect()
+}

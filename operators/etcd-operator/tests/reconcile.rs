@@ -154,7 +154,7 @@ async fn a_new_cluster_records_the_seed_before_creating_it() {
     expect_seed(&mut api, &c).await;
     assert_eq!(
         task.await.unwrap(),
-        Action::requeue(std::time::Duration::from_secs(2))
+        Action::requeue(std::time::Duration::from_millis(500))
     );
     api.expect_silence().await;
 }
