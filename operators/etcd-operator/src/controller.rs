@@ -25,7 +25,7 @@ use thiserror::Error;
 use crate::adopt;
 use crate::build::{self, Bootstrap};
 use crate::metrics::Metrics;
-use crate::observe::{self, Access, MemberPod};
+use crate::observe::{self, Access, ClaimRecord, MemberPod};
 use crate::scope::Scope;
 use crate::status;
 use crate::tls::{self, Dereferenced, TlsSecrets};
@@ -191,7 +191,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         _ => None,
     };
     if let Some(upgrade) = &upgrade {
-        outcome = upgrade::execute(&ctx, &cluster, &pods, upgrade).await;
+        outcome = upgrade::execute(&ctx, &cluster, &pods, &live_claims, upgrade).await;
     }
     let report = status::report(
         &cluster,
@@ -250,21 +250,26 @@ async fn report_invalid(
 }
 
 /// Executes one step. Steps that change membership record their intent in status first.
-/// `claims` are the data claims by member, with the version their data was last run with.
+/// `claims` are the data claims by member, with what they record about their data.
 async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
     access: &Access,
     pods: &[MemberPod],
-    claims: &BTreeMap<String, Option<String>>,
+    claims: &BTreeMap<String, ClaimRecord>,
     step: &Step,
 ) -> Result<(), Error> {
-    // The version a pod is created with: see `starting_version`.
+    // The version a pod is created with (see `starting_version`), and for a member restarting
+    // in the middle of an upgrade, the version it came from.
     let version_of = |member: &str| {
         let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
-        let own = claims.get(member).cloned().flatten();
+        let record = claims.get(member).cloned().unwrap_or_default();
         let running = pods.iter().filter_map(|p| p.version.as_deref());
-        starting_version(&target, own.as_deref(), running).to_string()
+        let version = starting_version(&target, record.version.as_deref(), running).to_string();
+        let from = record
+            .upgraded_from
+            .filter(|_| record.version.as_deref() == Some(&version));
+        (version, from)
     };
     let ns = cluster.namespace().unwrap_or_default();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
@@ -295,8 +300,16 @@ async fn execute(
                 cluster.uid().unwrap_or_default(),
                 rand::random::<u32>()
             );
-            let version = version_of(member);
-            create_member(ctx, cluster, member, &Bootstrap::New { token }, &version).await?;
+            let (version, _) = version_of(member);
+            create_member(
+                ctx,
+                cluster,
+                member,
+                &Bootstrap::New { token },
+                &version,
+                None,
+            )
+            .await?;
             event(
                 ctx,
                 cluster,
@@ -327,8 +340,8 @@ async fn execute(
             let bootstrap = Bootstrap::Existing {
                 initial_cluster: initial_cluster.clone(),
             };
-            let version = version_of(member);
-            create_member(ctx, cluster, member, &bootstrap, &version).await?;
+            let (version, from) = version_of(member);
+            create_member(ctx, cluster, member, &bootstrap, &version, from).await?;
             event(
                 ctx,
                 cluster,
@@ -437,6 +450,7 @@ async fn create_member(
     member: &str,
     bootstrap: &Bootstrap,
     version: &str,
+    upgraded_from: Option<String>,
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     if let Some(claim) = build::claim(cluster, member, version) {
@@ -448,15 +462,13 @@ async fn create_member(
                 .map(|_| ()),
         )?;
     }
+    let mut pod = build::pod(cluster, member, bootstrap, version);
+    if let Some(from) = upgraded_from {
+        pod.annotations_mut()
+            .insert(build::UPGRADED_FROM_ANNOTATION.into(), from);
+    }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    ignore_exists(
-        pods.create(
-            &PostParams::default(),
-            &build::pod(cluster, member, bootstrap, version),
-        )
-        .await
-        .map(|_| ()),
-    )?;
+    ignore_exists(pods.create(&PostParams::default(), &pod).await.map(|_| ()))?;
     Ok(())
 }
 

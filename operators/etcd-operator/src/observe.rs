@@ -112,15 +112,27 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
         .collect()
 }
 
-/// Data claims that are not being deleted, by member name, with the etcd version their data
-/// was last run with (when annotated).
-pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, Option<String>> {
+/// What a member's claim records about its data (annotations).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimRecord {
+    /// The etcd version its data was last run with.
+    pub version: Option<String>,
+    /// The version an unfinished in-place upgrade moved it from.
+    pub upgraded_from: Option<String>,
+}
+
+/// Data claims that are not being deleted, by member name, with what they record.
+pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, ClaimRecord> {
     claims
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter_map(|c| {
             let member = c.labels().get(MEMBER_LABEL)?.clone();
-            Some((member, c.annotations().get(VERSION_ANNOTATION).cloned()))
+            let record = ClaimRecord {
+                version: c.annotations().get(VERSION_ANNOTATION).cloned(),
+                upgraded_from: c.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
+            };
+            Some((member, record))
         })
         .collect()
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::build::{UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
 use crate::controller::{Context, Error, event, ignore_missing, warn};
-use crate::observe::MemberPod;
+use crate::observe::{ClaimRecord, MemberPod};
 
 /// Each member pod's version and state as the upgrade planner needs them.
 pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<String, PodVersion> {
@@ -58,6 +58,7 @@ pub async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
     pods: &[MemberPod],
+    claims: &BTreeMap<String, ClaimRecord>,
     step: &UpgradeStep,
 ) -> Result<(), Error> {
     let target = cluster.spec.version();
@@ -87,10 +88,19 @@ pub async fn execute(
         }
         UpgradeStep::Done => {
             // The upgrade is over: nothing to go back to any more.
-            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace(cluster));
+            let ns = namespace(cluster);
             let forget = json!({"metadata": {"annotations": {UPGRADED_FROM_ANNOTATION: null}}});
+            let params = PatchParams::default();
+            let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
             for pod in pods.iter().filter(|p| p.upgraded_from.is_some()) {
-                api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&forget))
+                pod_api
+                    .patch(&pod.name, &params, &Patch::Merge(&forget))
+                    .await?;
+            }
+            let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+            for (name, _) in claims.iter().filter(|(_, c)| c.upgraded_from.is_some()) {
+                claim_api
+                    .patch(name, &params, &Patch::Merge(&forget))
                     .await?;
             }
         }
@@ -110,7 +120,8 @@ async fn move_pod(
 ) -> Result<(), Error> {
     let ns = namespace(cluster);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let record = json!({"metadata": {"annotations": {VERSION_ANNOTATION: version}}});
+    // Both annotations on the claim too: a pod deleted meanwhile comes back as it was moved.
+    let record = json!({"metadata": {"annotations": {VERSION_ANNOTATION: version, UPGRADED_FROM_ANNOTATION: from}}});
     ignore_missing(
         claims
             .patch(member, &PatchParams::default(), &Patch::Merge(&record))
