@@ -2,9 +2,10 @@
 //! restore controller): the HTTP server for `/metrics`, `/healthz` and `/readyz` ([`http`]),
 //! graceful shutdown on SIGTERM/SIGINT ([`shutdown`]) and leader election on a
 //! `coordination.k8s.io/v1` Lease ([`leader`]), and the start-up that ties them together with
-//! the flags every operator takes ([`process`]). Logging set-up is `backup_cli::init_logging`,
+//! the flags every operator takes ([`process`]), and Events about managed objects ([`events`]). Logging set-up is `backup_cli::init_logging`,
 //! shared with the jobs.
 
+pub mod events;
 pub mod http;
 pub mod leader;
 pub mod process;

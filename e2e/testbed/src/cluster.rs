@@ -122,6 +122,28 @@ pub fn deploy_manifests(
     Ok(docs)
 }
 
+/// The logs of an in-cluster operator's pods (`selector`): one of them became leader, and none
+/// logged a refused request (its RBAC, checked live). Panics with the logs otherwise.
+pub fn assert_leader_and_no_refusals(kubeconfig: &Path, ns: &str, selector: &str) {
+    let output = kubectl(kubeconfig)
+        .args([
+            "--namespace",
+            ns,
+            "logs",
+            "--tail=-1",
+            "--selector",
+            selector,
+        ])
+        .output()
+        .expect("kubectl logs");
+    let logs = String::from_utf8_lossy(&output.stdout);
+    assert!(logs.contains("became leader"), "no leader in:\n{logs}");
+    assert!(
+        !logs.to_lowercase().contains("forbidden"),
+        "a request was refused:\n{logs}"
+    );
+}
+
 /// `kubectl`: the bed's own 1.20.2 build when present, else the one on `PATH`.
 pub fn kubectl(kubeconfig: &Path) -> Command {
     let bed = crate::kube::bin_dir().join("kubectl");

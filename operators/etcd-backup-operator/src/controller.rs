@@ -16,8 +16,9 @@ use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource, ResourceExt};
+use operator_runtime::events::Events;
 
 use crate::execute::{self, Outcome, RunError};
 use crate::local::LocalVolume;
@@ -49,7 +50,7 @@ pub enum Error {
 /// What reconcile needs. Small, shared, and built with a mock client in tests.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: Events,
     pub metrics: Arc<Metrics>,
     pub runs: Arc<Runs>,
     pub clock: Clock,
@@ -68,12 +69,8 @@ impl Context {
         runs: Arc<Runs>,
         clock: Clock,
     ) -> Self {
-        let reporter = Reporter {
-            controller: MANAGER.into(),
-            instance,
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: Events::new(client.clone(), MANAGER, instance),
             client,
             metrics,
             runs,
@@ -260,7 +257,7 @@ async fn run(
                 Event {
                     type_: EventType::Warning,
                     reason: "BackupFailed".into(),
-                    note: Some(truncate_note(format!("{}: {e}", e.reason()))),
+                    note: Some(format!("{}: {e}", e.reason())),
                     action: "Backup".into(),
                     secondary: None,
                 },
@@ -278,7 +275,7 @@ async fn run(
         let warning = Event {
             type_: EventType::Warning,
             reason: "PruneFailed".into(),
-            note: Some(truncate_note(format!("removing old backups failed: {e}"))),
+            note: Some(format!("removing old backups failed: {e}")),
             action: "Prune".into(),
             secondary: None,
         };
@@ -375,7 +372,7 @@ async fn finalize(
                     let event = Event {
                         type_: EventType::Warning,
                         reason: "DeleteBackupsFailed".into(),
-                        note: Some(truncate_note(e.to_string())),
+                        note: Some(e.to_string()),
                         action: "Delete".into(),
                         secondary: None,
                     };
@@ -398,9 +395,9 @@ fn backups_kept(cause: &str) -> Event {
     Event {
         type_: EventType::Warning,
         reason: "BackupsKept".into(),
-        note: Some(truncate_note(format!(
+        note: Some(format!(
             "deletionPolicy Delete was not applied, the stored backups were kept: the spec is invalid ({cause})"
-        ))),
+        )),
         action: "Delete".into(),
         secondary: None,
     }
@@ -421,7 +418,7 @@ async fn report_invalid_spec(
         let event = Event {
             type_: EventType::Warning,
             reason: error.reason().into(),
-            note: Some(truncate_note(error.to_string())),
+            note: Some(error.to_string()),
             action: "Validate".into(),
             secondary: None,
         };
@@ -476,7 +473,7 @@ async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result
     let event = Event {
         type_: EventType::Warning,
         reason: "InvalidObject".into(),
-        note: Some(truncate_note(message)),
+        note: Some(message),
         action: "Validate".into(),
         secondary: None,
     };
@@ -557,26 +554,11 @@ fn same_status(a: &EtcdBackupStatus, b: &EtcdBackupStatus) -> bool {
 }
 
 async fn publish(ctx: &Context, event: &Event, reference: &ObjectReference) {
-    if let Err(e) = ctx.recorder.publish(event, reference).await {
-        tracing::warn!(error = %e, reason = %event.reason, "could not publish an event");
-    }
+    ctx.events.send(event, reference).await;
 }
 
 /// Status times have whole seconds (metav1.Time); computing with the same precision keeps
 /// decisions stable across a status round trip.
 fn truncate(t: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
-}
-
-/// Event notes are limited to 1 kB.
-fn truncate_note(mut note: String) -> String {
-    if note.len() > 1000 {
-        let mut cut = 1000;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push('…');
-    }
-    note
 }

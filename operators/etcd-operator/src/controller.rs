@@ -18,8 +18,8 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
+use operator_runtime::events::Events;
 use thiserror::Error;
 
 use crate::adopt;
@@ -45,7 +45,7 @@ pub enum Error {
 
 pub struct Context {
     pub client: kube::Client,
-    pub recorder: Recorder,
+    pub events: Events,
     pub metrics: Arc<Metrics>,
     /// PodDisruptionBudgets as this server serves them (see [`disruption_budget_api`]).
     pub budgets: ApiResource,
@@ -61,12 +61,8 @@ impl Context {
         budgets: ApiResource,
         scope: Scope,
     ) -> Context {
-        let reporter = Reporter {
-            controller: MANAGER.into(),
-            instance,
-        };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: Events::new(client.clone(), MANAGER, instance),
             client,
             metrics,
             budgets,
@@ -192,6 +188,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     };
     if let Some(upgrade) = &upgrade {
         outcome = upgrade::execute(&ctx, &cluster, &pods, &live_claims, upgrade).await;
+        ctx.metrics.observe_upgrade(&ns, &name, upgrade);
     }
     let report = status::report(
         &cluster,
@@ -548,24 +545,15 @@ async fn patch_status(
 }
 
 pub(crate) async fn event(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
-    publish(ctx, cluster, EventType::Normal, reason, note).await;
+    ctx.events
+        .normal(&cluster.object_ref(&()), reason, note)
+        .await;
 }
 
 pub(crate) async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
-    publish(ctx, cluster, EventType::Warning, reason, note).await;
-}
-
-async fn publish(ctx: &Context, cluster: &EtcdCluster, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.into()),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
-        tracing::warn!(error = %e, "cannot publish event");
-    }
+    ctx.events
+        .warning(&cluster.object_ref(&()), reason, note)
+        .await;
 }
 
 pub fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {

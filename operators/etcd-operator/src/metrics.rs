@@ -1,6 +1,6 @@
 //! Prometheus metrics (`/metrics`), prefixed `etcd_cluster_`.
 
-use etcd_cluster::{Observed, Step};
+use etcd_cluster::{Observed, Step, UpgradeStep};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -26,6 +26,7 @@ pub struct Metrics {
     pub members_healthy: Family<ClusterLabels, Gauge>,
     pub quorum_lost: Family<ClusterLabels, Gauge>,
     pub membership_changes: Family<ChangeLabels, Counter>,
+    pub upgrade_steps: Family<ChangeLabels, Counter>,
     pub reconcile_errors: Counter,
 }
 
@@ -52,6 +53,12 @@ impl Default for Metrics {
             "Membership steps executed (seed, add, start, promote, remove, delete, restart)",
             membership_changes.clone(),
         );
+        let upgrade_steps = Family::<ChangeLabels, Counter>::default();
+        registry.register(
+            "upgrade_steps",
+            "Upgrade steps executed (upgrade, revert), and failed or refused upgrades each time reported",
+            upgrade_steps.clone(),
+        );
         let reconcile_errors = Counter::default();
         registry.register(
             "reconcile_errors",
@@ -64,6 +71,7 @@ impl Default for Metrics {
             members_healthy,
             quorum_lost,
             membership_changes,
+            upgrade_steps,
             reconcile_errors,
         }
     }
@@ -103,10 +111,50 @@ impl Metrics {
         self.membership_changes.get_or_create(&labels).inc();
     }
 
+    pub fn observe_upgrade(&self, namespace: &str, name: &str, step: &UpgradeStep) {
+        let kind = match step {
+            UpgradeStep::Upgrade { .. } => "upgrade",
+            UpgradeStep::Revert { .. } => "revert",
+            UpgradeStep::Failed { .. } => "failed",
+            UpgradeStep::Refused(_) => "refused",
+            UpgradeStep::Wait { .. } | UpgradeStep::Done => return,
+        };
+        let labels = ChangeLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+            step: kind.into(),
+        };
+        self.upgrade_steps.get_or_create(&labels).inc();
+    }
+
     pub fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("metrics encode");
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upgrade_steps_are_counted_per_cluster_and_kind() {
+        let metrics = Metrics::default();
+        let step = UpgradeStep::Upgrade {
+            member: "c-1".into(),
+            from: "3.4.23".into(),
+        };
+        metrics.observe_upgrade("ns", "c", &step);
+        metrics.observe_upgrade("ns", "c", &UpgradeStep::Done);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"etcd_cluster_upgrade_steps_total{namespace="ns",name="c",step="upgrade"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(r#"step="done""#), "{text}");
     }
 }

@@ -474,12 +474,34 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
     kube.delete_namespace(&ns).await.unwrap();
 }
 
-/// coreos's scope annotation: a `--cluster-wide` operator manages the annotated cluster and
-/// leaves the other (in the same namespace) to a namespaced operator, and the reverse.
+/// coreos's scope annotation, with the shipped cluster-wide deployment: `deploy/cluster-wide/`
+/// runs in-cluster from its image (two replicas, its ClusterRole checked live: no request
+/// refused) and manages the annotated cluster in another namespace, while the cluster without
+/// the annotation beside it is left to a namespaced operator.
 #[tokio::test]
 async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annotation() {
-    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-scope").await;
-    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    use k8s_openapi::api::apps::v1::Deployment;
+
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-wide").await;
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/cluster-wide");
+    let manifests =
+        testbed::cluster::deploy_manifests(deploy.as_ref(), &ns, "etcd-operator").unwrap();
+    kube.apply(&manifests, &ns).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
+    let ready = |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas) == Some(2);
+    wait_until(
+        &deployments,
+        "etcd-operator-cluster-wide",
+        "2 ready operator replicas",
+        180,
+        ready,
+    )
+    .await
+    .unwrap();
+
+    let clusters_ns = kube.namespace("etcd-op-scope").await.unwrap();
+    let _clusters_report = kube.report_on_failure(&clusters_ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &clusters_ns);
     let mut wide = example(1);
     wide.metadata.name = Some("wide".into());
     wide.annotations_mut().insert(
@@ -494,7 +516,6 @@ async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annot
             .await
             .unwrap();
     }
-    let _cluster_wide = Operator::start_with(&kube, &["--cluster-wide"]);
     wait_until(
         &clusters,
         "wide",
@@ -507,13 +528,13 @@ async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annot
     // The cluster-wide operator has reconciled; the other cluster is not its own.
     let untouched = clusters.get("local").await.unwrap();
     assert!(untouched.status.is_none(), "{:?}", untouched.status);
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &clusters_ns);
     let local_pods = pods
         .list(&ListParams::default().labels("etcd_cluster=local"))
         .await
         .unwrap();
     assert!(local_pods.items.is_empty());
-    let _namespaced = Operator::start(&kube, &ns);
+    let _namespaced = Operator::start(&kube, &clusters_ns);
     wait_until(
         &clusters,
         "local",
@@ -523,6 +544,13 @@ async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annot
     )
     .await
     .unwrap();
+
+    testbed::cluster::assert_leader_and_no_refusals(
+        &kube.kubeconfig,
+        &ns,
+        "app.kubernetes.io/name=etcd-operator-cluster-wide",
+    );
+    kube.delete_namespace(&clusters_ns).await.unwrap();
     kube.delete_namespace(&ns).await.unwrap();
 }
 

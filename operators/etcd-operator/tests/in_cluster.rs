@@ -119,22 +119,10 @@ async fn operator_image_with_shipped_manifests_runs_the_coreos_example() {
     assert_ne!(new_leader, leader);
 
     // Least privilege, checked live: no request of the operator was refused.
-    let logs = testbed::cluster::kubectl(&kube.kubeconfig)
-        .args([
-            "--namespace",
-            &ns,
-            "logs",
-            "--selector",
-            "app.kubernetes.io/name=etcd-operator",
-            "--tail=-1",
-        ])
-        .output()
-        .unwrap();
-    let logs = String::from_utf8_lossy(&logs.stdout);
-    assert!(logs.contains("became leader"), "{logs}");
-    assert!(
-        !logs.to_lowercase().contains("forbidden"),
-        "a request was refused:\n{logs}"
+    testbed::cluster::assert_leader_and_no_refusals(
+        &kube.kubeconfig,
+        &ns,
+        "app.kubernetes.io/name=etcd-operator",
     );
     kube.delete_namespace(&ns).await.unwrap();
 }
