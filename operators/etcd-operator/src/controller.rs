@@ -199,6 +199,13 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         &outcome,
     );
     ctx.metrics.observe(&ns, &name, &observed, &step);
+    // A new cause of degradation (a failed step, a member that does not run) is announced once.
+    let previous = serde_json::to_value(&cluster.status).unwrap_or_default();
+    if let Some(cause) = status::degraded_cause(&report)
+        && status::degraded_cause(&previous).as_ref() != Some(&cause)
+    {
+        warn(&ctx, &cluster, "Degraded", &cause).await;
+    }
     patch_status(&clusters, &name, report).await?;
     outcome?;
     Ok(match step {

@@ -7,7 +7,9 @@
 use backup_api::{ClusterCondition, ClusterPhase, EtcdCluster, MembershipChange};
 use std::collections::BTreeMap;
 
-use etcd_cluster::{Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version};
+use etcd_cluster::{
+    ContainerFailure, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version,
+};
 use serde_json::{Value, json};
 
 use crate::observe::MemberPod;
@@ -228,8 +230,19 @@ pub fn report(
         _ => Value::Null,
     };
     let degraded = members.iter().any(|m| !m.healthy) || !unready.is_empty() || outcome.is_err();
+    // Why members do not run, as the kubelet says (a missing image, a crash loop).
+    let failures: Vec<String> = pods
+        .iter()
+        .filter_map(|p| {
+            let cause = match p.failure.as_ref()? {
+                ContainerFailure::Image(cause) | ContainerFailure::Crashing(cause) => cause,
+            };
+            Some(format!("{}: {cause}", p.name))
+        })
+        .collect();
     let degraded_message = match outcome {
         Err(e) => e.to_string(),
+        Ok(()) if !failures.is_empty() => failures.join("; "),
         Ok(()) if degraded => format!("unready members: {}", unready.join(", ")),
         Ok(()) => "every member is healthy".into(),
     };
@@ -275,6 +288,17 @@ pub fn report(
         "conditions": conditions,
         "membershipChange": change_json(cluster, &intent_after(step, &observed.intent)),
     })
+}
+
+/// The Degraded condition's message when it is True and a cause is known (a failed step or a
+/// member that does not run), so that a change of cause can be announced once as a Warning.
+pub fn degraded_cause(status: &Value) -> Option<String> {
+    let degraded = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == DEGRADED && c["status"] == "True")?;
+    let message = degraded["message"].as_str()?;
+    (!message.starts_with("unready members")).then(|| message.to_string())
 }
 
 /// Where members keep their data: said in status, since emptyDir loses it with the pod.
@@ -386,5 +410,42 @@ mod tests {
             &Ok(()),
         );
         assert_ne!(third["conditions"][1], first["conditions"][1]);
+    }
+
+    #[test]
+    fn a_member_that_does_not_run_is_the_degraded_cause() {
+        let cluster: EtcdCluster = serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns", "generation": 1},
+            "spec": {"size": 1, "version": "3.4.99"},
+        }))
+        .unwrap();
+        let pods = [MemberPod {
+            name: "c-0".into(),
+            state: PodState::Pending,
+            ip: None,
+            version: Some("3.4.99".into()),
+            running_image: None,
+            upgraded_from: None,
+            failure: Some(ContainerFailure::Image("ErrImagePull: not found".into())),
+            restarts: 0,
+        }];
+        let step = Step::Wait {
+            reason: "seed member c-0 is starting".into(),
+        };
+        let report = report(&cluster, &Observed::default(), &pods, &step, None, &Ok(()));
+        assert_eq!(
+            degraded_cause(&report).as_deref(),
+            Some("c-0: ErrImagePull: not found")
+        );
+        // Merely unready members are no cause to announce.
+        let mut starting = pods.clone();
+        starting[0].failure = None;
+        let report = report_of(&cluster, &starting, &step);
+        assert_eq!(degraded_cause(&report), None);
+    }
+
+    fn report_of(cluster: &EtcdCluster, pods: &[MemberPod], step: &Step) -> Value {
+        report(cluster, &Observed::default(), pods, step, None, &Ok(()))
     }
 }

@@ -1238,3 +1238,77 @@ async fn pod_identities(pods: &Api<Pod>) -> std::collections::BTreeMap<String, (
         })
         .collect()
 }
+
+/// Bad input the schema cannot catch: an image that does not exist, and a claim spec the API
+/// server refuses. Each is reported (Degraded with the cause, once as a Warning), and no
+/// member pod is made without its claim.
+#[tokio::test]
+async fn a_missing_image_and_a_refused_claim_spec_are_reported() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-bad").await;
+    let _operator = Operator::start(&kube, &ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    let mut missing = example(1);
+    missing.metadata.name = Some("missing".into());
+    missing.spec.version = Some("3.4.99".into());
+    let mut bad_claim = serde_json::to_value(example(1)).unwrap();
+    bad_claim["metadata"]["name"] = json!("bad-claim");
+    bad_claim["spec"]["pod"]["persistentVolumeClaimSpec"]["resources"]["requests"]["storage"] =
+        json!("lots");
+    let bad_claim: EtcdCluster = serde_json::from_value(bad_claim).unwrap();
+    for cluster in [&missing, &bad_claim] {
+        clusters
+            .create(&PostParams::default(), cluster)
+            .await
+            .unwrap();
+    }
+    let degraded = |needle: &'static str| {
+        move |c: &EtcdCluster| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.type_ == "Degraded"
+                            && c.status == "True"
+                            && c.message.as_deref().unwrap_or("").contains(needle)
+                    })
+                })
+        }
+    };
+    wait_until(
+        &clusters,
+        "missing",
+        "the missing image reported",
+        120,
+        degraded("ImagePull"),
+    )
+    .await
+    .unwrap();
+    wait_until(
+        &clusters,
+        "bad-claim",
+        "the refused claim reported",
+        60,
+        degraded("quantities"),
+    )
+    .await
+    .unwrap();
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    for (cluster, needle) in [("missing", "ImagePull"), ("bad-claim", "quantities")] {
+        assert!(
+            events.iter().any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().unwrap_or("").contains(needle)
+            }),
+            "no Warning for {cluster}"
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    assert!(pods.get_opt("bad-claim-0").await.unwrap().is_none());
+    kube.delete_namespace(&ns).await.unwrap();
+}
