@@ -1,10 +1,11 @@
 //! EtcdCluster domain logic, free of Kubernetes and of any runtime: member naming and URLs
 //! ([`naming`]), supported version paths ([`version`]), the membership planner ([`plan`]) and
 //! the rolling-upgrade planner ([`upgrade`]) that the `etcd-operator` executes one step at a
-//! time.
+//! time, and each member's restore command for a restore from a snapshot ([`restore`]).
 
 pub mod naming;
 pub mod plan;
+pub mod restore;
 pub mod upgrade;
 pub mod version;
 
