@@ -13,6 +13,6 @@ pub use naming::ClusterNames;
 pub use plan::{Intent, Member, Observed, PodState, Step, plan};
 pub use upgrade::{
     ContainerFailure, PodVersion, UpgradeStep, current_version, failed_upgrade, plan_upgrade,
-    starting_version,
+    settled, starting_version,
 };
 pub use version::{EtcdVersion, Upgrade, VersionError, check_upgrade};

@@ -128,11 +128,16 @@ impl ClusterNames {
         )
     }
 
-    /// The member a peer URL belongs to (its host's first label), if it is one of ours.
+    /// The member a peer URL belongs to (its host's first label), if it is one of ours. Any
+    /// cluster domain is accepted: a changed `ClusterDomain` must not make members strangers
+    /// (which would read as lost quorum).
     pub fn member_of_peer_url(&self, url: &str) -> Option<String> {
         let host = url.split("://").nth(1)?.split([':', '/']).next()?;
         let member = host.split('.').next()?;
-        (self.host(member) == host && self.ordinal(member).is_some()).then(|| member.to_string())
+        let ours = host
+            .strip_prefix(&format!("{member}.{}.{}.svc", self.cluster, self.namespace))
+            .is_some_and(|domain| domain.is_empty() || domain.starts_with('.'));
+        (ours && self.ordinal(member).is_some()).then(|| member.to_string())
     }
 
     /// etcd's `--initial-cluster` for these members: `name=peerURL,...`.
@@ -182,6 +187,19 @@ mod tests {
             Some("example-4".into())
         );
         assert_eq!(n.member_of_peer_url("http://10.0.0.1:2380"), None);
+        // Another cluster domain (ClusterDomain changed): still ours; another namespace: not.
+        assert_eq!(
+            n.member_of_peer_url("http://example-4.example.prod.svc:2380"),
+            Some("example-4".into())
+        );
+        assert_eq!(
+            n.member_of_peer_url("http://example-4.example.other.svc.cluster.local:2380"),
+            None
+        );
+        assert_eq!(
+            n.member_of_peer_url("http://example-4.example.prod.svcx:2380"),
+            None
+        );
         assert_eq!(
             n.initial_cluster(["example-0", "example-1"]),
             "example-0=http://example-0.example.prod.svc.cluster.local:2380,example-1=http://example-1.example.prod.svc.cluster.local:2380"

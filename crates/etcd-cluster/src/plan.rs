@@ -83,6 +83,9 @@ pub struct Observed {
     pub reserved: BTreeSet<String>,
     /// etcd's member list, or `None` when no member answered.
     pub members: Option<Vec<Member>>,
+    /// The list came from the leader. A follower's may lag (miss a member just added), so
+    /// without it nothing is removed or deleted.
+    pub leader_list: bool,
     /// Members whose pods keep crashing (restarted again and again, not part of an
     /// upgrade), with the cause: they cannot rejoin on their data.
     pub crashing: BTreeMap<String, String>,
@@ -279,6 +282,10 @@ fn plan_reachable(
         }
         Some(Intent::Add { member }) => {
             return match by_name(member) {
+                // A follower's list may not show the add yet: ask the leader first.
+                None if !observed.leader_list => Step::Wait {
+                    reason: "the leader does not answer; the add is checked with it first".into(),
+                },
                 None if members.len() < size && members.iter().all(|m| m.healthy) => {
                     Step::AddLearner {
                         member: member.clone(),
@@ -296,6 +303,21 @@ fn plan_reachable(
                     }
                 }
                 Some(m) if !pods.contains_key(member) && !m.learner => Step::ClearIntent,
+                // A learner holds no data anyone needs: one no longer wanted (size went down)
+                // or that keeps crashing is removed instead of waited for.
+                Some(m)
+                    if m.learner
+                        && (members.len() > size || observed.crashing.contains_key(member)) =>
+                {
+                    Step::RemoveMember {
+                        member: Some(member.clone()),
+                        id: m.id,
+                        reason: match observed.crashing.get(member) {
+                            Some(cause) => format!("the learner cannot start ({cause})"),
+                            None => "the learner is no longer wanted (size went down)".into(),
+                        },
+                    }
+                }
                 Some(m) if m.learner && m.started && m.healthy => Step::Promote {
                     member: member.clone(),
                     id: m.id,
@@ -312,6 +334,12 @@ fn plan_reachable(
                     member: member.clone(),
                     id: *id,
                     reason: reason.clone(),
+                };
+            }
+            if !observed.leader_list {
+                return Step::Wait {
+                    reason: "the leader does not answer; the removal is checked with it first"
+                        .into(),
                 };
             }
             if let Some(member) = member
@@ -340,6 +368,13 @@ fn plan_reachable(
                 "{healthy_voters} of {} voting members healthy",
                 voters.len()
             ),
+        };
+    }
+
+    // Everything below may remove or delete: only on the leader's member list.
+    if !observed.leader_list {
+        return Step::Wait {
+            reason: "the leader does not answer; nothing is removed until it does".into(),
         };
     }
 

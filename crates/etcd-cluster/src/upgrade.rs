@@ -16,6 +16,9 @@ pub struct PodVersion {
     pub upgraded_from: Option<String>,
     /// Why its etcd container does not run, as the kubelet reports it.
     pub failure: Option<ContainerFailure>,
+    /// Its container has never started in this pod (restart count 0, failing on its image):
+    /// nothing of its version touched the data.
+    pub never_ran: bool,
 }
 
 impl PodVersion {
@@ -25,8 +28,23 @@ impl PodVersion {
             state,
             upgraded_from: None,
             failure: None,
+            never_ran: false,
         }
     }
+}
+
+/// Members moved by an upgrade that now run the target, ready: nothing to go back to for them
+/// any more (their data has been run by the new version), so the record of where they came
+/// from is dropped.
+pub fn settled(target: &EtcdVersion, pods: &BTreeMap<String, PodVersion>) -> Vec<String> {
+    pods.iter()
+        .filter(|(_, p)| {
+            p.upgraded_from.is_some()
+                && p.state == (PodState::Running { ready: true })
+                && EtcdVersion::parse(&p.version).ok().as_ref() == Some(target)
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// How a member's container fails (the kubelet's waiting reason and message).
@@ -57,7 +75,8 @@ pub enum UpgradeStep {
         cause: String,
     },
     /// The spec went back to the version this member was moved from, and the new image never
-    /// ran: move it back (in place, on its untouched data).
+    /// ran (or the member was made at a version whose image never ran): move it to `to` in
+    /// place, on its untouched data.
     Revert { member: String, to: String },
 }
 
@@ -71,6 +90,22 @@ pub fn failed_upgrade(
     pods: &BTreeMap<String, PodVersion>,
 ) -> Option<UpgradeStep> {
     for (name, pod) in pods {
+        // A pod made at a version whose image never ran (a new cluster or member with a bad
+        // version): move it to the version a new member would get now (the spec's, or the
+        // oldest the others run), its data untouched by the other.
+        if pod.never_ran && pod.upgraded_from.is_none() {
+            let others = pods
+                .iter()
+                .filter(|(other, _)| *other != name)
+                .map(|(_, p)| p.version.as_str());
+            let wanted = starting_version(target, None, others);
+            if EtcdVersion::parse(&pod.version).ok().as_ref() != Some(&wanted) {
+                return Some(UpgradeStep::Revert {
+                    member: name.clone(),
+                    to: wanted.to_string(),
+                });
+            }
+        }
         let (Some(from), Some(failure)) = (&pod.upgraded_from, &pod.failure) else {
             continue;
         };
@@ -148,9 +183,8 @@ pub fn plan_upgrade(
         .iter()
         .filter(|(_, p)| EtcdVersion::parse(&p.version).ok().as_ref() != Some(target))
         .collect();
-    if outdated.is_empty() {
-        return UpgradeStep::Done;
-    }
+    // Done only once every member runs the target and is ready: the last one moved (the
+    // leader) is still `Wait` until its new container has started and answers.
     if let Some(m) = members.iter().find(|m| !m.healthy) {
         let name = m.name.clone().unwrap_or_else(|| format!("{:x}", m.id));
         return UpgradeStep::Wait {
@@ -164,6 +198,9 @@ pub fn plan_upgrade(
         return UpgradeStep::Wait {
             reason: format!("member {name} is not ready; the upgrade waits"),
         };
+    }
+    if outdated.is_empty() {
+        return UpgradeStep::Done;
     }
     let is_leader = |name: &str| {
         members
@@ -307,6 +344,59 @@ mod tests {
         other.get_mut("c-0").unwrap().failure =
             Some(ContainerFailure::Crashing("CrashLoopBackOff".into()));
         assert_eq!(failed_upgrade(&new, &other), None);
+    }
+
+    #[test]
+    fn done_only_once_the_last_moved_member_runs_and_then_it_is_settled() {
+        let target = EtcdVersion::parse("3.5.16").unwrap();
+        let mut running = pods(&[("c-0", "3.5.16"), ("c-1", "3.5.16"), ("c-2", "3.5.16")]);
+        // The leader was patched last; its old container still runs (not ready yet).
+        running.get_mut("c-0").unwrap().state = PodState::Running { ready: false };
+        running.get_mut("c-0").unwrap().upgraded_from = Some("3.4.23".into());
+        assert!(matches!(
+            plan_upgrade(&target, &running, &members("c-0")),
+            UpgradeStep::Wait { .. }
+        ));
+        assert!(settled(&target, &running).is_empty());
+        running.get_mut("c-0").unwrap().state = PodState::Running { ready: true };
+        assert_eq!(
+            plan_upgrade(&target, &running, &members("c-0")),
+            UpgradeStep::Done
+        );
+        assert_eq!(settled(&target, &running), ["c-0"]);
+    }
+
+    #[test]
+    fn a_member_made_at_a_version_whose_image_never_ran_moves_to_the_spec_version() {
+        let target = EtcdVersion::parse("3.4.23").unwrap();
+        let mut seed = pods(&[("c-0", "3.4.99")]);
+        let pod = seed.get_mut("c-0").unwrap();
+        pod.state = PodState::Pending;
+        pod.failure = Some(ContainerFailure::Image("ErrImagePull".into()));
+        pod.never_ran = true;
+        assert_eq!(
+            failed_upgrade(&target, &seed),
+            Some(UpgradeStep::Revert {
+                member: "c-0".into(),
+                to: "3.4.23".into()
+            })
+        );
+        // A member joining others goes to what they run, never ahead of them.
+        let mut joining = seed.clone();
+        joining.insert(
+            "c-1".into(),
+            PodVersion::new("3.4.22", PodState::Running { ready: true }),
+        );
+        assert_eq!(
+            failed_upgrade(&target, &joining),
+            Some(UpgradeStep::Revert {
+                member: "c-0".into(),
+                to: "3.4.22".into()
+            })
+        );
+        // Once it has run, never.
+        seed.get_mut("c-0").unwrap().never_ran = false;
+        assert_eq!(failed_upgrade(&target, &seed), None);
     }
 
     #[test]

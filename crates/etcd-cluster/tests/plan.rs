@@ -34,6 +34,7 @@ fn healthy(n: u64) -> Observed {
         reserved: BTreeSet::new(),
         crashing: BTreeMap::new(),
         members: Some(members),
+        leader_list: true,
         intent: None,
         persistent: true,
         bootstrapped: true,
@@ -415,4 +416,52 @@ fn a_member_that_keeps_crashing_is_replaced_only_while_the_others_hold_quorum() 
     // Without quorum nothing is removed, crashing or not.
     member(&mut o, "c-2").healthy = false;
     assert!(matches!(plan(&names(), 3, &o), Step::QuorumLost { .. }));
+}
+
+#[test]
+fn nothing_is_removed_or_deleted_on_a_list_the_leader_did_not_give() {
+    // A follower catching up may not list a member just added: its pod and claim look like
+    // leftovers, and must not be deleted on that list.
+    let mut o = healthy(3);
+    o.pods.insert("c-3".into(), READY);
+    o.claims.insert("c-3".into());
+    o.leader_list = false;
+    assert!(matches!(plan(&names(), 3, &o), Step::Wait { .. }));
+    o.leader_list = true;
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::DeleteMemberResources {
+            member: "c-3".into()
+        }
+    );
+}
+
+#[test]
+fn a_learner_no_longer_wanted_or_unable_to_start_is_removed_not_waited_for() {
+    let mut o = healthy(3);
+    o.intent = Some(Intent::Add {
+        member: "c-3".into(),
+    });
+    o.members.as_mut().unwrap().push(Member {
+        id: 9,
+        name: Some("c-3".into()),
+        started: false,
+        learner: true,
+        healthy: false,
+        leader: false,
+    });
+    o.pods
+        .insert("c-3".into(), PodState::Running { ready: false });
+    assert!(matches!(plan(&names(), 4, &o), Step::Wait { .. }));
+    // Size lowered back to 3 meanwhile.
+    assert!(matches!(
+        plan(&names(), 3, &o),
+        Step::RemoveMember { id: 9, .. }
+    ));
+    // Or it keeps crashing.
+    o.crashing.insert("c-3".into(), "CrashLoopBackOff".into());
+    match plan(&names(), 4, &o) {
+        Step::RemoveMember { id: 9, reason, .. } => assert!(reason.contains("cannot start")),
+        other => panic!("{other:?}"),
+    }
 }

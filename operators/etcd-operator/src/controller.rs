@@ -9,7 +9,7 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    EtcdVersion, Intent, Observed, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade,
+    EtcdVersion, Intent, Observed, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade, settled,
     starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
@@ -123,7 +123,9 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         }
     };
 
-    // Observe.
+    // Observe. The recorded change is read fresh: the cache may not have this process's own
+    // last write yet, and planning without it would repeat or undo that change.
+    let cluster = Arc::new(clusters.get_status(&name).await?);
     let names = build::names(&cluster);
     let apply = PatchParams::apply(MANAGER).force();
     for service in build::services(&cluster) {
@@ -151,7 +153,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         names: names.clone(),
         tls: client_tls,
     };
-    let members = observe::members(&access, &pods).await;
+    let (members, leader_list) = observe::members(&access, &pods).await;
     let live_claims = observe::live_claims(&claims);
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
@@ -162,6 +164,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
             .filter_map(|p| Some((p.name.clone(), p.crash_loop()?)))
             .collect(),
         members,
+        leader_list,
         intent: status::intent(&cluster),
         persistent: build::persistent(&cluster.spec),
         bootstrapped: status::bootstrapped(&cluster),
@@ -171,12 +174,19 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     // holds everything else up until it runs again.
     let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
     let versions = upgrade::pod_versions(&cluster, &pods);
+    let settled = settled(&target, &versions);
+    if !settled.is_empty() {
+        upgrade::settle(&ctx, &cluster, &settled).await?;
+    }
     let failed = failed_upgrade(&target, &versions);
-    let step = match &failed {
-        Some(_) => Step::Wait {
+    let planned = plan(&names, cluster.spec.size as usize, &observed);
+    // While an upgrade is paused only restarts on claims go on (they delete nothing).
+    let step = match (&failed, planned) {
+        (None, step) => step,
+        (Some(_), step @ (Step::StartMember { .. } | Step::DeletePod { .. })) => step,
+        (Some(_), _) => Step::Wait {
             reason: "the upgrade is paused".into(),
         },
-        None => plan(&names, cluster.spec.size as usize, &observed),
     };
     tracing::debug!(cluster = %name, ?step, ?failed, "planned");
     let mut outcome = execute(&ctx, &cluster, &access, &pods, &live_claims, &step).await;
@@ -187,7 +197,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         _ => None,
     };
     if let Some(upgrade) = &upgrade {
-        outcome = upgrade::execute(&ctx, &cluster, &pods, &live_claims, upgrade).await;
+        outcome = upgrade::execute(&ctx, &cluster, upgrade).await;
         ctx.metrics.observe_upgrade(&ns, &name, upgrade);
     }
     let report = status::report(
@@ -199,13 +209,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         &outcome,
     );
     ctx.metrics.observe(&ns, &name, &observed, &step);
-    // A new cause of degradation (a failed step, a member that does not run) is announced once.
-    let previous = serde_json::to_value(&cluster.status).unwrap_or_default();
-    if let Some(cause) = status::degraded_cause(&report)
-        && status::degraded_cause(&previous).as_ref() != Some(&cause)
-    {
-        warn(&ctx, &cluster, "Degraded", &cause).await;
-    }
+    announce(&ctx, &cluster, &report).await;
     patch_status(&clusters, &name, report).await?;
     outcome?;
     Ok(match step {
@@ -234,6 +238,16 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
     TlsSecrets::of(&cluster.spec).validate()
 }
 
+/// A Warning for each condition that newly went bad (quorum lost, an invalid spec, a refused
+/// or failed upgrade, a new cause of degradation), once: not again on every reconcile while
+/// it stays so.
+async fn announce(ctx: &Context, cluster: &EtcdCluster, new_status: &serde_json::Value) {
+    let previous = serde_json::to_value(&cluster.status).unwrap_or_default();
+    for (reason, message) in status::new_warnings(&previous, new_status) {
+        warn(ctx, cluster, &reason, &message).await;
+    }
+}
+
 /// Bad input: a condition and a Warning, nothing else touched.
 async fn report_invalid(
     ctx: &Context,
@@ -243,13 +257,9 @@ async fn report_invalid(
 ) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    warn(ctx, cluster, "InvalidSpec", problem).await;
-    patch_status(
-        &clusters,
-        &cluster.name_any(),
-        status::invalid(cluster, problem),
-    )
-    .await?;
+    let status = status::invalid(cluster, problem);
+    announce(ctx, cluster, &status).await;
+    patch_status(&clusters, &cluster.name_any(), status).await?;
     Ok(then)
 }
 
@@ -407,18 +417,8 @@ async fn execute(
             .await;
         }
         Step::ClearIntent => record(None).await?,
-        Step::QuorumLost { dead, reason } => {
-            let message = format!(
-                "quorum lost ({reason}; dead: {}): nothing is deleted; restore the cluster from a backup with an EtcdRestore",
-                if dead.is_empty() {
-                    "all".to_string()
-                } else {
-                    dead.join(", ")
-                }
-            );
-            warn(ctx, cluster, "QuorumLost", &message).await;
-        }
-        Step::Wait { .. } | Step::Converged => {}
+        // Reported by the status (and a Warning when newly so), nothing done.
+        Step::QuorumLost { .. } | Step::Wait { .. } | Step::Converged => {}
     }
     Ok(())
 }

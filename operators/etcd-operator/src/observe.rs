@@ -31,26 +31,56 @@ pub struct MemberPod {
     pub upgraded_from: Option<String>,
     /// Why the etcd container does not run, if it does not.
     pub failure: Option<ContainerFailure>,
-    /// How often the kubelet has restarted the etcd container.
+    /// How often the kubelet has restarted the etcd container (over the pod's life).
     pub restarts: i32,
+    /// The kubelet's current crash back-off, in seconds: it doubles with each consecutive
+    /// crash (10, 20, 40, ...) and starts over once the container has run for 10 minutes.
+    pub backoff_seconds: Option<u64>,
 }
 
-/// Restarts after which a crashing member counts as unable to rejoin on its data (with the
-/// kubelet's back-off, about 70 s of crashing).
-pub const CRASH_RESTARTS: i32 = 3;
+/// A back-off this long means at least three crashes in a row (10 s, 20 s, 40 s), whatever
+/// the pod's lifetime restart count (which grows with every in-place upgrade) says.
+pub const CRASH_BACKOFF_SECONDS: u64 = 40;
 
 impl MemberPod {
     /// Why this member cannot rejoin, if it keeps crashing outside an upgrade (a failed
     /// upgrade is handled as such, not by replacing the member).
     pub fn crash_loop(&self) -> Option<String> {
-        match &self.failure {
-            Some(ContainerFailure::Crashing(cause))
-                if self.restarts >= CRASH_RESTARTS && self.upgraded_from.is_none() =>
+        match (&self.failure, self.backoff_seconds) {
+            (Some(ContainerFailure::Crashing(cause)), Some(backoff))
+                if backoff >= CRASH_BACKOFF_SECONDS && self.upgraded_from.is_none() =>
             {
-                Some(format!("{cause}, {} restarts", self.restarts))
+                Some(format!(
+                    "{cause}; crashing again and again (back-off {backoff} s)"
+                ))
             }
             _ => None,
         }
+    }
+}
+
+/// The kubelet's back-off from a CrashLoopBackOff message (`back-off 1m20s restarting failed
+/// container=...`), in seconds.
+pub fn backoff_seconds(message: &str) -> Option<u64> {
+    let rest = message.split("back-off ").nth(1)?;
+    let duration = rest.split_whitespace().next()?;
+    let (minutes, seconds) = match duration.split_once('m') {
+        Some((m, s)) => (m.parse::<u64>().ok()?, s),
+        None => (0, duration),
+    };
+    let seconds: u64 = seconds.strip_suffix('s')?.parse().ok()?;
+    Some(minutes * 60 + seconds)
+}
+
+/// The message without the back-off duration, which changes with every crash: the cause
+/// stays the same text while the cause is the same.
+fn without_backoff(message: &str) -> String {
+    match message.split_once("back-off ") {
+        Some((before, after)) => {
+            let rest = after.split_once(' ').map_or("", |(_, r)| r);
+            format!("{before}back-off {rest}").trim().to_string()
+        }
+        None => message.to_string(),
     }
 }
 
@@ -59,7 +89,7 @@ fn container_failure(status: &ContainerStatus) -> Option<ContainerFailure> {
     let waiting = status.state.as_ref()?.waiting.as_ref()?;
     let reason = waiting.reason.as_deref()?;
     let cause = match &waiting.message {
-        Some(message) => format!("{reason}: {message}"),
+        Some(message) => format!("{reason}: {}", without_backoff(message)),
         None => reason.to_string(),
     };
     match reason {
@@ -103,6 +133,9 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
                 upgraded_from: pod.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
                 failure: etcd.and_then(container_failure),
                 restarts: etcd.map_or(0, |c| c.restart_count),
+                backoff_seconds: etcd
+                    .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.as_deref())
+                    .and_then(backoff_seconds),
                 name,
                 state,
                 ip,
@@ -177,7 +210,8 @@ impl Access {
 /// etcd's member list as the planner sees it, or `None` when no member answers. Every member pod
 /// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
 /// whose view is current (a member cut off from the others may hold an old one).
-pub async fn members(access: &Access, pods: &[MemberPod]) -> Option<Vec<Member>> {
+/// Also says whether the list is the leader's.
+pub async fn members(access: &Access, pods: &[MemberPod]) -> (Option<Vec<Member>>, bool) {
     let names = &access.names;
     let reachable: Vec<(&str, &str)> = pods
         .iter()
@@ -193,38 +227,59 @@ pub async fn members(access: &Access, pods: &[MemberPod]) -> Option<Vec<Member>>
         .flatten()
         .collect();
     let is_leader = |s: &StatusResponse| s.header().is_some_and(|h| h.member_id() == s.leader());
-    let leader_first = reachable
+    let leaders: Vec<&(&str, &str)> = reachable
         .iter()
         .filter(|(name, _)| statuses.get(name).is_some_and(is_leader))
-        .chain(reachable.iter());
+        .collect();
     let mut list = None;
-    for (name, ip) in leader_first {
+    let mut leader_list = false;
+    for (name, ip) in leaders.iter().copied().chain(reachable.iter()) {
         if let Ok(mut client) = access.connect(name, ip).await
             && let Ok(response) = client.member_list().await
         {
             list = Some(response.members().to_vec());
+            leader_list = leaders.iter().any(|(leader, _)| leader == name);
             break;
         }
     }
     let leader = statuses.values().map(|s| s.leader()).find(|l| *l != 0);
-    Some(
-        list?
-            .iter()
-            .map(|m| {
-                let name = m
-                    .peer_urls()
-                    .iter()
-                    .find_map(|u| names.member_of_peer_url(u));
-                let status = name.as_deref().and_then(|n| statuses.get(n));
-                Member {
-                    id: m.id(),
-                    started: !m.name().is_empty(),
-                    learner: m.is_learner(),
-                    healthy: status.is_some_and(|s| s.errors().is_empty()),
-                    leader: leader == Some(m.id()),
-                    name,
-                }
-            })
-            .collect(),
-    )
+    let Some(list) = list else {
+        return (None, false);
+    };
+    let members = list
+        .iter()
+        .map(|m| {
+            let name = m
+                .peer_urls()
+                .iter()
+                .find_map(|u| names.member_of_peer_url(u));
+            let status = name.as_deref().and_then(|n| statuses.get(n));
+            Member {
+                id: m.id(),
+                started: !m.name().is_empty(),
+                learner: m.is_learner(),
+                healthy: status.is_some_and(|s| s.errors().is_empty()),
+                leader: leader == Some(m.id()),
+                name,
+            }
+        })
+        .collect();
+    (Some(members), leader_list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kubelet_back_off_counts_consecutive_crashes() {
+        let message = "back-off 1m20s restarting failed container=etcd pod=c-1_ns(uid)";
+        assert_eq!(backoff_seconds(message), Some(80));
+        assert_eq!(backoff_seconds("back-off 40s restarting failed"), Some(40));
+        assert_eq!(backoff_seconds("something else"), None);
+        assert_eq!(
+            without_backoff(message),
+            "back-off restarting failed container=etcd pod=c-1_ns(uid)"
+        );
+    }
 }

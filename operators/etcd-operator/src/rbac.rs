@@ -9,8 +9,10 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     // main.rs: the watch behind the controller.
     ("etcd.database.coreos.com", "etcdclusters", "list"),
     ("etcd.database.coreos.com", "etcdclusters", "watch"),
-    // controller.rs patch_status / record: server-side apply of status.
+    // controller.rs patch_status / record: server-side apply of status; the fresh read of the
+    // recorded change at the start of each reconcile.
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
+    ("etcd.database.coreos.com", "etcdclusters/status", "get"),
     // main.rs owns(): the pod watch; controller.rs: list, create, delete; upgrade.rs and
     // adopt.rs: patch.
     ("", "pods", "list"),

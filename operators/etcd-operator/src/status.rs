@@ -151,6 +151,8 @@ pub fn report(
         }
     }
     let healthy = members.iter().filter(|m| m.healthy && !m.learner).count();
+    let voters = members.iter().filter(|m| !m.learner).count();
+    let healthy_voters = healthy;
     let (available, available_reason, available_message) = match step {
         Step::QuorumLost { dead, reason } => (
             false,
@@ -164,6 +166,14 @@ pub fn report(
             false,
             "NoMemberAnswers",
             "no member answers yet".to_string(),
+        ),
+        // Whatever the step (a restart, a paused upgrade), from the voters' health.
+        _ if healthy_voters < voters / 2 + 1 => (
+            false,
+            "QuorumLost",
+            format!(
+                "{healthy_voters} of {voters} voting members healthy; waiting for members to come back, else restore with an EtcdRestore"
+            ),
         ),
         _ => (
             true,
@@ -187,7 +197,7 @@ pub fn report(
         (_, Some(UpgradeStep::Revert { member, to })) => (
             true,
             "RevertingUpgrade",
-            format!("moving {member} back to {to}: its new image never ran"),
+            format!("moving {member} to {to}: the image it was given never ran"),
         ),
         (Step::Converged, Some(UpgradeStep::Refused(e))) => (
             false,
@@ -290,15 +300,38 @@ pub fn report(
     })
 }
 
-/// The Degraded condition's message when it is True and a cause is known (a failed step or a
-/// member that does not run), so that a change of cause can be announced once as a Warning.
-pub fn degraded_cause(status: &Value) -> Option<String> {
-    let degraded = status["conditions"]
-        .as_array()?
+/// The Warnings a status calls for that the previous one did not: each condition that went
+/// bad, or changed its cause while bad, as `(reason, message)`. Merely unready members (a
+/// member starting) are no cause to announce.
+pub fn new_warnings(previous: &Value, new: &Value) -> Vec<(String, String)> {
+    let bad = |c: &Value| -> Option<(String, String)> {
+        let reason = c["reason"].as_str()?;
+        let message = c["message"].as_str()?;
+        let warn = match (c["type"].as_str()?, c["status"].as_str()?) {
+            (AVAILABLE, "False") => reason == "QuorumLost",
+            (PROGRESSING, "False") => {
+                ["InvalidSpec", "UpgradeRefused", "UpgradeFailed"].contains(&reason)
+            }
+            (DEGRADED, "True") => !message.starts_with("unready members"),
+            _ => false,
+        };
+        let reason = if c["type"] == DEGRADED {
+            "Degraded"
+        } else {
+            reason
+        };
+        warn.then(|| (reason.to_string(), message.to_string()))
+    };
+    let conditions = |status: &Value| status["conditions"].as_array().cloned().unwrap_or_default();
+    let before = conditions(previous);
+    conditions(new)
         .iter()
-        .find(|c| c["type"] == DEGRADED && c["status"] == "True")?;
-    let message = degraded["message"].as_str()?;
-    (!message.starts_with("unready members")).then(|| message.to_string())
+        .filter_map(|c| {
+            let warning = bad(c)?;
+            let was = before.iter().find(|p| p["type"] == c["type"]).and_then(bad);
+            (was.as_ref() != Some(&warning)).then_some(warning)
+        })
+        .collect()
 }
 
 /// Where members keep their data: said in status, since emptyDir loses it with the pod.
@@ -393,6 +426,7 @@ mod tests {
             upgraded_from: None,
             failure: None,
             restarts: 0,
+            backoff_seconds: None,
         }];
         let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
@@ -429,20 +463,28 @@ mod tests {
             upgraded_from: None,
             failure: Some(ContainerFailure::Image("ErrImagePull: not found".into())),
             restarts: 0,
+            backoff_seconds: None,
         }];
         let step = Step::Wait {
             reason: "seed member c-0 is starting".into(),
         };
         let report = report(&cluster, &Observed::default(), &pods, &step, None, &Ok(()));
-        assert_eq!(
-            degraded_cause(&report).as_deref(),
-            Some("c-0: ErrImagePull: not found")
+        let warnings = new_warnings(&Value::Null, &report);
+        assert!(
+            warnings.contains(&("Degraded".into(), "c-0: ErrImagePull: not found".into())),
+            "{warnings:?}"
         );
+        // Announced once: the same cause again is no new warning.
+        assert!(new_warnings(&report, &report).is_empty());
         // Merely unready members are no cause to announce.
         let mut starting = pods.clone();
         starting[0].failure = None;
         let report = report_of(&cluster, &starting, &step);
-        assert_eq!(degraded_cause(&report), None);
+        assert!(
+            !new_warnings(&Value::Null, &report)
+                .iter()
+                .any(|(reason, _)| reason == "Degraded")
+        );
     }
 
     fn report_of(cluster: &EtcdCluster, pods: &[MemberPod], step: &Step) -> Value {

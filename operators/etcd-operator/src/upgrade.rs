@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 
 use backup_api::EtcdCluster;
-use etcd_cluster::{EtcdVersion, PodState, PodVersion, UpgradeStep};
+use etcd_cluster::{ContainerFailure, EtcdVersion, PodState, PodVersion, UpgradeStep};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::build::{UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
-use crate::controller::{Context, Error, event, ignore_missing, warn};
-use crate::observe::{ClaimRecord, MemberPod};
+use crate::controller::{Context, Error, event, ignore_missing};
+use crate::observe::MemberPod;
 
 /// Each member pod's version and state as the upgrade planner needs them.
 pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<String, PodVersion> {
@@ -34,11 +34,14 @@ pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<Strin
             } else {
                 p.state
             };
+            let never_ran =
+                matches!(p.failure, Some(ContainerFailure::Image(_))) && p.restarts == 0;
             let pod = PodVersion {
                 version,
                 state,
                 upgraded_from: p.upgraded_from.clone(),
                 failure: p.failure.clone(),
+                never_ran,
             };
             (p.name.clone(), pod)
         })
@@ -57,8 +60,6 @@ fn same_image(running: &str, spec: &str) -> bool {
 pub async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
-    pods: &[MemberPod],
-    claims: &BTreeMap<String, ClaimRecord>,
     step: &UpgradeStep,
 ) -> Result<(), Error> {
     let target = cluster.spec.version();
@@ -70,41 +71,32 @@ pub async fn execute(
         }
         UpgradeStep::Revert { member, to } => {
             move_pod(ctx, cluster, member, to, Value::Null).await?;
-            let note = format!("moving {member} back to {to}: its new image never ran");
+            let note = format!("moving {member} to {to}: the image it was given never ran");
             event(ctx, cluster, "MemberReverted", &note).await;
         }
-        UpgradeStep::Failed {
-            member,
-            version,
-            cause,
-        } => {
-            let note =
-                format!("{member} on {version} does not run ({cause}); the upgrade is paused");
-            warn(ctx, cluster, "UpgradeFailed", &note).await;
-        }
-        UpgradeStep::Refused(e) => {
-            let note = format!("{e}; no member was touched");
-            warn(ctx, cluster, "UpgradeRefused", &note).await;
-        }
-        UpgradeStep::Done => {
-            // The upgrade is over: nothing to go back to any more.
-            let ns = namespace(cluster);
-            let forget = json!({"metadata": {"annotations": {UPGRADED_FROM_ANNOTATION: null}}});
-            let params = PatchParams::default();
-            let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-            for pod in pods.iter().filter(|p| p.upgraded_from.is_some()) {
-                pod_api
-                    .patch(&pod.name, &params, &Patch::Merge(&forget))
-                    .await?;
-            }
-            let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            for (name, _) in claims.iter().filter(|(_, c)| c.upgraded_from.is_some()) {
-                claim_api
-                    .patch(name, &params, &Patch::Merge(&forget))
-                    .await?;
-            }
-        }
-        UpgradeStep::Wait { .. } => {}
+        // Reported by the status (and a Warning when newly so), not acted on.
+        UpgradeStep::Failed { .. } | UpgradeStep::Refused(_) => {}
+        UpgradeStep::Done | UpgradeStep::Wait { .. } => {}
+    }
+    Ok(())
+}
+
+/// Drops the record of where `members` came from on their pods and claims: they run the new
+/// version (see `etcd_cluster::settled`), so a later failure is no reason to go back.
+pub async fn settle(ctx: &Context, cluster: &EtcdCluster, members: &[String]) -> Result<(), Error> {
+    let ns = namespace(cluster);
+    let forget = json!({"metadata": {"annotations": {UPGRADED_FROM_ANNOTATION: null}}});
+    let params = PatchParams::default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    for member in members {
+        ignore_missing(
+            claims
+                .patch(member, &params, &Patch::Merge(&forget))
+                .await
+                .map(|_| ()),
+        )?;
+        pods.patch(member, &params, &Patch::Merge(&forget)).await?;
     }
     Ok(())
 }

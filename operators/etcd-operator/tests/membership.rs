@@ -53,6 +53,7 @@ fn observed(
             .map(|n| (n.to_string(), PodState::Running { ready: true }))
             .collect(),
         members: Some(members),
+        leader_list: true,
         bootstrapped: true,
         ..Default::default()
     }

@@ -56,8 +56,17 @@ fn run(cluster: EtcdCluster, ctx: &Arc<Context>) -> tokio::task::JoinHandle<Acti
     })
 }
 
-/// The Services and the disruption budget, then the (empty) pod and claim lists.
-async fn expect_observation_of_an_empty_world(api: &mut MockApi) {
+/// The cluster read fresh (its recorded change), the Services and the disruption budget,
+/// then the (empty) pod and claim lists.
+async fn expect_observation_of_an_empty_world(api: &mut MockApi, obj: &EtcdCluster) {
+    let obj = serde_json::to_value(obj).unwrap();
+    api.expect_call(
+        Method::GET,
+        &format!("{CLUSTER}/status"),
+        StatusCode::OK,
+        |_| obj,
+    )
+    .await;
     let peer = api
         .expect_apply("/api/v1/namespaces/ns/services/c", "etcd-operator")
         .await;
@@ -150,7 +159,7 @@ async fn a_new_cluster_records_the_seed_before_creating_it() {
     let (ctx, mut api) = context(Scope::new(false));
     let c = cluster(json!({}), None);
     let task = run(c.clone(), &ctx);
-    expect_observation_of_an_empty_world(&mut api).await;
+    expect_observation_of_an_empty_world(&mut api, &c).await;
     expect_seed(&mut api, &c).await;
     assert_eq!(
         task.await.unwrap(),
@@ -166,7 +175,7 @@ async fn a_restart_after_the_seed_was_recorded_creates_that_same_seed_not_a_seco
     let status = json!({"membershipChange": {"action": "Seed", "member": "c-0", "started": "2026-11-24T00:00:00Z"}});
     let c = cluster(json!({}), Some(status));
     let task = run(c.clone(), &ctx);
-    expect_observation_of_an_empty_world(&mut api).await;
+    expect_observation_of_an_empty_world(&mut api, &c).await;
     expect_seed(&mut api, &c).await;
     task.await.unwrap();
     api.expect_silence().await;
