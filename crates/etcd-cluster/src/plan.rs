@@ -91,6 +91,8 @@ pub struct Observed {
     pub crashing: BTreeMap<String, String>,
     /// The change in flight, if any.
     pub intent: Option<Intent>,
+    /// Seconds since that change was recorded, when known.
+    pub intent_age_seconds: Option<u64>,
     /// Members keep their data on claims (`persistentVolumeClaimSpec` is set).
     pub persistent: bool,
     /// The cluster has been created before (recorded when the seed answered), so an empty
@@ -135,6 +137,11 @@ pub enum Step {
     /// `size` healthy voting members, nothing in flight.
     Converged,
 }
+
+/// How long a learner may take to start before it is removed again (its pod cannot be
+/// scheduled, its claim does not bind, its image cannot be pulled): it holds no data anyone
+/// needs, and while it is waited for nothing else moves.
+pub const LEARNER_START_SECONDS: u64 = 300;
 
 /// The next step towards `size` members.
 pub fn plan(names: &ClusterNames, size: usize, observed: &Observed) -> Step {
@@ -303,18 +310,28 @@ fn plan_reachable(
                     }
                 }
                 Some(m) if !pods.contains_key(member) && !m.learner => Step::ClearIntent,
-                // A learner holds no data anyone needs: one no longer wanted (size went down)
-                // or that keeps crashing is removed instead of waited for.
+                // A learner holds no data anyone needs: one no longer wanted (size went down),
+                // that keeps crashing or that never starts is removed instead of waited for.
                 Some(m)
                     if m.learner
-                        && (members.len() > size || observed.crashing.contains_key(member)) =>
+                        && (members.len() > size
+                            || observed.crashing.contains_key(member)
+                            || !m.started
+                                && observed
+                                    .intent_age_seconds
+                                    .is_some_and(|age| age > LEARNER_START_SECONDS)) =>
                 {
                     Step::RemoveMember {
                         member: Some(member.clone()),
                         id: m.id,
                         reason: match observed.crashing.get(member) {
                             Some(cause) => format!("the learner cannot start ({cause})"),
-                            None => "the learner is no longer wanted (size went down)".into(),
+                            None if members.len() > size => {
+                                "the learner is no longer wanted (size went down)".into()
+                            }
+                            None => format!(
+                                "the learner did not start within {LEARNER_START_SECONDS} s"
+                            ),
                         },
                     }
                 }

@@ -36,6 +36,7 @@ fn healthy(n: u64) -> Observed {
         members: Some(members),
         leader_list: true,
         intent: None,
+        intent_age_seconds: None,
         persistent: true,
         bootstrapped: true,
     }
@@ -458,6 +459,16 @@ fn a_learner_no_longer_wanted_or_unable_to_start_is_removed_not_waited_for() {
         plan(&names(), 3, &o),
         Step::RemoveMember { id: 9, .. }
     ));
+    // Or it never starts (a pod that cannot be scheduled, a claim that never binds).
+    o.pods.insert("c-3".into(), PodState::Pending);
+    o.intent_age_seconds = Some(60);
+    assert!(matches!(plan(&names(), 4, &o), Step::Wait { .. }));
+    o.intent_age_seconds = Some(301);
+    match plan(&names(), 4, &o) {
+        Step::RemoveMember { id: 9, reason, .. } => assert!(reason.contains("did not start")),
+        other => panic!("{other:?}"),
+    }
+    o.intent_age_seconds = None;
     // Or it keeps crashing.
     o.crashing.insert("c-3".into(), "CrashLoopBackOff".into());
     match plan(&names(), 4, &o) {

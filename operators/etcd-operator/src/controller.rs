@@ -166,6 +166,7 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         members,
         leader_list,
         intent: status::intent(&cluster),
+        intent_age_seconds: status::intent_age_seconds(&cluster),
         persistent: build::persistent(&cluster.spec),
         bootstrapped: status::bootstrapped(&cluster),
     };

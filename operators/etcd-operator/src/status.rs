@@ -26,6 +26,22 @@ pub fn intent(cluster: &EtcdCluster) -> Option<Intent> {
     intent_of(change)
 }
 
+/// Seconds since the recorded change was recorded (its `started` time), when known.
+pub fn intent_age_seconds(cluster: &EtcdCluster) -> Option<u64> {
+    let started = cluster
+        .status
+        .as_ref()?
+        .membership_change
+        .as_ref()?
+        .started
+        .as_deref()?;
+    let started = chrono::DateTime::parse_from_rfc3339(started).ok()?;
+    let age = chrono::Utc::now()
+        .signed_duration_since(started)
+        .num_seconds();
+    u64::try_from(age).ok()
+}
+
 fn intent_of(change: &MembershipChange) -> Option<Intent> {
     let member = change.member.clone();
     match change.action.as_str() {
