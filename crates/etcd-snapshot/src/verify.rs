@@ -37,7 +37,17 @@ pub async fn fetch(store: &Store, key: &str, out: &Path) -> Result<VerifyReport>
         path: path.to_path_buf(),
         source,
     };
-    let file = tokio::fs::File::create(&part)
+    // Owner-only, like `etcdctl snapshot save` (a snapshot holds every Kubernetes Secret); set
+    // again on the open file in case a leftover `.part` of another mode was truncated.
+    let file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&part)
+        .await
+        .map_err(|e| io(&part, e))?;
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .await
         .map_err(|e| io(&part, e))?;
     let mut writer = BufWriter::with_capacity(1 << 20, file);

@@ -67,7 +67,13 @@ impl LocalStore {
             name.to_string_lossy(),
             rand::random::<u64>()
         ));
-        let file = File::create(&temp)
+        // Owner-only, like `etcdctl snapshot save`: an etcd snapshot holds every Kubernetes
+        // Secret, a MySQL backup every password hash. The rename keeps the mode.
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
             .await
             .map_err(|e| StorageError::io(&temp, e))?;
         Ok(LocalUpload {

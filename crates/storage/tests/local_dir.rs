@@ -42,6 +42,13 @@ async fn commit_renames_into_place_and_hides_the_temp_file() {
     assert_eq!(listed[0].key, key);
     let bytes = std::fs::read(sub.join("snap.db")).unwrap();
     assert_eq!(&bytes[..3], b"abc");
+    // Owner-only: a backup holds secrets.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(sub.join("snap.db"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 
     let mut download = store.download(&key).await.unwrap();
     let mut total = 0;

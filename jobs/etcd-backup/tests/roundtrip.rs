@@ -40,8 +40,12 @@ async fn roundtrip(url: String, compress: &str, s3: (Vec<String>, Vec<(String, S
     let mut fetch = vec!["fetch", &url, "--out", out_str];
     fetch.extend(strs(&flags));
     run(&fetch, &env).await.ok();
-    // The fetched file is the database plus etcd's 32-byte trailer, uncompressed.
+    // The fetched file is the database plus etcd's 32-byte trailer, uncompressed, and readable
+    // by its owner only (it holds every secret the cluster stores).
     let len = std::fs::metadata(&out).unwrap().len();
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     assert_eq!(len, saved["dbBytes"].as_u64().unwrap() + 32);
 
     drop(etcd);
