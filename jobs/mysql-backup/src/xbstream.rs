@@ -13,6 +13,10 @@ const MAGIC: &[u8; 8] = b"XBSTCK01";
 const FIXED_PREFIX: usize = 14;
 /// Longest path xtrabackup writes is FN_REFLEN (512); allow margin but refuse garbage lengths.
 const MAX_PATH: usize = 4096;
+/// Sparse-map entries one chunk may carry. xtrabackup writes one per hole in a chunk of at most
+/// a few MiB (a few hundred with 16 KiB pages); the bound keeps a corrupted count from making
+/// the header buffer grow to gigabytes (4 bytes of count could ask for 32 GiB).
+const MAX_SPARSE_ENTRIES: usize = 1 << 16;
 /// Metadata files are a few hundred bytes; anything larger is not kept.
 const MAX_METADATA: usize = 1 << 20;
 const FLAG_IGNORABLE: u8 = 1;
@@ -40,6 +44,10 @@ pub enum StreamError {
     UnfinishedFiles { count: usize, example: String },
     #[error("the stream contains no files")]
     Empty,
+    #[error(
+        "chunk at byte {offset} claims {entries} sparse-map entries (at most {MAX_SPARSE_ENTRIES}; corrupted data)"
+    )]
+    BadSparseMap { entries: usize, offset: u64 },
 }
 
 /// What a complete stream held.
@@ -210,6 +218,12 @@ impl Parser {
         } else {
             0
         };
+        if map_entries > MAX_SPARSE_ENTRIES {
+            return Err(StreamError::BadSparseMap {
+                entries: map_entries,
+                offset,
+            });
+        }
         let full = fixed_end + map_entries * 8;
         if h.len() < full {
             self.state = State::Header { need: full };

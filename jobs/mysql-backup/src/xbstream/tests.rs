@@ -182,3 +182,28 @@ fn find_second_chunk_of(stream: &[u8], path: &[u8]) -> usize {
     assert!(hits.len() >= 2, "expected several chunks of the file");
     hits[1]
 }
+
+#[test]
+fn a_corrupted_sparse_map_count_is_refused_before_anything_is_buffered() {
+    let mut sparse = Vec::new();
+    sparse.extend_from_slice(MAGIC);
+    sparse.push(0);
+    sparse.push(b'S');
+    sparse.extend_from_slice(&7u32.to_le_bytes());
+    sparse.extend_from_slice(b"ibdata1");
+    sparse.extend_from_slice(&u32::MAX.to_le_bytes()); // sparse-map entries: 32 GiB of map
+    sparse.extend_from_slice(&0u64.to_le_bytes());
+    sparse.extend_from_slice(&0u64.to_le_bytes());
+    sparse.extend_from_slice(&0u32.to_le_bytes());
+    let mut parser = Parser::new();
+    let err = parser.feed(&sparse).unwrap_err();
+    assert!(
+        matches!(err, StreamError::BadSparseMap { entries, offset: 0 } if entries == u32::MAX as usize),
+        "{err}"
+    );
+    assert!(
+        parser.header.capacity() < 1 << 20,
+        "{}",
+        parser.header.capacity()
+    );
+}
