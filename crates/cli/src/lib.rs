@@ -76,6 +76,11 @@ pub enum LogFormat {
     Json,
 }
 
+/// The default log filter of long-running programs that talk to S3: `info`, but the AWS
+/// SDK's credential loading at `warn`, since at `info` it logs where credentials came from,
+/// access key ID included.
+pub const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn";
+
 /// Logs to stderr in `format`, filtered by `RUST_LOG`, else by `default_filter`.
 pub fn init_logging(format: LogFormat, default_filter: &str) {
     use tracing_subscriber::EnvFilter;

@@ -12,7 +12,8 @@ use cli::Cli;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    backup_cli::init_logging(cli.log_format, "info");
+    // The operator's filter: the AWS SDK would log the access key ID at info.
+    backup_cli::init_logging(cli.log_format, backup_cli::DEFAULT_LOG_FILTER);
     match commands::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -55,7 +55,14 @@ async fn s3_backup_plain_and_zstd_restore_to_a_server_with_the_same_rows() {
         let url = format!("s3://{}/mysql/shop-{compress}.xbstream", garage.bucket);
         let mut a = source.backup_to(&url, &["--compress", compress]);
         a.extend(s3_args.clone());
-        let manifest = run(&a, &env).await.ok().json();
+        let backup = run(&a, &env).await.ok();
+        // The log names no credential.
+        assert!(
+            !backup.stderr.contains(&garage.access_key),
+            "the access key ID is in the log:\n{}",
+            backup.stderr
+        );
+        let manifest = backup.json();
         assert_eq!(manifest["compression"], compress);
         assert_eq!(manifest["object"], url);
         assert_eq!(

@@ -13,9 +13,6 @@ use etcd_backup_operator::runner;
 use etcd_backup_operator::runs::Runs;
 use operator_runtime::process::{self, RuntimeArgs};
 
-/// The AWS SDK logs credential sources at info, access key ID included; keep it quiet.
-const DEFAULT_LOG_FILTER: &str = "info,aws_config=warn";
-
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
@@ -38,7 +35,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    backup_cli::init_logging(args.log_format, DEFAULT_LOG_FILTER);
+    backup_cli::init_logging(args.log_format, backup_cli::DEFAULT_LOG_FILTER);
     let local_volume = match args.local_volume_claim.as_deref().filter(|c| !c.is_empty()) {
         Some(claim) => Some(
             LocalVolume::parse(claim, args.local_volume_dir.clone()).map_err(anyhow::Error::msg)?,
