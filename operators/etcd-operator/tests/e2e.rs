@@ -122,6 +122,31 @@ async fn min_available(kube: &KubeTestbed, ns: &str) -> i64 {
     budget.data["spec"]["minAvailable"].as_i64().unwrap()
 }
 
+/// Every event in `ns`.
+async fn events(kube: &KubeTestbed, ns: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::namespaced(kube.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// Runs an operator until `cluster` shows `what`, then kills it (a crash at that point).
+async fn operator_killed_at<F>(
+    kube: &KubeTestbed,
+    ns: &str,
+    clusters: &Api<EtcdCluster>,
+    what: &str,
+    done: F,
+) where
+    F: Fn(&EtcdCluster) -> bool + Send + 'static,
+{
+    let _operator = Operator::start(kube, ns);
+    wait_until(clusters, "example-etcd-cluster", what, 120, done)
+        .await
+        .unwrap();
+}
+
 async fn resize(clusters: &Api<EtcdCluster>, size: i32) {
     let patch = json!({"spec": {"size": size}});
     clusters
@@ -615,11 +640,7 @@ async fn bad_input_and_quorum_loss_are_reported_and_nothing_is_deleted() {
         message.contains("example-etcd-cluster-1") && message.contains("example-etcd-cluster-2"),
         "{message}"
     );
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = events(&kube, &ns).await;
     let warning = events
         .iter()
         .find(|e| e.reason.as_deref() == Some("QuorumLost"))
@@ -887,11 +908,7 @@ async fn an_upgrade_whose_image_is_missing_pauses_with_the_cause_and_can_go_back
         1,
         "only one member moves before it runs: {moved:?}"
     );
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = events(&kube, &ns).await;
     assert!(
         events
             .iter()
@@ -1005,11 +1022,7 @@ async fn a_member_that_cannot_rejoin_on_its_data_is_replaced() {
     )
     .await
     .unwrap();
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = events(&kube, &ns).await;
     let removal = events
         .iter()
         .find(|e| {
@@ -1073,18 +1086,14 @@ async fn an_operator_killed_while_scaling_or_upgrading_finishes_after_a_restart(
 
     // Scale-up, killed once the addition is recorded.
     resize(&clusters, 5).await;
-    {
-        let _operator = Operator::start(&kube, &ns);
-        wait_until(
-            &clusters,
-            name,
-            "an addition in flight",
-            120,
-            in_flight("Add"),
-        )
-        .await
-        .unwrap();
-    }
+    operator_killed_at(
+        &kube,
+        &ns,
+        &clusters,
+        "an addition in flight",
+        in_flight("Add"),
+    )
+    .await;
     let operator = Operator::start(&kube, &ns);
     wait_until(&clusters, name, "5 ready members", 300, converged(5))
         .await
@@ -1093,18 +1102,14 @@ async fn an_operator_killed_while_scaling_or_upgrading_finishes_after_a_restart(
 
     // Scale-down, killed once the removal is recorded.
     resize(&clusters, 3).await;
-    {
-        let _operator = Operator::start(&kube, &ns);
-        wait_until(
-            &clusters,
-            name,
-            "a removal in flight",
-            120,
-            in_flight("Remove"),
-        )
-        .await
-        .unwrap();
-    }
+    operator_killed_at(
+        &kube,
+        &ns,
+        &clusters,
+        "a removal in flight",
+        in_flight("Remove"),
+    )
+    .await;
     let operator = Operator::start(&kube, &ns);
     wait_until(&clusters, name, "3 ready members", 300, converged(3))
         .await
@@ -1116,13 +1121,8 @@ async fn an_operator_killed_while_scaling_or_upgrading_finishes_after_a_restart(
 
     // Upgrade, killed once the first member has been moved.
     set_version(&clusters, "3.5.16").await;
-    {
-        let _operator = Operator::start(&kube, &ns);
-        let upgrading = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("Upgrading");
-        wait_until(&clusters, name, "an upgrade step", 120, upgrading)
-            .await
-            .unwrap();
-    }
+    let upgrading = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("Upgrading");
+    operator_killed_at(&kube, &ns, &clusters, "an upgrade step", upgrading).await;
     let _operator = Operator::start(&kube, &ns);
     let upgraded = |c: &EtcdCluster| {
         converged(3)(c)
@@ -1293,11 +1293,7 @@ async fn a_missing_image_and_a_refused_claim_spec_are_reported() {
     )
     .await
     .unwrap();
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(kube.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = events(&kube, &ns).await;
     for (cluster, needle) in [("missing", "ImagePull"), ("bad-claim", "quantities")] {
         assert!(
             events.iter().any(|e| {
