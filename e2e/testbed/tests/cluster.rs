@@ -288,11 +288,33 @@ async fn claims_bind_outlive_their_pods_and_go_with_their_claim() {
 }
 
 /// Runs up.sh with `args` (as `user` when given); its exit code and stderr.
+/// The non-root user runs a copy in a directory it can read: the checkout may sit under one
+/// only root can enter (a `mktemp -d` clone is mode 0700).
 fn up(args: &[&str], user: Option<&str>) -> (i32, String) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let copy = tempfile::tempdir().unwrap();
     let mut command = match user {
         Some(user) => {
+            let root = copy.path();
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let here = std::path::Path::new(UP).parent().unwrap();
+            for (from, to) in [
+                (here.join("up.sh"), root.join("cluster/up.sh")),
+                (
+                    here.join("../lib/processes.sh"),
+                    root.join("lib/processes.sh"),
+                ),
+            ] {
+                let dir = to.parent().unwrap();
+                std::fs::create_dir_all(dir).unwrap();
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+                std::fs::copy(&from, &to).unwrap();
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            let script = root.join("cluster/up.sh");
             let mut c = std::process::Command::new("setpriv");
-            c.args(["--reuid", user, "--regid", user, "--clear-groups", UP]);
+            c.args(["--reuid", user, "--regid", user, "--clear-groups"]);
+            c.arg(script);
             c
         }
         None => std::process::Command::new(UP),
