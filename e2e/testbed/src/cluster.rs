@@ -123,20 +123,24 @@ pub fn deploy_manifests(
 }
 
 /// The logs of an in-cluster operator's pods (`selector`): one of them became leader, and none
-/// logged a refused request (its RBAC, checked live). Panics with the logs otherwise.
+/// logged a refused request (its RBAC, checked live). Panics with the logs otherwise. Each pod's
+/// log is read on its own: `kubectl logs --selector` stops at the first pod whose log cannot be
+/// read (one being deleted after a failover) and would hide the others.
 pub fn assert_leader_and_no_refusals(kubeconfig: &Path, ns: &str, selector: &str) {
-    let output = kubectl(kubeconfig)
-        .args([
-            "--namespace",
-            ns,
-            "logs",
-            "--tail=-1",
-            "--selector",
-            selector,
-        ])
+    let names = kubectl(kubeconfig)
+        .args(["--namespace", ns, "get", "pods", "--selector", selector])
+        .args(["--output", "name"])
         .output()
-        .expect("kubectl logs");
-    let logs = String::from_utf8_lossy(&output.stdout);
+        .expect("kubectl get pods");
+    let mut logs = String::new();
+    for pod in String::from_utf8_lossy(&names.stdout).lines() {
+        let output = kubectl(kubeconfig)
+            .args(["--namespace", ns, "logs", pod])
+            .output()
+            .expect("kubectl logs");
+        logs.push_str(&format!("--- {pod}\n"));
+        logs.push_str(&String::from_utf8_lossy(&output.stdout));
+    }
     assert!(logs.contains("became leader"), "no leader in:\n{logs}");
     assert!(
         !logs.to_lowercase().contains("forbidden"),
