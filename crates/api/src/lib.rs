@@ -23,7 +23,10 @@ pub use cluster::{
 };
 pub use crd::{crd_files, crd_yaml, crds, strip_cel};
 pub use error::SpecError;
-pub use restore::{EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, RestorePhase};
+pub use restore::{
+    BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, NewCluster,
+    OldVolumesPolicy, RestorePhase, RestorePlan, VerifiedSnapshot,
+};
 pub use storage::{
     AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3Source, StorageType,
 };

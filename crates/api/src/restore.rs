@@ -29,19 +29,20 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
     validation = Rule::new("self.metadata.name == self.spec.etcdCluster.name")
         .message("metadata.name must equal spec.etcdCluster.name"),
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.etcdCluster.name"),
-    printcolumn(name = "Storage", type_ = "string", json_path = ".spec.backupStorageType"),
+    printcolumn(name = "Source", type_ = "string", json_path = ".status.source"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Succeeded", type_ = "boolean", json_path = ".status.succeeded"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason"),
+    printcolumn(name = "Revision", type_ = "integer", json_path = ".status.restoredRevision"),
+    printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(
     validation = Rule::new("self == oldSelf").message("spec is immutable; create a new EtcdRestore"),
-    validation = Rule::new("self.backupStorageType != 'S3' || has(self.s3)").message("backupStorageType S3 requires the s3 block"),
+    validation = Rule::new("self.backupStorageType != 'S3' || has(self.s3) || has(self.backupRef)").message("backupStorageType S3 requires the s3 block (or backupRef)"),
     validation = Rule::new("self.backupStorageType != 'ABS' || has(self.abs)").message("backupStorageType ABS requires the abs block"),
     validation = Rule::new("self.backupStorageType != 'GCS' || has(self.gcs)").message("backupStorageType GCS requires the gcs block"),
     validation = Rule::new("self.backupStorageType != 'OSS' || has(self.oss)").message("backupStorageType OSS requires the oss block"),
-    validation = Rule::new("self.backupStorageType != 'Local' || has(self.local)").message("backupStorageType Local requires the local block")
+    validation = Rule::new("self.backupStorageType != 'Local' || has(self.local) || has(self.backupRef)").message("backupStorageType Local requires the local block (or backupRef)")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRestoreSpec {
@@ -64,6 +65,57 @@ pub struct EtcdRestoreSpec {
     pub local: Option<LocalSource>,
     /// The EtcdCluster, in this namespace, whose data is replaced. Its spec is kept.
     pub etcd_cluster: EtcdClusterRef,
+    /// Restore the newest verified backup of this EtcdBackup (its `status.lastBackup`), from its
+    /// storage with its credentials, instead of the `s3`/`local` block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_ref: Option<BackupRef>,
+    /// The EtcdCluster to create when it does not exist. Ignored when it exists: its own spec
+    /// is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_cluster: Option<NewCluster>,
+    /// What happens to the old members' volumes once the restored cluster is healthy:
+    /// `Delete` (default) or `Keep` (detached from the cluster, labelled
+    /// `etcd.database.coreos.com/detached-from`). Until then they are always kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_volumes: Option<OldVolumesPolicy>,
+}
+
+/// A cluster to create for the restore: members, image and a claim per member.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NewCluster {
+    /// Number of members (1..7).
+    #[schemars(range(min = 1, max = 7))]
+    pub size: i32,
+    /// etcd version, e.g. `3.5.16`.
+    #[schemars(length(min = 1, max = 64))]
+    pub version: String,
+    /// Image repository (default `quay.io/coreos/etcd`, as coreos).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub repository: Option<String>,
+    /// Size of each member's claim, e.g. `1Gi`.
+    #[schemars(length(min = 1, max = 64))]
+    pub storage: String,
+    /// StorageClass of the claims (default: the cluster's default class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub storage_class_name: Option<String>,
+}
+
+/// An EtcdBackup in this namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct BackupRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// What to do with the replaced members' volumes after a successful restore.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OldVolumesPolicy {
+    #[default]
+    Delete,
+    Keep,
 }
 
 /// Reference to an `EtcdCluster` by name.
@@ -94,6 +146,9 @@ impl EtcdRestoreSpec {
                 restore: restore_name.to_string(),
                 cluster: self.etcd_cluster.name.clone(),
             });
+        }
+        if self.backup_ref.is_some() {
+            return Ok(());
         }
         let t = self.backup_storage_type;
         check_storage(t, self.has_block(t), self.s3.as_ref(), self.local.as_ref())
@@ -127,6 +182,60 @@ pub struct EtcdRestoreStatus {
     /// When the restore reached `Succeeded` or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// The backup restored: `s3://bucket/key` or `file:///path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// What verifying the backup found, recorded before anything is touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<VerifiedSnapshot>,
+    /// The restore's plan, recorded before any member is made: new members, cluster token and
+    /// the claims of the members they replace. A restarted operator resumes from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<RestorePlan>,
+    /// The lowest revision the restored members serve, once healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_revision: Option<i64>,
+    /// Whether the revision was moved forward on restore (`--bump-revision`, etcd 3.4.27+ and
+    /// 3.5.10+), so watchers see a compaction instead of revisions going backwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+    /// Wall-clock time from start to completion (or until now, while running), e.g. `1m12s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+}
+
+/// The verified backup: what the verify pod's `etcd-backup verify` reported.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedSnapshot {
+    /// Revision in the backup's manifest (none for a snapshot without a manifest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Size of the etcd database in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_bytes: Option<i64>,
+    /// sha256 of the stored object, checked against its trailer and manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// Recorded before the first member is made.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestorePlan {
+    /// The restored members (new names, above every existing one).
+    pub members: Vec<String>,
+    /// The new cluster token all of them share.
+    pub token: String,
+    /// The etcd version they run.
+    pub version: String,
+    /// Claims of the replaced members, detached from the cluster and kept until the restored
+    /// cluster is healthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detached_claims: Vec<String>,
+    /// Every member was healthy and the cluster is (being) handed back to its operator.
+    #[serde(default)]
+    pub handed_over: bool,
 }
 
 /// Steps of a restore.
@@ -134,11 +243,11 @@ pub struct EtcdRestoreStatus {
 pub enum RestorePhase {
     /// Accepted, nothing done yet.
     Pending,
-    /// Checking the snapshot and the cluster, pausing the cluster.
+    /// Verifying the backup, then pausing the cluster and detaching its old members.
     Preparing,
-    /// Restoring the seed member from the snapshot.
+    /// Every member restoring the snapshot into its new volume, then starting on it.
     Restoring,
-    /// Waiting for the restored cluster to become healthy.
+    /// Waiting for every restored member to be healthy with the snapshot's data.
     Verifying,
     /// The cluster runs on the restored data.
     Succeeded,

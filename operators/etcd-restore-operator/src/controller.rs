@@ -1,0 +1,538 @@
+//! Reconcile: dereference (source, cluster, Secrets) -> observe (pods, claims, members) -> plan
+//! one step ([`crate::plan`], pure) -> execute -> status. Anything the step machine must not
+//! forget (the verified snapshot, the plan) is written to status before it is acted on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use backup_api::{
+    EtcdBackup, EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePhase, RestorePlan,
+};
+use etcd_cluster::EtcdVersion;
+use etcd_operator::build::{self, Bootstrap};
+use etcd_operator::observe::Access;
+use etcd_operator::tls::{self, Dereferenced, TlsSecrets};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use operator_runtime::events::Events;
+use serde_json::json;
+use thiserror::Error;
+
+use crate::metrics::Metrics;
+use crate::observe;
+use crate::plan::{self, ClusterView, Observed, PodRun, Step};
+use crate::pods;
+use crate::source::{self, Source};
+use crate::status::{self, DETACHED_LABEL, RESTORE_ANNOTATION};
+
+pub const MANAGER: &str = "etcd-restore-operator";
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub events: Events,
+    pub metrics: Arc<Metrics>,
+    /// The `etcd-backup` image the verify and fetch containers run.
+    pub backup_image: String,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        instance: Option<String>,
+        metrics: Arc<Metrics>,
+        backup_image: String,
+    ) -> Context {
+        Context {
+            events: Events::new(client.clone(), MANAGER, instance),
+            client,
+            metrics,
+            backup_image,
+        }
+    }
+}
+
+/// Look again soon while something runs; at once after a step changed something.
+const CHANGED: Duration = Duration::from_millis(500);
+const BUSY: Duration = Duration::from_secs(2);
+
+pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    if restore.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
+    // The recorded snapshot and plan are read fresh: the cache may not hold this process's
+    // last write, and acting without it would plan twice.
+    let restore = restores.get_status(&name).await?;
+    let recorded = restore.status.clone().unwrap_or_default();
+    if recorded.phase.is_some_and(RestorePhase::is_terminal) {
+        return Ok(Action::await_change());
+    }
+    let cluster_name = restore.spec.etcd_cluster.name.clone();
+
+    // Dereference: where the snapshot is (pinned once verified), the cluster.
+    let source = resolve_source(&ctx, &restore).await?;
+    let source = source.map(|mut s| {
+        if let Some(url) = &recorded.source {
+            s.url = url.clone();
+        }
+        s
+    });
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster = clusters.get_opt(&cluster_name).await?;
+
+    // Observe.
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let members = ListParams::default().labels(&build::label_selector(&cluster_name));
+    let member_pods = pod_api.list(&members).await?.items;
+    let claims = claim_api.list(&members).await?.items;
+    let detached = ListParams::default().labels(&format!("{DETACHED_LABEL}={cluster_name}"));
+    let detached_claims: BTreeSet<String> = claim_api
+        .list(&detached)
+        .await?
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    let own_pods = ListParams::default().labels(&pods::label_selector(&name));
+    let own_pods: BTreeMap<String, Pod> = pod_api
+        .list(&own_pods)
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    let verify_pod = match own_pods.get(&pods::verify_pod_name(&name)) {
+        None => None,
+        Some(pod) => Some(match observe::pod_run(pod) {
+            PodRun::Succeeded { .. } => PodRun::Succeeded {
+                output: pod_api.logs(&pod.name_any(), &LogParams::default()).await?,
+            },
+            other => other,
+        }),
+    };
+    let plan_recorded = recorded.plan.clone();
+    let restore_pods: BTreeMap<String, PodRun> = plan_recorded
+        .iter()
+        .flat_map(|p| p.members.iter())
+        .filter_map(|m| {
+            Some((
+                m.clone(),
+                observe::pod_run(own_pods.get(&pods::restore_pod_name(m))?),
+            ))
+        })
+        .collect();
+    let ready: BTreeMap<String, bool> = member_pods
+        .iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), is_ready(p)))
+        .collect();
+    let names = cluster.as_ref().map(build::names);
+    let health = match (&cluster, &plan_recorded) {
+        (Some(cluster), Some(plan)) if plan.members.iter().all(|m| ready.get(m) == Some(&true)) => {
+            member_health(&ctx, cluster, plan, &member_pods).await?
+        }
+        _ => None,
+    };
+    let observed = Observed {
+        uid: restore.uid().unwrap_or_default(),
+        phase: recorded.phase,
+        snapshot: recorded.snapshot.clone(),
+        plan: plan_recorded.clone(),
+        revision_bumped: recorded.revision_bumped,
+        restored_revision: recorded.restored_revision,
+        source_url: source.as_ref().map(|s| s.url.clone()).unwrap_or_default(),
+        source_problem: source.as_ref().err().cloned(),
+        verify_pod,
+        cluster: cluster.as_ref().map(cluster_view),
+        member_pods: ready,
+        claims: claims
+            .iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .map(|c| c.name_any())
+            .collect(),
+        detached_claims,
+        restore_pods,
+        health,
+        delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()
+            == OldVolumesPolicy::Delete,
+        can_create_cluster: restore.spec.new_cluster.is_some(),
+    };
+
+    // Plan one step, execute it, report.
+    let names = names.unwrap_or_else(|| etcd_cluster::ClusterNames::new(&cluster_name, &ns, None));
+    let step = plan::plan(&names, &observed);
+    let phase = plan::phase_of(&step, &observed);
+    tracing::debug!(restore = %name, ?step, ?phase, "planned");
+    if let Step::Done = step {
+        return Ok(Action::await_change());
+    }
+    let executed = execute(
+        &ctx,
+        &restore,
+        cluster.as_ref(),
+        source.as_ref().ok(),
+        &step,
+    )
+    .await;
+    let report = status::report(&restore, &step, phase, Timestamp::now());
+    patch_status(&restores, &name, report.clone()).await?;
+    announce(&ctx, &restore, &step).await;
+    match phase {
+        RestorePhase::Succeeded | RestorePhase::Failed => {
+            let seconds = report_seconds(&report);
+            ctx.metrics
+                .finish(&ns, &name, phase == RestorePhase::Succeeded, seconds);
+        }
+        _ => ctx.metrics.running(&ns, &name),
+    }
+    executed?;
+    Ok(match step {
+        Step::Wait { .. } => Action::requeue(BUSY),
+        Step::Fail { .. } | Step::Succeed { .. } | Step::Done => Action::await_change(),
+        _ => Action::requeue(CHANGED),
+    })
+}
+
+/// The snapshot's location, or what is wrong with it (a missing EtcdBackup or Secret is a
+/// failure of this restore, not an error of the operator).
+async fn resolve_source(
+    ctx: &Context,
+    restore: &EtcdRestore,
+) -> Result<Result<Source, String>, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    if let Err(e) = restore.spec.validate(&restore.name_any()) {
+        return Ok(Err(e.to_string()));
+    }
+    let source = match &restore.spec.backup_ref {
+        Some(backup) => {
+            let backups: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &ns);
+            match backups.get_opt(&backup.name).await? {
+                None => return Ok(Err(format!("EtcdBackup {} not found in {ns}", backup.name))),
+                Some(b) => source::from_backup(&b),
+            }
+        }
+        None => source::from_spec(&restore.spec),
+    };
+    let source = match source {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let named: Vec<String> = match &source.s3 {
+        Some(s3) => s3.aws_secret.iter().chain(&s3.ca_secret).cloned().collect(),
+        None => Vec::new(),
+    };
+    for secret in &named {
+        if secrets.get_opt(secret).await?.is_none() {
+            return Ok(Err(format!("Secret {secret} not found in {ns}")));
+        }
+    }
+    Ok(Ok(source))
+}
+
+fn cluster_view(cluster: &EtcdCluster) -> ClusterView {
+    let status = cluster.status.clone().unwrap_or_default();
+    ClusterView {
+        paused: cluster.spec.is_paused(),
+        pause_seen: status.control_paused == Some(true)
+            && status.observed_generation >= cluster.metadata.generation,
+        restore: cluster.annotations().get(RESTORE_ANNOTATION).cloned(),
+        size: cluster.spec.size.max(1) as usize,
+        version: cluster.spec.version().to_string(),
+        persistent: build::persistent(&cluster.spec),
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The planned members' health, with the cluster's client TLS when it has it.
+async fn member_health(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    plan: &RestorePlan,
+    member_pods: &[Pod],
+) -> Result<Option<plan::Health>, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let Dereferenced::Ready(client_tls) =
+        tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await?
+    else {
+        return Ok(None);
+    };
+    let access = Access {
+        names: build::names(cluster),
+        tls: client_tls,
+    };
+    let members: Vec<(String, String)> = member_pods
+        .iter()
+        .filter(|p| plan.members.contains(&p.name_any()))
+        .filter_map(|p| Some((p.name_any(), p.status.as_ref()?.pod_ip.clone()?)))
+        .collect();
+    Ok(Some(observe::health(&access, &members).await))
+}
+
+/// Executes one step.
+async fn execute(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    cluster: Option<&EtcdCluster>,
+    source: Option<&Source>,
+    step: &Step,
+) -> Result<(), Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    let uid = restore.uid().unwrap_or_default();
+    let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster_name = restore.spec.etcd_cluster.name.clone();
+    let merge = |value: serde_json::Value| Patch::Merge(value);
+    match step {
+        Step::Done | Step::Wait { .. } | Step::Fail { .. } | Step::Succeed { .. } => {}
+        Step::CreateVerifyPod => {
+            let source = source.expect("planned with a source");
+            let pod = pods::verify_pod(restore, cluster, &ctx.backup_image, source);
+            create(&pod_api, &pod).await?;
+        }
+        Step::RecordSnapshot(snapshot) => {
+            let url = source.map(|s| s.url.clone());
+            let patch = json!({"status": {"snapshot": snapshot, "source": url}});
+            restores
+                .patch_status(&name, &PatchParams::default(), &merge(patch))
+                .await?;
+        }
+        Step::CreateCluster => {
+            let new = restore
+                .spec
+                .new_cluster
+                .clone()
+                .expect("planned with newCluster");
+            let mut claim = json!({
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": new.storage}},
+            });
+            if let Some(class) = &new.storage_class_name {
+                claim["storageClassName"] = json!(class);
+            }
+            let cluster: EtcdCluster = serde_json::from_value(json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2",
+                "kind": "EtcdCluster",
+                "metadata": {"name": cluster_name, "annotations": {RESTORE_ANNOTATION: uid}},
+                "spec": {
+                    "size": new.size, "version": new.version, "repository": new.repository,
+                    "paused": true, "pod": {"persistentVolumeClaimSpec": claim},
+                },
+            }))
+            .expect("a valid EtcdCluster");
+            create(&clusters, &cluster).await?;
+        }
+        Step::PauseCluster => {
+            let patch = json!({
+                "metadata": {"annotations": {RESTORE_ANNOTATION: uid}},
+                "spec": {"paused": true},
+            });
+            clusters
+                .patch(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+        }
+        Step::RecordPlan(plan) => {
+            let version = EtcdVersion::parse(&plan.version);
+            let bumped = version.is_ok_and(|v| v.restore_can_bump_revision());
+            let patch = json!({"status": {"plan": plan, "revisionBumped": bumped}});
+            restores
+                .patch_status(&name, &PatchParams::default(), &merge(patch))
+                .await?;
+        }
+        Step::DeleteOldPods(old) => {
+            for pod in old {
+                delete(&pod_api, pod).await?;
+            }
+        }
+        Step::DetachClaims(old) => {
+            for claim in old {
+                detach(&claim_api, &cluster_name, claim, &uid).await?;
+            }
+        }
+        Step::RestoreMembers(members) => {
+            let cluster = cluster.expect("planned with a cluster");
+            let source = source.expect("planned with a source");
+            let plan = restore
+                .status
+                .as_ref()
+                .and_then(|s| s.plan.clone())
+                .expect("recorded");
+            for member in members {
+                if let Some(claim) = build::claim(cluster, member, &plan.version) {
+                    create(&claim_api, &claim).await?;
+                }
+                let (pod, _) =
+                    pods::restore_pod(restore, cluster, member, &plan, &ctx.backup_image, source);
+                create(&pod_api, &pod).await?;
+            }
+        }
+        Step::StartMembers(members) => {
+            let cluster = cluster.expect("planned with a cluster");
+            let plan = restore
+                .status
+                .as_ref()
+                .and_then(|s| s.plan.clone())
+                .expect("recorded");
+            let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+            let apply = PatchParams::apply(MANAGER).force();
+            for service in build::services(cluster) {
+                services
+                    .patch(&service.name_any(), &apply, &Patch::Apply(&service))
+                    .await?;
+            }
+            let bootstrap = Bootstrap::Existing {
+                initial_cluster: plan.members.clone(),
+            };
+            for member in members {
+                let pod = build::pod(cluster, member, &bootstrap, &plan.version);
+                create(&pod_api, &pod).await?;
+            }
+        }
+        Step::HandOver { revision } => {
+            // Recorded first: once handed over, the cluster is the operator's and is never
+            // paused again by this restore.
+            let mut plan = restore
+                .status
+                .as_ref()
+                .and_then(|s| s.plan.clone())
+                .expect("recorded");
+            plan.handed_over = true;
+            let patch = json!({"status": {"plan": plan, "restoredRevision": revision}});
+            restores
+                .patch_status(&name, &PatchParams::default(), &merge(patch))
+                .await?;
+            // The record of a membership change from before the disaster means nothing now.
+            let patch = json!({"status": {"membershipChange": null}});
+            clusters
+                .patch_status(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+            let patch = json!({
+                "metadata": {"annotations": {RESTORE_ANNOTATION: null}},
+                "spec": {"paused": false},
+            });
+            clusters
+                .patch(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+        }
+        Step::DeleteOldClaims(old) => {
+            for claim in old {
+                delete(&claim_api, claim).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes a claim out of the cluster: out of its selector (so its operator does not restart the
+/// old member on it) and without the cluster as owner (so deleting the cluster does not delete
+/// it). Its data is untouched.
+async fn detach(
+    claims: &Api<PersistentVolumeClaim>,
+    cluster: &str,
+    claim: &str,
+    uid: &str,
+) -> Result<(), Error> {
+    let Some(current) = claims.get_opt(claim).await? else {
+        return Ok(());
+    };
+    let owners: Vec<_> = current
+        .owner_references()
+        .iter()
+        .filter(|o| !(o.kind == "EtcdCluster" && o.name == cluster))
+        .cloned()
+        .collect();
+    let patch = json!({
+        "metadata": {
+            "labels": {build::CLUSTER_LABEL: null, DETACHED_LABEL: cluster},
+            "annotations": {RESTORE_ANNOTATION: uid},
+            "ownerReferences": owners,
+        }
+    });
+    claims
+        .patch(claim, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+async fn create<K>(api: &Api<K>, object: &K) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        // Made by an earlier run of this step (the step is repeated after a restart).
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn patch_status(
+    api: &Api<EtcdRestore>,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<(), Error> {
+    let patch = json!({"status": status});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// An event per step that acts, a Warning when the restore fails.
+async fn announce(ctx: &Context, restore: &EtcdRestore, step: &Step) {
+    let reference = restore.object_ref(&());
+    let (reason, message) = status::describe(step);
+    match step {
+        Step::Wait { .. } | Step::Done => {}
+        Step::Fail { reason, message } => ctx.events.warning(&reference, reason, message).await,
+        _ => ctx.events.normal(&reference, reason, &message).await,
+    }
+}
+
+/// Start to completion of a finished restore's status.
+fn report_seconds(report: &serde_json::Value) -> f64 {
+    let time = |v: &serde_json::Value| v.as_str().and_then(|t| t.parse::<Timestamp>().ok());
+    match (time(&report["startTime"]), time(&report["completionTime"])) {
+        (Some(start), Some(end)) => end.duration_since(start).as_secs_f64(),
+        _ => 0.0,
+    }
+}
+
+pub fn error_policy(restore: Arc<EtcdRestore>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(restore = %restore.name_any(), %error, "reconcile failed");
+    ctx.metrics.reconcile_errors.inc();
+    Action::requeue(Duration::from_secs(5))
+}

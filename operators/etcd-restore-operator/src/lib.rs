@@ -1,0 +1,14 @@
+//! The EtcdRestore controller. A restore is a small step machine ([`plan`], pure): verify the
+//! backup in a pod, pause (or create) the EtcdCluster, record the plan, detach the old members
+//! (their volumes are kept), restore every new member from the snapshot in its own pod, start
+//! the members, wait until all are healthy with the data, hand the cluster back to the
+//! EtcdCluster operator. Each reconcile reads the world again, so a restart resumes.
+
+pub mod controller;
+pub mod metrics;
+pub mod observe;
+pub mod plan;
+pub mod pods;
+pub mod rbac;
+pub mod source;
+pub mod status;

@@ -1,0 +1,77 @@
+//! `etcd-restore-operator`: runs EtcdRestore objects (coreos `etcd.database.coreos.com/v1beta2`).
+//! Runs in-cluster or out-of-cluster with `KUBECONFIG`.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use backup_api::EtcdRestore;
+use backup_cli::LogFormat;
+use clap::Parser;
+use etcd_restore_operator::controller::{self, Context, MANAGER};
+use etcd_restore_operator::metrics::Metrics;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::{Controller, watcher};
+use operator_runtime::process::{self, RuntimeArgs};
+
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+    /// The `etcd-backup` image whose `verify` and `fetch` the restore pods run.
+    #[arg(
+        long,
+        env = "BACKUP_IMAGE",
+        default_value = "localhost/etcd-backup:dev"
+    )]
+    backup_image: String,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    backup_cli::init_logging(args.log_format, "info");
+    let namespace = args.runtime.watch_namespace();
+    let metrics = Arc::new(Metrics::default());
+    let encode = {
+        let metrics = metrics.clone();
+        Arc::new(move || metrics.encode())
+    };
+    let Some(process) = process::start(MANAGER, &args.runtime, encode).await? else {
+        return Ok(());
+    };
+    let client = process.client.clone();
+    let (restores, pods): (Api<EtcdRestore>, Api<Pod>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let mut config = watcher::Config::default();
+    if let Some(selector) = args.runtime.watch_selector() {
+        config = config.labels(selector);
+    }
+    let identity = Some(process.identity.clone());
+    let ctx = Arc::new(Context::new(client, identity, metrics, args.backup_image));
+    tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");
+    process.health.set_ready(true);
+    let shutdown = process.stop.clone();
+    // The restore's own pods (verify, restore) wake it when they finish; member pods do not
+    // belong to it (the EtcdCluster owns them), so waiting on them is a requeue.
+    Controller::new(restores, config)
+        .owns(pods, watcher::Config::default().labels("app=etcd-restore"))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(controller::reconcile, controller::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile");
+            }
+        })
+        .await;
+    Ok(process.finish().await?)
+}

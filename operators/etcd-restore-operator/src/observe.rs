@@ -1,0 +1,139 @@
+//! Reading the world: how a run-once pod did, and the restored members' health (asked of each
+//! member over its pod IP, as the EtcdCluster operator does).
+
+use std::collections::BTreeMap;
+
+use etcd_operator::observe::Access;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use crate::plan::{Health, PodRun};
+
+/// Waiting reasons that will not clear up on their own: the pod has failed.
+const STUCK: [&str; 5] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// How a `restartPolicy: Never` pod is doing (its stdout is read separately, when needed).
+pub fn pod_run(pod: &Pod) -> PodRun {
+    let status = pod.status.clone().unwrap_or_default();
+    let containers: Vec<ContainerStatus> = status
+        .init_container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .chain(status.container_statuses.unwrap_or_default())
+        .collect();
+    let failure = containers.iter().find_map(|c| {
+        let state = c.state.as_ref()?;
+        if let Some(done) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
+            let why = done.message.clone().unwrap_or_default();
+            let why = why.trim();
+            return Some(format!(
+                "{} exited {}: {}",
+                c.name,
+                done.exit_code,
+                if why.is_empty() {
+                    done.reason.as_deref().unwrap_or("")
+                } else {
+                    why
+                }
+            ));
+        }
+        let waiting = state.waiting.as_ref()?;
+        let reason = waiting.reason.as_deref()?;
+        STUCK.contains(&reason).then(|| {
+            format!(
+                "{}: {reason}: {}",
+                c.name,
+                waiting.message.clone().unwrap_or_default()
+            )
+        })
+    });
+    match (status.phase.as_deref(), failure) {
+        (_, Some(message)) => PodRun::Failed { message },
+        (Some("Succeeded"), None) => PodRun::Succeeded {
+            output: String::new(),
+        },
+        (Some("Failed"), None) => PodRun::Failed {
+            message: status.message.unwrap_or_else(|| "the pod failed".into()),
+        },
+        _ => PodRun::Running,
+    }
+}
+
+/// Each member's revision (when it answers without errors) and the voters in the member list.
+pub async fn health(access: &Access, members: &[(String, String)]) -> Health {
+    let mut health = Health::default();
+    let mut list = None;
+    for (name, ip) in members {
+        let Ok(mut client) = access.connect(name, ip).await else {
+            continue;
+        };
+        if let Ok(status) = client.status().await
+            && status.errors().is_empty()
+            && let Some(header) = status.header()
+        {
+            health.revisions.insert(name.clone(), header.revision());
+        }
+        if list.is_none() {
+            list = client.member_list().await.ok();
+        }
+    }
+    let voters: BTreeMap<String, bool> = list
+        .iter()
+        .flat_map(|l| l.members())
+        .filter_map(|m| {
+            let name = m
+                .peer_urls()
+                .iter()
+                .find_map(|u| access.names.member_of_peer_url(u))?;
+            Some((name, !m.is_learner()))
+        })
+        .collect();
+    health.voters = voters
+        .into_iter()
+        .filter(|(_, voter)| *voter)
+        .map(|(name, _)| name)
+        .collect();
+    health
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: &str) -> Pod {
+        serde_yaml::from_str(&format!("metadata: {{name: p}}\nstatus: {status}")).unwrap()
+    }
+
+    #[test]
+    fn a_pod_fails_on_a_non_zero_exit_or_a_stuck_container() {
+        assert_eq!(pod_run(&pod("{phase: Pending}")), PodRun::Running);
+        assert_eq!(
+            pod_run(&pod("{phase: Succeeded}")),
+            PodRun::Succeeded {
+                output: String::new()
+            }
+        );
+        let failed = pod(
+            "{phase: Failed, initContainerStatuses: [{name: fetch, image: i, imageID: '', ready: false,\
+              restartCount: 0, state: {terminated: {exitCode: 3, message: 'sha256 mismatch'}}}]}",
+        );
+        assert_eq!(
+            pod_run(&failed),
+            PodRun::Failed {
+                message: "fetch exited 3: sha256 mismatch".into()
+            }
+        );
+        let stuck = pod(
+            "{phase: Pending, containerStatuses: [{name: restore, image: i, imageID: '', ready: false,\
+              restartCount: 0, state: {waiting: {reason: ErrImagePull, message: 'not found'}}}]}",
+        );
+        assert!(
+            matches!(pod_run(&stuck), PodRun::Failed { message } if message.contains("ErrImagePull"))
+        );
+    }
+}

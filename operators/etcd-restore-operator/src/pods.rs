@@ -1,0 +1,373 @@
+//! Pure builders of the restore's own pods. Both run once (`restartPolicy: Never`) and say why
+//! they failed in their termination message.
+//!
+//! - The verify pod streams the backup through the `etcd-backup` image's `verify` (sha256
+//!   trailer, compression, manifest) before anything is touched.
+//! - One restore pod per new member: an init container fetches the snapshot with `etcd-backup
+//!   fetch` (verified again while streaming, renamed into place only when whole) into a scratch
+//!   volume, then the etcd image's own restore tool writes the member's data dir on its claim.
+//!   The member pod itself is the EtcdCluster operator's plain pod, started on that claim once
+//!   every restore pod succeeded. (Restoring in init containers of the member pod would run the
+//!   restore again whenever the kubelet recreates the pod sandbox, over live data.)
+
+use std::collections::BTreeMap;
+
+use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
+use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
+use etcd_cluster::EtcdVersion;
+use etcd_cluster::restore::{RestoreCommand, restore_command};
+use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::source::Source;
+
+/// Labels of the restore's pods (not the members' `app=etcd`, so the EtcdCluster operator never
+/// takes them for members).
+pub const APP: &str = "etcd-restore";
+pub const RESTORE_LABEL: &str = "etcd_restore";
+/// Where the fetched snapshot lands (a scratch volume, gone with the pod).
+pub const SNAPSHOT_DIR: &str = "/var/etcd-restore";
+const AWS_DIR: &str = "/etc/etcd-restore/aws";
+const CA_DIR: &str = "/etc/etcd-restore/s3-ca";
+
+pub fn verify_pod_name(restore: &str) -> String {
+    format!("{restore}-restore-verify")
+}
+
+pub fn restore_pod_name(member: &str) -> String {
+    format!("{member}-restore")
+}
+
+pub fn label_selector(restore: &str) -> String {
+    format!("app={APP},{RESTORE_LABEL}={restore}")
+}
+
+/// The pod that verifies the backup: `etcd-backup verify`, one JSON line on stdout.
+pub fn verify_pod(
+    restore: &EtcdRestore,
+    cluster: Option<&EtcdCluster>,
+    image: &str,
+    source: &Source,
+) -> Pod {
+    let (volumes, mounts) = source_volumes(source);
+    let container = json!({
+        "name": "verify",
+        "image": image,
+        "args": tool_args(source, ["verify", source.url.as_str()]),
+        "env": aws_env(source),
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    });
+    pod(
+        restore,
+        cluster,
+        &verify_pod_name(&restore.name_any()),
+        json!({"containers": [container], "volumes": volumes}),
+    )
+}
+
+/// The pod that restores `member` of `plan` onto its claim (which must exist: the pod mounts it
+/// by the member's name, as the member pod will).
+pub fn restore_pod(
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+    member: &str,
+    plan: &RestorePlan,
+    image: &str,
+    source: &Source,
+) -> (Pod, RestoreCommand) {
+    let version = EtcdVersion::parse(&plan.version).expect("a recorded version parses");
+    let snapshot = format!("{SNAPSHOT_DIR}/snapshot.db");
+    let command = restore_command(
+        &version,
+        &build::names(cluster),
+        member,
+        &plan.members,
+        &plan.token,
+        &snapshot,
+        DATA_DIR,
+    );
+    let (mut volumes, mut mounts) = source_volumes(source);
+    volumes.push(json!({"name": "snapshot", "emptyDir": {}}));
+    mounts.push(json!({"name": "snapshot", "mountPath": SNAPSHOT_DIR}));
+    let fetch = json!({
+        "name": "fetch",
+        "image": image,
+        "args": tool_args(source, ["fetch", source.url.as_str(), "--out", snapshot.as_str()]),
+        "env": aws_env(source),
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    });
+    volumes.push(json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}}));
+    let mut argv = command.argv.clone();
+    argv[0] = format!("/usr/local/bin/{}", argv[0]);
+    let tool = json!({
+        "name": "restore",
+        "image": cluster.spec.image_of(&plan.version),
+        "command": argv,
+        "env": [{"name": "ETCDCTL_API", "value": "3"}],
+        "volumeMounts": [
+            {"name": "etcd-data", "mountPath": DATA_MOUNT},
+            {"name": "snapshot", "mountPath": SNAPSHOT_DIR, "readOnly": true},
+        ],
+        "resources": cluster.spec.pod.as_ref().and_then(|p| p.resources.clone()),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    });
+    let spec = json!({"initContainers": [fetch], "containers": [tool], "volumes": volumes});
+    let pod = pod(restore, Some(cluster), &restore_pod_name(member), spec);
+    (pod, command)
+}
+
+/// `etcd-backup`'s global flags for `source`, then the subcommand.
+fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut args = vec![
+        "--output".to_string(),
+        "json".into(),
+        "--log-format".into(),
+        "json".into(),
+    ];
+    if let Some(s3) = &source.s3 {
+        if let Some(endpoint) = &s3.endpoint {
+            args.extend(["--s3-endpoint".into(), endpoint.clone()]);
+        }
+        if let Some(region) = &s3.region {
+            args.extend(["--s3-region".into(), region.clone()]);
+        }
+        if s3.force_path_style {
+            args.push("--s3-force-path-style".into());
+        }
+        if s3.ca_secret.is_some() {
+            args.extend(["--s3-ca-file".into(), format!("{CA_DIR}/ca.crt")]);
+        }
+    }
+    args.extend(command.into_iter().map(str::to_string));
+    args
+}
+
+/// The AWS shared files from the restore's Secret (no ambient operator identity: the pod has
+/// no service account token).
+fn aws_env(source: &Source) -> Value {
+    match source.s3.as_ref().and_then(|s| s.aws_secret.as_ref()) {
+        Some(_) => json!([
+            {"name": "AWS_SHARED_CREDENTIALS_FILE", "value": format!("{AWS_DIR}/credentials")},
+            {"name": "AWS_CONFIG_FILE", "value": format!("{AWS_DIR}/config")},
+        ]),
+        None => json!([]),
+    }
+}
+
+fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    if let Some(s3) = &source.s3 {
+        if let Some(secret) = &s3.aws_secret {
+            volumes.push(json!({"name": "aws", "secret": {"secretName": secret}}));
+            mounts.push(json!({"name": "aws", "mountPath": AWS_DIR, "readOnly": true}));
+        }
+        if let Some(secret) = &s3.ca_secret {
+            volumes.push(json!({"name": "s3-ca", "secret": {"secretName": secret}}));
+            mounts.push(json!({"name": "s3-ca", "mountPath": CA_DIR, "readOnly": true}));
+        }
+    }
+    if let Some(claim) = &source.claim {
+        volumes.push(json!({"name": "backups", "persistentVolumeClaim": {"claimName": claim, "readOnly": true}}));
+        mounts
+            .push(json!({"name": "backups", "mountPath": LOCAL_PVC_MOUNT_PATH, "readOnly": true}));
+    }
+    (volumes, mounts)
+}
+
+/// A run-once pod of `restore`, scheduled like the cluster's members (node selector,
+/// tolerations, security context), owned by the EtcdRestore.
+fn pod(restore: &EtcdRestore, cluster: Option<&EtcdCluster>, name: &str, spec: Value) -> Pod {
+    let policy = cluster.and_then(|c| c.spec.pod.clone()).unwrap_or_default();
+    let mut spec = spec;
+    spec["restartPolicy"] = json!("Never");
+    spec["automountServiceAccountToken"] = json!(false);
+    spec["enableServiceLinks"] = json!(false);
+    spec["nodeSelector"] = json!(policy.node_selector);
+    spec["tolerations"] = json!(policy.tolerations);
+    spec["securityContext"] = json!(policy.security_context);
+    let mut pod: Pod = serde_json::from_value(json!({"spec": spec})).expect("a valid pod");
+    pod.metadata = ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: restore.namespace(),
+        labels: Some(BTreeMap::from([
+            ("app".to_string(), APP.to_string()),
+            (RESTORE_LABEL.to_string(), restore.name_any()),
+        ])),
+        owner_references: restore.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    };
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::from_spec;
+
+    fn restore() -> EtcdRestore {
+        serde_yaml::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\n\
+             metadata: {name: c, namespace: ns, uid: r-uid}\n\
+             spec: {etcdCluster: {name: c}, backupStorageType: S3,\n\
+               s3: {path: bucket/etcd.backup, awsSecret: aws, endpoint: 'http://s3:3900', forcePathStyle: true}}",
+        )
+        .unwrap()
+    }
+
+    fn cluster(version: &str) -> EtcdCluster {
+        serde_yaml::from_str(&format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\n\
+             metadata: {{name: c, namespace: ns, uid: c-uid}}\n\
+             spec: {{size: 3, version: '{version}', repository: localhost/etcd,\n\
+               pod: {{persistentVolumeClaimSpec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}}}}}"
+        ))
+        .unwrap()
+    }
+
+    fn plan(version: &str) -> RestorePlan {
+        RestorePlan {
+            members: vec!["c-3".into(), "c-4".into(), "c-5".into()],
+            token: "c-uid-r-uid".into(),
+            version: version.into(),
+            detached_claims: vec!["c-0".into()],
+            handed_over: false,
+        }
+    }
+
+    fn yaml(pod: &Pod) -> Value {
+        serde_json::to_value(pod).unwrap()
+    }
+
+    #[test]
+    fn the_verify_pod_runs_etcd_backup_verify_with_the_secret_and_no_token() {
+        let restore = restore();
+        let source = from_spec(&restore.spec).unwrap();
+        let pod = yaml(&verify_pod(
+            &restore,
+            None,
+            "localhost/etcd-backup:dev",
+            &source,
+        ));
+        assert_eq!(pod["metadata"]["name"], "c-restore-verify");
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "r-uid");
+        assert_eq!(pod["metadata"]["labels"]["app"], "etcd-restore");
+        assert_eq!(pod["spec"]["restartPolicy"], "Never");
+        assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["args"],
+            json!([
+                "--output",
+                "json",
+                "--log-format",
+                "json",
+                "--s3-endpoint",
+                "http://s3:3900",
+                "--s3-force-path-style",
+                "verify",
+                "s3://bucket/etcd.backup"
+            ])
+        );
+        assert_eq!(
+            container["env"][0]["value"],
+            "/etc/etcd-restore/aws/credentials"
+        );
+        assert_eq!(pod["spec"]["volumes"][0]["secret"]["secretName"], "aws");
+    }
+
+    #[test]
+    fn restore_pods_fetch_then_run_the_versions_own_tool_on_the_members_claim() {
+        let restore = restore();
+        let source = from_spec(&restore.spec).unwrap();
+        let (pod, command) = restore_pod(
+            &restore,
+            &cluster("3.5.16"),
+            "c-4",
+            &plan("3.5.16"),
+            "localhost/etcd-backup:dev",
+            &source,
+        );
+        assert!(command.bumps_revision);
+        let pod = yaml(&pod);
+        assert_eq!(pod["metadata"]["name"], "c-4-restore");
+        let fetch = &pod["spec"]["initContainers"][0];
+        let args: Vec<&str> = fetch["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            &args[args.len() - 4..],
+            [
+                "fetch",
+                "s3://bucket/etcd.backup",
+                "--out",
+                "/var/etcd-restore/snapshot.db"
+            ]
+        );
+        let tool = &pod["spec"]["containers"][0];
+        assert_eq!(tool["image"], "localhost/etcd:v3.5.16");
+        assert_eq!(tool["command"][0], "/usr/local/bin/etcdutl");
+        let argv: Vec<&str> = tool["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(argv.contains(&"--name=c-4"));
+        assert!(argv.contains(&"--initial-cluster-token=c-uid-r-uid"));
+        assert!(argv.contains(&"--data-dir=/var/etcd/data"));
+        assert!(
+            argv.iter()
+                .any(|a| a.starts_with("--initial-cluster=c-3=http://c-3.c.ns.svc"))
+        );
+        let claim = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "etcd-data")
+            .unwrap();
+        assert_eq!(claim["persistentVolumeClaim"]["claimName"], "c-4");
+
+        // 3.4.23 has no --bump-revision and restores with etcdctl.
+        let (pod, command) = restore_pod(
+            &restore,
+            &cluster("3.4.23"),
+            "c-4",
+            &plan("3.4.23"),
+            "i",
+            &source,
+        );
+        assert!(!command.bumps_revision);
+        assert_eq!(
+            yaml(&pod)["spec"]["containers"][0]["command"][0],
+            "/usr/local/bin/etcdctl"
+        );
+    }
+
+    #[test]
+    fn local_sources_mount_the_backup_claim_read_only() {
+        let source = Source {
+            url: "file:///var/lib/etcd-backup/b/etcd.db".into(),
+            s3: None,
+            claim: Some("backups".into()),
+        };
+        let pod = yaml(&verify_pod(&restore(), None, "i", &source));
+        assert_eq!(
+            pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "backups"
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][0]["persistentVolumeClaim"]["readOnly"],
+            true
+        );
+        assert_eq!(pod["spec"]["containers"][0]["env"], json!([]));
+    }
+}

@@ -1,0 +1,49 @@
+//! Every Kubernetes API call the restore controller makes, in one place. The manifests test
+//! checks the RBAC rules under `deploy/` grant exactly these; add a line here with any new call.
+
+pub use etcd_operator::rbac::ApiCall;
+
+/// Calls in the watched namespace(s).
+pub const NAMESPACED_CALLS: &[ApiCall] = &[
+    // main.rs: the watch behind the controller; controller.rs: the fresh read of the recorded
+    // plan, and status by merge patch.
+    ("etcd.database.coreos.com", "etcdrestores", "list"),
+    ("etcd.database.coreos.com", "etcdrestores", "watch"),
+    ("etcd.database.coreos.com", "etcdrestores/status", "get"),
+    ("etcd.database.coreos.com", "etcdrestores/status", "patch"),
+    // controller.rs: the cluster restored: read, created from spec.newCluster, paused and
+    // unpaused (spec.paused and the restore annotation), its stale membership record cleared.
+    ("etcd.database.coreos.com", "etcdclusters", "get"),
+    ("etcd.database.coreos.com", "etcdclusters", "create"),
+    ("etcd.database.coreos.com", "etcdclusters", "patch"),
+    ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
+    // source: backupRef reads the EtcdBackup's newest verified backup.
+    ("etcd.database.coreos.com", "etcdbackups", "get"),
+    // controller.rs: the verify and restore pods (created, read, their logs) and the member
+    // pods (listed, old ones deleted, restored ones created). main.rs owns(): the watch.
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "get"),
+    ("", "pods", "create"),
+    ("", "pods", "delete"),
+    ("", "pods/log", "get"),
+    // controller.rs: member claims: listed, new ones created, old ones detached (patch) and,
+    // after success, deleted (policy Delete).
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "create"),
+    ("", "persistentvolumeclaims", "patch"),
+    ("", "persistentvolumeclaims", "delete"),
+    // controller.rs: the cluster's Services by server-side apply (the paused operator does not
+    // make them for a cluster the restore created).
+    ("", "services", "patch"),
+    ("", "services", "create"),
+    // controller.rs: the restore's S3 Secrets are checked to exist; the cluster's TLS Secrets
+    // are read to ask the restored members for their health.
+    ("", "secrets", "get"),
+    // kube Recorder: creates events and patches them into series.
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+];
+
+/// Calls in the operator's own namespace: leader election (operator-runtime).
+pub use operator_runtime::leader::LEASE_CALLS;

@@ -1,0 +1,240 @@
+//! Where the snapshot is and how a pod reaches it: the EtcdRestore's `s3`/`local` block, or the
+//! newest verified backup of the EtcdBackup that `backupRef` names. Pure.
+
+use backup_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource, S3Source, StorageType};
+use backup_api::{EtcdBackup, EtcdRestoreSpec};
+use thiserror::Error;
+
+/// A snapshot location as the `etcd-backup` image's `verify` and `fetch` take it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// `s3://bucket/key` or `file:///var/lib/etcd-backup/<path>`.
+    pub url: String,
+    pub s3: Option<S3Access>,
+    /// The claim holding a `Local` backup, mounted read-only at `/var/lib/etcd-backup`.
+    pub claim: Option<String>,
+}
+
+/// How to reach S3: the endpoint settings and the Secrets the pod mounts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct S3Access {
+    pub endpoint: Option<String>,
+    pub force_path_style: bool,
+    pub region: Option<String>,
+    /// Secret with the AWS shared `credentials` and `config` files.
+    pub aws_secret: Option<String>,
+    /// Secret with a CA bundle under `ca.crt`.
+    pub ca_secret: Option<String>,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SourceError {
+    #[error("backupStorageType {0:?} cannot be restored by this controller; use S3 or Local")]
+    Unsupported(StorageType),
+    #[error("the {0} block is missing")]
+    MissingBlock(&'static str),
+    #[error("s3.path {0:?} is not <bucket>/<key>")]
+    BadS3Path(String),
+    #[error(
+        "local.persistentVolumeClaim is not set: the restore pods can only read a Local backup \
+         from a claim (set the claim the backups were written to)"
+    )]
+    LocalWithoutClaim,
+    #[error("local.path {0:?} must be a file inside the claim, without '..'")]
+    BadLocalPath(String),
+    #[error("EtcdBackup {0} has no verified backup yet (status.lastBackup is empty)")]
+    NoBackupYet(String),
+    #[error("EtcdBackup {name} recorded {url:?}, which is not an s3:// or file:// location")]
+    BadRecordedUrl { name: String, url: String },
+}
+
+/// The snapshot named by the restore's own `s3`/`local` block.
+pub fn from_spec(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
+    match spec.backup_storage_type {
+        StorageType::S3 => {
+            let s3 = spec.s3.as_ref().ok_or(SourceError::MissingBlock("s3"))?;
+            let path = s3
+                .location()
+                .map_err(|_| SourceError::BadS3Path(s3.path.clone()))?;
+            Ok(Source {
+                url: format!("s3://{}/{}", path.bucket, path.key),
+                s3: Some(s3_access(s3)),
+                claim: None,
+            })
+        }
+        StorageType::Local => {
+            let local = spec
+                .local
+                .as_ref()
+                .ok_or(SourceError::MissingBlock("local"))?;
+            local_source(local, &local.path)
+        }
+        other => Err(SourceError::Unsupported(other)),
+    }
+}
+
+/// The newest verified backup of `backup` (its `status.lastBackup`), reached with the
+/// EtcdBackup's own storage settings and credentials.
+pub fn from_backup(backup: &EtcdBackup) -> Result<Source, SourceError> {
+    let name = backup.metadata.name.clone().unwrap_or_default();
+    let url = backup
+        .status
+        .as_ref()
+        .and_then(|s| s.last_backup.as_ref())
+        .map(|b| b.object_key.clone())
+        .ok_or_else(|| SourceError::NoBackupYet(name.clone()))?;
+    let bad = || SourceError::BadRecordedUrl {
+        name: name.clone(),
+        url: url.clone(),
+    };
+    if url.starts_with("s3://") {
+        let s3 = backup
+            .spec
+            .s3
+            .as_ref()
+            .ok_or(SourceError::MissingBlock("s3"))?;
+        return Ok(Source {
+            url: url.clone(),
+            s3: Some(s3_access(s3)),
+            claim: None,
+        });
+    }
+    let path = url.strip_prefix("file://").ok_or_else(bad)?;
+    let local = backup
+        .spec
+        .local
+        .as_ref()
+        .ok_or(SourceError::MissingBlock("local"))?;
+    // The backup operator records the file where its pod mounts the claim.
+    let inside = path
+        .strip_prefix(LOCAL_PVC_MOUNT_PATH)
+        .filter(|p| p.starts_with('/'))
+        .ok_or_else(bad)?;
+    local_source(local, inside)
+}
+
+fn s3_access(s3: &S3Source) -> S3Access {
+    S3Access {
+        endpoint: s3.endpoint().map(str::to_string),
+        force_path_style: s3.force_path_style.unwrap_or(false),
+        region: s3.region.clone().filter(|r| !r.is_empty()),
+        aws_secret: s3.aws_secret().map(str::to_string),
+        ca_secret: s3.ca_secret.clone().filter(|s| !s.is_empty()),
+    }
+}
+
+fn local_source(local: &LocalSource, path: &str) -> Result<Source, SourceError> {
+    let claim = local
+        .persistent_volume_claim
+        .clone()
+        .filter(|c| !c.is_empty())
+        .ok_or(SourceError::LocalWithoutClaim)?;
+    let relative = path.trim_start_matches('/');
+    if relative.is_empty() || relative.split('/').any(|p| p == ".." || p == ".") {
+        return Err(SourceError::BadLocalPath(path.to_string()));
+    }
+    Ok(Source {
+        url: format!("file://{LOCAL_PVC_MOUNT_PATH}/{relative}"),
+        s3: None,
+        claim: Some(claim),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn restore(yaml: &str) -> EtcdRestoreSpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn coreos_s3_restore_names_the_object_and_its_secret() {
+        let spec = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: S3\n\
+             s3: {path: bucket/dir/etcd.backup, awsSecret: aws, endpoint: '', forcePathStyle: true}",
+        );
+        let source = from_spec(&spec).unwrap();
+        assert_eq!(source.url, "s3://bucket/dir/etcd.backup");
+        let s3 = source.s3.unwrap();
+        assert_eq!(s3.endpoint, None, "coreos writes an empty endpoint for AWS");
+        assert_eq!(s3.aws_secret.as_deref(), Some("aws"));
+        assert!(s3.force_path_style);
+    }
+
+    #[test]
+    fn local_restores_need_a_claim_and_a_path_inside_it() {
+        let spec =
+            restore("etcdCluster: {name: c}\nbackupStorageType: Local\nlocal: {path: /b/etcd.db}");
+        assert_eq!(from_spec(&spec), Err(SourceError::LocalWithoutClaim));
+        let spec = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: Local\n\
+             local: {path: b/etcd.db, persistentVolumeClaim: backups}",
+        );
+        let source = from_spec(&spec).unwrap();
+        assert_eq!(source.url, "file:///var/lib/etcd-backup/b/etcd.db");
+        assert_eq!(source.claim.as_deref(), Some("backups"));
+        let spec = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: Local\n\
+             local: {path: ../etc/passwd, persistentVolumeClaim: backups}",
+        );
+        assert!(matches!(
+            from_spec(&spec),
+            Err(SourceError::BadLocalPath(_))
+        ));
+        let spec = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: ABS\nabs: {path: x/y, absSecret: s}",
+        );
+        assert_eq!(
+            from_spec(&spec),
+            Err(SourceError::Unsupported(StorageType::Abs))
+        );
+    }
+
+    #[test]
+    fn backup_ref_takes_the_newest_verified_backup_with_the_backups_settings() {
+        let mut backup: EtcdBackup = serde_yaml::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {name: nightly}\n\
+             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: S3,\n\
+               s3: {path: bucket/etcd.backup, awsSecret: aws, endpoint: 'http://s3:3900'}}",
+        )
+        .unwrap();
+        assert_eq!(
+            from_backup(&backup),
+            Err(SourceError::NoBackupYet("nightly".into()))
+        );
+        backup.status = Some(
+            serde_yaml::from_str(
+                "lastBackup: {objectKey: 's3://bucket/etcd.backup_v42_2026-11-24-03:00:00'}",
+            )
+            .unwrap(),
+        );
+        let source = from_backup(&backup).unwrap();
+        assert_eq!(
+            source.url,
+            "s3://bucket/etcd.backup_v42_2026-11-24-03:00:00"
+        );
+        assert_eq!(
+            source.s3.unwrap().endpoint.as_deref(),
+            Some("http://s3:3900")
+        );
+
+        let mut local: EtcdBackup = serde_yaml::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {name: local}\n\
+             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: Local,\n\
+               local: {path: snaps/etcd.db, persistentVolumeClaim: backups}}",
+        )
+        .unwrap();
+        local.status = Some(
+            serde_yaml::from_str(
+                "lastBackup: {objectKey: 'file:///var/lib/etcd-backup/snaps/etcd.db'}",
+            )
+            .unwrap(),
+        );
+        let source = from_backup(&local).unwrap();
+        assert_eq!(source.url, "file:///var/lib/etcd-backup/snaps/etcd.db");
+        assert_eq!(source.claim.as_deref(), Some("backups"));
+    }
+}

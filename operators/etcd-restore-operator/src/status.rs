@@ -1,0 +1,201 @@
+//! The EtcdRestore's status, built from the step just taken (pure). coreos's `succeeded` and
+//! `reason`, the phase, and `Ready`/`Progressing` conditions with `observedGeneration`.
+
+use backup_api::condition::{self, PROGRESSING, READY};
+use backup_api::{EtcdRestore, RestorePhase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::plan::Step;
+
+/// The annotation by which a restore holds its EtcdCluster (the restore's uid); the second
+/// restore of a cluster is refused while a live one holds it.
+pub const RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/restore";
+/// Label on the claims of replaced members: the cluster they were detached from.
+pub const DETACHED_LABEL: &str = "etcd.database.coreos.com/detached-from";
+
+/// What a step means to the user: the `Progressing` reason and message.
+pub fn describe(step: &Step) -> (&'static str, String) {
+    match step {
+        Step::Done => ("Done", String::new()),
+        Step::Fail { message, .. } => ("Failed", message.clone()),
+        Step::CreateVerifyPod => ("VerifyingBackup", "verifying the backup".into()),
+        Step::RecordSnapshot(s) => (
+            "BackupVerified",
+            format!("backup verified (revision {:?})", s.revision),
+        ),
+        Step::CreateCluster => ("CreatingCluster", "creating the EtcdCluster, paused".into()),
+        Step::PauseCluster => ("PausingCluster", "pausing the EtcdCluster".into()),
+        Step::Wait { reason } => ("Waiting", reason.clone()),
+        Step::RecordPlan(p) => (
+            "Planned",
+            format!("restoring into new members {}", p.members.join(", ")),
+        ),
+        Step::DeleteOldPods(p) => (
+            "StoppingOldMembers",
+            format!(
+                "deleting old member pods {} (their volumes are kept)",
+                p.join(", ")
+            ),
+        ),
+        Step::DetachClaims(c) => (
+            "DetachingOldVolumes",
+            format!(
+                "detaching old volumes {} from the cluster (kept)",
+                c.join(", ")
+            ),
+        ),
+        Step::RestoreMembers(m) => (
+            "RestoringMembers",
+            format!("restoring the snapshot into {}", m.join(", ")),
+        ),
+        Step::StartMembers(m) => ("StartingMembers", format!("starting {}", m.join(", "))),
+        Step::HandOver { .. } => (
+            "HandingOver",
+            "every member is healthy; unpausing the EtcdCluster".into(),
+        ),
+        Step::DeleteOldClaims(c) => (
+            "DeletingOldVolumes",
+            format!("deleting the replaced members' volumes {}", c.join(", ")),
+        ),
+        Step::Succeed { revision } => (
+            "Succeeded",
+            format!("every member is healthy and serves revision {revision} or above"),
+        ),
+    }
+}
+
+/// The status after `step`, in phase `phase`.
+pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Timestamp) -> Value {
+    let previous = restore.status.clone().unwrap_or_default();
+    let generation = restore.metadata.generation;
+    let start = previous.start_time.clone().unwrap_or(Time(now));
+    let done = phase.is_terminal();
+    let end = match (&previous.completion_time, done) {
+        (Some(t), _) => Some(t.clone()),
+        (None, true) => Some(Time(now)),
+        (None, false) => None,
+    };
+    let duration = end.as_ref().map_or(now, |t| t.0).duration_since(start.0);
+    let (reason, message) = describe(step);
+    let mut conditions = previous.conditions.clone();
+    let now_time = Time(now);
+    let ready = match step {
+        Step::Succeed { .. } => condition::new(
+            READY,
+            true,
+            "Succeeded",
+            &message,
+            generation,
+            now_time.clone(),
+        ),
+        Step::Fail { reason, message } => {
+            condition::new(READY, false, reason, message, generation, now_time.clone())
+        }
+        _ if done => condition::find(&conditions, READY)
+            .cloned()
+            .unwrap_or_else(|| {
+                condition::new(
+                    READY,
+                    phase == RestorePhase::Succeeded,
+                    "Done",
+                    "",
+                    generation,
+                    now_time.clone(),
+                )
+            }),
+        _ => condition::new(
+            READY,
+            false,
+            "InProgress",
+            "the restore is not finished",
+            generation,
+            now_time.clone(),
+        ),
+    };
+    condition::set(&mut conditions, ready);
+    if !matches!(step, Step::Done) {
+        let progressing =
+            condition::new(PROGRESSING, !done, reason, &message, generation, now_time);
+        condition::set(&mut conditions, progressing);
+    }
+    let failure = match step {
+        Step::Fail { reason, message } => Some(format!("{reason}: {message}")),
+        _ => previous.reason.clone(),
+    };
+    json!({
+        "succeeded": phase == RestorePhase::Succeeded,
+        "reason": failure,
+        "phase": phase,
+        "conditions": conditions,
+        "observedGeneration": generation,
+        "startTime": start,
+        "completionTime": end,
+        "duration": format_duration(duration.as_secs_f64()),
+    })
+}
+
+/// `1h2m3s`, `4m5s`, `6s`.
+pub fn format_duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn restore() -> EtcdRestore {
+        serde_yaml::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\n\
+             metadata: {name: c, namespace: ns, generation: 1}\n\
+             spec: {etcdCluster: {name: c}, backupStorageType: S3, s3: {path: b/k}}",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn in_progress_then_failed_with_the_cause() {
+        let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
+        let mut r = restore();
+        let status = report(&r, &Step::CreateVerifyPod, RestorePhase::Preparing, now);
+        assert_eq!(status["succeeded"], false);
+        assert_eq!(status["phase"], "Preparing");
+        assert_eq!(status["conditions"][0]["type"], "Ready");
+        assert_eq!(status["conditions"][0]["reason"], "InProgress");
+        assert_eq!(status["conditions"][1]["reason"], "VerifyingBackup");
+        assert_eq!(status["conditions"][1]["observedGeneration"], 1);
+        assert!(status["completionTime"].is_null());
+        r.status = Some(serde_json::from_value(status).unwrap());
+        let later: Timestamp = "2026-11-24T03:01:12Z".parse().unwrap();
+        let fail = Step::Fail {
+            reason: "BackupInvalid".into(),
+            message: "sha256 mismatch".into(),
+        };
+        let status = report(&r, &fail, RestorePhase::Failed, later);
+        assert_eq!(status["reason"], "BackupInvalid: sha256 mismatch");
+        assert_eq!(status["conditions"][0]["reason"], "BackupInvalid");
+        assert_eq!(status["conditions"][1]["status"], "False");
+        assert_eq!(status["duration"], "1m12s");
+        assert_eq!(status["completionTime"], "2026-11-24T03:01:12Z");
+    }
+
+    #[test]
+    fn succeeded_only_on_the_success_step() {
+        let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
+        let status = report(
+            &restore(),
+            &Step::Succeed { revision: 7 },
+            RestorePhase::Succeeded,
+            now,
+        );
+        assert_eq!(status["succeeded"], true);
+        assert_eq!(status["conditions"][0]["status"], "True");
+        assert_eq!(format_duration(3723.0), "1h2m3s");
+    }
+}
