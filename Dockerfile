@@ -2,6 +2,7 @@
 # All binaries of the workspace, one runtime image per binary:
 #   docker build --target etcd-backup-operator -t etcd-backup-operator .
 #   docker build --target etcd-operator        -t etcd-operator .
+#   docker build --target etcd-restore-operator -t etcd-restore-operator .
 #   docker build --target etcd-backup          -t etcd-backup .
 #   docker build --target mysql-backup         -t mysql-backup .
 
@@ -15,10 +16,11 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked \
-      -p etcd-backup -p etcd-backup-operator -p etcd-operator -p mysql-backup \
+      -p etcd-backup -p etcd-backup-operator -p etcd-operator -p etcd-restore-operator \
+      -p mysql-backup \
  && mkdir /out \
  && cp target/release/etcd-backup target/release/etcd-backup-operator target/release/etcd-operator \
-       target/release/mysql-backup /out/
+       target/release/etcd-restore-operator target/release/mysql-backup /out/
 
 # glibc binaries (aws-lc, zstd): distroless "cc" has libc and libgcc, no shell; runs as
 # nonroot (65532).
@@ -38,6 +40,12 @@ COPY --from=builder /out/etcd-operator /usr/local/bin/etcd-operator
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/etcd-operator"]
+
+FROM gcr.io/distroless/cc-debian12:nonroot AS etcd-restore-operator
+COPY --from=builder /out/etcd-restore-operator /usr/local/bin/etcd-restore-operator
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/etcd-restore-operator"]
 
 # mysql-backup runs mariadb-backup, so its image carries that tool (no distroless variant).
 FROM debian:bookworm-slim AS mysql-backup

@@ -113,8 +113,10 @@ pub struct BackupRef {
 /// What to do with the replaced members' volumes after a successful restore.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum OldVolumesPolicy {
+    /// Delete the replaced members' claims once the restored cluster is healthy.
     #[default]
     Delete,
+    /// Keep them, detached from the cluster.
     Keep,
 }
 
@@ -234,8 +236,8 @@ pub struct RestorePlan {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub detached_claims: Vec<String>,
     /// Every member was healthy and the cluster is (being) handed back to its operator.
-    #[serde(default)]
-    pub handed_over: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_over: Option<bool>,
 }
 
 /// Steps of a restore.

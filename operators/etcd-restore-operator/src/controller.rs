@@ -106,14 +106,20 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         .iter()
         .map(|c| c.name_any())
         .collect();
+    // This restore's pods; those of an earlier restore of the same name (deleted, its pods
+    // not yet collected) are deleted and not read: their names are needed again.
+    let uid = restore.uid().unwrap_or_default();
     let own_pods = ListParams::default().labels(&pods::label_selector(&name));
-    let own_pods: BTreeMap<String, Pod> = pod_api
+    let (own_pods, stale): (Vec<Pod>, Vec<Pod>) = pod_api
         .list(&own_pods)
         .await?
         .items
         .into_iter()
-        .map(|p| (p.name_any(), p))
-        .collect();
+        .partition(|p| p.owner_references().iter().any(|o| o.uid == uid));
+    for pod in &stale {
+        delete(&pod_api, &pod.name_any()).await?;
+    }
+    let own_pods: BTreeMap<String, Pod> = own_pods.into_iter().map(|p| (p.name_any(), p)).collect();
     let verify_pod = match own_pods.get(&pods::verify_pod_name(&name)) {
         None => None,
         Some(pod) => Some(match observe::pod_run(pod) {
@@ -147,7 +153,7 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         _ => None,
     };
     let observed = Observed {
-        uid: restore.uid().unwrap_or_default(),
+        uid,
         phase: recorded.phase,
         snapshot: recorded.snapshot.clone(),
         plan: plan_recorded.clone(),
@@ -419,7 +425,7 @@ async fn execute(
                 .as_ref()
                 .and_then(|s| s.plan.clone())
                 .expect("recorded");
-            plan.handed_over = true;
+            plan.handed_over = Some(true);
             let patch = json!({"status": {"plan": plan, "restoredRevision": revision}});
             restores
                 .patch_status(&name, &PatchParams::default(), &merge(patch))

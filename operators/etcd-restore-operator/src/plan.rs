@@ -183,7 +183,11 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     }
     let held = cluster.paused && cluster.restore.as_deref() == Some(observed.uid.as_str());
     // 6. After the hand-over: the old volumes go (by policy), then success.
-    if let Some(plan) = observed.plan.as_ref().filter(|p| p.handed_over) {
+    if let Some(plan) = observed
+        .plan
+        .as_ref()
+        .filter(|p| p.handed_over == Some(true))
+    {
         let revision = observed.restored_revision.unwrap_or(0);
         if held {
             return Step::HandOver { revision };
@@ -324,7 +328,7 @@ fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) ->
         token: format!("restore-{}", observed.uid),
         version: cluster.version.clone(),
         detached_claims: observed.claims.iter().cloned().collect(),
-        handed_over: false,
+        handed_over: None,
     }
 }
 
@@ -429,7 +433,7 @@ mod tests {
             token: "restore-r".into(),
             version: "3.5.16".into(),
             detached_claims: vec!["c-1".into()],
-            handed_over: false,
+            handed_over: None,
         }
     }
 
@@ -582,7 +586,7 @@ mod tests {
         o.health = Some(health);
         assert_eq!(plan(&names(), &o), Step::HandOver { revision: bumped });
         // Recorded, then the operator was killed before unpausing: the hand-over is repeated.
-        o.plan.as_mut().unwrap().handed_over = true;
+        o.plan.as_mut().unwrap().handed_over = Some(true);
         o.restored_revision = Some(bumped);
         o.health = None;
         assert_eq!(plan(&names(), &o), Step::HandOver { revision: bumped });

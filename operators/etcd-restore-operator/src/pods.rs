@@ -236,7 +236,7 @@ mod tests {
             token: "c-uid-r-uid".into(),
             version: version.into(),
             detached_claims: vec!["c-0".into()],
-            handed_over: false,
+            handed_over: None,
         }
     }
 

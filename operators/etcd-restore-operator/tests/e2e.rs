@@ -1,0 +1,365 @@
+//! Disaster restore on the kubelet bed, the three operators in the cluster from their images with
+//! their shipped manifests (RBAC checked live): a 3-member EtcdCluster (claims, etcd 3.5) with
+//! 2,000 keys, a coreos one-shot EtcdBackup to Garage; restores of a corrupted object, a
+//! missing object and with wrong credentials fail with the cause and leave the running cluster
+//! untouched; then every member pod and claim is deleted (quorum gone), the coreos EtcdRestore
+//! succeeds only with 3 ready members holding every key at a bumped revision, and the EtcdCluster
+//! operator takes the cluster over and scales it to 5.
+
+use std::collections::BTreeSet;
+
+use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore};
+use backup_storage::{Location, S3Options, Store};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use testbed::Garage;
+use testbed::cluster::{assert_leader_and_no_refusals, deploy_manifests, host_address};
+use testbed::kube::{KubeTestbed, wait_until};
+
+const OPERATORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
+const CLUSTER: &str = "example-etcd-cluster";
+const KEYS: usize = 2000;
+
+fn example(name: &str) -> Value {
+    serde_yaml::from_str(&std::fs::read_to_string(format!("{EXAMPLES}/{name}")).unwrap()).unwrap()
+}
+
+/// The three operators, one replica each (failover is each operator's own test).
+async fn install_operators(kube: &KubeTestbed, ns: &str) {
+    for binary in [
+        "etcd-operator",
+        "etcd-backup-operator",
+        "etcd-restore-operator",
+    ] {
+        let dir = format!("{OPERATORS}/{binary}/deploy/namespaced");
+        let mut manifests = deploy_manifests(dir.as_ref(), ns, binary).unwrap();
+        for doc in manifests.iter_mut().filter(|d| d["kind"] == "Deployment") {
+            doc["spec"]["replicas"] = json!(1);
+            let container = &mut doc["spec"]["template"]["spec"]["containers"][0];
+            for var in container["env"].as_array_mut().unwrap() {
+                if var["name"] == "BACKUP_IMAGE" {
+                    var["value"] = json!("localhost/etcd-backup:dev");
+                }
+            }
+        }
+        kube.apply(&manifests, ns).await.unwrap();
+    }
+    let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), ns);
+    for name in [
+        "etcd-operator",
+        "etcd-backup-operator",
+        "etcd-restore-operator",
+    ] {
+        let ready = |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas) == Some(1);
+        wait_until(&deployments, name, "a ready operator", 180, ready)
+            .await
+            .unwrap();
+    }
+}
+
+fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
+    move |c: &EtcdCluster| {
+        c.status.as_ref().is_some_and(|s| {
+            s.members
+                .as_ref()
+                .and_then(|m| m.ready.as_ref())
+                .map_or(0, Vec::len)
+                == size
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("Converged"))
+        })
+    }
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn member_pods(kube: &KubeTestbed, ns: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let selector = format!("etcd_cluster={CLUSTER}");
+    pods.list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+}
+
+async fn client_of(pod: &Pod) -> etcd_client::Client {
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    etcd_client::Client::connect([format!("http://{ip}:2379")], None)
+        .await
+        .unwrap()
+}
+
+/// Runs `restore` (the coreos example, s3 block replaced) until it has failed; returns its
+/// reason. Deletes it afterwards, so the next restore of the cluster can be made.
+async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), ns);
+    let mut restore = example("etcd-restore.yaml");
+    restore["spec"]["s3"] = s3;
+    let restore: EtcdRestore = serde_json::from_value(restore).unwrap();
+    restores
+        .create(&PostParams::default(), &restore)
+        .await
+        .unwrap();
+    let failed = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(backup_api::RestorePhase::Failed))
+    };
+    let done = wait_until(&restores, CLUSTER, "the restore to fail", 120, failed)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(!status.succeeded);
+    assert!(status.plan.is_none(), "a bad backup never gets to a plan");
+    restores
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    status.reason.unwrap_or_default()
+}
+
+#[tokio::test]
+async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-restore").await;
+    let garage = Garage::start_on(&host_address()).await.unwrap();
+    install_operators(&kube, &ns).await;
+
+    // A 3-member cluster on claims, with keys.
+    let mut cluster = example("example-etcd-cluster.yaml");
+    cluster["spec"]["repository"] = json!("localhost/etcd");
+    cluster["spec"]["version"] = json!("3.5.16");
+    cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}});
+    let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    wait_until(&clusters, CLUSTER, "3 ready members", 300, converged(3))
+        .await
+        .unwrap();
+    let mut etcd = client_of(&member_pods(&kube, &ns).await[0]).await;
+    for i in 0..KEYS {
+        etcd.put(format!("/registry/key-{i:05}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+
+    // The coreos one-shot backup to S3, with the coreos Secret.
+    let mut secret = example("aws-secret.yaml");
+    secret["stringData"]["credentials"] = json!(format!(
+        "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+        garage.access_key, garage.secret_key
+    ));
+    secret["stringData"]["config"] = json!(format!("[default]\nregion = {}\n", garage.region));
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(secret).unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let key = "restore-e2e/etcd.backup";
+    let mut backup = example("etcd-backup-oneshot.yaml");
+    backup["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
+    backup["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
+    backup["spec"]["s3"]["forcePathStyle"] = json!(true);
+    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
+    let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
+    let backup = wait_until(&backups, &backup.name_any(), "the backup", 120, succeeded)
+        .await
+        .unwrap();
+    let backup_revision = backup.status.unwrap().etcd_revision.unwrap();
+
+    // Bad backups and credentials: the restore fails with the cause, the cluster is untouched.
+    let s3 = |path: &str, secret: &str| {
+        json!({"path": format!("{}/{path}", garage.bucket), "awsSecret": secret,
+               "endpoint": garage.endpoint, "forcePathStyle": true})
+    };
+    let store = {
+        let options = S3Options::s3_compatible(
+            &garage.endpoint,
+            &garage.region,
+            &garage.access_key,
+            &garage.secret_key,
+        );
+        let location = Location::parse(&format!("s3://{}/{key}", garage.bucket)).unwrap();
+        Store::open(&location, &options).await.unwrap()
+    };
+    let mut bytes = store.get_small(key).await.unwrap().unwrap().to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    let corrupt = "restore-e2e/corrupt.backup";
+    store
+        .put_small(corrupt, bytes.into(), "application/octet-stream")
+        .await
+        .unwrap();
+    let before: BTreeSet<String> = member_pods(&kube, &ns)
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    let reason = failed_restore(&kube, &ns, s3(corrupt, "aws")).await;
+    assert!(reason.starts_with("BackupInvalid"), "{reason}");
+    assert!(reason.to_lowercase().contains("mismatch"), "{reason}");
+    let reason = failed_restore(&kube, &ns, s3("restore-e2e/missing.backup", "aws")).await;
+    assert!(reason.starts_with("BackupInvalid"), "{reason}");
+    let mut wrong = secrets.get("aws").await.unwrap();
+    wrong.metadata = kube::api::ObjectMeta {
+        name: Some("wrong-aws".into()),
+        ..Default::default()
+    };
+    let wrong_keys = "[default]\naws_access_key_id = GKwrong\naws_secret_access_key = wrong\n";
+    wrong.data.as_mut().unwrap().insert(
+        "credentials".into(),
+        k8s_openapi::ByteString(wrong_keys.into()),
+    );
+    secrets
+        .create(&PostParams::default(), &wrong)
+        .await
+        .unwrap();
+    let reason = failed_restore(&kube, &ns, s3(key, "wrong-aws")).await;
+    assert!(reason.starts_with("BackupInvalid"), "{reason}");
+    let reason = failed_restore(&kube, &ns, s3(key, "no-such-secret")).await;
+    assert!(
+        reason.contains("Secret no-such-secret not found"),
+        "{reason}"
+    );
+    let after: BTreeSet<String> = member_pods(&kube, &ns)
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert_eq!(before, after, "failed restores touched no member");
+    let untouched = clusters.get(CLUSTER).await.unwrap();
+    assert!(!untouched.spec.is_paused());
+    assert!(
+        untouched
+            .annotations()
+            .get("etcd.database.coreos.com/restore")
+            .is_none()
+    );
+
+    // Disaster: every claim, then every pod, deleted.
+    let members = ListParams::default().labels(&format!("etcd_cluster={CLUSTER}"));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
+    claims
+        .delete_collection(&DeleteParams::default(), &members)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    pods.delete_collection(&DeleteParams::default(), &members)
+        .await
+        .unwrap();
+    let quorum_lost = |c: &EtcdCluster| {
+        c.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Available" && c.reason.as_deref() == Some("QuorumLost"))
+        })
+    };
+    wait_until(&clusters, CLUSTER, "quorum lost", 120, quorum_lost)
+        .await
+        .unwrap();
+
+    // The coreos EtcdRestore, from the good backup.
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    let mut restore = example("etcd-restore.yaml");
+    restore["spec"]["s3"] = s3(key, "aws");
+    let restore: EtcdRestore = serde_json::from_value(restore).unwrap();
+    restores
+        .create(&PostParams::default(), &restore)
+        .await
+        .unwrap();
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    let done = wait_until(&restores, CLUSTER, "the restore to finish", 300, finished)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+
+    // Succeeded only with 3 ready members holding every key, above the backup's revision.
+    let restored = member_pods(&kube, &ns).await;
+    assert_eq!(restored.iter().filter(|p| ready(p)).count(), 3);
+    let plan = status.plan.unwrap();
+    let names: BTreeSet<String> = restored.iter().map(|p| p.name_any()).collect();
+    assert_eq!(names, plan.members.iter().cloned().collect());
+    assert_eq!(status.revision_bumped, Some(true));
+    let restored_revision = status.restored_revision.unwrap();
+    assert!(
+        restored_revision >= backup_revision + 1_000_000_000,
+        "{restored_revision}"
+    );
+    for pod in &restored {
+        let mut etcd = client_of(pod).await;
+        let all = etcd
+            .get(
+                "/registry/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(all.kvs().len(), KEYS, "every key on {}", pod.name_any());
+        assert!(all.header().unwrap().revision() >= restored_revision);
+        let one = etcd.get("/registry/key-01234", None).await.unwrap();
+        assert_eq!(one.kvs()[0].value_str().unwrap(), "value-1234");
+    }
+    assert_eq!(
+        status.source.as_deref(),
+        Some(format!("s3://{}/{key}", garage.bucket).as_str())
+    );
+
+    // The EtcdCluster operator has the cluster again: unpaused, and it scales it.
+    let handed = clusters.get(CLUSTER).await.unwrap();
+    assert!(!handed.spec.is_paused());
+    let patch = json!({"spec": {"size": 5}});
+    clusters
+        .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_until(&clusters, CLUSTER, "5 ready members", 300, converged(5))
+        .await
+        .unwrap();
+    let mut etcd = client_of(&member_pods(&kube, &ns).await[0]).await;
+    let count = etcd
+        .get(
+            "/registry/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap()
+        .count();
+    assert_eq!(count as usize, KEYS);
+
+    assert_leader_and_no_refusals(
+        &kube.kubeconfig,
+        &ns,
+        "app.kubernetes.io/name=etcd-restore-operator",
+    );
+    kube.delete_namespace(&ns).await.unwrap();
+}
