@@ -170,6 +170,13 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
             .map(|c| c.name_any())
             .collect(),
         detached_claims,
+        terminating: member_pods
+            .iter()
+            .map(|p| p.meta())
+            .chain(claims.iter().map(|c| c.meta()))
+            .filter(|m| m.deletion_timestamp.is_some())
+            .filter_map(|m| m.name.clone())
+            .collect(),
         restore_pods,
         health,
         delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()

@@ -69,6 +69,9 @@ pub struct Observed {
     pub claims: BTreeSet<String>,
     /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
     pub detached_claims: BTreeSet<String>,
+    /// Names of its pods and claims being deleted: taken until they are gone (a claim created
+    /// under such a name would be the old one, and vanish).
+    pub terminating: BTreeSet<String>,
     pub restore_pods: BTreeMap<String, PodRun>,
     /// Asked only once every planned member pod is ready.
     pub health: Option<Health>,
@@ -249,10 +252,12 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             ),
         );
     }
+    // A member without its restore pod, or whose claim is missing (its pod cannot start).
     let to_restore: Vec<String> = plan
         .members
         .iter()
-        .filter(|m| !started(m) && !observed.restore_pods.contains_key(*m))
+        .filter(|m| !started(m))
+        .filter(|m| !observed.restore_pods.contains_key(*m) || !observed.claims.contains(*m))
         .cloned()
         .collect();
     if !to_restore.is_empty() {
@@ -318,6 +323,7 @@ fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) ->
     let mut used: BTreeSet<String> = observed.member_pods.keys().cloned().collect();
     used.extend(observed.claims.iter().cloned());
     used.extend(observed.detached_claims.iter().cloned());
+    used.extend(observed.terminating.iter().cloned());
     let highest = used.iter().filter_map(|n| names.ordinal(n)).max();
     let first = highest.map_or(0, |h| h + 1);
     let members = (0..cluster.size as u32)
@@ -482,6 +488,13 @@ mod tests {
         // New names above every name in use; the surviving claim is recorded as detached.
         o.detached_claims = ["c-1".to_string()].into();
         assert_eq!(plan(&names(), &o), Step::RecordPlan(recorded_plan()));
+        // Names of claims still being deleted are in use too.
+        o.terminating = ["c-7".to_string()].into();
+        let Step::RecordPlan(later) = plan(&names(), &o) else {
+            panic!()
+        };
+        assert_eq!(later.members, ["c-8", "c-9", "c-10"]);
+        o.terminating.clear();
         o.cluster = None;
         assert!(
             matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "ClusterNotFound")
@@ -512,8 +525,14 @@ mod tests {
         assert_eq!(plan(&names(), &o), Step::RestoreMembers(members.clone()));
         for m in &members {
             o.restore_pods.insert(m.clone(), PodRun::Running);
+            o.claims.insert(m.clone());
         }
         assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        // A claim that vanished (made while an old one of that name was being deleted) is
+        // made again.
+        o.claims.remove("c-3");
+        assert_eq!(plan(&names(), &o), Step::RestoreMembers(vec!["c-3".into()]));
+        o.claims.insert("c-3".into());
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
         o.restore_pods.insert(
             "c-3".into(),

@@ -363,3 +363,244 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     );
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// The restore operator as a process on this machine (so it can be killed), watching `ns`.
+struct RestoreOperator(std::process::Child);
+
+impl RestoreOperator {
+    fn start(kube: &KubeTestbed, ns: &str) -> RestoreOperator {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_etcd-restore-operator"))
+            .args(["--namespace", ns, "--listen", "127.0.0.1:0"])
+            .args(["--backup-image", "localhost/etcd-backup:dev"])
+            .env("KUBECONFIG", &kube.kubeconfig)
+            .env("RUST_LOG", "info,etcd_restore_operator=debug")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("start etcd-restore-operator");
+        RestoreOperator(child)
+    }
+}
+
+impl Drop for RestoreOperator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A run-once pod of the `etcd-backup` image with the claim `backups` at /var/lib/etcd-backup
+/// (how a CronJob writes Local backups without the operator); waits until it succeeded.
+async fn run_backup_pod(kube: &KubeTestbed, ns: &str, args: &[&str]) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "save"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "save", "image": "localhost/etcd-backup:dev", "args": args,
+                "volumeMounts": [{"name": "backups", "mountPath": "/var/lib/etcd-backup"}]}],
+            "volumes": [{"name": "backups", "persistentVolumeClaim": {"claimName": "backups"}}],
+        }
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let done = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
+    wait_until(&pods, "save", "the save pod", 120, done)
+        .await
+        .unwrap();
+}
+
+/// Every key of `cluster`, read from one of its member pods.
+async fn keys_of(kube: &KubeTestbed, ns: &str, cluster: &str) -> usize {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let selector = format!("etcd_cluster={cluster}");
+    let members = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap();
+    let mut etcd = client_of(&members.items[0]).await;
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    etcd.get("/registry/", Some(options)).await.unwrap().count() as usize
+}
+
+#[tokio::test]
+async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kill() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-restore-copies").await;
+    let garage = Garage::start_on(&host_address()).await.unwrap();
+    install_operators(&kube, &ns).await;
+    // Only the EtcdCluster and EtcdBackup operators in the cluster: the restore operator runs
+    // here, to be killed.
+    let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
+    deployments
+        .delete("etcd-restore-operator", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // A one-member source cluster with keys.
+    let mut source = example("example-etcd-cluster.yaml");
+    source["metadata"]["name"] = json!("source");
+    source["spec"] = json!({"size": 1, "repository": "localhost/etcd", "version": "3.5.16",
+        "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "64Mi"}}}}});
+    let source: EtcdCluster = serde_json::from_value(source).unwrap();
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    wait_until(&clusters, "source", "1 ready member", 300, converged(1))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let seed = pods
+        .list(&ListParams::default().labels("etcd_cluster=source"))
+        .await
+        .unwrap();
+    let mut etcd = client_of(&seed.items[0]).await;
+    for i in 0..300 {
+        etcd.put(format!("/registry/copy-{i:03}"), "v", None)
+            .await
+            .unwrap();
+    }
+
+    // A Local backup on claim `backups`, written by the etcd-backup image.
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "backups"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    }))
+    .unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    let save = [
+        "save",
+        "--endpoints",
+        "http://source-client:2379",
+        "--to",
+        "file:///var/lib/etcd-backup/etcd.db",
+    ];
+    run_backup_pod(&kube, &ns, &save).await;
+
+    // An S3 backup by the EtcdBackup operator, named by backupRef.
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "aws"},
+        "stringData": {
+            "credentials": format!("[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+                garage.access_key, garage.secret_key),
+            "config": format!("[default]\nregion = {}\n", garage.region),
+        }
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let backup: EtcdBackup = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "nightly"},
+        "spec": {"etcdEndpoints": ["http://source-client:2379"], "storageType": "S3",
+            "s3": {"path": format!("{}/copies/etcd.backup", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true}},
+    }))
+    .unwrap();
+    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
+    wait_until(&backups, "nightly", "the backup", 120, succeeded)
+        .await
+        .unwrap();
+
+    // Two restores into clusters that do not exist yet.
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    let restore = |name: &str, size: i32, source: Value| -> EtcdRestore {
+        let mut spec = json!({"etcdCluster": {"name": name},
+            "newCluster": {"size": size, "version": "3.5.16", "repository": "localhost/etcd", "storage": "64Mi"}});
+        for (k, v) in source.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .unwrap()
+    };
+    let local = restore(
+        "copy-local",
+        3,
+        json!({"backupStorageType": "Local",
+        "local": {"path": "etcd.db", "persistentVolumeClaim": "backups"}}),
+    );
+    let by_ref = restore(
+        "copy-ref",
+        1,
+        json!({"backupStorageType": "S3", "backupRef": {"name": "nightly"}}),
+    );
+    restores
+        .create(&PostParams::default(), &local)
+        .await
+        .unwrap();
+    restores
+        .create(&PostParams::default(), &by_ref)
+        .await
+        .unwrap();
+
+    // The operator is killed once the plan is recorded, then started again.
+    let operator = RestoreOperator::start(&kube, &ns);
+    let planned = |r: &EtcdRestore| r.status.as_ref().is_some_and(|s| s.plan.is_some());
+    wait_until(&restores, "copy-local", "the plan recorded", 120, planned)
+        .await
+        .unwrap();
+    drop(operator);
+    let _operator = RestoreOperator::start(&kube, &ns);
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    for name in ["copy-local", "copy-ref"] {
+        let done = wait_until(&restores, name, "the restore to finish", 300, finished)
+            .await
+            .unwrap();
+        let status = done.status.unwrap();
+        assert!(status.succeeded, "{name}: {status:?}");
+        assert_eq!(keys_of(&kube, &ns, name).await, 300, "{name}");
+    }
+    let local_status = restores
+        .get_status("copy-local")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        local_status.source.as_deref(),
+        Some("file:///var/lib/etcd-backup/etcd.db")
+    );
+    let ref_status = restores
+        .get_status("copy-ref")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        ref_status.source,
+        Some(format!("s3://{}/copies/etcd.backup", garage.bucket))
+    );
+    // The EtcdCluster operator runs both: 3 and 1 ready members, Converged.
+    wait_until(
+        &clusters,
+        "copy-local",
+        "3 ready members",
+        120,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    wait_until(&clusters, "copy-ref", "1 ready member", 120, converged(1))
+        .await
+        .unwrap();
+    kube.delete_namespace(&ns).await.unwrap();
+}
