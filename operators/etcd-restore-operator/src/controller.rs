@@ -120,10 +120,11 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         delete(&pod_api, &pod.name_any()).await?;
     }
     let own_pods: BTreeMap<String, Pod> = own_pods.into_iter().map(|p| (p.name_any(), p)).collect();
+    // The verify pod's report is read only until the snapshot is recorded.
     let verify_pod = match own_pods.get(&pods::verify_pod_name(&name)) {
         None => None,
         Some(pod) => Some(match observe::pod_run(pod) {
-            PodRun::Succeeded { .. } => PodRun::Succeeded {
+            PodRun::Succeeded { .. } if recorded.snapshot.is_none() => PodRun::Succeeded {
                 output: pod_api.logs(&pod.name_any(), &LogParams::default()).await?,
             },
             other => other,

@@ -12,7 +12,8 @@ use etcd_restore_operator::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
 use operator_runtime::process::{self, RuntimeArgs};
 
 #[derive(Parser, Debug)]
@@ -61,9 +62,15 @@ async fn main() -> Result<()> {
     tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");
     process.health.set_ready(true);
     let shutdown = process.stop.clone();
-    // The restore's own pods (verify, restore) wake it when they finish; member pods do not
-    // belong to it (the EtcdCluster owns them), so waiting on them is a requeue.
-    Controller::new(restores, config)
+    // Spec changes only (generation): the controller's own status writes must not trigger
+    // reconciles. The restore's own pods (verify, restore) wake it when they change; member
+    // pods belong to the EtcdCluster, so waiting on them is a requeue.
+    let (reader, writer) = reflector::store();
+    let spec_changes = reflector(writer, watcher(restores, config))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd-restore"))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(controller::reconcile, controller::error_policy, ctx)
