@@ -1,0 +1,256 @@
+//! Benchmark of a disaster restore on the kubelet bed, in one run, on the same images, storage
+//! class and S3 server (Garage on the bridge):
+//!
+//! 1. by hand, one member: a pod that fetches the snapshot with the `etcd-backup` image and
+//!    runs `etcdutl snapshot restore` on a claim (what a user otherwise does per member), from
+//!    `create` to the pod's success;
+//! 2. the EtcdRestore: 3 members restored from the same snapshot into a new cluster (the
+//!    EtcdCluster and EtcdRestore operators running here), from `create` to `succeeded` (backup
+//!    verified, every member restored in parallel, started, healthy at the bumped revision);
+//!    as a ratio to 1;
+//! 3. memory: `etcd-backup fetch` peak RSS for the large and a small snapshot (flat with size).
+//!
+//! ```sh
+//! cargo build --release -p etcd-backup -p etcd-operator -p etcd-restore-operator
+//! cargo run --release -p etcd-restore-operator --example restore_bench -- [size-mib] [small-mib]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use backup_api::EtcdRestore;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use testbed::cluster::host_address;
+use testbed::kube::{KubeTestbed, wait_until};
+use testbed::{Etcd, Garage, procstat};
+
+fn release(binary: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/release")
+        .join(binary);
+    assert!(
+        path.exists(),
+        "{} missing: cargo build --release -p {binary}",
+        path.display()
+    );
+    path
+}
+
+/// A process killed on drop.
+struct Process(Child);
+
+impl Process {
+    fn start(binary: &Path, kubeconfig: &Path, ns: &str) -> Process {
+        let child = Command::new(binary)
+            .args(["--namespace", ns, "--listen", "127.0.0.1:0"])
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start an operator");
+        Process(child)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `etcd-backup` with Garage's endpoint flags and keys.
+fn etcd_backup(garage: &Garage) -> Command {
+    let mut command = Command::new(release("etcd-backup"));
+    command
+        .args([
+            "--s3-endpoint",
+            &garage.endpoint,
+            "--s3-region",
+            &garage.region,
+        ])
+        .arg("--s3-force-path-style")
+        .envs(garage.env())
+        .stdout(Stdio::null());
+    command
+}
+
+/// A snapshot of `mib` MiB of random values, saved to `key`; returns the database size.
+async fn snapshot(garage: &Garage, mib: u64, key: &str) -> u64 {
+    let etcd = Etcd::start().await.unwrap();
+    etcd.fill_random(mib << 20, 256 << 10).await.unwrap();
+    let url = format!("s3://{}/{key}", garage.bucket);
+    let status = etcd_backup(garage)
+        .args(["save", "--endpoints", &etcd.endpoint, "--to", &url])
+        .status()
+        .unwrap();
+    assert!(status.success(), "etcd-backup save");
+    let out = etcd
+        .etcdctl()
+        .args(["endpoint", "status", "-w", "json"])
+        .output()
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    status[0]["Status"]["dbSize"].as_u64().unwrap()
+}
+
+/// Peak RSS (MiB) and seconds of `etcd-backup fetch` of `key` into a scratch file.
+fn fetch_memory(garage: &Garage, key: &str) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("snapshot.db");
+    let url = format!("s3://{}/{key}", garage.bucket);
+    let mut child = etcd_backup(garage)
+        .args(["fetch", &url, "--out"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let started = Instant::now();
+    let mut peak = 0;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "etcd-backup fetch");
+            break;
+        }
+        if std::fs::metadata(format!("/proc/{pid}/status")).is_ok() {
+            peak = peak.max(procstat::sample(pid).peak_rss_kib);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (peak as f64 / 1024.0, started.elapsed().as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let size_mib: u64 = args.next().map_or(1024, |a| a.parse().unwrap());
+    let small_mib: u64 = args.next().map_or(100, |a| a.parse().unwrap());
+    let (etcd_operator, restore_operator) =
+        (release("etcd-operator"), release("etcd-restore-operator"));
+    let kube = KubeTestbed::with_kubelet().await.expect("the kubelet bed");
+    kube.install_crds().await.expect("CRDs");
+    let garage = Garage::start_on(&host_address()).await.unwrap();
+    eprintln!("filling etcd with {size_mib} MiB and {small_mib} MiB, saving both to S3 ...");
+    let db = snapshot(&garage, size_mib, "bench/etcd.backup").await;
+    let small_db = snapshot(&garage, small_mib, "bench/small.backup").await;
+    let (rss, fetch_secs) = fetch_memory(&garage, "bench/etcd.backup");
+    let (small_rss, _) = fetch_memory(&garage, "bench/small.backup");
+
+    let ns = kube.namespace("bench-restore").await.unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "aws"},
+        "stringData": {
+            "credentials": format!("[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+                garage.access_key, garage.secret_key),
+            "config": format!("[default]\nregion = {}\n", garage.region),
+        }
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(kube.client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let storage = format!("{}Mi", size_mib * 3);
+
+    // 1. By hand: one member's data from the snapshot, in a pod on a claim.
+    eprintln!("restoring one member by hand ...");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "by-hand"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}},
+    }))
+    .unwrap();
+    let url = format!("s3://{}/bench/etcd.backup", garage.bucket);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "by-hand"},
+        "spec": {
+            "restartPolicy": "Never",
+            "initContainers": [{"name": "fetch", "image": "localhost/etcd-backup:dev",
+                "args": ["--s3-endpoint", garage.endpoint, "--s3-force-path-style", "fetch", url, "--out", "/snapshot/snapshot.db"],
+                "env": [{"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/aws/credentials"},
+                        {"name": "AWS_CONFIG_FILE", "value": "/aws/config"}],
+                "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
+                                 {"name": "aws", "mountPath": "/aws"}]}],
+            "containers": [{"name": "restore", "image": "localhost/etcd:v3.5.16",
+                "command": ["/usr/local/bin/etcdutl", "snapshot", "restore", "/snapshot/snapshot.db",
+                            "--data-dir", "/var/etcd/data"],
+                "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
+                                 {"name": "data", "mountPath": "/var/etcd"}]}],
+            "volumes": [{"name": "snapshot", "emptyDir": {}},
+                        {"name": "aws", "secret": {"secretName": "aws"}},
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "by-hand"}}],
+        }
+    }))
+    .unwrap();
+    let started = Instant::now();
+    Api::<PersistentVolumeClaim>::namespaced(kube.client.clone(), &ns)
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let done = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
+    wait_until(&pods, "by-hand", "the by-hand restore", 1800, done)
+        .await
+        .unwrap();
+    let by_hand_secs = started.elapsed().as_secs_f64();
+
+    // 2. The EtcdRestore: 3 members into a new cluster.
+    eprintln!("restoring 3 members with an EtcdRestore ...");
+    let _cluster_operator = Process::start(&etcd_operator, &kube.kubeconfig, &ns);
+    let operator = Process::start(&restore_operator, &kube.kubeconfig, &ns);
+    let restore: EtcdRestore = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": "restored"},
+        "spec": {"etcdCluster": {"name": "restored"}, "backupStorageType": "S3",
+            "s3": {"path": format!("{}/bench/etcd.backup", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "newCluster": {"size": 3, "version": "3.5.16", "repository": "localhost/etcd", "storage": storage}},
+    }))
+    .unwrap();
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    let started = Instant::now();
+    restores
+        .create(&PostParams::default(), &restore)
+        .await
+        .unwrap();
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    let done = wait_until(&restores, "restored", "the restore", 1800, finished)
+        .await
+        .unwrap();
+    let restore_secs = started.elapsed().as_secs_f64();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    let usage = procstat::sample(operator.0.id());
+    kube.delete_namespace(&ns).await.unwrap();
+
+    println!(
+        "\ndatabase: {:.0} MB (small: {:.0} MB)",
+        db as f64 / 1e6,
+        small_db as f64 / 1e6
+    );
+    println!("| measure | value |\n|---|---|");
+    println!("| by hand, one member: fetch + etcdutl restore in a pod | {by_hand_secs:.1} s |");
+    println!("| EtcdRestore, 3 members: create -> succeeded (healthy) | {restore_secs:.1} s |");
+    println!(
+        "| ratio EtcdRestore / by hand | {:.2} |",
+        restore_secs / by_hand_secs
+    );
+    println!(
+        "| restore operator: CPU, peak RSS | {:.2} s, {:.1} MiB |",
+        usage.cpu_seconds,
+        usage.peak_rss_kib as f64 / 1024.0
+    );
+    println!(
+        "| etcd-backup fetch on the host, large snapshot: time, peak RSS | {fetch_secs:.1} s, {rss:.1} MiB |"
+    );
+    println!("| etcd-backup fetch, small snapshot: peak RSS | {small_rss:.1} MiB |");
+}
