@@ -44,9 +44,38 @@ impl DefaultsFile {
     }
 }
 
-/// Option-file value quoting: double quotes, with backslash escapes for `\` and `"`.
+/// Option-file value quoting: double quotes, with the escapes the option-file reader knows for
+/// `\`, `"`, newline, carriage return and tab, so no value can end its line and start another
+/// option. Other control characters have no escape there: [`check_value`] refuses them first.
 fn quote(value: &str) -> String {
-    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+    let mut quoted = String::from("\"");
+    for c in value.chars() {
+        match c {
+            '\\' => quoted.push_str("\\\\"),
+            '"' => quoted.push_str("\\\""),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// A value the option file can hold exactly: no control characters but newline, carriage
+/// return and tab (which [`quote`] escapes).
+fn check_value(what: &str, value: &str) -> Result<()> {
+    match value
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        Some(c) => Err(Error::Config(format!(
+            "the {what} holds the control character U+{:04X}, which an option file cannot carry",
+            c as u32
+        ))),
+        None => Ok(()),
+    }
 }
 
 impl DbConnection {
@@ -58,6 +87,15 @@ impl DbConnection {
             });
         }
         let mut body = String::new();
+        for (what, value) in [
+            ("user", &self.user),
+            ("password", &self.password),
+            ("host", &self.host),
+        ] {
+            if let Some(value) = value {
+                check_value(what, value)?;
+            }
+        }
         if let Some(user) = &self.user {
             body += &format!("user={}\n", quote(user));
         }
@@ -122,5 +160,23 @@ mod tests {
         let path = file.path().to_path_buf();
         drop(file);
         assert!(!path.exists(), "removed on drop");
+    }
+
+    #[test]
+    fn a_value_cannot_end_its_line() {
+        assert_eq!(
+            quote("a\nplugin-dir=/tmp\r\tb"),
+            r#""a\nplugin-dir=/tmp\r\tb""#
+        );
+        let conn = DbConnection {
+            password: Some("pw\u{0}x".into()),
+            ..DbConnection::default()
+        };
+        let refused = conn
+            .defaults_file()
+            .err()
+            .expect("a NUL is refused")
+            .to_string();
+        assert!(refused.contains("U+0000"), "{refused}");
     }
 }

@@ -22,10 +22,30 @@ pub struct SourceSettings {
     pub password: String,
 }
 
-/// SQL string literal.
+/// SQL string literal with backslash escapes (as `mysql_real_escape_string`), which hold
+/// because [`ESCAPES_ON`] runs first in the same session.
 fn lit(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+    let mut quoted = String::from("'");
+    for c in s.chars() {
+        match c {
+            '\\' => quoted.push_str("\\\\"),
+            '\'' => quoted.push_str("\\'"),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\0' => quoted.push_str("\\0"),
+            '\u{1a}' => quoted.push_str("\\Z"),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('\'');
+    quoted
 }
+
+/// Turns backslash escapes on for the session whatever the server's `sql_mode`: under
+/// `NO_BACKSLASH_ESCAPES` a `\'` would end the literal and let the rest of a password run as
+/// SQL. (Itself free of backslashes, so it parses in either mode.)
+const ESCAPES_ON: &str =
+    "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'NO_BACKSLASH_ESCAPES', '');\n";
 
 /// Statements that make the local server replicate from `source`, starting at `pos`.
 /// MariaDB 10.x servers older than 10.5 lack `CHANGE REPLICATION SOURCE`, so MariaDB gets
@@ -45,7 +65,7 @@ pub fn replication_sql(
             lit(&source.password)
         )
     };
-    match family {
+    let statements = match family {
         Family::Mariadb => {
             let target = common(
                 "MASTER_HOST",
@@ -90,7 +110,8 @@ pub fn replication_sql(
                 ),
             }
         }
-    }
+    };
+    format!("{ESCAPES_ON}{statements}")
 }
 
 /// Coordinates captured at restore/clone time, else the tool's own file in the data dir.
@@ -244,6 +265,18 @@ mod tests {
         assert!(
             sql.contains("MASTER_LOG_FILE='bin.000002', MASTER_LOG_POS=4"),
             "{sql}"
+        );
+    }
+
+    #[test]
+    fn literals_escape_everything_and_escapes_are_on_first() {
+        assert_eq!(lit("a'b\\c\nd\0"), r"'a\'b\\c\nd\0'");
+        let pos = parse_binlog_info("bin.000001\t1079\t0-1-5\n").unwrap();
+        let sql = replication_sql(Family::Mariadb, None, &pos, &source());
+        assert!(sql.starts_with(ESCAPES_ON), "{sql}");
+        assert!(
+            !ESCAPES_ON.contains('\\'),
+            "parses with or without backslash escapes"
         );
     }
 

@@ -9,9 +9,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub const BACKUP_USER: &str = "backup";
-pub const BACKUP_PASSWORD: &str = "b4ckup 'pw\" #;x";
+/// Quotes, a comment sign, a backslash and a tab: option-file quoting must carry them exactly.
+pub const BACKUP_PASSWORD: &str = "b4ckup 'pw\" #;x\\y\tz";
 pub const REPL_USER: &str = "repl";
-pub const REPL_PASSWORD: &str = "r3pl-secret";
+/// Quotes, a backslash before a quote and a comment marker: it only authenticates if every SQL
+/// literal carrying it is quoted right, also under `NO_BACKSLASH_ESCAPES`.
+pub const REPL_PASSWORD: &str = "r3pl 'it\\'s\" -- \\z";
 pub const TOKEN: &str = "0123456789abcdef-serve-token";
 
 /// A freshly installed data dir with the test users, copied for each server (install is slow).
@@ -31,9 +34,10 @@ fn template() -> &'static Path {
             server.sql(&format!(
                 "CREATE USER '{BACKUP_USER}'@'localhost' IDENTIFIED BY '{}';
                  GRANT RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, SLAVE MONITOR, SELECT ON *.* TO '{BACKUP_USER}'@'localhost';
-                 CREATE USER '{REPL_USER}'@'%' IDENTIFIED BY '{REPL_PASSWORD}';
+                 CREATE USER '{REPL_USER}'@'%' IDENTIFIED BY '{}';
                  GRANT REPLICATION SLAVE ON *.* TO '{REPL_USER}'@'%';",
-                BACKUP_PASSWORD.replace('\'', "\\'")
+                BACKUP_PASSWORD.replace('\\', "\\\\").replace('\'', "\\'"),
+                REPL_PASSWORD.replace('\\', "\\\\").replace('\'', "\\'")
             ));
             drop(server);
             dir
