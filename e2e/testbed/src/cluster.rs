@@ -48,11 +48,14 @@ pub fn bed_dir() -> PathBuf {
 /// the binaries there.
 fn binaries_dir() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    // target/debug/deps/<test>-<hash>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .context("test executable outside a cargo target dir")?;
+    // target/debug/deps/<test>-<hash>, target/release/examples/<bench>, or a binary such as the
+    // demo in target/release itself.
+    let mut dir = exe.parent().context("an executable in a directory")?;
+    if dir.ends_with("deps") || dir.ends_with("examples") {
+        dir = dir
+            .parent()
+            .context("test executable outside a cargo target dir")?;
+    }
     Ok(dir.to_path_buf())
 }
 
