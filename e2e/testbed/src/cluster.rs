@@ -238,3 +238,20 @@ impl Drop for FailureReport {
         }
     }
 }
+
+/// An EtcdCluster with `size` ready members whose operator reports `Progressing: Converged`.
+pub fn converged(size: usize) -> impl Fn(&backup_api::EtcdCluster) -> bool + Send + 'static {
+    move |c: &backup_api::EtcdCluster| {
+        c.status.as_ref().is_some_and(|s| {
+            s.members
+                .as_ref()
+                .and_then(|m| m.ready.as_ref())
+                .map_or(0, Vec::len)
+                == size
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("Converged"))
+        })
+    }
+}

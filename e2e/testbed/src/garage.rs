@@ -112,6 +112,21 @@ impl Garage {
         .map(|_| ())
     }
 
+    /// The coreos `aws` Secret (`credentials` and `config` files, profile `default`) with this
+    /// server's key and region, named `name`.
+    pub fn aws_secret(&self, name: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "stringData": {
+                "credentials": format!(
+                    "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+                    self.access_key, self.secret_key
+                ),
+                "config": format!("[default]\nregion = {}\n", self.region),
+            }
+        })
+    }
+
     /// AWS variables for child processes (aws CLI, etcd-backup). `AWS_DEFAULT_REGION` is for
     /// aws CLI v1, which ignores `AWS_REGION`.
     pub fn env(&self) -> Vec<(String, String)> {

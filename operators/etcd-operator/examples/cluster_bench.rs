@@ -24,6 +24,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use testbed::cluster::converged;
 use testbed::kube::{KubeTestbed, wait_until};
 use testbed::procstat;
 
@@ -194,22 +195,6 @@ fn cluster(name: &str, size: i32, paused: bool) -> EtcdCluster {
         },
     }))
     .unwrap()
-}
-
-fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
-    move |c: &EtcdCluster| {
-        c.status.as_ref().is_some_and(|s| {
-            s.members
-                .as_ref()
-                .and_then(|m| m.ready.as_ref())
-                .map_or(0, Vec::len)
-                == size
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("Converged"))
-        })
-    }
 }
 
 /// A statically bootstrapped 3-member etcd StatefulSet, as charts deploy it.

@@ -51,25 +51,12 @@ async fn operator_image_with_shipped_manifests_runs_the_coreos_example() {
         .create(&PostParams::default(), &cluster)
         .await
         .unwrap();
-    let converged = |c: &EtcdCluster| {
-        c.status.as_ref().is_some_and(|s| {
-            s.members
-                .as_ref()
-                .and_then(|m| m.ready.as_ref())
-                .map_or(0, Vec::len)
-                == 3
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("Converged"))
-        })
-    };
     wait_until(
         &clusters,
         "example-etcd-cluster",
         "3 ready members",
         300,
-        converged,
+        testbed::cluster::converged(3),
     )
     .await
     .unwrap();

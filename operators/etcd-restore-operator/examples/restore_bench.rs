@@ -158,15 +158,7 @@ async fn main() {
     let (small_rss, _) = fetch_memory(&garage, "bench/small.backup");
 
     let ns = kube.namespace("bench-restore").await.unwrap();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "aws"},
-        "stringData": {
-            "credentials": format!("[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
-                garage.access_key, garage.secret_key),
-            "config": format!("[default]\nregion = {}\n", garage.region),
-        }
-    }))
-    .unwrap();
+    let secret: Secret = serde_json::from_value(garage.aws_secret("aws")).unwrap();
     Api::<Secret>::namespaced(kube.client.clone(), &ns)
         .create(&PostParams::default(), &secret)
         .await

@@ -16,7 +16,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testbed::Garage;
-use testbed::cluster::{assert_leader_and_no_refusals, deploy_manifests, host_address};
+use testbed::cluster::{assert_leader_and_no_refusals, converged, deploy_manifests, host_address};
 use testbed::kube::{KubeTestbed, wait_until};
 
 const OPERATORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -58,22 +58,6 @@ async fn install_operators(kube: &KubeTestbed, ns: &str) {
         wait_until(&deployments, name, "a ready operator", 180, ready)
             .await
             .unwrap();
-    }
-}
-
-fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
-    move |c: &EtcdCluster| {
-        c.status.as_ref().is_some_and(|s| {
-            s.members
-                .as_ref()
-                .and_then(|m| m.ready.as_ref())
-                .map_or(0, Vec::len)
-                == size
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("Converged"))
-        })
     }
 }
 
@@ -157,15 +141,11 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
             .unwrap();
     }
 
-    // The coreos one-shot backup to S3, with the coreos Secret.
+    // The coreos one-shot backup to S3, with the coreos Secret (this server's key).
     let mut secret = example("aws-secret.yaml");
-    secret["stringData"]["credentials"] = json!(format!(
-        "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
-        garage.access_key, garage.secret_key
-    ));
-    secret["stringData"]["config"] = json!(format!("[default]\nregion = {}\n", garage.region));
-    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
+    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
     let secret: Secret = serde_json::from_value(secret).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
     secrets
         .create(&PostParams::default(), &secret)
         .await
@@ -483,15 +463,7 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
 
     // An S3 backup by the EtcdBackup operator, named by backupRef.
     let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "aws"},
-        "stringData": {
-            "credentials": format!("[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
-                garage.access_key, garage.secret_key),
-            "config": format!("[default]\nregion = {}\n", garage.region),
-        }
-    }))
-    .unwrap();
+    let secret: Secret = serde_json::from_value(garage.aws_secret("aws")).unwrap();
     secrets
         .create(&PostParams::default(), &secret)
         .await

@@ -18,7 +18,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use testbed::Garage;
-use testbed::cluster::{deploy_manifests, host_address, kubectl};
+use testbed::cluster::{converged, deploy_manifests, host_address, kubectl};
 use testbed::kube::{KubeTestbed, wait_until};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -59,22 +59,6 @@ fn show(kube: &KubeTestbed, ns: &str, what: &str) {
     let _ = kubectl(&kube.kubeconfig)
         .args(["--namespace", ns, "get", what])
         .status();
-}
-
-fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
-    move |c: &EtcdCluster| {
-        c.status.as_ref().is_some_and(|s| {
-            s.members
-                .as_ref()
-                .and_then(|m| m.ready.as_ref())
-                .map_or(0, Vec::len)
-                == size
-                && s.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Progressing" && c.reason.as_deref() == Some("Converged"))
-        })
-    }
 }
 
 async fn member_pods(kube: &KubeTestbed, ns: &str) -> Result<Vec<Pod>> {
@@ -192,11 +176,7 @@ async fn run(kube: &KubeTestbed, steps: &mut Steps, keep: bool) -> Result<()> {
     steps
         .next("2. a scheduled EtcdBackup to S3 (cron every minute, maxBackups 2): waiting for two");
     let mut secret = example("aws-secret.yaml")?;
-    secret["stringData"]["credentials"] = json!(format!(
-        "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
-        garage.access_key, garage.secret_key
-    ));
-    secret["stringData"]["config"] = json!(format!("[default]\nregion = {}\n", garage.region));
+    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
     let secret: Secret = serde_json::from_value(secret)?;
     Api::<Secret>::namespaced(kube.client.clone(), &ns)
         .create(&PostParams::default(), &secret)
