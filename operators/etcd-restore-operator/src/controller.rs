@@ -321,7 +321,21 @@ async fn execute(
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let merge = |value: serde_json::Value| Patch::Merge(value);
     match step {
-        Step::Done | Step::Wait { .. } | Step::Fail { .. } | Step::Succeed { .. } => {}
+        // A failed restore keeps its pods (their logs and fetched snapshot say what went wrong).
+        Step::Done | Step::Wait { .. } | Step::Fail { .. } => {}
+        // Success: the run-once pods go, and with them the fetched snapshots on the nodes'
+        // scratch space (a copy of the database per member).
+        Step::Succeed { .. } => {
+            let plan = restore
+                .status
+                .as_ref()
+                .and_then(|s| s.plan.clone())
+                .unwrap_or_default();
+            let run_once = plan.members.iter().map(|m| pods::restore_pod_name(m));
+            for pod in run_once.chain([pods::verify_pod_name(&name)]) {
+                delete(&pod_api, &pod).await?;
+            }
+        }
         Step::CreateVerifyPod => {
             let source = source.expect("planned with a source");
             let pod = pods::verify_pod(restore, cluster, &ctx.backup_image, source);

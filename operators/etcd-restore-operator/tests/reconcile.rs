@@ -312,6 +312,17 @@ async fn after_the_hand_over_old_volumes_go_then_success() {
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
+    // The run-once pods go (their scratch volumes hold a copy of the database each).
+    for pod in [
+        "c-3-restore",
+        "c-4-restore",
+        "c-5-restore",
+        "c-restore-verify",
+    ] {
+        let path = format!("{NS}/pods/{pod}");
+        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| finished_pod(pod))
+            .await;
+    }
     let status = expect_report(&mut api, &world.restore).await;
     assert_eq!(status["succeeded"], true);
     assert_eq!(status["phase"], "Succeeded");
