@@ -68,13 +68,18 @@ fn ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The cluster's member pods, without those being deleted (an old member's pod can stay
+/// Terminating for a while after the disaster, its container already stopped).
 async fn member_pods(kube: &KubeTestbed, ns: &str) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let selector = format!("etcd_cluster={CLUSTER}");
-    pods.list(&ListParams::default().labels(&selector))
+    let mut pods = pods
+        .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
-        .items
+        .items;
+    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    pods
 }
 
 async fn client_of(pod: &Pod) -> etcd_client::Client {

@@ -64,10 +64,13 @@ fn show(kube: &KubeTestbed, ns: &str, what: &str) {
 async fn member_pods(kube: &KubeTestbed, ns: &str) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let selector = format!("etcd_cluster={CLUSTER}");
-    Ok(pods
+    let mut pods = pods
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items)
+        .items;
+    // Old members' pods can stay Terminating for a while after the disaster.
+    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    Ok(pods)
 }
 
 /// The number of keys under `/demo/`, read from a member pod over the pod network.
