@@ -154,3 +154,30 @@ impl Started {
         }
     }
 }
+
+/// The watched objects as a controller input that fires on spec changes only (`generation`), with
+/// the reflector store it fills: an operator's own status writes must not trigger reconciles.
+pub fn spec_changes<K>(
+    api: kube::Api<K>,
+    config: kube::runtime::watcher::Config,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt;
+    let (reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(writer, kube::runtime::watcher(api, config))
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(kube::runtime::predicates::generation, Default::default());
+    (reader, stream)
+}

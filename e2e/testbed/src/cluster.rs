@@ -255,3 +255,13 @@ pub fn converged(size: usize) -> impl Fn(&backup_api::EtcdCluster) -> bool + Sen
         })
     }
 }
+
+/// An EtcdCluster whose operator reports `Available: QuorumLost`.
+pub fn quorum_lost(c: &backup_api::EtcdCluster) -> bool {
+    c.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Available" && c.reason.as_deref() == Some("QuorumLost"))
+    })
+}

@@ -13,8 +13,7 @@ use etcd_operator::scope::Scope;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::reflector::{self, reflector};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, watcher};
 use operator_runtime::process::{self, RuntimeArgs};
 
 #[derive(Parser, Debug)]
@@ -71,11 +70,7 @@ async fn main() -> Result<()> {
     let shutdown = process.stop.clone();
     // Spec changes only (generation): the operator's own status writes must not trigger
     // reconciles; member pods, the periodic requeue and errors do.
-    let (reader, writer) = reflector::store();
-    let spec_changes = reflector(writer, watcher(clusters, config))
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+    let (reader, spec_changes) = process::spec_changes(clusters, config);
     Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd"))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

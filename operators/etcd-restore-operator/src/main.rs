@@ -12,8 +12,7 @@ use etcd_restore_operator::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::reflector::{self, reflector};
-use kube::runtime::{Controller, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Controller, watcher};
 use operator_runtime::process::{self, RuntimeArgs};
 
 #[derive(Parser, Debug)]
@@ -65,11 +64,7 @@ async fn main() -> Result<()> {
     // Spec changes only (generation): the controller's own status writes must not trigger
     // reconciles. The restore's own pods (verify, restore) wake it when they change; member
     // pods belong to the EtcdCluster, so waiting on them is a requeue.
-    let (reader, writer) = reflector::store();
-    let spec_changes = reflector(writer, watcher(restores, config))
-        .default_backoff()
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+    let (reader, spec_changes) = process::spec_changes(restores, config);
     Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd-restore"))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

@@ -252,17 +252,15 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     pods.delete_collection(&DeleteParams::default(), &members)
         .await
         .unwrap();
-    let quorum_lost = |c: &EtcdCluster| {
-        c.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Available" && c.reason.as_deref() == Some("QuorumLost"))
-        })
-    };
-    wait_until(&clusters, CLUSTER, "quorum lost", 120, quorum_lost)
-        .await
-        .unwrap();
+    wait_until(
+        &clusters,
+        CLUSTER,
+        "quorum lost",
+        120,
+        testbed::cluster::quorum_lost,
+    )
+    .await
+    .unwrap();
 
     // The coreos EtcdRestore, from the good backup.
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);

@@ -222,15 +222,14 @@ async fn run(kube: &KubeTestbed, steps: &mut Steps, keep: bool) -> Result<()> {
     Api::<Pod>::namespaced(kube.client.clone(), &ns)
         .delete_collection(&DeleteParams::default(), &members)
         .await?;
-    let quorum_lost = |c: &EtcdCluster| {
-        c.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Available" && c.reason.as_deref() == Some("QuorumLost"))
-        })
-    };
-    let lost = wait_until(&clusters, CLUSTER, "QuorumLost", 180, quorum_lost).await?;
+    let lost = wait_until(
+        &clusters,
+        CLUSTER,
+        "QuorumLost",
+        180,
+        testbed::cluster::quorum_lost,
+    )
+    .await?;
     let available = lost
         .status
         .and_then(|s| s.conditions)
