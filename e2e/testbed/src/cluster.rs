@@ -86,43 +86,12 @@ pub(crate) async fn start() -> Result<PathBuf> {
         .context("up.sh printed no KUBECONFIG")
 }
 
-/// The documents of an operator's shipped `deploy/<variant>/` (`rbac.yaml`, then
-/// `deployment.yaml`), moved to namespace `ns` (objects and RBAC subjects) and running
-/// `localhost/<binary>:dev` (this build's image on the bed) with `imagePullPolicy: Never`.
-/// Nothing else is changed, so the test runs what users apply.
-pub fn deploy_manifests(
-    deploy_dir: &Path,
-    ns: &str,
-    binary: &str,
-) -> Result<Vec<serde_json::Value>> {
-    use serde::Deserialize as _;
-    let mut docs = Vec::new();
-    for file in ["rbac.yaml", "deployment.yaml"] {
-        let path = deploy_dir.join(file);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let doc = serde_json::Value::deserialize(doc)
-                .with_context(|| format!("{} is not YAML", path.display()))?;
-            if !doc.is_null() {
-                docs.push(doc);
-            }
-        }
-    }
-    for doc in &mut docs {
-        doc["metadata"]["namespace"] = serde_json::json!(ns);
-        if let Some(subjects) = doc.get_mut("subjects").and_then(|s| s.as_array_mut()) {
-            subjects
-                .iter_mut()
-                .for_each(|s| s["namespace"] = serde_json::json!(ns));
-        }
-        if doc["kind"] == "Deployment" {
-            let container = &mut doc["spec"]["template"]["spec"]["containers"][0];
-            container["image"] = serde_json::json!(format!("localhost/{binary}:dev"));
-            container["imagePullPolicy"] = serde_json::json!("Never");
-        }
-    }
-    Ok(docs)
+/// The documents of a shipped Kustomize base or overlay (an operator's `deploy/<variant>/`, or
+/// the all-in-one `deploy/<variant>/`), rendered by kustomize with everything moved to namespace
+/// `ns` and the images pointed at this build's (`localhost/<name>:dev`, never pulled): the test
+/// runs what users apply. See [`crate::kustomize::render_for_bed`].
+pub fn deploy_manifests(deploy_dir: &Path, ns: &str) -> Result<Vec<serde_json::Value>> {
+    crate::kustomize::render_for_bed(deploy_dir, ns)
 }
 
 /// The logs of an in-cluster operator's pods (`selector`): one of them became leader, and none

@@ -11,6 +11,7 @@ mod etcd;
 mod garage;
 pub mod image;
 pub mod kube;
+pub mod kustomize;
 pub mod mock_api;
 pub mod procstat;
 pub mod rbac;

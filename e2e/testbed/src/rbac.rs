@@ -107,3 +107,34 @@ pub fn assert_every_rule_commented(deploy_dir: &Path, variant: &str) {
         }
     }
 }
+
+/// The all-in-one overlays (`deploy/namespaced/`, `deploy/cluster-wide/`), rendered by
+/// kustomize, grant ServiceAccount `account` exactly `calls` (plus `lease_calls` for leader
+/// election): in a Role when namespaced; in a ClusterRole, with the Lease in a Role of the
+/// operator's namespace only, when cluster-wide.
+pub fn assert_all_in_one_grants(
+    account: &str,
+    calls: &[(&str, &str, &str)],
+    lease_calls: &[(&str, &str, &str)],
+) {
+    for variant in ["namespaced", "cluster-wide"] {
+        let dir = crate::kustomize::root().join("deploy").join(variant);
+        let docs: Vec<Value> = crate::kustomize::render(&dir)
+            .unwrap_or_else(|e| panic!("{e:#}"))
+            .iter()
+            .map(|d| serde_yaml::to_value(d).unwrap())
+            .collect();
+        let roles = bound_roles(&docs, account, "RoleBinding", "Role");
+        let cluster_roles = bound_roles(&docs, account, "ClusterRoleBinding", "ClusterRole");
+        assert_eq!(roles.len(), 1, "{variant}: {account}");
+        assert_eq!(roles[0]["metadata"]["namespace"], "etcd");
+        if variant == "namespaced" {
+            assert!(cluster_roles.is_empty(), "{variant}: {account}");
+            assert_eq!(grants(roles[0]), &set(calls) | &set(lease_calls));
+        } else {
+            assert_eq!(cluster_roles.len(), 1, "{variant}: {account}");
+            assert_eq!(grants(cluster_roles[0]), set(calls), "{variant}");
+            assert_eq!(grants(roles[0]), set(lease_calls), "{variant}");
+        }
+    }
+}

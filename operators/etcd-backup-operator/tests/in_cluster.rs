@@ -93,8 +93,7 @@ async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
     }
 
     // The operator from its image, two replicas with leader election, probes passing.
-    let manifests =
-        testbed::cluster::deploy_manifests(DEPLOY.as_ref(), &ns, "etcd-backup-operator").unwrap();
+    let manifests = testbed::cluster::deploy_manifests(DEPLOY.as_ref(), &ns).unwrap();
     kube.apply(&manifests, &ns).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
     wait(

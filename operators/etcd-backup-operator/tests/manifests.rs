@@ -44,7 +44,7 @@ fn cluster_wide_rbac_covers_exactly_the_calls() {
     let lease = bound_role(&docs, "RoleBinding", "Role");
     assert_eq!(lease.len(), 1);
     assert_eq!(grants(lease[0]), set(LEASE_CALLS));
-    assert_eq!(lease[0]["metadata"]["namespace"], "etcd-backup");
+    assert_eq!(lease[0]["metadata"]["namespace"], "etcd");
 }
 
 #[test]
@@ -90,4 +90,9 @@ fn deployments_have_probes_downward_api_and_a_locked_down_context() {
             .collect();
         assert!(args.contains(&"--leader-election"), "{args:?}");
     }
+}
+
+#[test]
+fn all_in_one_overlays_grant_exactly_the_calls() {
+    rbac::assert_all_in_one_grants("etcd-backup-operator", NAMESPACED_CALLS, LEASE_CALLS);
 }

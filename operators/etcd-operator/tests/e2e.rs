@@ -509,8 +509,7 @@ async fn cluster_wide_and_namespaced_operators_split_clusters_by_the_scope_annot
 
     let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-wide").await;
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/cluster-wide");
-    let manifests =
-        testbed::cluster::deploy_manifests(deploy.as_ref(), &ns, "etcd-operator").unwrap();
+    let manifests = testbed::cluster::deploy_manifests(deploy.as_ref(), &ns).unwrap();
     kube.apply(&manifests, &ns).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
     let ready = |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas) == Some(2);

@@ -23,8 +23,7 @@ const EXAMPLE: &str = concat!(
 #[tokio::test]
 async fn operator_image_with_shipped_manifests_runs_the_coreos_example() {
     let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-in-cluster").await;
-    let manifests =
-        testbed::cluster::deploy_manifests(DEPLOY.as_ref(), &ns, "etcd-operator").unwrap();
+    let manifests = testbed::cluster::deploy_manifests(DEPLOY.as_ref(), &ns).unwrap();
     kube.apply(&manifests, &ns).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
     let ready = |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas) == Some(2);

@@ -104,3 +104,8 @@ fn deployment_has_probes_downward_api_and_a_locked_down_context() {
             .any(|a| a == "--leader-election")
     );
 }
+
+#[test]
+fn all_in_one_overlays_grant_exactly_the_calls() {
+    rbac::assert_all_in_one_grants("etcd-operator", NAMESPACED_CALLS, LEASE_CALLS);
+}

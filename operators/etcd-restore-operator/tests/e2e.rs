@@ -28,26 +28,17 @@ fn example(name: &str) -> Value {
     serde_yaml::from_str(&std::fs::read_to_string(format!("{EXAMPLES}/{name}")).unwrap()).unwrap()
 }
 
-/// The three operators, one replica each (failover is each operator's own test).
+/// The three operators from the all-in-one overlay (`deploy/namespaced/`), one replica each
+/// (failover is each operator's own test). The bed installed the CRDs (CEL rules stripped for its
+/// 1.20 API server) and made the namespace.
 async fn install_operators(kube: &KubeTestbed, ns: &str) {
-    for binary in [
-        "etcd-operator",
-        "etcd-backup-operator",
-        "etcd-restore-operator",
-    ] {
-        let dir = format!("{OPERATORS}/{binary}/deploy/namespaced");
-        let mut manifests = deploy_manifests(dir.as_ref(), ns, binary).unwrap();
-        for doc in manifests.iter_mut().filter(|d| d["kind"] == "Deployment") {
-            doc["spec"]["replicas"] = json!(1);
-            let container = &mut doc["spec"]["template"]["spec"]["containers"][0];
-            for var in container["env"].as_array_mut().unwrap() {
-                if var["name"] == "BACKUP_IMAGE" {
-                    var["value"] = json!("localhost/etcd-backup:dev");
-                }
-            }
-        }
-        kube.apply(&manifests, ns).await.unwrap();
+    let all_in_one = format!("{OPERATORS}/../deploy/namespaced");
+    let mut manifests = deploy_manifests(all_in_one.as_ref(), ns).unwrap();
+    manifests.retain(|d| d["kind"] != "CustomResourceDefinition" && d["kind"] != "Namespace");
+    for doc in manifests.iter_mut().filter(|d| d["kind"] == "Deployment") {
+        doc["spec"]["replicas"] = json!(1);
     }
+    kube.apply(&manifests, ns).await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), ns);
     for name in [
         "etcd-operator",

@@ -52,3 +52,30 @@ fn deployment_has_probes_downward_api_backup_image_and_a_locked_down_context() {
             .any(|a| a == "--leader-election")
     );
 }
+
+#[test]
+fn all_in_one_overlays_grant_exactly_the_calls() {
+    rbac::assert_all_in_one_grants("etcd-restore-operator", NAMESPACED_CALLS, LEASE_CALLS);
+}
+
+#[test]
+fn cluster_wide_rbac_covers_exactly_the_calls() {
+    let docs = rbac::docs(&deploy_dir(), "cluster-wide");
+    let account = "etcd-restore-operator";
+    let cluster = rbac::bound_roles(&docs, account, "ClusterRoleBinding", "ClusterRole");
+    assert_eq!(cluster.len(), 1);
+    assert_eq!(grants(cluster[0]), set(NAMESPACED_CALLS));
+    // Leases only in the operator's own namespace.
+    let lease = rbac::bound_roles(&docs, account, "RoleBinding", "Role");
+    assert_eq!(lease.len(), 1);
+    assert_eq!(grants(lease[0]), set(LEASE_CALLS));
+    rbac::assert_every_rule_commented(&deploy_dir(), "cluster-wide");
+    let deployment = &of_kind(&docs, "Deployment")[0];
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .unwrap();
+    assert!(
+        !env.iter().any(|e| e["name"] == "WATCH_NAMESPACE"),
+        "cluster-wide watches every namespace"
+    );
+}

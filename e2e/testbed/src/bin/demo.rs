@@ -121,26 +121,12 @@ async fn run(kube: &KubeTestbed, steps: &mut Steps, keep: bool) -> Result<()> {
     println!("namespace {ns}; S3 (Garage) at {}", garage.endpoint);
 
     steps.next("installing the three operators from their images with the shipped manifests");
-    for binary in [
-        "etcd-operator",
-        "etcd-backup-operator",
-        "etcd-restore-operator",
-    ] {
-        let dir = format!("{ROOT}/operators/{binary}/deploy/namespaced");
-        let mut manifests = deploy_manifests(dir.as_ref(), &ns, binary)?;
-        for doc in manifests.iter_mut().filter(|d| d["kind"] == "Deployment") {
-            for var in doc["spec"]["template"]["spec"]["containers"][0]["env"]
-                .as_array_mut()
-                .into_iter()
-                .flatten()
-            {
-                if var["name"] == "BACKUP_IMAGE" {
-                    var["value"] = json!("localhost/etcd-backup:dev");
-                }
-            }
-        }
-        kube.apply(&manifests, &ns).await?;
-    }
+    // The all-in-one overlay users apply (`kubectl apply -k deploy/namespaced/`), moved to the
+    // demo's namespace with this build's images. The bed installed the CRDs (CEL rules stripped
+    // for its 1.20 API server) and made the namespace.
+    let mut manifests = deploy_manifests(format!("{ROOT}/deploy/namespaced").as_ref(), &ns)?;
+    manifests.retain(|d| d["kind"] != "CustomResourceDefinition" && d["kind"] != "Namespace");
+    kube.apply(&manifests, &ns).await?;
     let deployments: Api<Deployment> = Api::namespaced(kube.client.clone(), &ns);
     for name in [
         "etcd-operator",

@@ -1,0 +1,127 @@
+//! The shipped Kustomize bases and overlays, rendered by a real `kustomize` (`kubectl kustomize`),
+//! for the render tests and for installing the operators on the bed exactly as users do.
+//!
+//! Needs kustomize v4 or later (kubectl 1.21+): the bed's own kubectl 1.20 embeds kustomize
+//! v2.0.3, which cannot take a directory as a resource, so the `kubectl` on `PATH` is used.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::{Context as _, Result, bail};
+use serde::Deserialize as _;
+use serde_json::Value;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// The images the Dockerfile builds, one per target; the bed has each as `localhost/<name>:dev`.
+pub const IMAGES: [&str; 4] = [
+    "etcd-operator",
+    "etcd-backup-operator",
+    "etcd-restore-operator",
+    "etcd-backup",
+];
+
+/// The documents `kustomize build dir` renders.
+pub fn render(dir: &Path) -> Result<Vec<Value>> {
+    let output = Command::new(kubectl()?)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .context("cannot run kubectl kustomize")?;
+    if !output.status.success() {
+        bail!(
+            "kubectl kustomize {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = Value::deserialize(doc).context("kustomize printed something not YAML")?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// `dir` (a base or overlay of this repository) as the bed runs it: an overlay of users' kind
+/// that moves everything to namespace `ns` and points the images at this build's
+/// (`localhost/<name>:dev`, never pulled). Nothing else is changed.
+pub fn render_for_bed(dir: &Path, ns: &str) -> Result<Vec<Value>> {
+    let root = root();
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("{}", dir.display()))?;
+    let inside = dir
+        .strip_prefix(&root)
+        .with_context(|| format!("{} is not in this repository", dir.display()))?;
+    let scratch_parent = root.join("target/kustomize-overlays");
+    std::fs::create_dir_all(&scratch_parent)?;
+    let scratch = tempfile::tempdir_in(&scratch_parent)?;
+    let images: String = IMAGES
+        .iter()
+        .map(|name| format!("  - {{name: {name}, newName: localhost/{name}, newTag: dev}}\n"))
+        .collect();
+    let kustomization = format!(
+        "resources:\n  - ../../../{resource}\nnamespace: {ns}\nimages:\n{images}\
+         patches:\n\
+         \x20 - target: {{kind: Deployment}}\n\
+         \x20   patch: |-\n\
+         \x20     - {{op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}}\n\
+         \x20 - target: {{kind: Deployment, name: etcd-restore-operator}}\n\
+         \x20   patch: |-\n\
+         \x20     apiVersion: apps/v1\n\
+         \x20     kind: Deployment\n\
+         \x20     metadata: {{name: etcd-restore-operator}}\n\
+         \x20     spec:\n\
+         \x20       template:\n\
+         \x20         spec:\n\
+         \x20           containers:\n\
+         \x20             - name: operator\n\
+         \x20               env:\n\
+         \x20                 - {{name: BACKUP_IMAGE, value: localhost/etcd-backup:dev}}\n",
+        resource = inside.display(),
+    );
+    std::fs::write(scratch.path().join("kustomization.yaml"), kustomization)?;
+    render(scratch.path())
+}
+
+/// A `kubectl` whose kustomize is v4 or later.
+fn kubectl() -> Result<&'static str> {
+    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        let output = Command::new("kubectl")
+            .args(["version", "--client"])
+            .output()
+            .map_err(|e| format!("no kubectl on PATH ({e})"))?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Kustomize Version: v"))
+            .unwrap_or("none");
+        match version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok())
+        {
+            Some(major) if major >= 4 => Ok(()),
+            _ => Err(format!(
+                "the kubectl on PATH has kustomize {version}; the render needs v4 or later \
+                 (kubectl 1.21+)"
+            )),
+        }
+    });
+    match found {
+        Ok(()) => Ok("kubectl"),
+        Err(why) => bail!("{why}"),
+    }
+}
