@@ -45,4 +45,22 @@ if ! command -v aws >/dev/null; then
   installed+=(awscli)
 fi
 
+# promtool (the alert-rule tests): from Debian's prometheus package, unpacked into a cache rather
+# than installed (installing the package would start a Prometheus server).
+promtool=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/prometheus/usr/bin/promtool
+if [[ ! -x $promtool ]]; then
+  debs=$(mktemp -d)
+  (cd "$debs" && { apt-get download -q prometheus 2>/dev/null \
+    || { $sudo apt-get update -q && apt-get download -q prometheus; }; })
+  dpkg-deb -x "$debs"/prometheus_*.deb "${promtool%/usr/bin/promtool}"
+  rm -rf "$debs"
+  installed+=(promtool)
+fi
+
+# The Kustomize render tests and the bed's installs need kustomize v4+ (kubectl 1.21+); the bed's
+# own kubectl 1.20 embeds v2.0.3, which cannot take a directory as a resource.
+if ! kubectl version --client 2>/dev/null | grep -qE '^Kustomize Version: v([4-9]|[1-9][0-9])'; then
+  echo "install-deps: no kubectl with kustomize v4 or later on PATH; the Kustomize tests will fail" >&2
+fi
+
 echo "install-deps: ${installed[*]:-nothing to install}"

@@ -335,7 +335,10 @@ fn crd_paths() -> Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     for entry in std::fs::read_dir(CRDS).with_context(|| format!("cannot list {CRDS}"))? {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "yaml") {
+        // Every YAML file but the kustomization that makes them a base.
+        if path.extension().is_some_and(|e| e == "yaml")
+            && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+        {
             paths.push(path);
         }
     }

@@ -22,7 +22,7 @@ use operator_runtime::events::Events;
 
 use crate::execute::{self, Outcome, RunError};
 use crate::local::LocalVolume;
-use crate::metrics::{FailureLabels, Metrics, ObjectLabels, ResultLabels};
+use crate::metrics::{FailureLabels, InFlight, Metrics, ObjectLabels, ResultLabels};
 use crate::plan::{self, BackupPlan, InvalidSpec};
 use crate::runs::{RunGuard, Runs};
 use crate::schedule::{self, Due, History};
@@ -121,6 +121,8 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         }
     };
 
+    observe_schedule(&ctx.metrics, backup, &prev, &plan, now);
+
     let wants_finalizer = plan.deletion_policy == DeletionPolicy::Delete;
     if wants_finalizer != has_finalizer(backup.meta()) {
         set_finalizer(backup.meta(), wants_finalizer, &ctx.client).await?;
@@ -195,7 +197,7 @@ async fn run(
     let token = guard.token.clone();
     let work = async {
         let _slot = ctx.runs.slot().await;
-        ctx.metrics.running.inc();
+        let _in_flight = InFlight::new(&ctx.metrics.running);
         let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         let result = async {
             let location = execute::location(&plan, &namespace, ctx.local_volume.as_ref())?;
@@ -203,7 +205,6 @@ async fn run(
             execute::run_backup(&plan, &location, resolved, &uid).await
         }
         .await;
-        ctx.metrics.running.dec();
         result
     };
     let result = tokio::select! {
@@ -230,6 +231,10 @@ async fn run(
             )
         }
         Err(e) => {
+            ctx.metrics
+                .last_failure
+                .get_or_create(&labels)
+                .set(now.timestamp_millis() as f64 / 1000.0);
             ctx.metrics
                 .failures
                 .get_or_create(&FailureLabels {
@@ -294,6 +299,34 @@ async fn record_result(ctx: &Context, api: &Api<EtcdBackup>, name: &str, s: &Etc
                 tracing::warn!(%name, attempt, error = %e, "could not record the backup result");
                 tokio::time::sleep(Duration::from_secs(attempt.into())).await;
             }
+        }
+    }
+}
+
+/// The schedule's period, and the last success recorded in status (so that the "no backup for
+/// too long" alert holds across an operator restart, before this process has run a backup).
+fn observe_schedule(
+    metrics: &Metrics,
+    backup: &EtcdBackup,
+    prev: &EtcdBackupStatus,
+    plan: &BackupPlan,
+    now: DateTime<Utc>,
+) {
+    let labels = ObjectLabels {
+        namespace: backup.namespace().unwrap_or_default(),
+        name: backup.name_any(),
+    };
+    if let Some(period) = plan.trigger.period(now) {
+        metrics
+            .schedule_interval
+            .get_or_create(&labels)
+            .set(period.as_secs_f64());
+    }
+    if let Some(recorded) = prev.last_success_date.as_ref().map(status::chrono_time) {
+        let gauge = metrics.last_success.get_or_create(&labels);
+        let recorded = recorded.timestamp_millis() as f64 / 1000.0;
+        if gauge.get() < recorded {
+            gauge.set(recorded);
         }
     }
 }

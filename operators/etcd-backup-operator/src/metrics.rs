@@ -31,6 +31,8 @@ pub struct Metrics {
     pub registry: Registry,
     pub last_success: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub last_size: Family<ObjectLabels, Gauge>,
+    pub last_failure: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
+    pub schedule_interval: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub bytes: Counter,
     pub duration: Family<ResultLabels, Histogram>,
     pub failures: Family<FailureLabels, Counter>,
@@ -54,6 +56,18 @@ impl Default for Metrics {
             "last_size_bytes",
             "Stored size of the last verified backup of each EtcdBackup",
             last_size.clone(),
+        );
+        let last_failure = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "last_failure_timestamp_seconds",
+            "Unix time of the last failed backup run of each EtcdBackup",
+            last_failure.clone(),
+        );
+        let schedule_interval = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "schedule_interval_seconds",
+            "Seconds between two runs of each scheduled EtcdBackup (interval, or cron's next two)",
+            schedule_interval.clone(),
         );
         let bytes = Counter::default();
         registry.register(
@@ -96,6 +110,8 @@ impl Default for Metrics {
             registry,
             last_success,
             last_size,
+            last_failure,
+            schedule_interval,
             bytes,
             duration,
             failures,
@@ -104,6 +120,23 @@ impl Default for Metrics {
             running,
             reconcile_errors,
         }
+    }
+}
+
+/// One backup counted in `etcd_backup_running` until dropped: a cancelled run (object deleted,
+/// shutdown) is dropped mid-way and must not leave the gauge high.
+pub struct InFlight(Gauge);
+
+impl InFlight {
+    pub fn new(running: &Gauge) -> InFlight {
+        running.inc();
+        InFlight(running.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -119,6 +152,24 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_cancelled_run_leaves_the_running_gauge_where_it_was() {
+        let m = Metrics::default();
+        let (started, wait) = tokio::sync::oneshot::channel::<()>();
+        let running = m.running.clone();
+        let run = tokio::spawn(async move {
+            let _in_flight = InFlight::new(&running);
+            started.send(()).unwrap();
+            std::future::pending::<()>().await;
+        });
+        // Cancel only once the run is counted.
+        let _ = wait.await;
+        assert_eq!(m.running.get(), 1);
+        run.abort();
+        assert!(run.await.unwrap_err().is_cancelled());
+        assert_eq!(m.running.get(), 0);
+    }
 
     #[test]
     fn exposes_the_documented_names() {

@@ -54,6 +54,9 @@ async fn one_shot_failure_lands_in_status_with_a_warning_event() {
     assert_eq!(failed["succeeded"], false);
     assert_eq!(failed["Reason"], r#"Secret "aws" not found"#);
     assert_eq!(failed["lastFailure"]["reason"], "SecretNotFound");
+    let metrics = ctx.metrics.encode();
+    let line = "etcd_backup_last_failure_timestamp_seconds{namespace=\"ns\",name=\"b\"}";
+    assert!(metrics.contains(line), "{metrics}");
     assert!(
         failed.get("nextScheduleTime").is_none(),
         "a one-shot has no next run"
@@ -112,7 +115,10 @@ async fn scheduled_object_requeues_for_its_next_run() {
     });
     let obj = backup(
         spec.clone(),
-        Some(json!({"succeeded": true, "lastScheduleTime": "2026-03-01T11:59:50Z"})),
+        Some(
+            json!({"succeeded": true, "lastScheduleTime": "2026-03-01T11:59:50Z",
+            "lastSuccessDate": "2026-03-01T11:59:52Z"}),
+        ),
     );
     let task = start(guard(obj.clone()), &ctx);
     let status = api.expect_status_apply(&obj).await;
@@ -120,6 +126,15 @@ async fn scheduled_object_requeues_for_its_next_run() {
         task.await.unwrap(),
         Action::requeue(Duration::from_secs(115))
     );
+    // A process that has run no backup yet (a restart) exposes the recorded success and the
+    // schedule's period, which the "no backup for too long" alert compares.
+    let metrics = ctx.metrics.encode();
+    for line in [
+        "etcd_backup_last_success_timestamp_seconds{namespace=\"ns\",name=\"b\"} 1772366392.0",
+        "etcd_backup_schedule_interval_seconds{namespace=\"ns\",name=\"b\"} 125.0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
     assert_eq!(status["nextScheduleTime"], "2026-03-01T12:01:55Z");
     assert_eq!(status["observedGeneration"], 2);
 

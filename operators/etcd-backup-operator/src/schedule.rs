@@ -53,6 +53,20 @@ impl Trigger {
     pub fn is_one_shot(&self) -> bool {
         matches!(self, Trigger::OneShot)
     }
+
+    /// The time between two runs from `now` on (for a cron, its next two occurrences): the
+    /// unit of the "no backup for too long" alert. `None` for a one-shot backup.
+    pub fn period(&self, now: DateTime<Utc>) -> Option<Duration> {
+        match self {
+            Trigger::OneShot => None,
+            Trigger::Interval(every) => Some(*every),
+            Trigger::Cron(cron) => {
+                let first = cron.find_next_occurrence(&now, false).ok()?;
+                let second = cron.find_next_occurrence(&first, false).ok()?;
+                (second - first).to_std().ok()
+            }
+        }
+    }
 }
 
 /// What the scheduler should do for one object now.
@@ -134,6 +148,22 @@ mod tests {
 
     fn cron(s: &str) -> Trigger {
         Trigger::parse(BackupSchedule::Cron(s)).unwrap()
+    }
+
+    #[test]
+    fn period_is_the_time_between_the_next_two_runs() {
+        let now = t("2026-11-24T10:07:00Z");
+        assert_eq!(Trigger::OneShot.period(now), None);
+        let every = Duration::from_secs(600);
+        assert_eq!(Trigger::Interval(every).period(now), Some(every));
+        assert_eq!(
+            cron("*/15 * * * *").period(now),
+            Some(Duration::from_secs(900))
+        );
+        assert_eq!(
+            cron("0 3 * * *").period(now),
+            Some(Duration::from_secs(86400))
+        );
     }
 
     #[test]

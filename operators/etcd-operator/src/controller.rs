@@ -209,7 +209,8 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         upgrade.as_ref(),
         &outcome,
     );
-    ctx.metrics.observe(&ns, &name, &observed, &step);
+    ctx.metrics
+        .observe(&ns, &name, cluster.spec.size, &observed, &step);
     announce(&ctx, &cluster, &report).await;
     patch_status(&clusters, &name, report).await?;
     outcome?;

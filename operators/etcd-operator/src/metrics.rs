@@ -22,6 +22,7 @@ pub struct ChangeLabels {
 
 pub struct Metrics {
     pub registry: Registry,
+    pub size: Family<ClusterLabels, Gauge>,
     pub members: Family<ClusterLabels, Gauge>,
     pub members_healthy: Family<ClusterLabels, Gauge>,
     pub quorum_lost: Family<ClusterLabels, Gauge>,
@@ -33,6 +34,12 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("etcd_cluster");
+        let size = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "size",
+            "Members the EtcdCluster asks for (spec.size)",
+            size.clone(),
+        );
         let members = Family::<ClusterLabels, Gauge>::default();
         registry.register("members", "Members in etcd's member list", members.clone());
         let members_healthy = Family::<ClusterLabels, Gauge>::default();
@@ -67,6 +74,7 @@ impl Default for Metrics {
         );
         Metrics {
             registry,
+            size,
             members,
             members_healthy,
             quorum_lost,
@@ -78,11 +86,19 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn observe(&self, namespace: &str, name: &str, observed: &Observed, step: &Step) {
+    pub fn observe(
+        &self,
+        namespace: &str,
+        name: &str,
+        size: i32,
+        observed: &Observed,
+        step: &Step,
+    ) {
         let labels = ClusterLabels {
             namespace: namespace.into(),
             name: name.into(),
         };
+        self.size.get_or_create(&labels).set(size.into());
         let members = observed.members.as_deref().unwrap_or(&[]);
         self.members
             .get_or_create(&labels)
