@@ -24,7 +24,11 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
         if path.is_dir() {
             // examples/mysql holds Kubernetes workloads for the MySQL runner; its own
             // crate's tests check them (jobs/mysql-backup/tests/examples.rs).
-            if path.file_name().is_some_and(|n| n == "mysql") {
+            // examples/cronjob likewise (jobs/etcd-backup/tests/cronjob.rs runs it).
+            if path
+                .file_name()
+                .is_some_and(|n| n == "mysql" || n == "cronjob")
+            {
                 continue;
             }
             yaml_files(&path, out);
