@@ -8,12 +8,13 @@
 #   localhost/etcd:v3.5.16               Debian 13's etcd, etcdctl, etcdutl (fetched as .debs by name)
 #   localhost/<binary>:dev               one per project binary found in the binaries dir:
 #                                        etcd-operator, etcd-backup-operator, etcd-restore-operator,
-#                                        etcd-backup, mysql-backup (the last with mariadb-backup)
+#                                        etcd-backup (distroless/cc's file set, as the Dockerfile),
+#                                        mysql-backup (with mariadb-backup)
 #
 #   images.sh SOCKET WORKDIR [BINDIR]    BINDIR defaults to the workspace's target/debug
 #
-# Each image holds the program, the shared libraries `ldd` lists for it, busybox as /bin/sh,
-# /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle. The etcd .debs are
+# The etcd and mysql-backup images hold the program, the shared libraries `ldd` lists for it,
+# busybox as /bin/sh, /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle. The etcd .debs are
 # cached in ~/.cache/etcd-backup-suite/debs.
 set -euo pipefail
 
@@ -91,7 +92,8 @@ import_image() {
   local entry=() arg
   for arg in "$@"; do entry+=(--config.entrypoint "$arg"); done
   umoci config --image "$layout:$tag" --no-history --config.user "$user" "${entry[@]}" \
-    --config.env PATH=/usr/local/bin:/usr/bin:/bin
+    --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --config.env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
   umoci gc --layout "$layout"
   tar -C "$layout" -cf "$layout.tar" .
   ctr --address "$socket" -n k8s.io images import --base-name "localhost/$name" "$layout.tar" >/dev/null
@@ -119,19 +121,29 @@ base_rootfs "$root"
 add_programs "$root" "$etcd35/usr/bin/etcd" "$etcd35/usr/bin/etcdctl" "$etcd35/usr/bin/etcdutl"
 import_image etcd v3.5.16 "$root" 0 /usr/local/bin/etcd
 
-# The project's binaries that the build holds, each in its own image, run as nonroot.
-for binary in etcd-operator etcd-backup-operator etcd-restore-operator etcd-backup mysql-backup; do
+# The project's binaries that the build holds, each in its own image. The Dockerfile's distroless
+# targets get what their image holds: distroless/cc's runtime file set (distroless-cc-root.sh,
+# the recipe the image checks run binaries in), the binary at /usr/local/bin, user 65532:65532,
+# distroless' environment, the binary as entrypoint; no shell. testbed's tests/images.rs checks
+# the imported images against the Dockerfile and the build's binaries.
+for binary in etcd-operator etcd-backup-operator etcd-restore-operator etcd-backup; do
   [[ -x $bindir/$binary ]] || { log "no $bindir/$binary: no localhost/$binary:dev image"; continue; }
   root=$work/rootfs/$binary
-  base_rootfs "$root"
-  add_programs "$root" "$bindir/$binary"
-  if [[ $binary == mysql-backup ]]; then
-    # The runner drives mariadb-backup and mbstream (Debian 12's mariadb-backup package).
-    for tool in mariadb-backup mbstream; do
-      command -v "$tool" >/dev/null && add_programs "$root" "$(command -v "$tool"):/usr/bin/$tool"
-    done
-  fi
-  import_image "$binary" dev "$root" 65532 "/usr/local/bin/$binary"
+  rm -rf "$root"
+  "$here/distroless-cc-root.sh" "$root"
+  install -D -m 0755 "$bindir/$binary" "$root/usr/local/bin/$binary"
+  import_image "$binary" dev "$root" 65532:65532 "/usr/local/bin/$binary"
 done
+# mysql-backup's target is Debian's bookworm-slim with mariadb-backup; here the runner, the
+# libraries it loads, mariadb-backup and mbstream (Debian 12's package) and a shell.
+if [[ -x $bindir/mysql-backup ]]; then
+  root=$work/rootfs/mysql-backup
+  base_rootfs "$root"
+  add_programs "$root" "$bindir/mysql-backup"
+  for tool in mariadb-backup mbstream; do
+    command -v "$tool" >/dev/null && add_programs "$root" "$(command -v "$tool"):/usr/bin/$tool"
+  done
+  import_image mysql-backup dev "$root" 65532 /usr/local/bin/mysql-backup
+fi
 rm -rf "$work/rootfs"
 log "images built and imported in $((SECONDS - started)) s"

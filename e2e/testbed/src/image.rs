@@ -13,8 +13,11 @@ use std::process::{Command, Output};
 
 use anyhow::{Context, Result, bail, ensure};
 
-/// The distroless "cc" image's shared libraries, as Debian packages.
-const DISTROLESS_CC_LIBRARIES: [&str; 2] = ["libc6", "libgcc-s1"];
+/// Writes distroless/cc's runtime file set into a directory (one recipe, shared with the bed).
+const DISTROLESS_CC_ROOT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../cluster/distroless-cc-root.sh"
+);
 /// Where distroless (and Debian) keep the CA bundle.
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// The environment distroless images set, and HOME as Docker derives it from USER.
@@ -147,56 +150,37 @@ pub struct DistrolessCcRoot {
 }
 
 impl DistrolessCcRoot {
+    /// Built by `e2e/cluster/distroless-cc-root.sh`, the recipe the bed's images of the
+    /// Dockerfile's distroless targets are built with too.
     pub fn build() -> Result<DistrolessCcRoot> {
         let dir = tempfile::tempdir()?;
-        let listed = Command::new("dpkg")
-            .arg("-L")
-            .args(DISTROLESS_CC_LIBRARIES)
+        let output = Command::new(DISTROLESS_CC_ROOT)
+            .arg(dir.path())
             .output()
-            .context("cannot run dpkg (a Debian 12 machine is needed)")?;
+            .with_context(|| format!("cannot run {DISTROLESS_CC_ROOT}"))?;
         ensure!(
-            listed.status.success(),
-            "dpkg -L {DISTROLESS_CC_LIBRARIES:?}: {}",
-            String::from_utf8_lossy(&listed.stderr)
+            output.status.success(),
+            "{DISTROLESS_CC_ROOT} failed (a Debian 12 machine and root are needed): {}",
+            String::from_utf8_lossy(&output.stderr)
         );
-        for path in String::from_utf8(listed.stdout)?.lines().map(Path::new) {
-            // Directories (also /lib64 and the like, symlinks on a merged-/usr host) are made
-            // as needed; a file that is missing was diverted or removed.
-            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-                continue;
-            }
-            let Ok(metadata) = std::fs::symlink_metadata(path) else {
-                continue;
-            };
-            let target = dir.path().join(path.strip_prefix("/")?);
-            std::fs::create_dir_all(target.parent().unwrap())?;
-            if metadata.file_type().is_symlink() {
-                std::os::unix::fs::symlink(std::fs::read_link(path)?, &target)?;
-            } else {
-                std::fs::copy(path, &target)
-                    .with_context(|| format!("cannot copy {}", path.display()))?;
+        Ok(DistrolessCcRoot { dir })
+    }
+
+    /// Every path in the root (relative, without the leading `/`), directories included.
+    pub fn paths(&self) -> Result<std::collections::BTreeSet<String>> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut pending = vec![self.dir.path().to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                let path = entry.path();
+                out.insert(path.strip_prefix(self.dir.path())?.display().to_string());
+                if entry.file_type()?.is_dir() {
+                    pending.push(path);
+                }
             }
         }
-        // What distroless adds around the libraries: the CA bundle, the users, a home for
-        // `nonroot` and a sticky /tmp.
-        let root = dir.path();
-        std::fs::create_dir_all(root.join("etc/ssl/certs"))?;
-        std::fs::copy(CA_BUNDLE, root.join(CA_BUNDLE.trim_start_matches('/')))
-            .with_context(|| format!("cannot copy {CA_BUNDLE}"))?;
-        std::fs::write(
-            root.join("etc/passwd"),
-            "root:x:0:0:root:/root:/sbin/nologin\n\
-             nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-        )?;
-        std::fs::write(root.join("etc/group"), "root:x:0:\nnonroot:x:65532:\n")?;
-        use std::os::unix::fs::PermissionsExt as _;
-        let home = root.join("home/nonroot");
-        std::fs::create_dir_all(&home)?;
-        std::os::unix::fs::chown(&home, Some(65532), Some(65532))
-            .context("cannot chown the nonroot home (needs root)")?;
-        std::fs::create_dir_all(root.join("tmp"))?;
-        std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
-        Ok(DistrolessCcRoot { dir })
+        Ok(out)
     }
 
     /// Copies `binary` to `destination` (an absolute path inside the root), executable by all.
