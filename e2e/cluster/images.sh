@@ -8,12 +8,11 @@
 #   localhost/etcd:v3.5.16               Debian 13's etcd, etcdctl, etcdutl (fetched as .debs by name)
 #   localhost/<binary>:dev               one per project binary found in the binaries dir:
 #                                        etcd-operator, etcd-backup-operator, etcd-restore-operator,
-#                                        etcd-backup (distroless/cc's file set, as the Dockerfile),
-#                                        mysql-backup (with mariadb-backup)
+#                                        etcd-backup (distroless/cc's file set, as the Dockerfile)
 #
 #   images.sh SOCKET WORKDIR [BINDIR]    BINDIR defaults to the workspace's target/debug
 #
-# The etcd and mysql-backup images hold the program, the shared libraries `ldd` lists for it,
+# The etcd images hold the program, the shared libraries `ldd` lists for it,
 # busybox as /bin/sh, /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle. The etcd .debs are
 # cached in ~/.cache/etcd-backup-suite/debs.
 set -euo pipefail
@@ -134,16 +133,7 @@ for binary in etcd-operator etcd-backup-operator etcd-restore-operator etcd-back
   install -D -m 0755 "$bindir/$binary" "$root/usr/local/bin/$binary"
   import_image "$binary" dev "$root" 65532:65532 "/usr/local/bin/$binary"
 done
-# mysql-backup's target is Debian's bookworm-slim with mariadb-backup; here the runner, the
-# libraries it loads, mariadb-backup and mbstream (Debian 12's package) and a shell.
-if [[ -x $bindir/mysql-backup ]]; then
-  root=$work/rootfs/mysql-backup
-  base_rootfs "$root"
-  add_programs "$root" "$bindir/mysql-backup"
-  for tool in mariadb-backup mbstream; do
-    command -v "$tool" >/dev/null && add_programs "$root" "$(command -v "$tool"):/usr/bin/$tool"
-  done
-  import_image mysql-backup dev "$root" 65532 /usr/local/bin/mysql-backup
-fi
+# No mysql-backup image: its target is Debian's bookworm-slim with mariadb-backup, which this
+# machine cannot reproduce file for file, and no test runs the runner in a pod.
 rm -rf "$work/rootfs"
 log "images built and imported in $((SECONDS - started)) s"
