@@ -199,13 +199,12 @@ async fn run(
         let _slot = ctx.runs.slot().await;
         let _in_flight = InFlight::new(&ctx.metrics.running);
         let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-        let result = async {
+        async {
             let location = execute::location(&plan, &namespace, ctx.local_volume.as_ref())?;
             let resolved = secrets::resolve(&secrets_api, &plan).await?;
             execute::run_backup(&plan, &location, resolved, &uid).await
         }
-        .await;
-        result
+        .await
     };
     let result = tokio::select! {
         result = work => result,
