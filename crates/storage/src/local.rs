@@ -81,6 +81,7 @@ impl LocalStore {
             temp,
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             bytes: 0,
+            failed: None,
         })
     }
 
@@ -213,13 +214,17 @@ pub struct LocalUpload {
     temp: PathBuf,
     file: Option<BufWriter<File>>,
     bytes: u64,
+    /// Why a write failed: the temp file is gone, and every later write or commit is refused.
+    failed: Option<String>,
 }
 
 impl LocalUpload {
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.refuse_if_failed()?;
         let file = self.file.as_mut().expect("upload already finished");
         if let Err(e) = file.write_all(data).await {
             let err = StorageError::io(&self.temp, e);
+            self.failed = Some(err.to_string());
             self.discard().await;
             return Err(err);
         }
@@ -227,11 +232,22 @@ impl LocalUpload {
         Ok(())
     }
 
+    fn refuse_if_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(StorageError::UploadFailed {
+                url: format!("file://{}", self.target.display()),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub fn bytes_written(&self) -> u64 {
         self.bytes
     }
 
     pub async fn commit(mut self) -> Result<ObjectInfo> {
+        self.refuse_if_failed()?;
         match self.finish().await {
             Ok(info) => Ok(info),
             Err(e) => {
@@ -306,5 +322,39 @@ impl LocalDownload {
             .await
             .map_err(|e| StorageError::io(path_of(&self.info.key), e))?;
         Ok((n > 0).then(|| buf.freeze()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn after_a_failed_write_nothing_can_be_written_or_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("etcd.backup");
+        let mut upload = LocalStore.upload(key.to_str().unwrap()).await.unwrap();
+        upload.write(b"first").await.unwrap();
+        // The disk goes bad: the file handle can no longer be written (opened read-only).
+        let read_only = File::open(&upload.temp).await.unwrap();
+        upload.file = Some(BufWriter::with_capacity(WRITE_BUFFER, read_only));
+        // tokio reports a background write's error on the next operation.
+        let mut failed = None;
+        for _ in 0..4 {
+            if let Err(e) = upload.write(&vec![0; 2 * WRITE_BUFFER]).await {
+                failed = Some(e);
+                break;
+            }
+        }
+        let failed = failed.expect("writing to a read-only handle fails");
+        assert!(matches!(failed, StorageError::Io { .. }), "{failed}");
+
+        let again = upload.write(b"more").await.unwrap_err();
+        assert!(matches!(again, StorageError::UploadFailed { .. }), "{again}");
+        let commit = upload.commit().await.unwrap_err();
+        assert!(matches!(commit, StorageError::UploadFailed { .. }), "{commit}");
+        assert!(commit.to_string().contains("Bad file descriptor"), "{commit}");
+        // Neither the object nor the temp file exists.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

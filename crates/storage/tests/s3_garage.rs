@@ -165,21 +165,26 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
         garage
     });
     let mut result = Ok(());
-    for _ in 0..4 {
+    // The pipeline holds 3 parts: a write fails at the latest once it must wait for one.
+    for _ in 0..8 {
         result = upload.write(&pattern(8 * MIB, 4)).await;
         if result.is_err() {
             break;
         }
     }
-    let err = match result {
-        Err(e) => e,
-        Ok(()) => upload.commit().await.unwrap_err(),
-    };
+    let err = result.expect_err("a write fails while the server is down");
     assert!(
         matches!(err, StorageError::Unreachable { .. }),
         "expected an unreachable-endpoint error, got: {err}"
     );
     let garage = restarted.await.unwrap();
+    // With the server back, neither a further write nor a commit can turn the aborted upload
+    // into an object (a commit would otherwise store what was left in the part buffer).
+    let again = upload.write(&pattern(MIB, 5)).await.unwrap_err();
+    assert!(matches!(again, StorageError::UploadFailed { .. }), "{again}");
+    let commit = upload.commit().await.unwrap_err();
+    assert!(matches!(commit, StorageError::UploadFailed { .. }), "{commit}");
+    assert!(commit.to_string().contains("cannot go on or be committed"), "{commit}");
     let store = open(&garage).await;
     assert_eq!(store.head("victim").await.unwrap(), None);
     assert_eq!(

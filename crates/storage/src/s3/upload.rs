@@ -32,6 +32,9 @@ pub struct S3Upload {
     spare_buffers: Vec<BytesMut>,
     bytes: u64,
     finished: bool,
+    /// Why a write failed: the upload is aborted, and every later write or commit is refused
+    /// (a commit would otherwise store the part buffer's remains as the whole object).
+    failed: Option<String>,
 }
 
 impl S3Upload {
@@ -49,6 +52,7 @@ impl S3Upload {
             spare_buffers: Vec::new(),
             bytes: 0,
             finished: false,
+            failed: None,
         }
     }
 
@@ -57,12 +61,24 @@ impl S3Upload {
     }
 
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.refuse_if_failed()?;
         match self.write_parts(data).await {
             Ok(()) => Ok(()),
             Err(e) => {
+                self.failed = Some(e.to_string());
                 self.abort_quietly().await;
                 Err(e)
             }
+        }
+    }
+
+    fn refuse_if_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(cause) => Err(StorageError::UploadFailed {
+                url: self.store.url(&self.key),
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
         }
     }
 
@@ -172,6 +188,7 @@ impl S3Upload {
     }
 
     pub async fn commit(mut self) -> Result<ObjectInfo> {
+        self.refuse_if_failed()?;
         match self.finish().await {
             Ok(info) => {
                 self.finished = true;
