@@ -40,6 +40,13 @@ pub fn parse_scheduled(base: &str, key: &str) -> Option<ScheduledBackup> {
     })
 }
 
+/// True for the keys backups of `base` are stored under: `base` itself (a one-shot backup) and
+/// its scheduled names. What abandoned-upload cleanup may touch; never a manifest, another
+/// base's backups or another tool's objects under the same prefix.
+pub fn is_backup_of(base: &str, key: &str) -> bool {
+    key == base || parse_scheduled(base, key).is_some()
+}
+
 /// Keys to delete so that the newest `keep` backups of `base` remain (at least one: the
 /// newest is never deleted). Newest means latest time, then highest revision. The manifest of
 /// each deleted backup is listed right after it. Keys that are not backups of `base` are never
@@ -70,6 +77,25 @@ pub fn select_for_deletion<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backups_of_a_base_are_its_own_key_and_its_scheduled_names() {
+        let base = "etcd/prod.backup";
+        assert!(is_backup_of(base, base));
+        assert!(is_backup_of(
+            base,
+            "etcd/prod.backup_v42_2026-11-24-06:00:00"
+        ));
+        for other in [
+            "etcd/prod.backup.manifest.json",
+            "etcd/prod.backup-notes",
+            "etcd/prod.backup_v42_2026-11-24-06:00:00.manifest.json",
+            "etcd/prod.backup2_v1_2026-11-24-06:00:00",
+            "etcd/mysql.xbstream",
+        ] {
+            assert!(!is_backup_of(base, other), "{other}");
+        }
+    }
 
     fn at(s: &str) -> DateTime<Utc> {
         NaiveDateTime::parse_from_str(s, TIME_FORMAT)

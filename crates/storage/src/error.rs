@@ -49,7 +49,9 @@ pub enum StorageError {
         message: String,
     },
 
-    #[error("the upload of {url} failed earlier and was aborted ({cause}); it cannot go on or be committed")]
+    #[error(
+        "the upload of {url} failed earlier and was aborted ({cause}); it cannot go on or be committed"
+    )]
     UploadFailed { url: String, cause: String },
 
     #[error("object too large: part {part} would exceed the S3 limit of 10,000 parts")]

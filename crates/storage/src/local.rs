@@ -28,7 +28,13 @@ fn key_of(path: &Path) -> String {
 
 /// Temporary files are hidden (`.name.part-<random>`) so listings and retention skip them.
 fn is_temp(name: &str) -> bool {
-    name.starts_with('.') && name.contains(TEMP_MARKER)
+    temp_target(name).is_some()
+}
+
+/// The file name a temp file `.<name>.part-<hex>` becomes on commit.
+fn temp_target(name: &str) -> Option<&str> {
+    let (target, _) = name.strip_prefix('.')?.rsplit_once(TEMP_MARKER)?;
+    (!target.is_empty()).then_some(target)
 }
 
 fn info_of(path: &Path, meta: &std::fs::Metadata) -> ObjectInfo {
@@ -184,7 +190,12 @@ impl LocalStore {
         }
     }
 
-    pub async fn clean_incomplete(&self, prefix: &str, older_than: Duration) -> Result<usize> {
+    pub async fn clean_incomplete(
+        &self,
+        prefix: &str,
+        older_than: Duration,
+        owned: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<usize> {
         // Temp files are named `.<name>.part-…`, so match them on the directory of the prefix.
         let prefix_path = path_of(prefix);
         let dir = if prefix.ends_with('/') {
@@ -200,7 +211,11 @@ impl LocalStore {
                 .ok()
                 .and_then(|m| SystemTime::now().duration_since(m).ok())
                 .unwrap_or_default();
-            if is_temp(&name) && age >= older_than {
+            let Some(target) = temp_target(&name) else {
+                continue;
+            };
+            let target_key = key_of(&path.with_file_name(target));
+            if age >= older_than && target_key.starts_with(prefix) && owned(&target_key) {
                 self.delete(&key_of(&path)).await?;
                 removed += 1;
             }
@@ -350,10 +365,19 @@ mod tests {
         assert!(matches!(failed, StorageError::Io { .. }), "{failed}");
 
         let again = upload.write(b"more").await.unwrap_err();
-        assert!(matches!(again, StorageError::UploadFailed { .. }), "{again}");
+        assert!(
+            matches!(again, StorageError::UploadFailed { .. }),
+            "{again}"
+        );
         let commit = upload.commit().await.unwrap_err();
-        assert!(matches!(commit, StorageError::UploadFailed { .. }), "{commit}");
-        assert!(commit.to_string().contains("Bad file descriptor"), "{commit}");
+        assert!(
+            matches!(commit, StorageError::UploadFailed { .. }),
+            "{commit}"
+        );
+        assert!(
+            commit.to_string().contains("Bad file descriptor"),
+            "{commit}"
+        );
         // Neither the object nor the temp file exists.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }

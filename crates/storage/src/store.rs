@@ -134,11 +134,18 @@ impl Store {
     }
 
     /// Removes uploads under `prefix` that were started more than `older_than` ago and never
-    /// committed or aborted (a process killed mid-upload). Returns how many were removed.
-    pub async fn clean_incomplete(&self, prefix: &str, older_than: Duration) -> Result<usize> {
+    /// committed or aborted (a process killed mid-upload), but only those whose key `owned`
+    /// accepts: another tool's upload under the same prefix is never touched. Returns how many
+    /// were removed.
+    pub async fn clean_incomplete(
+        &self,
+        prefix: &str,
+        older_than: Duration,
+        owned: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<usize> {
         match self {
-            Store::S3(s) => s.clean_incomplete(prefix, older_than).await,
-            Store::Local(s) => s.clean_incomplete(prefix, older_than).await,
+            Store::S3(s) => s.clean_incomplete(prefix, older_than, owned).await,
+            Store::Local(s) => s.clean_incomplete(prefix, older_than, owned).await,
         }
     }
 }

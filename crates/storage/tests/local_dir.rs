@@ -95,27 +95,22 @@ async fn commit_replaces_an_existing_file_atomically() {
 }
 
 #[tokio::test]
-async fn clean_incomplete_removes_only_old_temp_files() {
+async fn clean_incomplete_removes_only_its_own_old_temp_files() {
     let dir = tempfile::tempdir().unwrap();
     let (store, base) = store_in(&dir).await;
+    // Ours (becomes `snap`), and another writer's (becomes `other`) in the same directory.
     std::fs::write(dir.path().join(".snap.part-0000000000000001"), b"orphan").unwrap();
+    std::fs::write(dir.path().join(".other.part-0000000000000002"), b"foreign").unwrap();
     std::fs::write(dir.path().join("snap"), b"keep").unwrap();
     let prefix = format!("{base}/snap");
+    let ours = |key: &str| key == prefix;
+    let clean = |age: u64| store.clean_incomplete(&prefix, Duration::from_secs(age), &ours);
+    assert_eq!(clean(3600).await.unwrap(), 0);
+    assert_eq!(clean(0).await.unwrap(), 1);
     assert_eq!(
-        store
-            .clean_incomplete(&prefix, Duration::from_secs(3600))
-            .await
-            .unwrap(),
-        0
+        names(dir.path()),
+        vec![".other.part-0000000000000002", "snap"]
     );
-    assert_eq!(
-        store
-            .clean_incomplete(&prefix, Duration::ZERO)
-            .await
-            .unwrap(),
-        1
-    );
-    assert_eq!(names(dir.path()), vec!["snap"]);
 }
 
 #[tokio::test]

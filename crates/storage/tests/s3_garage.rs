@@ -181,10 +181,19 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
     // With the server back, neither a further write nor a commit can turn the aborted upload
     // into an object (a commit would otherwise store what was left in the part buffer).
     let again = upload.write(&pattern(MIB, 5)).await.unwrap_err();
-    assert!(matches!(again, StorageError::UploadFailed { .. }), "{again}");
+    assert!(
+        matches!(again, StorageError::UploadFailed { .. }),
+        "{again}"
+    );
     let commit = upload.commit().await.unwrap_err();
-    assert!(matches!(commit, StorageError::UploadFailed { .. }), "{commit}");
-    assert!(commit.to_string().contains("cannot go on or be committed"), "{commit}");
+    assert!(
+        matches!(commit, StorageError::UploadFailed { .. }),
+        "{commit}"
+    );
+    assert!(
+        commit.to_string().contains("cannot go on or be committed"),
+        "{commit}"
+    );
     let store = open(&garage).await;
     assert_eq!(store.head("victim").await.unwrap(), None);
     assert_eq!(
@@ -282,39 +291,44 @@ async fn listing_follows_every_page() {
 }
 
 #[tokio::test]
-async fn clean_incomplete_removes_orphaned_uploads() {
+async fn clean_incomplete_removes_only_its_own_orphaned_uploads() {
     let garage = Garage::start().await.unwrap();
     let client = raw_client(&garage).await;
-    // An upload left behind by a process that was killed.
-    client
-        .create_multipart_upload()
-        .bucket(&garage.bucket)
-        .key("prefix/orphan")
-        .send()
+    // Uploads left behind by a process that was killed: one of ours, one of another tool's
+    // under the same prefix.
+    for key in ["prefix/orphan", "prefix/other-tool"] {
+        client
+            .create_multipart_upload()
+            .bucket(&garage.bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    let store = open(&garage).await;
+    let ours = |key: &str| key == "prefix/orphan";
+    let clean = |prefix: &'static str, age: u64| {
+        let store = &store;
+        async move {
+            store
+                .clean_incomplete(prefix, Duration::from_secs(age), &ours)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(clean("other/", 0).await, 0);
+    assert_eq!(clean("prefix/", 3600).await, 0);
+    assert_eq!(clean("prefix/", 0).await, 1);
+    assert_eq!(
+        multipart_uploads(&garage).await,
+        1,
+        "the other tool's upload is kept"
+    );
+    let everything = |_: &str| true;
+    store
+        .clean_incomplete("prefix/", Duration::ZERO, &everything)
         .await
         .unwrap();
-    let store = open(&garage).await;
-    assert_eq!(
-        store
-            .clean_incomplete("other/", Duration::ZERO)
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(
-        store
-            .clean_incomplete("prefix/", Duration::from_secs(3600))
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(
-        store
-            .clean_incomplete("prefix/", Duration::ZERO)
-            .await
-            .unwrap(),
-        1
-    );
     assert_eq!(multipart_uploads(&garage).await, 0);
 }
 

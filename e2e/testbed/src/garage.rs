@@ -112,6 +112,20 @@ impl Garage {
         .map(|_| ())
     }
 
+    /// Runs the aws CLI (`aws <args>`) against this server with its key, e.g.
+    /// `["s3api", "list-multipart-uploads", "--bucket", ...]`: an S3 client independent of ours.
+    pub fn aws(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("aws")
+            .args(["--endpoint-url", &self.endpoint, "--region", &self.region])
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", &self.access_key)
+            .env("AWS_SECRET_ACCESS_KEY", &self.secret_key)
+            .env("AWS_CONFIG_FILE", "/nonexistent")
+            .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+            .output()
+            .expect("run the aws CLI (e2e/install-deps.sh installs it)")
+    }
+
     /// The coreos `aws` Secret (`credentials` and `config` files, profile `default`) with this
     /// server's key and region, named `name`.
     pub fn aws_secret(&self, name: &str) -> serde_json::Value {

@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
-use etcd_snapshot::naming::select_for_deletion;
+use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
 use etcd_snapshot::{
     EtcdConnection, MANIFEST_SUFFIX, Manifest, ObjectName, SaveOptions, TlsPem, manifest_key,
 };
@@ -242,9 +242,10 @@ async fn prune(args: PruneArgs, s3: &S3Args, output: Output) -> Result<()> {
         for key in &delete {
             store.delete(key).await?;
         }
-        cleaned = store
-            .clean_incomplete(&base, Duration::from_secs(args.incomplete_older_than))
-            .await?;
+        // Only uploads of this base's backups, never another tool's under the same prefix.
+        let owned = |key: &str| is_backup_of(&base, key);
+        let older_than = Duration::from_secs(args.incomplete_older_than);
+        cleaned = store.clean_incomplete(&base, older_than, &owned).await?;
     }
     let urls: Vec<String> = delete
         .iter()

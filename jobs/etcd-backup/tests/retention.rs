@@ -93,3 +93,44 @@ async fn prune_orders_by_revision_not_string_when_it_gains_a_digit() {
     let r = run(&["prune", base, "--keep", "0"], &[]).await;
     assert_eq!(r.code, 2, "keep 0 must be refused: {}", r.stderr);
 }
+
+/// `prune` removes abandoned uploads of the base's backups only: another tool's upload under the
+/// same prefix stays.
+#[tokio::test]
+async fn prune_removes_only_this_base_s_abandoned_uploads() {
+    let garage = Garage::start().await.unwrap();
+    let (flags, env) = garage.cli_args();
+    let base = format!("s3://{}/etcd.backup", garage.bucket);
+    let ours = "etcd.backup_v7_2026-11-24-06:00:00";
+    let foreign = "etcd.backup-mysql.xbstream";
+    for key in [ours, foreign] {
+        let started = garage.aws(&[
+            "s3api",
+            "create-multipart-upload",
+            "--bucket",
+            &garage.bucket,
+            "--key",
+            key,
+        ]);
+        assert!(started.status.success(), "{started:?}");
+    }
+    let mut prune = vec!["prune", &base, "--keep", "2", "--output", "json"];
+    prune.extend(["--incomplete-older-than", "0"]);
+    prune.extend(strs(&flags));
+    run(&prune, &env).await.ok();
+
+    let listed = garage.aws(&[
+        "s3api",
+        "list-multipart-uploads",
+        "--bucket",
+        &garage.bucket,
+    ]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let keys: Vec<&str> = listed["Uploads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["Key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, [foreign]);
+}

@@ -65,20 +65,7 @@ async fn tool_killed_mid_stream_leaves_no_object() {
     );
 
     // Nothing under the key, no manifest, no multipart upload left behind.
-    let aws = |sub: &[&str]| {
-        std::process::Command::new("aws")
-            .args([
-                "--endpoint-url",
-                &garage.endpoint,
-                "--region",
-                &garage.region,
-            ])
-            .args(sub)
-            .env("AWS_ACCESS_KEY_ID", &garage.access_key)
-            .env("AWS_SECRET_ACCESS_KEY", &garage.secret_key)
-            .output()
-            .unwrap()
-    };
+    let aws = |sub: &[&str]| garage.aws(sub);
     let listing = aws(&["s3api", "list-objects-v2", "--bucket", &garage.bucket]);
     assert!(
         listing.status.success(),

@@ -103,7 +103,12 @@ pub async fn run_backup(
 ) -> Result<Outcome, RunError> {
     let store = Store::open(location, &resolved.s3).await?;
     let base = &location.key();
-    match store.clean_incomplete(base, ABANDONED_UPLOAD_AGE).await {
+    // Only uploads this EtcdBackup could have started: its own key and scheduled names.
+    let owned = |key: &str| etcd_snapshot::naming::is_backup_of(base, key);
+    match store
+        .clean_incomplete(base, ABANDONED_UPLOAD_AGE, &owned)
+        .await
+    {
         Ok(0) => {}
         Ok(n) => tracing::info!(removed = n, %location, "removed abandoned multipart uploads"),
         Err(e) => tracing::warn!(error = %e, %location, "could not list abandoned uploads"),

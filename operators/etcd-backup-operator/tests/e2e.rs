@@ -568,7 +568,7 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
     assert!(store.head("etcd.backup").await.unwrap().is_none());
     assert_eq!(
         store
-            .clean_incomplete("etcd.backup", Duration::ZERO)
+            .clean_incomplete("etcd.backup", Duration::ZERO, &|_| true)
             .await
             .unwrap(),
         0

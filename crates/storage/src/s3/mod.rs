@@ -375,7 +375,12 @@ impl S3Store {
         Ok(())
     }
 
-    pub async fn clean_incomplete(&self, prefix: &str, older_than: Duration) -> Result<usize> {
+    pub async fn clean_incomplete(
+        &self,
+        prefix: &str,
+        older_than: Duration,
+        owned: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<usize> {
         let cutoff = SystemTime::now() - older_than;
         let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
         let mut stale = Vec::new();
@@ -397,6 +402,7 @@ impl S3Store {
                     .unwrap_or(SystemTime::UNIX_EPOCH);
                 if let (Some(key), Some(id), true) =
                     (upload.key(), upload.upload_id(), started <= cutoff)
+                    && owned(key)
                 {
                     stale.push((key.to_string(), id.to_string()));
                 }
