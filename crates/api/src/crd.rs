@@ -1,15 +1,12 @@
-//! CRD generation: the objects, their committed YAML form, and a CEL-free variant.
+//! The CRD objects, and a CEL-free variant. Their YAML form (`crds/`) is written by the `crdgen`
+//! crate, so this crate needs no YAML library.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use kube::CustomResourceExt;
-use serde_json::Value;
 
 use crate::{EtcdBackup, EtcdCluster, EtcdRestore};
-
-const HEADER: &str =
-    "# Generated from crates/api by `cargo run -p backup-api --bin crdgen`. Do not edit.\n";
 
 /// The three CRDs, with CEL rules (Kubernetes 1.25 and later).
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -53,32 +50,5 @@ fn strip_props(p: &mut JSONSchemaProps) {
         if let Some(JSONSchemaPropsOrBool::Schema(s)) = extra {
             strip_props(s);
         }
-    }
-}
-
-/// The committed YAML form: a header comment, then keys in sorted order whatever serde_json's
-/// `preserve_order` feature says, so the output is stable.
-pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
-    let value = sorted(serde_json::to_value(crd).expect("a CRD serializes to JSON"));
-    HEADER.to_string() + &serde_yaml::to_string(&value).expect("JSON values serialize to YAML")
-}
-
-/// `(file name, YAML)` for every CRD, e.g. `("etcdbackups.yaml", ...)`.
-pub fn crd_files() -> Vec<(String, String)> {
-    crds()
-        .iter()
-        .map(|crd| (format!("{}.yaml", crd.spec.names.plural), crd_yaml(crd)))
-        .collect()
-}
-
-fn sorted(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
-        other => other,
     }
 }

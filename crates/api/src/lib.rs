@@ -2,8 +2,8 @@
 //!
 //! Field for field compatible with the archived coreos etcd-operator, so its manifests apply
 //! unchanged, plus optional fields for what coreos lacked (cron schedules, compression, local
-//! storage, conditions). Types only: no runtime, no storage SDK. The CRD YAML in `crds/` is
-//! generated from these types by `cargo run -p backup-api --bin crdgen`.
+//! storage, conditions). Types only: no runtime, no storage SDK, no YAML library. The CRD YAML in
+//! `crds/` is generated from these types by the `crdgen` crate (`cargo run -p crdgen`).
 
 pub mod backup;
 pub mod cluster;
@@ -21,7 +21,7 @@ pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberSecret,
     MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
 };
-pub use crd::{crd_files, crd_yaml, crds, strip_cel};
+pub use crd::{crds, strip_cel};
 pub use error::SpecError;
 pub use restore::{
     BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, NewCluster,

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore, client_tls, crds, storage};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 fn examples_dir() -> PathBuf {
@@ -93,9 +93,9 @@ fn every_example_parses_strictly() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let mut recognised = 0;
-        for (i, de) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let doc = Value::deserialize(de)
-                .unwrap_or_else(|e| panic!("{}: invalid YAML: {e}", file.display()));
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{}: invalid YAML: {e}", file.display()));
+        for (i, doc) in docs.into_iter().enumerate() {
             if doc.is_null() {
                 continue;
             }

@@ -149,7 +149,7 @@ impl KubeTestbed {
         let mut names = Vec::new();
         for path in crd_paths()? {
             let text = std::fs::read_to_string(&path)?;
-            let mut crd: serde_json::Value = serde_yaml::from_str(&text)
+            let mut crd: serde_json::Value = serde_saphyr::from_str(&text)
                 .with_context(|| format!("{} is not YAML", path.display()))?;
             if strip {
                 strip_key(&mut crd, "x-kubernetes-validations");
@@ -260,7 +260,7 @@ impl KubeTestbed {
                 "system:authenticated".into(),
             ]);
         }
-        let yaml = serde_yaml::to_string(&config)?;
+        let yaml = serde_saphyr::to_string(&config)?;
         // It holds the admin token: readable by the owner only.
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt as _;

@@ -9,7 +9,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{Context as _, Result, bail};
-use serde::Deserialize as _;
 use serde_json::Value;
 
 /// The repository root.
@@ -43,14 +42,7 @@ pub fn render(dir: &Path) -> Result<Vec<Value>> {
         );
     }
     let text = String::from_utf8(output.stdout)?;
-    let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let value = Value::deserialize(doc).context("kustomize printed something not YAML")?;
-        if !value.is_null() {
-            docs.push(value);
-        }
-    }
-    Ok(docs)
+    crate::yaml_documents(&text).context("kustomize printed something not YAML")
 }
 
 /// `dir` (a base or overlay of this repository) as the bed runs it: an overlay of users' kind

@@ -42,6 +42,13 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The documents of a multi-document YAML text (manifests, kustomize output), empty ones left
+/// out.
+pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
 /// The last `lines` lines of a log file, for error messages.
 fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();

@@ -5,8 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use serde::Deserialize as _;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// `(apiGroup, resource, verb)`.
 pub type Grant = (String, String, String);
@@ -18,13 +17,9 @@ pub fn docs(deploy_dir: &Path, variant: &str) -> Vec<Value> {
         let path = deploy_dir.join(variant).join(file);
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            if !value.is_null() {
-                out.push(value);
-            }
-        }
+        out.extend(
+            crate::yaml_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        );
     }
     out
 }
@@ -36,10 +31,10 @@ pub fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 /// What a Role or ClusterRole grants; panics on a wildcard.
 pub fn grants(role: &Value) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
-    for rule in role["rules"].as_sequence().expect("rules") {
+    for rule in role["rules"].as_array().expect("rules") {
         let list = |k: &str| -> Vec<String> {
             rule[k]
-                .as_sequence()
+                .as_array()
                 .unwrap_or_else(|| panic!("rule without {k}: {rule:?}"))
                 .iter()
                 .map(|v| v.as_str().unwrap().to_string())
@@ -75,7 +70,7 @@ pub fn bound_roles<'a>(
         .into_iter()
         .filter(|b| {
             b["subjects"]
-                .as_sequence()
+                .as_array()
                 .unwrap()
                 .iter()
                 .any(|s| s["kind"] == "ServiceAccount" && s["name"] == account)
@@ -119,11 +114,7 @@ pub fn assert_all_in_one_grants(
 ) {
     for variant in ["namespaced", "cluster-wide"] {
         let dir = crate::kustomize::root().join("deploy").join(variant);
-        let docs: Vec<Value> = crate::kustomize::render(&dir)
-            .unwrap_or_else(|e| panic!("{e:#}"))
-            .iter()
-            .map(|d| serde_yaml::to_value(d).unwrap())
-            .collect();
+        let docs = crate::kustomize::render(&dir).unwrap_or_else(|e| panic!("{e:#}"));
         let roles = bound_roles(&docs, account, "RoleBinding", "Role");
         let cluster_roles = bound_roles(&docs, account, "ClusterRoleBinding", "ClusterRole");
         assert_eq!(roles.len(), 1, "{variant}: {account}");

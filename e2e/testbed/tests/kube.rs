@@ -120,7 +120,6 @@ fn example_files() -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn every_example_is_accepted_and_reads_back_unchanged() {
-    use serde::Deserialize;
     let kube = testbed().await;
     let mut created = std::collections::BTreeMap::<String, usize>::new();
     let files = example_files();
@@ -130,8 +129,7 @@ async fn every_example_is_accepted_and_reads_back_unchanged() {
         let what = file.file_name().unwrap().to_string_lossy().into_owned();
         // A namespace per file: coreos's restore and ours share a name.
         let ns = kube.namespace(&format!("example-{what}")).await.unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let doc = Value::deserialize(doc).unwrap();
+        for doc in testbed::yaml_documents(&text).unwrap() {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
             let name = doc["metadata"]["name"].as_str().unwrap().to_string();
             let api: Api<DynamicObject> = match kind.as_str() {

@@ -12,7 +12,7 @@ use testbed::kustomize::root;
 
 fn rule_file() -> Value {
     let path = root().join("deploy/monitoring/prometheus-rule.yaml");
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn dashboard() -> Value {
@@ -173,14 +173,14 @@ fn exported() -> BTreeSet<String> {
 fn promtool_checks_the_rules_and_every_alert_fires_in_its_tests() {
     let dir = tempfile::tempdir().unwrap();
     // promtool reads rule groups; the PrometheusRule carries them as its spec.
-    let groups = serde_yaml::to_string(&rule_file()["spec"]).unwrap();
+    let groups = serde_saphyr::to_string(&rule_file()["spec"]).unwrap();
     std::fs::write(dir.path().join("rules.yaml"), groups).unwrap();
     let tests = root().join("e2e/monitoring/alerts-test.yaml");
     std::fs::copy(&tests, dir.path().join("alerts-test.yaml")).unwrap();
     run(&["check", "rules", "rules.yaml"], dir.path());
     run(&["test", "rules", "alerts-test.yaml"], dir.path());
 
-    let cases: Value = serde_yaml::from_str(&std::fs::read_to_string(&tests).unwrap()).unwrap();
+    let cases: Value = serde_saphyr::from_str(&std::fs::read_to_string(&tests).unwrap()).unwrap();
     let tested_firing: BTreeSet<&str> = cases["tests"]
         .as_array()
         .unwrap()

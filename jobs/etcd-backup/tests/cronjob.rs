@@ -117,7 +117,7 @@ async fn the_cronjob_example_saves_then_prunes_on_the_bed() {
 
     // The shipped CronJob, as users apply it, with the test's substitutions only.
     let text = std::fs::read_to_string(EXAMPLE).unwrap();
-    let mut cronjob: Value = serde_yaml::from_str(&text).unwrap();
+    let mut cronjob: Value = serde_saphyr::from_str(&text).unwrap();
     let batch_v1 = kube::core::GroupVersionKind::gvk("batch", "v1", "CronJob");
     if kube::discovery::pinned_kind(&kube.client, &batch_v1)
         .await

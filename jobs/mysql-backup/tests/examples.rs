@@ -4,17 +4,13 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/mysql");
 
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-        .filter(|v| !v.is_null())
-        .collect()
+    testbed::yaml_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Every container (init or not) anywhere in a document.

@@ -127,7 +127,7 @@ pub(crate) mod tests {
 
     /// The coreos periodic example, as users write it.
     pub(crate) fn coreos_periodic() -> EtcdBackupSpec {
-        serde_yaml::from_str(
+        serde_saphyr::from_str(
             r#"
 etcdEndpoints: ["http://example-etcd-cluster-client:2379"]
 storageType: S3
@@ -167,8 +167,8 @@ s3: {path: mybucket/etcd.backup, awsSecret: aws}
     #[test]
     fn local_example_builds() {
         let text = include_str!("../../../examples/etcd-backup-local-pvc.yaml");
-        let doc = serde_yaml::Deserializer::from_str(text).nth(1).unwrap();
-        let backup: EtcdBackup = serde::Deserialize::deserialize(doc).unwrap();
+        let doc = testbed::yaml_documents(text).unwrap().remove(1);
+        let backup: EtcdBackup = serde_json::from_value(doc).unwrap();
         let plan = build(&backup.spec).unwrap();
         let Target::Local(local) = &plan.target else {
             panic!("{:?}", plan.target)

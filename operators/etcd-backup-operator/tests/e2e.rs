@@ -20,7 +20,6 @@ use kube::Api;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 use testbed::cli::without_ambient_aws;
 use testbed::kube::KubeTestbed;
@@ -202,9 +201,7 @@ async fn apply(kube: &KubeTestbed, doc: &Value) {
 
 fn documents(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|de| Value::deserialize(de).unwrap())
-        .collect()
+    testbed::yaml_documents(&text).unwrap()
 }
 
 /// Applies `deploy/namespaced/rbac.yaml` to `ns` and writes the kubeconfig that impersonates
@@ -284,7 +281,7 @@ fn strs(v: &[String]) -> Vec<&str> {
 
 fn example(name: &str) -> Value {
     let text = std::fs::read_to_string(Path::new(EXAMPLES).join(name)).unwrap();
-    serde_yaml::from_str(&text).unwrap()
+    serde_saphyr::from_str(&text).unwrap()
 }
 
 /// The coreos example with its placeholders filled in: our etcd, our bucket, and Garage's

@@ -37,7 +37,7 @@ fn etcd_manifests(ns: &str) -> Vec<Value> {
 }
 
 fn example(name: &str) -> Value {
-    serde_yaml::from_str(&std::fs::read_to_string(format!("{EXAMPLES}/{name}")).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(format!("{EXAMPLES}/{name}")).unwrap()).unwrap()
 }
 
 async fn wait<K, F>(api: &Api<K>, name: &str, what: &str, seconds: u64, done: F)

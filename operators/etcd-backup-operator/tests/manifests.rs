@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use etcd_backup_operator::rbac::{LEASE_CALLS, NAMESPACED_CALLS};
-use serde_yaml::Value;
+use serde_json::Value;
 use testbed::rbac::{self, grants, of_kind, set};
 
 fn deploy_dir() -> PathBuf {
@@ -71,7 +71,7 @@ fn deployments_have_probes_downward_api_and_a_locked_down_context() {
         assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-        let env = c["env"].as_sequence().unwrap();
+        let env = c["env"].as_array().unwrap();
         let field = |name: &str| {
             env.iter()
                 .find(|e| e["name"] == name)
@@ -83,7 +83,7 @@ fn deployments_have_probes_downward_api_and_a_locked_down_context() {
             Some(Value::from("metadata.namespace"))
         );
         let args: Vec<&str> = c["args"]
-            .as_sequence()
+            .as_array()
             .unwrap()
             .iter()
             .map(|a| a.as_str().unwrap())

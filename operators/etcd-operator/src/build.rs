@@ -298,7 +298,7 @@ mod tests {
     use super::*;
 
     fn cluster(yaml: &str) -> EtcdCluster {
-        let mut c: EtcdCluster = serde_yaml::from_str(yaml).unwrap();
+        let mut c: EtcdCluster = serde_saphyr::from_str(yaml).unwrap();
         c.metadata.namespace = Some("prod".into());
         c.metadata.uid = Some("uid-1".into());
         c
@@ -396,7 +396,7 @@ spec:
     #[test]
     fn tls_static_mounts_the_member_secrets_and_speaks_https() {
         let mut c = cluster(COREOS);
-        c.spec.tls = serde_yaml::from_str(
+        c.spec.tls = serde_saphyr::from_str(
             "static: {member: {peerSecret: peer, serverSecret: server}, operatorSecret: op}",
         )
         .unwrap();

@@ -141,7 +141,7 @@ mod tests {
     use super::*;
 
     fn spec(yaml: &str) -> EtcdClusterSpec {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_saphyr::from_str(yaml).unwrap()
     }
 
     #[test]

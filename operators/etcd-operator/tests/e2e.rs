@@ -50,7 +50,7 @@ impl Drop for Operator {
 /// The coreos example, on the bed's etcd image and with a claim per member.
 fn example(size: i32) -> EtcdCluster {
     let mut cluster: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
     cluster["spec"]["size"] = json!(size);
     cluster["spec"]["repository"] = json!("localhost/etcd");
     cluster["spec"]["version"] = json!("3.4.23");

@@ -38,7 +38,7 @@ async fn operator_image_with_shipped_manifests_runs_the_coreos_example() {
     .unwrap();
 
     let mut cluster: serde_json::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
     cluster["spec"]["repository"] = json!("localhost/etcd");
     cluster["spec"]["version"] = json!("3.4.23");
     // With claims, so the claim rules are exercised too.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use etcd_operator::rbac::{LEASE_CALLS, NAMESPACED_CALLS};
-use serde_yaml::Value;
+use serde_json::Value;
 use testbed::rbac::{self, grants, of_kind, set};
 
 fn deploy_dir() -> PathBuf {
@@ -49,12 +49,12 @@ fn cluster_wide_deployment_can_run_beside_the_namespaced_one() {
     let c = &b["spec"]["template"]["spec"]["containers"][0];
     assert!(
         c["args"]
-            .as_sequence()
+            .as_array()
             .unwrap()
             .iter()
             .any(|a| a == "--cluster-wide")
     );
-    let env = c["env"].as_sequence().unwrap();
+    let env = c["env"].as_array().unwrap();
     let value = |name: &str| {
         env.iter()
             .find(|e| e["name"] == name)
@@ -81,7 +81,7 @@ fn deployment_has_probes_downward_api_and_a_locked_down_context() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    let env = c["env"].as_sequence().unwrap();
+    let env = c["env"].as_array().unwrap();
     let field = |name: &str| {
         env.iter()
             .find(|e| e["name"] == name)
@@ -98,7 +98,7 @@ fn deployment_has_probes_downward_api_and_a_locked_down_context() {
     );
     assert!(
         c["args"]
-            .as_sequence()
+            .as_array()
             .unwrap()
             .iter()
             .any(|a| a == "--leader-election")

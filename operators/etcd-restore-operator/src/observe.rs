@@ -106,7 +106,7 @@ mod tests {
     use super::*;
 
     fn pod(status: &str) -> Pod {
-        serde_yaml::from_str(&format!("metadata: {{name: p}}\nstatus: {status}")).unwrap()
+        serde_saphyr::from_str(&format!("metadata: {{name: p}}\nstatus: {status}")).unwrap()
     }
 
     #[test]

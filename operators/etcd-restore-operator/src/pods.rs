@@ -211,7 +211,7 @@ mod tests {
     use crate::source::from_spec;
 
     fn restore() -> EtcdRestore {
-        serde_yaml::from_str(
+        serde_saphyr::from_str(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\n\
              metadata: {name: c, namespace: ns, uid: r-uid}\n\
              spec: {etcdCluster: {name: c}, backupStorageType: S3,\n\
@@ -221,7 +221,7 @@ mod tests {
     }
 
     fn cluster(version: &str) -> EtcdCluster {
-        serde_yaml::from_str(&format!(
+        serde_saphyr::from_str(&format!(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\n\
              metadata: {{name: c, namespace: ns, uid: c-uid}}\n\
              spec: {{size: 3, version: '{version}', repository: localhost/etcd,\n\

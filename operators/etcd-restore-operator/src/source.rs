@@ -145,7 +145,7 @@ mod tests {
     use super::*;
 
     fn restore(yaml: &str) -> EtcdRestoreSpec {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_saphyr::from_str(yaml).unwrap()
     }
 
     #[test]
@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn backup_ref_takes_the_newest_verified_backup_with_the_backups_settings() {
-        let mut backup: EtcdBackup = serde_yaml::from_str(
+        let mut backup: EtcdBackup = serde_saphyr::from_str(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
              metadata: {name: nightly}\n\
              spec: {etcdEndpoints: ['http://c-client:2379'], storageType: S3,\n\
@@ -205,7 +205,7 @@ mod tests {
             Err(SourceError::NoBackupYet("nightly".into()))
         );
         backup.status = Some(
-            serde_yaml::from_str(
+            serde_saphyr::from_str(
                 "lastBackup: {objectKey: 's3://bucket/etcd.backup_v42_2026-11-24-03:00:00'}",
             )
             .unwrap(),
@@ -220,7 +220,7 @@ mod tests {
             Some("http://s3:3900")
         );
 
-        let mut local: EtcdBackup = serde_yaml::from_str(
+        let mut local: EtcdBackup = serde_saphyr::from_str(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
              metadata: {name: local}\n\
              spec: {etcdEndpoints: ['http://c-client:2379'], storageType: Local,\n\
@@ -228,7 +228,7 @@ mod tests {
         )
         .unwrap();
         local.status = Some(
-            serde_yaml::from_str(
+            serde_saphyr::from_str(
                 "lastBackup: {objectKey: 'file:///var/lib/etcd-backup/snaps/etcd.db'}",
             )
             .unwrap(),

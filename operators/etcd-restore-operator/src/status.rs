@@ -151,7 +151,7 @@ mod tests {
     use super::*;
 
     fn restore() -> EtcdRestore {
-        serde_yaml::from_str(
+        serde_saphyr::from_str(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\n\
              metadata: {name: c, namespace: ns, generation: 1}\n\
              spec: {etcdCluster: {name: c}, backupStorageType: S3, s3: {path: b/k}}",

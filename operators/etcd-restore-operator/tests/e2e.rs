@@ -25,7 +25,7 @@ const CLUSTER: &str = "example-etcd-cluster";
 const KEYS: usize = 2000;
 
 fn example(name: &str) -> Value {
-    serde_yaml::from_str(&std::fs::read_to_string(format!("{EXAMPLES}/{name}")).unwrap()).unwrap()
+    serde_saphyr::from_str(&std::fs::read_to_string(format!("{EXAMPLES}/{name}")).unwrap()).unwrap()
 }
 
 /// The three operators from the all-in-one overlay (`deploy/namespaced/`), one replica each

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use etcd_restore_operator::rbac::{LEASE_CALLS, NAMESPACED_CALLS};
-use serde_yaml::Value;
+use serde_json::Value;
 use testbed::rbac::{self, grants, of_kind, set};
 
 fn deploy_dir() -> PathBuf {
@@ -32,7 +32,7 @@ fn deployment_has_probes_downward_api_backup_image_and_a_locked_down_context() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    let env = c["env"].as_sequence().unwrap();
+    let env = c["env"].as_array().unwrap();
     let var = |name: &str| env.iter().find(|e| e["name"] == name).cloned();
     let field = |name: &str| var(name).map(|e| e["valueFrom"]["fieldRef"]["fieldPath"].clone());
     assert_eq!(field("POD_NAME"), Some(Value::from("metadata.name")));
@@ -46,7 +46,7 @@ fn deployment_has_probes_downward_api_backup_image_and_a_locked_down_context() {
     );
     assert!(
         c["args"]
-            .as_sequence()
+            .as_array()
             .unwrap()
             .iter()
             .any(|a| a == "--leader-election")
@@ -72,7 +72,7 @@ fn cluster_wide_rbac_covers_exactly_the_calls() {
     rbac::assert_every_rule_commented(&deploy_dir(), "cluster-wide");
     let deployment = &of_kind(&docs, "Deployment")[0];
     let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-        .as_sequence()
+        .as_array()
         .unwrap();
     assert!(
         !env.iter().any(|e| e["name"] == "WATCH_NAMESPACE"),

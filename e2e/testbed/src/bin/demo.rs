@@ -31,7 +31,7 @@ const NO_BED: u8 = 3;
 fn example(name: &str) -> Result<Value> {
     let path = format!("{ROOT}/examples/coreos/{name}");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    Ok(serde_yaml::from_str(&text)?)
+    Ok(serde_saphyr::from_str(&text)?)
 }
 
 /// Prints a step and keeps its duration for the summary.

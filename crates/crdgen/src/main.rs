@@ -1,6 +1,6 @@
 //! Writes `crds/<plural>.yaml` from the API types.
 //!
-//! Usage: `cargo run -p backup-api --bin crdgen [-- [--check] [DIR]]`. DIR defaults to the
+//! Usage: `cargo run -p crdgen [-- [--check] [DIR]]`. DIR defaults to the
 //! workspace's `crds/`. With `--check` nothing is written; the exit code is 1 if a file differs.
 
 use std::path::PathBuf;
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         }
     }
     let mut stale = false;
-    for (name, yaml) in backup_api::crd_files() {
+    for (name, yaml) in crdgen::crd_files() {
         let path = dir.join(&name);
         let current = std::fs::read_to_string(&path).unwrap_or_default();
         if current == yaml {
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         }
     }
     if stale {
-        eprintln!("run `cargo run -p backup-api --bin crdgen` and commit crds/");
+        eprintln!("run `cargo run -p crdgen` and commit crds/");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
