@@ -1,12 +1,16 @@
 //! The command-line pieces the binaries share, so that `etcd-backup`, `mysql-backup` and the
 //! operator spell their flags, defaults and logs the same way: the `--s3-*` flags and the store
-//! they open, `--compress`, and `--log-format` with its logging set-up.
+//! they open, `--compress`, `--log-format` with its logging set-up, and how they stop on a signal.
+
+mod interrupt;
 
 use std::path::PathBuf;
 
 use backup_storage::compress::Compression;
 use backup_storage::{Location, S3Options, Store};
 use clap::{Args, ValueEnum};
+
+pub use interrupt::{Interrupt, exit_after, until_interrupted};
 
 /// S3 settings beyond the standard AWS environment (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_SHARED_CREDENTIALS_FILE`,

@@ -18,6 +18,11 @@ mod part_size;
 mod s3;
 mod store;
 
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+
 pub use error::{Result, StorageError};
 
 /// Every backup object (etcd or MySQL) has a JSON manifest beside it, under this suffix.
@@ -27,6 +32,30 @@ pub const MANIFEST_SUFFIX: &str = ".manifest.json";
 pub fn manifest_key(object_key: &str) -> String {
     format!("{object_key}{MANIFEST_SUFFIX}")
 }
+/// The aborts of uploads dropped without commit or abort (a cancelled task, a signal), which
+/// run in the background.
+static DROPPED_UPLOAD_ABORTS: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
+
+/// Runs `abort` in the background and tracks it, so [`finish_aborts`] can wait for it.
+pub(crate) fn spawn_abort(
+    runtime: &tokio::runtime::Handle,
+    abort: impl Future<Output = ()> + Send + 'static,
+) {
+    runtime.spawn(DROPPED_UPLOAD_ABORTS.track_future(abort));
+}
+
+/// Waits, at most `limit`, for the aborts of dropped uploads: a process that exits before they
+/// reach the server leaves parts behind. Call it last, once nothing uploads any more (on a
+/// signal, after the work was dropped). True when every abort finished in time.
+pub async fn finish_aborts(limit: Duration) -> bool {
+    DROPPED_UPLOAD_ABORTS.close();
+    let finished = tokio::time::timeout(limit, DROPPED_UPLOAD_ABORTS.wait())
+        .await
+        .is_ok();
+    DROPPED_UPLOAD_ABORTS.reopen();
+    finished
+}
+
 pub use location::Location;
 pub use part_size::PartSizer;
 pub use s3::{S3Credentials, S3Options};

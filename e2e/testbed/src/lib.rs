@@ -14,6 +14,7 @@ pub mod kube;
 pub mod kustomize;
 pub mod mock_api;
 pub mod procstat;
+pub mod proxy;
 pub mod rbac;
 mod tls;
 

@@ -13,7 +13,12 @@ use cli::Cli;
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     backup_cli::init_logging(cli.log_format, "warn");
-    match commands::run(cli).await {
+    // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored.
+    let result = match backup_cli::until_interrupted(commands::run(cli)).await {
+        Ok(result) => result,
+        Err(interrupt) => return backup_cli::exit_after(interrupt).await,
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // One line naming the cause; the chain is already in the message.

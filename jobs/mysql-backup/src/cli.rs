@@ -96,6 +96,15 @@ pub enum Command {
         #[command(flatten)]
         prepare: PrepareArgs,
     },
+    /// Abort the unfinished multipart uploads under a prefix that runners killed outright
+    /// (SIGKILL, a lost node) left behind, started more than --older-than seconds ago. Objects
+    /// are never touched; a running backup's upload is younger than the default hour.
+    CleanUploads {
+        /// s3://bucket/prefix (or a local file:///dir/prefix for temp files).
+        prefix: String,
+        #[arg(long, default_value_t = 3600)]
+        older_than: u64,
+    },
     /// Once per data dir: point the local server at the source using the backup's binlog
     /// coordinates, and start replication.
     ConfigureReplication {

@@ -138,6 +138,15 @@ pub async fn run(cli: Cli) -> Result<()> {
                 json!({"restored": from, "datadir": datadir, "files": s.files, "streamBytes": s.stream_bytes})
             );
         }
+        Command::CleanUploads { prefix, older_than } => {
+            let (storage, location) = open(&prefix, &cli.s3).await?;
+            let older_than = Duration::from_secs(older_than);
+            // The prefix is the user's statement of what this runner writes.
+            let removed = storage
+                .clean_incomplete(&location.key(), older_than, &|_| true)
+                .await?;
+            println!("{}", json!({"prefix": prefix, "abortedUploads": removed}));
+        }
         Command::ConfigureReplication {
             datadir,
             source_host,

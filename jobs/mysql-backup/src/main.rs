@@ -14,7 +14,12 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     // The operator's filter: the AWS SDK would log the access key ID at info.
     backup_cli::init_logging(cli.log_format, backup_cli::DEFAULT_LOG_FILTER);
-    match commands::run(cli).await {
+    // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored.
+    let result = match backup_cli::until_interrupted(commands::run(cli)).await {
+        Ok(result) => result,
+        Err(interrupt) => return backup_cli::exit_after(interrupt).await,
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");

@@ -603,3 +603,114 @@ async fn manifest_write_failing_after_the_commit_is_an_error_not_a_success() {
     let server = Mariadb::start_on(&datadir, 7);
     assert_eq!(server.sample_digest(), expected);
 }
+
+/// SIGTERM mid-upload: the runner kills the backup tool, aborts the multipart upload, waits for
+/// the abort, exits 143, and leaves no object and no pending upload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_upload_aborts_and_stores_nothing() {
+    use tokio::io::AsyncBufReadExt;
+
+    let garage = testbed::Garage::start().await.expect("garage");
+    let (s3_args, env) = garage.cli_args();
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let url = format!("s3://{}/interrupted.xbstream", garage.bucket);
+    // About 8 IO operations a second: the stream stays in flight for many seconds.
+    let mut a = source.backup_to(&url, &["--tool-arg=--throttle=8"]);
+    a.extend(s3_args.clone());
+    let mut child = command(&a, &env)
+        .env("RUST_LOG", "backup_storage=debug")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tool = child_named(child.id().unwrap(), "mariadb-backup").await;
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = String::new();
+    let started = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            log.push_str(&line);
+            log.push('\n');
+            if line.contains("multipart upload started") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(started, Ok(true), "no multipart upload started:\n{log}");
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    assert!(kill.unwrap().success());
+
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the runner exits within 30 s of SIGTERM")
+        .unwrap();
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        log.push_str(&line);
+        log.push('\n');
+    }
+    assert_eq!(status.code(), Some(143), "{log}");
+    assert!(log.contains("interrupted by SIGTERM"), "{log}");
+    // The tool was killed with the runner's work (a zombie at most, until reaped).
+    let state = std::fs::read_to_string(format!("/proc/{tool}/stat")).unwrap_or_default();
+    let state = state
+        .rsplit_once(')')
+        .map(|(_, r)| r.trim_start().chars().next());
+    assert!(
+        matches!(state, None | Some(Some('Z'))),
+        "mariadb-backup still runs: {state:?}"
+    );
+    for listing in ["list-objects-v2", "list-multipart-uploads"] {
+        let out = garage.aws(&["s3api", listing, "--bucket", &garage.bucket]);
+        assert!(out.status.success());
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.contains("interrupted"), "{listing}: {out}");
+    }
+}
+
+/// `clean-uploads` aborts the unfinished uploads a runner killed outright left under its
+/// prefix, once they are older than the limit, and nothing else.
+#[tokio::test]
+async fn clean_uploads_aborts_old_unfinished_uploads_under_the_prefix_only() {
+    let garage = testbed::Garage::start().await.expect("garage");
+    let (s3_args, env) = garage.cli_args();
+    for key in ["mysql/nightly.xbstream", "other/tool.bin"] {
+        let out = garage.aws(&[
+            "s3api",
+            "create-multipart-upload",
+            "--bucket",
+            &garage.bucket,
+            "--key",
+            key,
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    let prefix = format!("s3://{}/mysql/", garage.bucket);
+    let clean = |older_than: &'static str| {
+        let mut a = vec!["clean-uploads".to_string(), prefix.clone()];
+        a.extend(["--older-than".to_string(), older_than.to_string()]);
+        a.extend(s3_args.clone());
+        command(&a, &env)
+    };
+    // Younger than the default hour: a backup may still be writing it.
+    let young = clean("3600").output().await.unwrap();
+    assert!(young.status.success(), "{young:?}");
+    assert!(String::from_utf8_lossy(&young.stdout).contains(r#""abortedUploads":0"#));
+    let old = clean("0").output().await.unwrap();
+    assert!(old.status.success(), "{old:?}");
+    assert!(String::from_utf8_lossy(&old.stdout).contains(r#""abortedUploads":1"#));
+    let left = garage.aws(&[
+        "s3api",
+        "list-multipart-uploads",
+        "--bucket",
+        &garage.bucket,
+    ]);
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(
+        left.contains("other/tool.bin") && !left.contains("mysql/nightly"),
+        "{left}"
+    );
+}

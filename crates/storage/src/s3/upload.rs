@@ -289,7 +289,7 @@ impl Drop for S3Upload {
         {
             let store = self.store.clone();
             let key = self.key.clone();
-            runtime.spawn(async move {
+            crate::spawn_abort(&runtime, async move {
                 if let Err(e) = store.abort_multipart(&key, &id).await {
                     tracing::warn!(key = %key, upload_id = %id, error = %e, "could not abort a dropped upload");
                 }
