@@ -79,3 +79,48 @@ impl Garage {
         (flags, env)
     }
 }
+
+/// A child process's stderr (piped), read line by line and kept, to wait for a log line.
+pub struct StderrLog {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    /// Everything read so far.
+    pub text: String,
+}
+
+impl StderrLog {
+    /// Takes `child`'s stderr, which must be piped.
+    pub fn of(child: &mut tokio::process::Child) -> StderrLog {
+        use tokio::io::AsyncBufReadExt as _;
+        let stderr = child.stderr.take().expect("stderr piped");
+        StderrLog {
+            lines: tokio::io::BufReader::new(stderr).lines(),
+            text: String::new(),
+        }
+    }
+
+    /// Reads until a line contains `needle`; panics with the log if the stream ends or `limit`
+    /// passes first.
+    pub async fn wait_for(&mut self, needle: &str, limit: std::time::Duration) {
+        let found = tokio::time::timeout(limit, async {
+            while let Some(line) = self.lines.next_line().await.expect("read stderr") {
+                self.text.push_str(&line);
+                self.text.push('\n');
+                if line.contains(needle) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(found, Ok(true), "no {needle:?} in:\n{}", self.text);
+    }
+
+    /// Reads the rest, up to the end of the stream.
+    pub async fn read_to_end(&mut self) -> &str {
+        while let Some(line) = self.lines.next_line().await.expect("read stderr") {
+            self.text.push_str(&line);
+            self.text.push('\n');
+        }
+        &self.text
+    }
+}

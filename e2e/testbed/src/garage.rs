@@ -126,6 +126,21 @@ impl Garage {
             .expect("run the aws CLI (e2e/install-deps.sh installs it)")
     }
 
+    /// Starts a multipart upload of `key` and leaves it unfinished, as a killed process would.
+    pub fn start_abandoned_upload(&self, key: &str) {
+        let bucket = self.bucket.as_str();
+        let args = [
+            "s3api",
+            "create-multipart-upload",
+            "--bucket",
+            bucket,
+            "--key",
+            key,
+        ];
+        let out = self.aws(&args);
+        assert!(out.status.success(), "{out:?}");
+    }
+
     /// The coreos `aws` Secret (`credentials` and `config` files, profile `default`) with this
     /// server's key and region, named `name`.
     pub fn aws_secret(&self, name: &str) -> serde_json::Value {

@@ -103,17 +103,8 @@ async fn prune_removes_only_this_base_s_abandoned_uploads() {
     let base = format!("s3://{}/etcd.backup", garage.bucket);
     let ours = "etcd.backup_v7_2026-11-24-06:00:00";
     let foreign = "etcd.backup-mysql.xbstream";
-    for key in [ours, foreign] {
-        let started = garage.aws(&[
-            "s3api",
-            "create-multipart-upload",
-            "--bucket",
-            &garage.bucket,
-            "--key",
-            key,
-        ]);
-        assert!(started.status.success(), "{started:?}");
-    }
+    garage.start_abandoned_upload(ours);
+    garage.start_abandoned_upload(foreign);
     let mut prune = vec!["prune", &base, "--keep", "2", "--output", "json"];
     prune.extend(["--incomplete-older-than", "0"]);
     prune.extend(strs(&flags));

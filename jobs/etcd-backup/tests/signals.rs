@@ -6,10 +6,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use testbed::cli::without_ambient_aws;
+use testbed::cli::{StderrLog, without_ambient_aws};
 use testbed::proxy::throttled_proxy;
 use testbed::{Etcd, Garage};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The S3 keys under the bucket that hold an object, and those with an unfinished upload.
 fn objects_and_uploads(garage: &Garage) -> (String, String) {
@@ -54,20 +53,9 @@ async fn a_signal_mid_upload_aborts_it_and_stores_nothing() {
         let mut child = save.spawn().unwrap();
 
         // Interrupt once the multipart upload exists on the server.
-        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut log = String::new();
-        let started = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = stderr.next_line().await.unwrap() {
-                log.push_str(&line);
-                log.push('\n');
-                if line.contains("multipart upload started") {
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        assert_eq!(started, Ok(true), "no multipart upload started:\n{log}");
+        let mut log = StderrLog::of(&mut child);
+        log.wait_for("multipart upload started", Duration::from_secs(60))
+            .await;
         let pid = child.id().unwrap().to_string();
         let kill = std::process::Command::new("kill")
             .args([signal, &pid])
@@ -78,10 +66,7 @@ async fn a_signal_mid_upload_aborts_it_and_stores_nothing() {
             .await
             .expect("the CLI exits within 30 s of the signal")
             .unwrap();
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            log.push_str(&line);
-            log.push('\n');
-        }
+        let log = log.read_to_end().await;
         assert_eq!(status.code(), Some(code), "{log}");
         assert!(
             log.contains(&format!(

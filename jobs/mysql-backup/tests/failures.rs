@@ -608,8 +608,6 @@ async fn manifest_write_failing_after_the_commit_is_an_error_not_a_success() {
 /// the abort, exits 143, and leaves no object and no pending upload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_upload_aborts_and_stores_nothing() {
-    use tokio::io::AsyncBufReadExt;
-
     let garage = testbed::Garage::start().await.expect("garage");
     let (s3_args, env) = garage.cli_args();
     let source = Mariadb::fresh(1);
@@ -624,20 +622,9 @@ async fn sigterm_mid_upload_aborts_and_stores_nothing() {
         .spawn()
         .unwrap();
     let tool = child_named(child.id().unwrap(), "mariadb-backup").await;
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut log = String::new();
-    let started = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = stderr.next_line().await.unwrap() {
-            log.push_str(&line);
-            log.push('\n');
-            if line.contains("multipart upload started") {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert_eq!(started, Ok(true), "no multipart upload started:\n{log}");
+    let mut log = testbed::cli::StderrLog::of(&mut child);
+    log.wait_for("multipart upload started", Duration::from_secs(60))
+        .await;
     let pid = child.id().unwrap().to_string();
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -648,10 +635,7 @@ async fn sigterm_mid_upload_aborts_and_stores_nothing() {
         .await
         .expect("the runner exits within 30 s of SIGTERM")
         .unwrap();
-    while let Some(line) = stderr.next_line().await.unwrap() {
-        log.push_str(&line);
-        log.push('\n');
-    }
+    let log = log.read_to_end().await;
     assert_eq!(status.code(), Some(143), "{log}");
     assert!(log.contains("interrupted by SIGTERM"), "{log}");
     // The tool was killed with the runner's work (a zombie at most, until reaped).
@@ -677,17 +661,8 @@ async fn sigterm_mid_upload_aborts_and_stores_nothing() {
 async fn clean_uploads_aborts_old_unfinished_uploads_under_the_prefix_only() {
     let garage = testbed::Garage::start().await.expect("garage");
     let (s3_args, env) = garage.cli_args();
-    for key in ["mysql/nightly.xbstream", "other/tool.bin"] {
-        let out = garage.aws(&[
-            "s3api",
-            "create-multipart-upload",
-            "--bucket",
-            &garage.bucket,
-            "--key",
-            key,
-        ]);
-        assert!(out.status.success(), "{out:?}");
-    }
+    garage.start_abandoned_upload("mysql/nightly.xbstream");
+    garage.start_abandoned_upload("other/tool.bin");
     let prefix = format!("s3://{}/mysql/", garage.bucket);
     let clean = |older_than: &'static str| {
         let mut a = vec!["clean-uploads".to_string(), prefix.clone()];
