@@ -87,12 +87,21 @@ fn watcher(
     watcher::watcher(api, config)
 }
 
-/// Cancelled runs drop their uploads, which start an abort in the background; give those a
-/// moment before the process exits. Leftovers are invisible and removed by a later run.
+/// How long shutdown may take: the runs' wind-down and their uploads' aborts, inside the
+/// Deployment's 30 s `terminationGracePeriodSeconds`.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(20);
+
+/// Cancelled runs drop their uploads, which abort in the background: wait until the runs are
+/// gone and every abort reached the server (bounded), so a rollout leaves no parts behind.
 async fn wind_down(ctx: &Context) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
     while ctx.runs.count() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if !backup_storage::finish_aborts(left).await {
+        tracing::warn!(
+            "an aborted upload did not reach the server before shutdown; a later run removes it"
+        );
+    }
 }
