@@ -59,6 +59,8 @@ pub struct Context {
     /// Invalid objects already reported, by UID and generation, so a status write does not
     /// trigger another event.
     reported_invalid: Mutex<HashMap<String, Option<i64>>>,
+    /// Pause before the second attempt to write a run's result (doubled, then tripled).
+    pub result_write_backoff: Duration,
 }
 
 impl Context {
@@ -77,6 +79,7 @@ impl Context {
             clock,
             local_volume: None,
             reported_invalid: Mutex::new(HashMap::new()),
+            result_write_backoff: Duration::from_secs(1),
         }
     }
 }
@@ -132,6 +135,14 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
 
     if ctx.runs.is_running(&uid) {
         return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+    }
+    if let Some(result) = ctx.runs.unwritten(&uid) {
+        // A run's result the API server refused then: write it now, and the schedule goes on
+        // from it (a failed write must never leave the object looking busy for good).
+        apply_status(&api, &backup.name_any(), &result).await?;
+        ctx.runs.written(&uid);
+        tracing::info!(name = %backup.name_any(), "recorded the result of an earlier run");
+        return Ok(Action::requeue(STALE_CACHE_RECHECK));
     }
     let last_run = prev.last_schedule_time.as_ref().map(status::chrono_time);
     let progressing = condition::is_true(&prev.conditions, PROGRESSING);
@@ -269,10 +280,12 @@ async fn run(
         }
     };
     let api = api_for(&backup, &ctx);
-    record_result(&ctx, &api, &name, &new_status).await;
+    let written = record_result(&ctx, &api, &name, &new_status).await;
     // Whether or not the write went through, this run is over: the cached "running" status
-    // must not read as an interrupted run, which would start a duplicate.
-    ctx.runs.mark_finished(&uid, started);
+    // must not read as an interrupted run, which would start a duplicate. A result the API
+    // server refused is kept for a later reconcile to write.
+    ctx.runs
+        .mark_finished(&uid, started, (!written).then_some(new_status));
     drop(guard);
     publish(&ctx, &event, &backup.object_ref(&())).await;
     if let Ok(Outcome { pruned: Err(e), .. }) = &result {
@@ -287,19 +300,27 @@ async fn run(
     }
 }
 
-/// Writes a run's result, retrying a few times: a lost result leaves the object looking busy
-/// (and not backed up again) until the next write.
-async fn record_result(ctx: &Context, api: &Api<EtcdBackup>, name: &str, s: &EtcdBackupStatus) {
+/// Writes a run's result, retrying a few times; false if the API server kept refusing (the
+/// caller keeps the result for a later reconcile).
+async fn record_result(
+    ctx: &Context,
+    api: &Api<EtcdBackup>,
+    name: &str,
+    s: &EtcdBackupStatus,
+) -> bool {
     for attempt in 1..=RESULT_WRITE_ATTEMPTS {
         match apply_status(api, name, s).await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(e) => {
                 ctx.metrics.reconcile_errors.inc();
                 tracing::warn!(%name, attempt, error = %e, "could not record the backup result");
-                tokio::time::sleep(Duration::from_secs(attempt.into())).await;
+                if attempt < RESULT_WRITE_ATTEMPTS {
+                    tokio::time::sleep(ctx.result_write_backoff * attempt).await;
+                }
             }
         }
     }
+    false
 }
 
 /// The schedule's period, and the last success recorded in status (so that the "no backup for

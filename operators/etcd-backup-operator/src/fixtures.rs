@@ -24,13 +24,14 @@ pub fn context() -> (Arc<Context>, ApiServer) {
     let (client, api) = testbed::mock_api::pair();
     let clock: Clock = Arc::new(now);
     let runs = Runs::new(2, CancellationToken::new());
-    let ctx = Context::new(
+    let mut ctx = Context::new(
         client,
         Some("test-pod".into()),
         Arc::new(Metrics::default()),
         runs,
         clock,
     );
+    ctx.result_write_backoff = std::time::Duration::from_millis(1);
     (Arc::new(ctx), ApiServer(api))
 }
 

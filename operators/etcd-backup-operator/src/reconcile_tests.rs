@@ -193,6 +193,55 @@ async fn first_interval_backup_starts_right_away() {
 }
 
 #[tokio::test]
+async fn a_refused_result_is_written_by_a_later_reconcile_and_the_schedule_goes_on() {
+    let (ctx, mut api) = context();
+    let spec = json!({
+        "etcdEndpoints": ["http://127.0.0.1:1"], "storageType": "S3",
+        "backupPolicy": {"backupIntervalInSecond": 3600},
+        "s3": {"path": "mybucket/etcd.backup", "awsSecret": "aws"}
+    });
+    let obj = backup(spec.clone(), None);
+    let task = start(guard(obj.clone()), &ctx);
+    let running = api.expect_status_apply(&obj).await;
+    task.await.unwrap();
+    api.expect_secret_missing("aws").await;
+    // The API server refuses every attempt to write the result.
+    let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    for _ in 0..3 {
+        let call = api
+            .expect(StatusCode::INTERNAL_SERVER_ERROR, |_| refused.clone())
+            .await;
+        assert!(call.path.ends_with("/etcdbackups/b/status"), "{call:?}");
+    }
+    api.expect_event().await;
+
+    // The next reconcile still sees the run in progress (nothing was written): it writes the
+    // kept result instead of waiting for good.
+    let stale = backup(spec.clone(), Some(running));
+    let task = start(guard(stale.clone()), &ctx);
+    let result = api.expect_status_apply(&stale).await;
+    assert_eq!(
+        task.await.unwrap(),
+        Action::requeue(Duration::from_secs(5))
+    );
+    assert_eq!(result["lastFailure"]["reason"], "SecretNotFound");
+    assert_eq!(result["nextScheduleTime"], "2026-03-01T13:00:00Z");
+    let progressing = result["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .unwrap();
+    assert_eq!(progressing["status"], "False");
+
+    // Once the watch delivers it, the schedule goes on: the next run in an hour, no write.
+    let recorded = backup(spec, Some(result));
+    let action = without_calls(start(guard(recorded), &ctx)).await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(3600)));
+}
+
+#[tokio::test]
 async fn delete_policy_adds_the_finalizer() {
     let (ctx, mut api) = context();
     let mut spec = one_shot_spec();

@@ -4,18 +4,27 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use backup_api::EtcdBackupStatus;
 use chrono::{DateTime, Utc};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub struct Runs {
     in_flight: Mutex<HashMap<String, CancellationToken>>,
-    /// Start time of each object's last finished run: until the watch delivers the status that
-    /// run wrote, the cached status still says "running", which must not read as interrupted.
-    finished: Mutex<HashMap<String, DateTime<Utc>>>,
+    /// Each object's last finished run: until the watch delivers the status that run wrote,
+    /// the cached status still says "running", which must not read as interrupted.
+    finished: Mutex<HashMap<String, Finished>>,
     slots: Arc<Semaphore>,
     /// Cancelled on shutdown; every run's token is its child.
     root: CancellationToken,
+}
+
+/// A run that finished in this process.
+struct Finished {
+    started: DateTime<Utc>,
+    /// Its result, while the API server has not accepted it: a later reconcile writes it, so
+    /// the schedule goes on from it.
+    unwritten: Option<EtcdBackupStatus>,
 }
 
 /// A registered run. Dropping it frees the object for its next run.
@@ -68,24 +77,44 @@ impl Runs {
         self.lock().len()
     }
 
-    /// Records that the run started at `started` has written its result.
-    pub fn mark_finished(&self, uid: &str, started: DateTime<Utc>) {
-        let mut map = self.finished.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert(uid.to_string(), started);
+    /// Records that the run started at `started` is over, with its result if that could not
+    /// be written.
+    pub fn mark_finished(
+        &self,
+        uid: &str,
+        started: DateTime<Utc>,
+        unwritten: Option<EtcdBackupStatus>,
+    ) {
+        let finished = Finished { started, unwritten };
+        self.finished_map().insert(uid.to_string(), finished);
     }
 
     /// Whether this process finished the run that started at `started`.
     pub fn finished(&self, uid: &str, started: DateTime<Utc>) -> bool {
-        let map = self.finished.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(uid) == Some(&started)
+        self.finished_map()
+            .get(uid)
+            .is_some_and(|f| f.started == started)
+    }
+
+    /// The result of `uid`'s last run that is still to be written.
+    pub fn unwritten(&self, uid: &str) -> Option<EtcdBackupStatus> {
+        self.finished_map().get(uid)?.unwritten.clone()
+    }
+
+    /// The result of `uid`'s last run has been written.
+    pub fn written(&self, uid: &str) {
+        if let Some(f) = self.finished_map().get_mut(uid) {
+            f.unwritten = None;
+        }
+    }
+
+    fn finished_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Finished>> {
+        self.finished.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops the run of `uid`, if any (the object was deleted).
     pub fn cancel(&self, uid: &str) {
-        self.finished
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+        self.finished_map().remove(uid);
         if let Some(token) = self.lock().get(uid) {
             token.cancel();
         }
