@@ -2,9 +2,11 @@
 //! restore controller): the HTTP server for `/metrics`, `/healthz` and `/readyz` ([`http`]),
 //! graceful shutdown on SIGTERM/SIGINT ([`shutdown`]) and leader election on a
 //! `coordination.k8s.io/v1` Lease ([`leader`]), and the start-up that ties them together with
-//! the flags every operator takes ([`process`]), and Events about managed objects ([`events`]). Logging set-up is `backup_cli::init_logging`,
-//! shared with the jobs.
+//! the flags every operator takes ([`process`]), Events about managed objects ([`events`]) and
+//! per-object retry backoff ([`backoff`]). Logging set-up is `backup_cli::init_logging`, shared
+//! with the jobs.
 
+pub mod backoff;
 pub mod events;
 pub mod http;
 pub mod leader;

@@ -36,6 +36,8 @@ pub const FINALIZER: &str = "etcd.database.coreos.com/delete-backups";
 const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(300);
 const STALE_CACHE_RECHECK: Duration = Duration::from_secs(5);
 const RESULT_WRITE_ATTEMPTS: u32 = 3;
+/// `lastFailure.reason` of a run interrupted twice.
+const INTERRUPTED: &str = "Interrupted";
 
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
@@ -150,6 +152,11 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         // The cache has not caught up with the result this process wrote; look again soon.
         return Ok(Action::requeue(STALE_CACHE_RECHECK));
     }
+    if progressing && status::retry_interrupted(&prev) {
+        // The retry of an interrupted run was interrupted too (the operator keeps stopping
+        // mid-backup): record a failure rather than retry on every restart.
+        return give_up_interrupted(backup, &prev, &plan, last_run, &api, ctx, now).await;
+    }
     let history = History {
         last_run,
         one_shot_finished: status::one_shot_finished(&prev),
@@ -189,6 +196,40 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
             Ok(Action::requeue(IN_FLIGHT_RECHECK))
         }
     }
+}
+
+/// Records the second interrupted run as failed, with a Warning; a scheduled backup goes on
+/// with its next run, a one-shot has its (failed) result.
+async fn give_up_interrupted(
+    backup: &EtcdBackup,
+    prev: &EtcdBackupStatus,
+    plan: &BackupPlan,
+    last_run: Option<DateTime<Utc>>,
+    api: &Api<EtcdBackup>,
+    ctx: &Context,
+    now: DateTime<Utc>,
+) -> Result<Action, Error> {
+    let message = "the backup was interrupted twice (the operator stopped during it and during \
+                   its retry); it is not retried again";
+    let next = last_run.and_then(|t| schedule::next_after_run(&plan.trigger, t));
+    let failed = status::failed(
+        prev,
+        backup.meta().generation,
+        INTERRUPTED,
+        message,
+        next,
+        now,
+    );
+    apply_status(api, &backup.name_any(), &failed).await?;
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "BackupFailed".into(),
+        note: Some(format!("{INTERRUPTED}: {message}")),
+        action: "Backup".into(),
+        secondary: None,
+    };
+    publish(ctx, &event, &backup.object_ref(&())).await;
+    Ok(Action::requeue(STALE_CACHE_RECHECK))
 }
 
 /// One backup, in its own task: waits for a global slot, reads the Secrets, snapshots, prunes,

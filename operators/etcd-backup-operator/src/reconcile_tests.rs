@@ -221,10 +221,7 @@ async fn a_refused_result_is_written_by_a_later_reconcile_and_the_schedule_goes_
     let stale = backup(spec.clone(), Some(running));
     let task = start(guard(stale.clone()), &ctx);
     let result = api.expect_status_apply(&stale).await;
-    assert_eq!(
-        task.await.unwrap(),
-        Action::requeue(Duration::from_secs(5))
-    );
+    assert_eq!(task.await.unwrap(), Action::requeue(Duration::from_secs(5)));
     assert_eq!(result["lastFailure"]["reason"], "SecretNotFound");
     assert_eq!(result["nextScheduleTime"], "2026-03-01T13:00:00Z");
     let progressing = result["conditions"]
@@ -422,10 +419,44 @@ async fn an_interrupted_one_shot_is_retried() {
     let task = start(guard(obj.clone()), &ctx);
     let running = api.expect_status_apply(&obj).await;
     assert_eq!(running["lastScheduleTime"], NOW);
+    // Marked as the retry, so an interruption of it is not retried again.
+    assert_eq!(running["conditions"][0]["reason"], "RetryingInterruptedRun");
     task.await.unwrap();
     api.expect_secret_missing("aws").await;
     api.expect_status_apply(&obj).await;
     api.expect_event().await;
+}
+
+#[tokio::test]
+async fn an_interrupted_retry_is_a_failure_not_retried_on_every_restart() {
+    let (ctx, mut api) = context();
+    let retry_interrupted = json!({
+        "succeeded": false, "lastScheduleTime": "2026-03-01T11:59:00Z",
+        "conditions": [{"type": "Progressing", "status": "True",
+                        "reason": "RetryingInterruptedRun", "message": "taking a snapshot again",
+                        "lastTransitionTime": "2026-03-01T11:59:00Z"}]
+    });
+    let obj = backup(one_shot_spec(), Some(retry_interrupted));
+    let task = start(guard(obj.clone()), &ctx);
+    let failed = api.expect_status_apply(&obj).await;
+    let event = api.expect_event().await;
+    assert_eq!(task.await.unwrap(), Action::requeue(Duration::from_secs(5)));
+    assert_eq!(failed["succeeded"], false);
+    assert_eq!(failed["lastFailure"]["reason"], "Interrupted");
+    assert!(
+        failed["Reason"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted twice"),
+        "{failed}"
+    );
+    assert_eq!(event["type"], "Warning");
+    assert!(event["note"].as_str().unwrap().starts_with("Interrupted: "));
+    // With that result recorded, the one-shot is finished: no run, no write.
+    let recorded = backup(one_shot_spec(), Some(failed));
+    let action = without_calls(start(guard(recorded), &ctx)).await;
+    assert_eq!(action, Action::await_change());
+    api.expect_silence().await;
 }
 
 async fn wait_until_idle(ctx: &crate::controller::Context) {

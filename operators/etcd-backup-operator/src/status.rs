@@ -26,21 +26,45 @@ pub fn running(
     generation: Option<i64>,
     started: DateTime<Utc>,
 ) -> EtcdBackupStatus {
+    let retry = prev_run_interrupted(prev);
     let mut s = prev.clone();
     s.observed_generation = generation;
     s.last_schedule_time = Some(time(started));
+    let (reason, message) = if retry {
+        (
+            RETRYING,
+            "taking a snapshot again: the operator stopped during the last one",
+        )
+    } else {
+        ("BackupRunning", "taking a snapshot")
+    };
     condition::set(
         &mut s.conditions,
         condition::new(
             PROGRESSING,
             true,
-            "BackupRunning",
-            "taking a snapshot",
+            reason,
+            message,
             generation,
             time(started),
         ),
     );
     s
+}
+
+/// The Progressing reason of the one retry of an interrupted run.
+const RETRYING: &str = "RetryingInterruptedRun";
+
+/// Status says a run was under way (recorded before it started); with no run in this process,
+/// the operator stopped during it.
+pub fn prev_run_interrupted(prev: &EtcdBackupStatus) -> bool {
+    condition::is_true(&prev.conditions, PROGRESSING)
+}
+
+/// The interrupted run was itself the retry of an interrupted run: it is not retried again.
+pub fn retry_interrupted(prev: &EtcdBackupStatus) -> bool {
+    condition::find(&prev.conditions, PROGRESSING)
+        .is_some_and(|c| c.status == "True" && c.reason == RETRYING)
 }
 
 /// A verified backup was committed.
