@@ -22,11 +22,12 @@ use operator_runtime::events::Events;
 
 use crate::execute::{self, Outcome, RunError};
 use crate::local::LocalVolume;
-use crate::metrics::{FailureLabels, InFlight, Metrics, ObjectLabels, ResultLabels};
+use crate::metrics::{InFlight, Metrics, ObjectLabels, ResultLabels};
 use crate::plan::{self, BackupPlan, InvalidSpec};
 use crate::runs::{RunGuard, Runs};
 use crate::schedule::{self, Due, History};
 use crate::{secrets, status};
+use operator_runtime::backoff::PerObject;
 
 /// Field manager for status and finalizer writes; also the event reporter.
 pub const MANAGER: &str = "etcd-backup-operator";
@@ -63,6 +64,8 @@ pub struct Context {
     reported_invalid: Mutex<HashMap<String, Option<i64>>>,
     /// Pause before the second attempt to write a run's result (doubled, then tripled).
     pub result_write_backoff: Duration,
+    /// Delays before retrying objects whose reconcile failed.
+    pub backoff: PerObject,
 }
 
 impl Context {
@@ -82,7 +85,20 @@ impl Context {
             local_volume: None,
             reported_invalid: Mutex::new(HashMap::new()),
             result_write_backoff: Duration::from_secs(1),
+            backoff: PerObject::default(),
         }
+    }
+
+    /// Everything kept about a deleted EtcdBackup goes: its run is cancelled, and its retry
+    /// state, invalid-spec record and metric series are dropped.
+    pub fn forget(&self, uid: &str, object: &ObjectLabels) {
+        self.runs.cancel(uid);
+        self.backoff.forget(uid);
+        self.reported_invalid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        self.metrics.forget(object);
     }
 }
 
@@ -90,20 +106,27 @@ pub async fn reconcile(
     obj: Arc<DeserializeGuard<EtcdBackup>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    match &obj.0 {
+    let result = match &obj.0 {
         Ok(backup) => reconcile_backup(backup, &ctx).await,
         Err(invalid) => report_invalid_object(invalid, &ctx).await,
+    };
+    if result.is_ok() {
+        ctx.backoff.forget(&obj.uid().unwrap_or_default());
     }
+    result
 }
 
+/// Retries a failed reconcile after a delay that grows with each failure of that object
+/// (kube's default backoff: 0.8 s doubling to 30 s), and starts over after a success.
 pub fn error_policy(
-    _obj: Arc<DeserializeGuard<EtcdBackup>>,
+    obj: Arc<DeserializeGuard<EtcdBackup>>,
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    tracing::warn!(%error, "reconcile failed");
+    let delay = ctx.backoff.next_delay(&obj.uid().unwrap_or_default());
+    tracing::warn!(name = %obj.name_any(), %error, retry_in = ?delay, "reconcile failed");
     ctx.metrics.reconcile_errors.inc();
-    Action::requeue(Duration::from_secs(30))
+    Action::requeue(delay)
 }
 
 async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Action, Error> {
@@ -286,14 +309,7 @@ async fn run(
                 .last_failure
                 .get_or_create(&labels)
                 .set(now.timestamp_millis() as f64 / 1000.0);
-            ctx.metrics
-                .failures
-                .get_or_create(&FailureLabels {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    reason: e.reason().into(),
-                })
-                .inc();
+            ctx.metrics.failed(&labels, e.reason());
             ctx.metrics
                 .duration
                 .get_or_create(&ResultLabels {
@@ -377,6 +393,7 @@ fn observe_schedule(
         namespace: backup.namespace().unwrap_or_default(),
         name: backup.name_any(),
     };
+    metrics.touch(&labels);
     if let Some(period) = plan.trigger.period(now) {
         metrics
             .schedule_interval
@@ -393,6 +410,7 @@ fn observe_schedule(
 }
 
 fn record_success(metrics: &Metrics, labels: &ObjectLabels, outcome: &Outcome) {
+    metrics.touch(labels);
     let m = &outcome.report.manifest;
     metrics
         .last_success

@@ -1,5 +1,7 @@
 //! Prometheus metrics (`/metrics`), prefixed `etcd_backup_`.
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -40,6 +42,9 @@ pub struct Metrics {
     pub prune_failures: Counter,
     pub running: Gauge,
     pub reconcile_errors: Counter,
+    /// Every EtcdBackup with series, and the failure reasons it has one for: what goes when
+    /// the object goes.
+    objects: Mutex<HashMap<ObjectLabels, BTreeSet<String>>>,
 }
 
 impl Default for Metrics {
@@ -119,6 +124,7 @@ impl Default for Metrics {
             prune_failures,
             running,
             reconcile_errors,
+            objects: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -141,6 +147,59 @@ impl Drop for InFlight {
 }
 
 impl Metrics {
+    fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectLabels, BTreeSet<String>>> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that `object` has series (called wherever one is set).
+    pub fn touch(&self, object: &ObjectLabels) {
+        self.objects().entry(object.clone()).or_default();
+    }
+
+    /// Counts a failed run of `object` for `reason`.
+    pub fn failed(&self, object: &ObjectLabels, reason: &str) {
+        self.objects()
+            .entry(object.clone())
+            .or_default()
+            .insert(reason.to_string());
+        let labels = FailureLabels {
+            namespace: object.namespace.clone(),
+            name: object.name.clone(),
+            reason: reason.to_string(),
+        };
+        self.failures.get_or_create(&labels).inc();
+    }
+
+    /// Removes every series of `object` (deleted): nothing is exported for objects that are gone.
+    pub fn forget(&self, object: &ObjectLabels) {
+        let reasons = self.objects().remove(object).unwrap_or_default();
+        self.last_success.remove(object);
+        self.last_size.remove(object);
+        self.last_failure.remove(object);
+        self.schedule_interval.remove(object);
+        for reason in reasons {
+            self.failures.remove(&FailureLabels {
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+                reason,
+            });
+        }
+    }
+
+    /// Removes the series of every object `exists` says is gone (deleted while the watch was
+    /// down).
+    pub fn forget_unless(&self, exists: impl Fn(&ObjectLabels) -> bool) {
+        let gone: Vec<ObjectLabels> = self
+            .objects()
+            .keys()
+            .filter(|o| !exists(o))
+            .cloned()
+            .collect();
+        for object in &gone {
+            self.forget(object);
+        }
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
@@ -169,6 +228,28 @@ mod tests {
         run.abort();
         assert!(run.await.unwrap_err().is_cancelled());
         assert_eq!(m.running.get(), 0);
+    }
+
+    #[test]
+    fn a_deleted_object_s_series_go_and_others_stay() {
+        let m = Metrics::default();
+        let object = |name: &str| ObjectLabels {
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        for name in ["gone", "kept"] {
+            m.touch(&object(name));
+            m.last_success.get_or_create(&object(name)).set(1.7e9);
+            m.schedule_interval.get_or_create(&object(name)).set(60.0);
+            m.failed(&object(name), "BucketNotFound");
+            m.failed(&object(name), "SecretNotFound");
+        }
+        m.forget(&object("gone"));
+        let text = m.encode();
+        assert!(!text.contains(r#"name="gone""#), "{text}");
+        assert_eq!(text.matches(r#"name="kept""#).count(), 4, "{text}");
+        m.forget_unless(|o| o.name == "other");
+        assert!(!m.encode().contains(r#"name="kept""#));
     }
 
     #[test]

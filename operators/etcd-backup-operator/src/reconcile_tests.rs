@@ -8,7 +8,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use crate::controller::{FINALIZER, reconcile};
+use crate::controller::{FINALIZER, error_policy, reconcile};
 use crate::fixtures::*;
 
 fn guard(obj: backup_api::EtcdBackup) -> Arc<DeserializeGuard<backup_api::EtcdBackup>> {
@@ -533,4 +533,44 @@ async fn one_shot_success_against_real_etcd_and_s3() {
         metrics.contains("etcd_backup_last_success_timestamp_seconds{namespace=\"ns\",name=\"b\"}"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_failing_object_backs_off_until_it_reconciles_and_is_forgotten_when_deleted() {
+    let (ctx, mut api) = context();
+    let obj = guard(backup(one_shot_spec(), None));
+    // The API server refuses the status write that records the run: the reconcile fails.
+    let task = {
+        let (obj, ctx) = (obj.clone(), ctx.clone());
+        tokio::spawn(async move { reconcile(obj, ctx).await })
+    };
+    let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    api.expect(StatusCode::INTERNAL_SERVER_ERROR, |_| refused.clone())
+        .await;
+    let error = task.await.unwrap().unwrap_err();
+    error_policy(obj.clone(), &error, ctx.clone());
+    assert_eq!(ctx.backoff.len(), 1, "the failure is on record for this object");
+
+    // The next reconcile succeeds: the object starts over from the shortest delay.
+    let task = start(obj.clone(), &ctx);
+    let running = api.expect_status_apply(&backup(one_shot_spec(), None)).await;
+    task.await.unwrap();
+    assert!(ctx.backoff.is_empty());
+    api.expect_secret_missing("aws").await;
+    api.expect_status_apply(&backup(one_shot_spec(), Some(running))).await;
+    api.expect_event().await;
+    wait_until_idle(&ctx).await;
+    let object = crate::metrics::ObjectLabels {
+        namespace: "ns".into(),
+        name: "b".into(),
+    };
+    assert!(ctx.metrics.encode().contains(r#"name="b""#));
+
+    // Deleted: nothing about it stays, not even its metric series.
+    error_policy(obj, &error, ctx.clone());
+    ctx.forget("uid-1", &object);
+    assert!(ctx.backoff.is_empty());
+    let metrics = ctx.metrics.encode();
+    assert!(!metrics.contains(r#"name="b""#), "{metrics}");
 }

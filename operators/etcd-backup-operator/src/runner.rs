@@ -2,6 +2,7 @@
 //! matching a label selector) feeding a reflector,
 //! with deletions cancelling in-flight runs at once, and readiness once the cache has synced.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Context, error_policy, reconcile};
+use crate::metrics::ObjectLabels;
 use operator_runtime::http::Health;
 
 /// Reconciles in flight at once. Each holds an API request and its buffers; unbounded, a
@@ -37,18 +39,32 @@ pub async fn run(
         None => Api::all(ctx.client.clone()),
     };
     let (reader, writer) = reflector::store();
-    let runs = ctx.runs.clone();
+    let gone_ctx = ctx.clone();
     let synced = reader.clone();
     let events = reflector(writer, watcher(api, selector))
         .default_backoff()
         .inspect_ok(move |event| match event {
-            // Deleting an EtcdBackup stops its run at once (coreos leaked a busy loop, #2091).
-            Event::Delete(obj) => runs.cancel(&obj.uid().unwrap_or_default()),
+            // Deleting an EtcdBackup stops its run at once (coreos leaked a busy loop, #2091);
+            // its metric series and retry state go with it.
+            Event::Delete(obj) => {
+                let object = ObjectLabels {
+                    namespace: obj.namespace().unwrap_or_default(),
+                    name: obj.name_any(),
+                };
+                gone_ctx.forget(&obj.uid().unwrap_or_default(), &object);
+            }
             // After a relist, objects deleted while the watch was down are simply absent.
             Event::InitDone => {
-                let present: std::collections::HashSet<String> =
-                    synced.state().iter().filter_map(|o| o.uid()).collect();
-                runs.cancel_unless(|uid| present.contains(uid));
+                let state = synced.state();
+                let uids: HashSet<String> = state.iter().filter_map(|o| o.uid()).collect();
+                let names: HashSet<(String, String)> = state
+                    .iter()
+                    .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+                    .collect();
+                gone_ctx.runs.cancel_unless(|uid| uids.contains(uid));
+                gone_ctx
+                    .metrics
+                    .forget_unless(|o| names.contains(&(o.namespace.clone(), o.name.clone())));
                 health.set_ready(true);
             }
             _ => {}
