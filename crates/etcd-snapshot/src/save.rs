@@ -2,6 +2,7 @@
 //! matches.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use backup_storage::compress::Encoder;
@@ -75,13 +76,37 @@ pub struct SaveReport {
 }
 
 /// Takes a snapshot of the most up-to-date member and stores it under the chosen name.
-/// On any failure the upload is aborted and nothing is visible.
+/// On any failure the upload is aborted and nothing is visible. `options.deadline` bounds the
+/// whole of it: member selection, the stream, every part, the commit and the manifest (a hung
+/// S3 server must not hold a backup for its retries' hour).
 pub async fn save(
     connection: &EtcdConnection,
     store: &Store,
     options: &SaveOptions,
 ) -> Result<SaveReport> {
     let started = Instant::now();
+    let received = AtomicU64::new(0);
+    let work = save_within(connection, store, options, started, &received);
+    let Some(deadline) = options.deadline else {
+        return work.await;
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(result) => result,
+        // Dropping the work drops its upload, which aborts it.
+        Err(_) => Err(Error::DeadlineExceeded {
+            seconds: deadline.as_secs(),
+            bytes: received.load(Ordering::Relaxed),
+        }),
+    }
+}
+
+async fn save_within(
+    connection: &EtcdConnection,
+    store: &Store,
+    options: &SaveOptions,
+    started: Instant,
+    received: &AtomicU64,
+) -> Result<SaveReport> {
     let start_time = Utc::now();
     let mut member = select_member(connection).await?;
     let key = match &options.name {
@@ -102,7 +127,7 @@ pub async fn save(
         start_time,
     ));
     let mut upload = store.upload(&key, upload_options).await?;
-    let streamed = match stream(&mut member, &mut upload, options, started).await {
+    let streamed = match stream(&mut member, &mut upload, options, started, received).await {
         Ok(streamed) => streamed,
         Err(e) => {
             if let Err(abort) = upload.abort().await {
@@ -153,6 +178,7 @@ async fn stream(
     upload: &mut Upload,
     options: &SaveOptions,
     started: Instant,
+    received_total: &AtomicU64,
 ) -> Result<Streamed> {
     let endpoint = member.endpoint.clone();
     let mut verifier = TrailerVerifier::new();
@@ -207,6 +233,7 @@ async fn stream(
         };
         let blob = message.blob();
         verifier.update(blob);
+        received_total.store(verifier.total(), Ordering::Relaxed);
         let out = encoder.encode(blob)?;
         if !out.is_empty() {
             if let Some(hash) = stored_hash.as_mut() {

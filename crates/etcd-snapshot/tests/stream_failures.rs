@@ -144,3 +144,57 @@ async fn stalled_etcd_hits_the_stall_timeout_and_stores_nothing() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "files left behind: {left:?}");
 }
+
+/// `deadline` is a total deadline: an S3 server that stops answering mid-upload (SIGSTOP, so
+/// the SDK would wait out its attempts for the better part of an hour) fails the backup when
+/// the deadline passes, and the upload is aborted once the server answers again.
+#[tokio::test]
+async fn a_hung_s3_server_fails_the_backup_at_the_total_deadline() {
+    let etcd = Etcd::start().await.unwrap();
+    fill(&etcd, 40).await;
+    let garage = Garage::start().await.unwrap();
+    let location = Location::parse(&format!("s3://{}/hung.backup", garage.bucket)).unwrap();
+    let store = Store::open(&location, &s3_options(&garage)).await.unwrap();
+    let garage_pid = garage.pid().unwrap().to_string();
+
+    let stopped = Arc::new(AtomicBool::new(false));
+    let mut options = SaveOptions::new(ObjectName::Exact(location.key()));
+    options.deadline = Some(Duration::from_secs(5));
+    let flag = stopped.clone();
+    let pid = garage_pid.clone();
+    options.progress = Some(Arc::new(move |p| {
+        // Once the first part is on its way, the server hangs.
+        if p.received > 12 << 20 && !flag.swap(true, Ordering::SeqCst) {
+            std::process::Command::new("kill")
+                .args(["-STOP", &pid])
+                .status()
+                .unwrap();
+        }
+    }));
+    let started = std::time::Instant::now();
+    let result = save(
+        &EtcdConnection::new(vec![etcd.endpoint.clone()]),
+        &store,
+        &options,
+    )
+    .await;
+    let took = started.elapsed();
+    std::process::Command::new("kill")
+        .args(["-CONT", &garage_pid])
+        .status()
+        .unwrap();
+    assert!(
+        stopped.load(Ordering::SeqCst),
+        "the server was never stopped"
+    );
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, Error::DeadlineExceeded { seconds: 5, .. }),
+        "unexpected error after {took:?}: {err}"
+    );
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    // The dropped upload's abort reaches the server now that it answers.
+    assert!(backup_storage::finish_aborts(Duration::from_secs(60)).await);
+    assert_eq!(store.head("hung.backup").await.unwrap(), None);
+    assert_eq!(multipart_uploads(&store, &garage.bucket).await, 0);
+}

@@ -66,6 +66,12 @@ impl Garage {
         self.dir.path()
     }
 
+    /// The server process's PID (for SIGSTOP/SIGCONT: a server that hangs).
+    pub fn pid(&self) -> Option<u32> {
+        let pid = std::fs::read_to_string(self.dir.path().join("garage.pid")).ok()?;
+        pid.trim().parse().ok()
+    }
+
     /// SIGKILL, as a crash would; returns once the process is gone (ports free). Data stays.
     pub fn kill(&mut self) {
         let Ok(pid) = std::fs::read_to_string(self.dir.path().join("garage.pid")) else {

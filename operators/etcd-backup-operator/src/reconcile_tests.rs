@@ -550,15 +550,22 @@ async fn a_failing_object_backs_off_until_it_reconciles_and_is_forgotten_when_de
         .await;
     let error = task.await.unwrap().unwrap_err();
     error_policy(obj.clone(), &error, ctx.clone());
-    assert_eq!(ctx.backoff.len(), 1, "the failure is on record for this object");
+    assert_eq!(
+        ctx.backoff.len(),
+        1,
+        "the failure is on record for this object"
+    );
 
     // The next reconcile succeeds: the object starts over from the shortest delay.
     let task = start(obj.clone(), &ctx);
-    let running = api.expect_status_apply(&backup(one_shot_spec(), None)).await;
+    let running = api
+        .expect_status_apply(&backup(one_shot_spec(), None))
+        .await;
     task.await.unwrap();
     assert!(ctx.backoff.is_empty());
     api.expect_secret_missing("aws").await;
-    api.expect_status_apply(&backup(one_shot_spec(), Some(running))).await;
+    api.expect_status_apply(&backup(one_shot_spec(), Some(running)))
+        .await;
     api.expect_event().await;
     wait_until_idle(&ctx).await;
     let object = crate::metrics::ObjectLabels {
