@@ -420,10 +420,28 @@ async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
     );
     assert!(metrics.contains("reason=\"SecretNotFound\""), "{metrics}");
 
-    // A restart does not redo the one-shot.
+    // A restart does not redo the one-shot. The new process has reconciled it once its
+    // /metrics show the success recorded in status, and has done a whole backup once a one-shot
+    // created after the restart succeeded: only then is the absence of a second run checked.
     drop(op);
-    let _op = Operator::start(&ns).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let op = Operator::start(&ns).await;
+    let series =
+        format!("etcd_backup_last_success_timestamp_seconds{{namespace=\"{ns}\",name=\"{name}\"}}");
+    wait_for(
+        "the restarted operator to reconcile the one-shot",
+        30,
+        || async {
+            op.get("/metrics")
+                .await
+                .is_some_and(|(_, m)| m.contains(&series))
+        },
+    )
+    .await;
+    let mut sentinel = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
+    sentinel["metadata"]["name"] = json!("after-restart");
+    sentinel["spec"]["s3"]["path"] = json!(format!("{}/after-restart.backup", garage.bucket));
+    create(&kube, &ns, sentinel).await;
+    wait_until_succeeded(&api, "after-restart").await;
     let after = api.get(&name).await.unwrap().status.unwrap();
     assert_eq!(after.last_backup, status.last_backup);
     assert_eq!(
@@ -441,7 +459,7 @@ async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
 #[tokio::test]
 async fn coreos_periodic_example_keeps_two_and_stops_when_deleted() {
     let (kube, ns, etcd, garage) = setup("eb-periodic").await;
-    let _op = Operator::start(&ns).await;
+    let op = Operator::start(&ns).await;
 
     let mut manifest = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
     // The example's 125 s and 4, shortened so the test sees pruning within seconds.
@@ -479,7 +497,26 @@ async fn coreos_periodic_example_keeps_two_and_stops_when_deleted() {
     })
     .await;
     let at_delete = store.list("etcd.backup").await.unwrap().len();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Positive signals before the absence is checked: the operator dropped the object (its
+    // metric series are gone), and a scheduled EtcdBackup created afterwards ran twice, so
+    // more than one interval of the deleted one passed with the operator at work.
+    let series = format!("name=\"{name}\"");
+    wait_for(
+        "the operator to drop the deleted EtcdBackup",
+        30,
+        || async {
+            op.get("/metrics")
+                .await
+                .is_some_and(|(_, m)| !m.contains(&series))
+        },
+    )
+    .await;
+    let mut sentinel = fill(example("etcd-backup-periodic.yaml"), &etcd, &garage);
+    sentinel["metadata"]["name"] = json!("sentinel");
+    sentinel["spec"]["backupPolicy"] = json!({"backupIntervalInSecond": 2, "maxBackups": 5});
+    sentinel["spec"]["s3"]["path"] = json!(format!("{}/sentinel/etcd.backup", garage.bucket));
+    create(&kube, &ns, sentinel).await;
+    wait_for_runs(&api, "sentinel", 2).await;
     assert_eq!(
         store.list("etcd.backup").await.unwrap().len(),
         at_delete,
@@ -670,17 +707,23 @@ async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
         m["spec"]["s3"]["path"] = json!(format!("{}/{ns}/{name}.backup", garage.bucket));
         m
     };
-    let mut teams = Vec::new();
+    // The object outside the selector is created first: once the selected ones, created after
+    // it, have succeeded, the operator's watch has gone past it.
+    let mut namespaces = Vec::new();
     for prefix in ["eb-cluster-a", "eb-cluster-b"] {
         let ns = kube.namespace(prefix).await.unwrap();
         create_aws_secret(&kube, &ns, &garage).await;
+        namespaces.push(ns);
+    }
+    let first_ns = &namespaces[0];
+    let unselected = create(&kube, first_ns, one_shot(first_ns, "other", false)).await;
+    let mut teams = Vec::new();
+    for ns in &namespaces {
         teams.push((
-            create(&kube, &ns, one_shot(&ns, "selected", true)).await,
-            ns,
+            create(&kube, ns, one_shot(ns, "selected", true)).await,
+            ns.clone(),
         ));
     }
-    let (_, first_ns) = &teams[0];
-    let unselected = create(&kube, first_ns, one_shot(first_ns, "other", false)).await;
 
     let store = store(&garage).await;
     for (api, ns) in &teams {
@@ -704,7 +747,6 @@ async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
         );
     }
     // The object outside the selector was never touched.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(unselected.get("other").await.unwrap().status.is_none());
     assert!(
         store
