@@ -26,6 +26,7 @@ use crate::metrics::{InFlight, Metrics, ObjectLabels, ResultLabels};
 use crate::plan::{self, BackupPlan, InvalidSpec};
 use crate::runs::{RunGuard, Runs};
 use crate::schedule::{self, Due, History};
+use crate::secrets::SecretError;
 use crate::{secrets, status};
 use operator_runtime::backoff::PerObject;
 
@@ -66,6 +67,9 @@ pub struct Context {
     pub result_write_backoff: Duration,
     /// Delays before retrying objects whose reconcile failed.
     pub backoff: PerObject,
+    /// How long a deleted object with the Delete policy waits for its missing S3 Secret before
+    /// its finalizer is released and the backups are kept.
+    pub finalizer_timeout: Duration,
 }
 
 impl Context {
@@ -86,6 +90,7 @@ impl Context {
             reported_invalid: Mutex::new(HashMap::new()),
             result_write_backoff: Duration::from_secs(1),
             backoff: PerObject::default(),
+            finalizer_timeout: Duration::from_secs(300),
         }
     }
 
@@ -472,13 +477,24 @@ async fn finalize(
             let uid = backup.uid().unwrap_or_default();
             let deleted = async {
                 let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
-                let resolved = secrets::resolve(&secrets_api, plan).await?;
-                execute::delete_backups(&location, resolved, &uid).await
+                let s3 = secrets::resolve_storage(&secrets_api, plan).await?;
+                execute::delete_backups(&location, &s3, &uid).await
             }
             .await;
             match deleted {
                 Ok(keys) => {
                     tracing::info!(name = %backup.name_any(), deleted = keys.len(), "deletion policy Delete: backups removed")
+                }
+                // The S3 Secret went first (a namespace being deleted): waiting for it longer
+                // than the bound would block the namespace for good. The backups are kept.
+                Err(RunError::Secret(SecretError::Missing(secret)))
+                    if deleting_for(backup, (ctx.clock)()) > ctx.finalizer_timeout =>
+                {
+                    let cause = format!(
+                        "the S3 Secret {secret:?} is gone, so nothing could be deleted (waited {} s)",
+                        ctx.finalizer_timeout.as_secs()
+                    );
+                    publish(ctx, &backups_kept(&cause), &reference).await;
                 }
                 Err(e) => {
                     let event = Event {
@@ -494,21 +510,37 @@ async fn finalize(
             }
         }
         Ok(_) => {}
-        Err(invalid) => publish(ctx, &backups_kept(&invalid.to_string()), &reference).await,
+        Err(invalid) => {
+            let cause = format!("the spec is invalid ({invalid})");
+            publish(ctx, &backups_kept(&cause), &reference).await
+        }
     }
     set_finalizer(backup.meta(), false, &ctx.client).await?;
     Ok(Action::await_change())
 }
 
+/// How long the object has been waiting for its deletion.
+fn deleting_for(backup: &EtcdBackup, now: DateTime<Utc>) -> Duration {
+    let since = backup
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(status::chrono_time);
+    since
+        .and_then(|t| (now - t).to_std().ok())
+        .unwrap_or_default()
+}
+
 /// The finalizer is released without deleting anything when the spec cannot say where the
-/// backups are: keeping data is the safe side, and blocking the deletion forever would help
-/// nobody. The event says so, so nobody believes the backups are gone.
+/// backups are, or the S3 Secret has been gone too long: keeping data is the safe side, and
+/// blocking the deletion forever would help nobody. The event says so, so nobody believes the
+/// backups are gone.
 fn backups_kept(cause: &str) -> Event {
     Event {
         type_: EventType::Warning,
         reason: "BackupsKept".into(),
         note: Some(format!(
-            "deletionPolicy Delete was not applied, the stored backups were kept: the spec is invalid ({cause})"
+            "deletionPolicy Delete was not applied, the stored backups were kept: {cause}"
         )),
         action: "Delete".into(),
         secondary: None,

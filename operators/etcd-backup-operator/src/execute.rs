@@ -141,10 +141,10 @@ pub async fn run_backup(
 /// The `Delete` deletion policy: removes what this EtcdBackup wrote.
 pub async fn delete_backups(
     location: &Location,
-    resolved: Resolved,
+    s3: &backup_storage::S3Options,
     owner: &str,
 ) -> Result<Vec<String>, RunError> {
-    let store = Store::open(location, &resolved.s3).await?;
+    let store = Store::open(location, s3).await?;
     let base = location.key();
     // Both naming styles: the schedule may have changed since the objects were written.
     let mut deleted = retention::delete_owned(&store, &base, false, owner).await?;

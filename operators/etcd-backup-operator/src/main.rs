@@ -30,6 +30,11 @@ struct Args {
     /// Where that claim is mounted.
     #[arg(long, env = "LOCAL_VOLUME_DIR", default_value = backup_api::storage::LOCAL_PVC_MOUNT_PATH)]
     local_volume_dir: std::path::PathBuf,
+    /// Seconds a deleted EtcdBackup with `deletionPolicy: Delete` waits for its missing S3
+    /// Secret (e.g. deleted first with its namespace) before its backups are kept and the
+    /// finalizer released, so a namespace deletion never hangs.
+    #[arg(long, env = "FINALIZER_TIMEOUT_SECONDS", default_value_t = 300)]
+    finalizer_timeout_seconds: u64,
 }
 
 #[tokio::main]
@@ -59,6 +64,7 @@ async fn main() -> Result<()> {
     let client = process.client.clone();
     let mut ctx = Context::new(client, Some(process.identity.clone()), metrics, runs, clock);
     ctx.local_volume = local_volume;
+    ctx.finalizer_timeout = std::time::Duration::from_secs(args.finalizer_timeout_seconds);
     let ctx = Arc::new(ctx);
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),

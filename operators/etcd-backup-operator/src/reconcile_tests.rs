@@ -315,6 +315,56 @@ async fn deleted_with_an_invalid_spec_keeps_the_backups_and_says_so() {
     api.expect_silence().await;
 }
 
+/// Deleting a Delete-policy EtcdBackup whose S3 Secret is gone (its namespace is being
+/// deleted): the finalizer never reads etcd's TLS Secret; within the bound it keeps trying (the
+/// Secret may come back), past it the backups are kept and the finalizer released, so the
+/// namespace can go.
+#[tokio::test]
+async fn a_missing_s3_secret_releases_the_finalizer_after_the_bound() {
+    let (ctx, mut api) = context();
+    let spec = json!({"etcdEndpoints": ["https://e:2379"], "storageType": "S3",
+        "deletionPolicy": "Delete", "clientTLSSecret": "etcd-client-tls",
+        "s3": {"path": "mybucket/etcd.backup", "awsSecret": "aws"}});
+    let deleted = |seconds_ago: i64| {
+        let mut obj = backup(spec.clone(), None);
+        obj.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        let at = now() - chrono::Duration::seconds(seconds_ago);
+        obj.metadata.deletion_timestamp = Some(crate::status::time(at));
+        obj
+    };
+
+    // Just deleted: the Secret may still come back; a Warning, and the reconcile fails (retried
+    // with backoff). The TLS Secret is not read: the only call is the S3 Secret's.
+    let recent = deleted(10);
+    let task = {
+        let (obj, ctx) = (guard(recent), ctx.clone());
+        tokio::spawn(async move { reconcile(obj, ctx).await })
+    };
+    api.expect_secret_missing("aws").await;
+    let event = api.expect_event().await;
+    assert_eq!(event["reason"], "DeleteBackupsFailed");
+    assert!(task.await.unwrap().is_err());
+
+    // Past the bound (300 s): kept, said so, released.
+    let old = deleted(301);
+    let task = start(guard(old.clone()), &ctx);
+    api.expect_secret_missing("aws").await;
+    let event = api.expect_event().await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("BackupsKept"))
+    );
+    let note = event["note"].as_str().unwrap();
+    assert!(note.contains(r#"the S3 Secret "aws" is gone"#), "{note}");
+    let call = api
+        .expect(StatusCode::OK, |_| serde_json::to_value(&old).unwrap())
+        .await;
+    assert_eq!(call.method, Method::PATCH);
+    assert_eq!(call.body["metadata"]["finalizers"], json!([]));
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
 /// The same for an object that does not parse at all: its deletion is not blocked forever.
 #[tokio::test]
 async fn a_deleted_object_that_does_not_parse_is_released_with_a_warning() {

@@ -42,12 +42,19 @@ pub async fn resolve(secrets: &Api<Secret>, plan: &BackupPlan) -> Result<Resolve
         Some(name) => Some(tls_pem(name, &read(secrets, name).await?)?),
         None => None,
     };
+    let s3 = resolve_storage(secrets, plan).await?;
+    Ok(Resolved { s3, tls })
+}
+
+/// Only the storage Secrets (what deleting backups needs; never etcd's TLS Secret, which may be
+/// gone already when a namespace is deleted).
+pub async fn resolve_storage(
+    secrets: &Api<Secret>,
+    plan: &BackupPlan,
+) -> Result<S3Options, SecretError> {
     let Some(s3) = plan.s3() else {
         // Local targets need no storage credentials.
-        return Ok(Resolved {
-            s3: S3Options::default(),
-            tls,
-        });
+        return Ok(S3Options::default());
     };
     let aws = match s3.aws_secret() {
         Some(name) => Some((name, read(secrets, name).await?)),
@@ -57,12 +64,11 @@ pub async fn resolve(secrets: &Api<Secret>, plan: &BackupPlan) -> Result<Resolve
         Some(name) => Some((name, read(secrets, name).await?)),
         None => None,
     };
-    let s3 = s3_options(
+    s3_options(
         s3,
         aws.as_ref().map(|(n, d)| (*n, d)),
         ca.as_ref().map(|(n, d)| (*n, d)),
-    )?;
-    Ok(Resolved { s3, tls })
+    )
 }
 
 async fn read(secrets: &Api<Secret>, name: &str) -> Result<SecretData, SecretError> {

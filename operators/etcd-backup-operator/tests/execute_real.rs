@@ -147,7 +147,7 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
     assert!(!left.contains(&ours[0]));
 
     // Delete policy: only what this EtcdBackup wrote goes.
-    let deleted = delete_backups(&location(&plan), resolved(&plan, &garage), UID)
+    let deleted = delete_backups(&location(&plan), &resolved(&plan, &garage).s3, UID)
         .await
         .unwrap();
     assert_eq!(deleted.len(), 4, "{deleted:?}");
@@ -282,7 +282,9 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
     let err = execute::location(&plan, "team-b", Some(&volume)).unwrap_err();
     assert_eq!(err.reason(), "LocalVolumeUnavailable", "{err}");
 
-    let deleted = delete_backups(&location, resolved(), UID).await.unwrap();
+    let deleted = delete_backups(&location, &resolved().s3, UID)
+        .await
+        .unwrap();
     assert_eq!(deleted.len(), 4, "{deleted:?}");
     let left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
