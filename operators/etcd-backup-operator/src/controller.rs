@@ -70,6 +70,9 @@ pub struct Context {
     /// How long a deleted object with the Delete policy waits for its missing S3 Secret before
     /// its finalizer is released and the backups are kept.
     pub finalizer_timeout: Duration,
+    /// Lend the operator's own AWS identity to EtcdBackups without keys of their own (the
+    /// deployment's explicit choice; off by default).
+    pub allow_ambient_credentials: bool,
 }
 
 impl Context {
@@ -91,6 +94,7 @@ impl Context {
             result_write_backoff: Duration::from_secs(1),
             backoff: PerObject::default(),
             finalizer_timeout: Duration::from_secs(300),
+            allow_ambient_credentials: false,
         }
     }
 
@@ -281,7 +285,8 @@ async fn run(
         let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         async {
             let location = execute::location(&plan, &namespace, ctx.local_volume.as_ref())?;
-            let resolved = secrets::resolve(&secrets_api, &plan).await?;
+            let resolved =
+                secrets::resolve(&secrets_api, &plan, ctx.allow_ambient_credentials).await?;
             execute::run_backup(&plan, &location, resolved, &uid).await
         }
         .await
@@ -477,7 +482,9 @@ async fn finalize(
             let uid = backup.uid().unwrap_or_default();
             let deleted = async {
                 let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
-                let s3 = secrets::resolve_storage(&secrets_api, plan).await?;
+                let s3 =
+                    secrets::resolve_storage(&secrets_api, plan, ctx.allow_ambient_credentials)
+                        .await?;
                 execute::delete_backups(&location, &s3, &uid).await
             }
             .await;

@@ -45,6 +45,8 @@ impl RunError {
         use etcd_snapshot::Error as E;
         match self {
             RunError::Secret(SecretError::Missing(_)) => "SecretNotFound",
+            RunError::Secret(SecretError::NoCredentials(_)) => "NoCredentials",
+            RunError::Secret(SecretError::CredentialSourcing { .. }) => "CredentialSourcingRefused",
             RunError::Secret(_) => "SecretInvalid",
             RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => storage_reason(e),
             RunError::Snapshot(e) => match e {

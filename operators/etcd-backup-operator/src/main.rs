@@ -35,6 +35,11 @@ struct Args {
     /// finalizer released, so a namespace deletion never hangs.
     #[arg(long, env = "FINALIZER_TIMEOUT_SECONDS", default_value_t = 300)]
     finalizer_timeout_seconds: u64,
+    /// Let EtcdBackups without AWS keys of their own use this operator's AWS identity (IRSA,
+    /// instance profile, environment). Off: anyone who may create an EtcdBackup could
+    /// otherwise write wherever that identity can.
+    #[arg(long, env = "ALLOW_AMBIENT_CREDENTIALS", default_value_t = false)]
+    allow_ambient_credentials: bool,
 }
 
 #[tokio::main]
@@ -65,6 +70,7 @@ async fn main() -> Result<()> {
     let mut ctx = Context::new(client, Some(process.identity.clone()), metrics, runs, clock);
     ctx.local_volume = local_volume;
     ctx.finalizer_timeout = std::time::Duration::from_secs(args.finalizer_timeout_seconds);
+    ctx.allow_ambient_credentials = args.allow_ambient_credentials;
     let ctx = Arc::new(ctx);
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),

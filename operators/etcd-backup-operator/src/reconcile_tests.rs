@@ -559,7 +559,7 @@ async fn one_shot_success_against_real_etcd_and_s3() {
     let plan = crate::plan::build(&obj.spec).unwrap();
     let data: crate::secrets::SecretData = serde_json::from_value(secret["data"].clone()).unwrap();
     let options =
-        crate::secrets::s3_options(plan.s3().unwrap(), Some(("aws", &data)), None).unwrap();
+        crate::secrets::s3_options(plan.s3().unwrap(), Some(("aws", &data)), None, false).unwrap();
     let location = backup_storage::Location::S3 {
         bucket: garage.bucket.clone(),
         key: "etcd.backup".into(),

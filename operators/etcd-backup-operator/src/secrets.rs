@@ -27,6 +27,52 @@ pub enum SecretError {
     NotText { secret: String, key: &'static str },
     #[error("cannot read Secret {secret:?}: {message}")]
     Read { secret: String, message: String },
+    #[error(
+        "Secret {secret:?} key {key:?} sets {setting:?}, which makes the AWS SDK source credentials \
+         elsewhere (with the operator's own identity); an awsSecret may hold only static keys \
+         (aws_access_key_id, aws_secret_access_key, aws_session_token) and region"
+    )]
+    CredentialSourcing {
+        secret: String,
+        key: &'static str,
+        setting: String,
+    },
+    #[error(
+        "no AWS keys for this EtcdBackup ({0}): the operator does not lend its own AWS identity \
+         to EtcdBackups unless started with --allow-ambient-credentials"
+    )]
+    NoCredentials(String),
+}
+
+/// What a tenant's `aws` Secret may set in its `credentials` and `config` files. Everything
+/// else either sources credentials elsewhere (role_arn, source_profile, credential_source,
+/// credential_process, web_identity_token_file, sso_*), which would act with the operator's own
+/// identity or run a program, or is not needed.
+const ALLOWED_AWS_SETTINGS: &[&str] = &[
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "region",
+    "output",
+];
+
+/// Refuses any setting of an AWS shared file (INI: `[profile]`, `key = value`, `#`/`;`
+/// comments) outside [`ALLOWED_AWS_SETTINGS`].
+fn check_settings(secret: &str, key: &'static str, text: &str) -> Result<(), SecretError> {
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with(['#', ';', '[']) {
+            continue;
+        }
+        let setting = line.split('=').next().unwrap_or_default().trim();
+        if !ALLOWED_AWS_SETTINGS.contains(&setting.to_ascii_lowercase().as_str()) {
+            return Err(SecretError::CredentialSourcing {
+                secret: secret.to_string(),
+                key,
+                setting: setting.to_string(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What a run needs besides the plan: S3 client options and etcd TLS material.
@@ -37,12 +83,16 @@ pub struct Resolved {
 }
 
 /// Reads the Secrets named by `plan` in `secrets`' namespace.
-pub async fn resolve(secrets: &Api<Secret>, plan: &BackupPlan) -> Result<Resolved, SecretError> {
+pub async fn resolve(
+    secrets: &Api<Secret>,
+    plan: &BackupPlan,
+    allow_ambient: bool,
+) -> Result<Resolved, SecretError> {
     let tls = match &plan.client_tls_secret {
         Some(name) => Some(tls_pem(name, &read(secrets, name).await?)?),
         None => None,
     };
-    let s3 = resolve_storage(secrets, plan).await?;
+    let s3 = resolve_storage(secrets, plan, allow_ambient).await?;
     Ok(Resolved { s3, tls })
 }
 
@@ -51,6 +101,7 @@ pub async fn resolve(secrets: &Api<Secret>, plan: &BackupPlan) -> Result<Resolve
 pub async fn resolve_storage(
     secrets: &Api<Secret>,
     plan: &BackupPlan,
+    allow_ambient: bool,
 ) -> Result<S3Options, SecretError> {
     let Some(s3) = plan.s3() else {
         // Local targets need no storage credentials.
@@ -68,6 +119,7 @@ pub async fn resolve_storage(
         s3,
         aws.as_ref().map(|(n, d)| (*n, d)),
         ca.as_ref().map(|(n, d)| (*n, d)),
+        allow_ambient,
     )
 }
 
@@ -83,14 +135,18 @@ async fn read(secrets: &Api<Secret>, name: &str) -> Result<SecretData, SecretErr
 }
 
 /// S3 options from the spec and the coreos `awsSecret` (AWS shared files `credentials` and
-/// `config`). Without an `awsSecret`, the ambient AWS credential chain applies.
+/// `config`, static keys and region only). Without an `awsSecret` (or without keys in it), the
+/// operator's own AWS credential chain applies only when `allow_ambient` (its deployment's
+/// explicit choice, `--allow-ambient-credentials`); otherwise the backup is refused.
 pub fn s3_options(
     s3: &S3Source,
     aws_secret: Option<(&str, &SecretData)>,
     ca_secret: Option<(&str, &SecretData)>,
+    allow_ambient: bool,
 ) -> Result<S3Options, SecretError> {
     let credentials = match aws_secret {
-        None => S3Credentials::DefaultChain,
+        None if allow_ambient => S3Credentials::DefaultChain,
+        None => return Err(SecretError::NoCredentials("no awsSecret".into())),
         Some((name, data)) => {
             let credentials = text(name, data, AWS_SECRET_CREDENTIALS_KEY)?;
             let config = text(name, data, AWS_SECRET_CONFIG_KEY)?;
@@ -99,6 +155,19 @@ pub fn s3_options(
                     secret: name.to_string(),
                     key: AWS_SECRET_CREDENTIALS_KEY,
                 });
+            }
+            if credentials.is_none() && !allow_ambient {
+                let why = format!("Secret {name:?} has no {AWS_SECRET_CREDENTIALS_KEY:?} file");
+                return Err(SecretError::NoCredentials(why));
+            }
+            let files = [
+                (AWS_SECRET_CREDENTIALS_KEY, &credentials),
+                (AWS_SECRET_CONFIG_KEY, &config),
+            ];
+            for (key, file) in files {
+                if let Some(file) = file {
+                    check_settings(name, key, file)?;
+                }
             }
             S3Credentials::SharedFiles {
                 credentials,
@@ -183,7 +252,8 @@ mod tests {
             ),
             ("config", "[default]\nregion = garage\n"),
         ]);
-        let options = s3_options(plan().s3().unwrap(), Some(("aws", &secret)), None).unwrap();
+        let options =
+            s3_options(plan().s3().unwrap(), Some(("aws", &secret)), None, false).unwrap();
         assert!(matches!(
             &options.credentials,
             S3Credentials::SharedFiles { credentials: Some(c), config: Some(_), .. } if c.contains("AK")
@@ -201,10 +271,12 @@ mod tests {
             plan().s3().unwrap(),
             Some(("aws", &data(&[("other", "SUPERSECRET")]))),
             None,
+            false,
         )
         .unwrap_err();
         assert_eq!(err.to_string(), r#"Secret "aws" has no key "credentials""#);
-        let err = s3_options(plan().s3().unwrap(), None, Some(("ca", &data(&[])))).unwrap_err();
+        let err =
+            s3_options(plan().s3().unwrap(), None, Some(("ca", &data(&[]))), true).unwrap_err();
         assert!(err.to_string().contains("ca.crt"), "{err}");
         let err = tls_pem("tls", &data(&[("etcd-client.crt", "SUPERSECRET")])).unwrap_err();
         assert_eq!(
@@ -214,8 +286,72 @@ mod tests {
     }
 
     #[test]
-    fn no_aws_secret_uses_the_ambient_chain() {
-        let options = s3_options(plan().s3().unwrap(), None, None).unwrap();
+    fn the_operator_s_own_identity_only_when_its_deployment_allows_it() {
+        let s3 = plan();
+        let s3 = s3.s3().unwrap();
+        let err = s3_options(s3, None, None, false).unwrap_err();
+        assert!(
+            err.to_string().contains("--allow-ambient-credentials"),
+            "{err}"
+        );
+        // A Secret with only a config file would fall back to the same chain.
+        let config_only = data(&[("config", "[default]\nregion = garage\n")]);
+        let err = s3_options(s3, Some(("aws", &config_only)), None, false).unwrap_err();
+        assert!(matches!(err, SecretError::NoCredentials(_)), "{err}");
+        let options = s3_options(s3, None, None, true).unwrap();
         assert!(matches!(options.credentials, S3Credentials::DefaultChain));
+    }
+
+    #[test]
+    fn settings_that_source_credentials_elsewhere_are_refused() {
+        let keys = "[default]\naws_access_key_id = AK\naws_secret_access_key = SK\n";
+        for (file, text, setting) in [
+            (
+                "config",
+                "[default]\nrole_arn = arn:aws:iam::1:role/admin\n",
+                "role_arn",
+            ),
+            (
+                "config",
+                "[profile x]\ncredential_process = /bin/sh -c id\n",
+                "credential_process",
+            ),
+            (
+                "config",
+                "[default]\nweb_identity_token_file = /var/run/token\n",
+                "web_identity_token_file",
+            ),
+            (
+                "config",
+                "[default]\ncredential_source = Ec2InstanceMetadata\n",
+                "credential_source",
+            ),
+            (
+                "credentials",
+                "[default]\nsource_profile = other\n",
+                "source_profile",
+            ),
+        ] {
+            let secret = if file == "config" {
+                data(&[("credentials", keys), ("config", text)])
+            } else {
+                data(&[("credentials", text)])
+            };
+            let err =
+                s3_options(plan().s3().unwrap(), Some(("aws", &secret)), None, true).unwrap_err();
+            assert!(
+                matches!(&err, SecretError::CredentialSourcing { setting: s, .. } if s == setting),
+                "{setting}: {err}"
+            );
+        }
+        // Static keys, a session token, region and comments are fine.
+        let fine = data(&[
+            (
+                "credentials",
+                "# team a\n[default]\naws_access_key_id = AK\naws_secret_access_key = SK\naws_session_token = T\n",
+            ),
+            ("config", "[default]\nregion = garage\n; note\n"),
+        ]);
+        s3_options(plan().s3().unwrap(), Some(("aws", &fine)), None, false).unwrap();
     }
 }

@@ -48,7 +48,7 @@ fn location(plan: &BackupPlan) -> Location {
 fn resolved(plan: &BackupPlan, garage: &Garage) -> Resolved {
     let secret = aws_secret(garage);
     Resolved {
-        s3: secrets::s3_options(plan.s3().unwrap(), Some(("aws", &secret)), None).unwrap(),
+        s3: secrets::s3_options(plan.s3().unwrap(), Some(("aws", &secret)), None, false).unwrap(),
         tls: None,
     }
 }
@@ -203,7 +203,8 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         ),
     );
     let resolved = Resolved {
-        s3: secrets::s3_options(bad_key.s3().unwrap(), Some(("aws", &secret)), None).unwrap(),
+        s3: secrets::s3_options(bad_key.s3().unwrap(), Some(("aws", &secret)), None, false)
+            .unwrap(),
         tls: None,
     };
     let err = run_backup(&bad_key, &location(&bad_key), resolved, UID)
