@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use backup_storage::{Location, StorageError, Store, UploadOptions};
-use etcd_snapshot::{EtcdConnection, SaveOptions, SaveReport};
+use etcd_snapshot::{EtcdConnection, ObjectName, SaveOptions, SaveReport};
 
 use crate::local::{self, LocalVolume, LocalVolumeError};
 use crate::plan::{BackupPlan, Target};
@@ -36,6 +36,11 @@ pub enum RunError {
     LocalVolume(#[from] LocalVolumeError),
     #[error("backup cancelled: {0}")]
     Cancelled(&'static str),
+    #[error(
+        "refusing to overwrite {url}: it exists and was not written by this EtcdBackup ({why}); \
+         choose another path or remove that object"
+    )]
+    NotOwned { url: String, why: String },
 }
 
 impl RunError {
@@ -48,6 +53,7 @@ impl RunError {
             RunError::Secret(SecretError::NoCredentials(_)) => "NoCredentials",
             RunError::Secret(SecretError::CredentialSourcing { .. }) => "CredentialSourcingRefused",
             RunError::Secret(_) => "SecretInvalid",
+            RunError::NotOwned { .. } => "ObjectNotOwned",
             RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => storage_reason(e),
             RunError::Snapshot(e) => match e {
                 E::NoEndpoints | E::Unreachable { .. } | E::NoMemberAnswered(_) => {
@@ -116,9 +122,13 @@ pub async fn run_backup(
         Err(e) => tracing::warn!(error = %e, %location, "could not list abandoned uploads"),
     }
 
+    let name = plan.object_name(base);
+    if let ObjectName::Exact(key) = &name {
+        refuse_foreign_object(&store, key, owner).await?;
+    }
     let mut connection = EtcdConnection::new(plan.endpoints.clone());
     connection.tls = resolved.tls;
-    let mut options = SaveOptions::new(plan.object_name(base));
+    let mut options = SaveOptions::new(name);
     options.compression = plan.compression;
     options.stall_timeout = plan.stall_timeout;
     options.deadline = plan.deadline;
@@ -141,6 +151,34 @@ pub async fn run_backup(
 }
 
 /// The `Delete` deletion policy: removes what this EtcdBackup wrote.
+/// A one-shot writes exactly its path: that path may hold a backup this EtcdBackup wrote
+/// before (rewritten), or nothing, but never another tenant's or tool's object, which a
+/// one-shot naming it must not be able to replace. The owner is read from the object's manifest
+/// (S3 and local alike).
+async fn refuse_foreign_object(store: &Store, key: &str, owner: &str) -> Result<(), RunError> {
+    if store.head(key).await?.is_none() {
+        return Ok(());
+    }
+    let url = store.location(key).to_string();
+    let manifest_key = etcd_snapshot::manifest_key(key);
+    let manifest = store.get_small(&manifest_key).await?;
+    let recorded = manifest
+        .as_deref()
+        .and_then(|m| etcd_snapshot::Manifest::parse(&manifest_key, m).ok())
+        .and_then(|m| m.labels.get(OWNER_METADATA_KEY).cloned());
+    match recorded {
+        Some(recorded) if recorded == owner => Ok(()),
+        Some(other) => Err(RunError::NotOwned {
+            url,
+            why: format!("its manifest names EtcdBackup UID {other}"),
+        }),
+        None => Err(RunError::NotOwned {
+            url,
+            why: "it has no manifest of an EtcdBackup".into(),
+        }),
+    }
+}
+
 pub async fn delete_backups(
     location: &Location,
     s3: &backup_storage::S3Options,

@@ -293,3 +293,60 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
         .collect();
     assert_eq!(left, ["etcd.backup_v1_2000-01-01-00:00:00"]);
 }
+
+/// A one-shot writes exactly its path, but never over an object another EtcdBackup or tool
+/// wrote there (a tenant could otherwise replace anyone's backup); its own earlier backup is
+/// rewritten.
+#[tokio::test]
+async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    etcd.put("/hello", "world").await.unwrap();
+    let store = store(&garage).await;
+    let one_shot = |path: &str| plan(&etcd, &garage, path, json!({}));
+
+    // Another tool's object.
+    let foreign: &[u8] = b"not an etcd backup";
+    store
+        .put_small(
+            "tool.bin",
+            foreign.to_vec().into(),
+            "application/octet-stream",
+        )
+        .await
+        .unwrap();
+    let p = one_shot("tool.bin");
+    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
+    assert!(err.to_string().contains("has no manifest"), "{err}");
+    assert_eq!(store.get_small("tool.bin").await.unwrap().unwrap(), foreign);
+
+    // Another EtcdBackup's backup.
+    let p = one_shot("theirs.backup");
+    run_backup(
+        &p,
+        &location(&p),
+        resolved(&p, &garage),
+        "uid-of-another-team",
+    )
+    .await
+    .unwrap();
+    let theirs = store.head("theirs.backup").await.unwrap().unwrap();
+    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("uid-of-another-team"), "{err}");
+    assert_eq!(
+        store.head("theirs.backup").await.unwrap().unwrap().etag,
+        theirs.etag
+    );
+
+    // Its own earlier backup: rewritten.
+    let p = one_shot("ours.backup");
+    for _ in 0..2 {
+        run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+            .await
+            .unwrap();
+    }
+}
