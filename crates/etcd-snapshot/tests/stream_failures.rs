@@ -196,5 +196,30 @@ async fn a_hung_s3_server_fails_the_backup_at_the_total_deadline() {
     // The dropped upload's abort reaches the server now that it answers.
     assert!(backup_storage::finish_aborts(Duration::from_secs(60)).await);
     assert_eq!(store.head("hung.backup").await.unwrap(), None);
-    assert_eq!(multipart_uploads(&store, &garage.bucket).await, 0);
+    let Store::S3(s3) = &store else {
+        unreachable!()
+    };
+    let left = s3
+        .client()
+        .list_multipart_uploads()
+        .bucket(&garage.bucket)
+        .send()
+        .await
+        .unwrap();
+    let left: Vec<_> = left
+        .uploads()
+        .iter()
+        .map(|u| {
+            (
+                u.key().map(str::to_string),
+                u.upload_id().map(str::to_string),
+            )
+        })
+        .collect();
+    let log = std::fs::read_to_string(garage.dir().join("garage.log")).unwrap_or_default();
+    let log: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("uploadId") || l.contains("uploads"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}\n{}", log.join("\n"));
 }

@@ -437,7 +437,17 @@ impl S3Store {
                 .send()
                 .await;
             let err = match result {
-                Ok(_) => return Ok(()),
+                // Parts still in flight when the abort arrived may land after it and keep the
+                // upload (S3 documents this; seen on Garage): abort until it is gone.
+                Ok(_) => match self.upload_remains(key, upload_id).await {
+                    Ok(false) => return Ok(()),
+                    Ok(true) => StorageError::S3 {
+                        operation: "AbortMultipartUpload",
+                        url: self.url(key),
+                        message: "the upload was still there after the abort".into(),
+                    },
+                    Err(err) => err,
+                },
                 Err(err) => self.classify(err, "AbortMultipartUpload", key),
             };
             // Already gone (aborted before, or completed): nothing is left behind.
@@ -449,6 +459,29 @@ impl S3Store {
             }
             tokio::time::sleep(crate::store::backoff(attempt)).await;
             attempt += 1;
+        }
+    }
+}
+
+impl S3Store {
+    /// Whether upload `upload_id` of `key` still exists, once parts that were in flight had a
+    /// moment to land.
+    async fn upload_remains(&self, key: &str, upload_id: &str) -> Result<bool> {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let listed = self
+            .client
+            .list_parts()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await;
+        match listed {
+            Ok(_) => Ok(true),
+            Err(err) => match self.classify(err, "ListParts", key) {
+                StorageError::NotFound { .. } => Ok(false),
+                other => Err(other),
+            },
         }
     }
 }

@@ -253,27 +253,32 @@ impl S3Upload {
     }
 
     pub async fn abort(mut self) -> Result<()> {
-        self.finished = true;
-        self.in_flight.abort_all();
-        while self.in_flight.join_next().await.is_some() {}
-        match self.upload_id.take() {
-            Some(id) => self.store.abort_multipart(&self.key, &id).await,
-            None => Ok(()),
-        }
+        self.abort_now().await
     }
 
     async fn abort_quietly(&mut self) {
-        self.finished = true;
-        self.in_flight.abort_all();
-        while self.in_flight.join_next().await.is_some() {}
-        if let Some(id) = self.upload_id.take()
-            && let Err(e) = self.store.abort_multipart(&self.key, &id).await
-        {
+        let id = self.upload_id.clone();
+        if let Err(e) = self.abort_now().await {
             tracing::warn!(
-                key = %self.key, upload_id = %id, error = %e,
+                key = %self.key, upload_id = ?id, error = %e,
                 "could not abort the multipart upload; `prune` or a bucket lifecycle rule removes it later"
             );
         }
+    }
+
+    /// Stops the parts in flight and aborts the upload on the server. The upload counts as
+    /// finished only once that is done: dropped half-way (a deadline, a signal), `Drop` aborts
+    /// it in the background instead.
+    async fn abort_now(&mut self) -> Result<()> {
+        self.in_flight.abort_all();
+        while self.in_flight.join_next().await.is_some() {}
+        let result = match self.upload_id.clone() {
+            Some(id) => self.store.abort_multipart(&self.key, &id).await,
+            None => Ok(()),
+        };
+        self.upload_id = None;
+        self.finished = true;
+        result
     }
 }
 
