@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::Value;
 use testbed::image::{DistrolessCcRoot, Dockerfile};
 use testbed::kube::KubeTestbed;
-use testbed::kustomize::root;
+use testbed::kustomize::{IMAGES, root};
 
 fn ctr(args: &[&str]) {
     let socket = testbed::cluster::bed_dir().join("containerd/containerd.sock");
@@ -94,12 +94,7 @@ async fn the_bed_runs_the_dockerfile_s_distroless_images_of_this_build() {
     KubeTestbed::with_kubelet().await.unwrap();
     let dockerfile = Dockerfile::read(&root().join("Dockerfile")).unwrap();
     let mut checked = Vec::new();
-    for target in [
-        "etcd-operator",
-        "etcd-backup-operator",
-        "etcd-restore-operator",
-        "etcd-backup",
-    ] {
+    for target in IMAGES {
         let stage = dockerfile.stage(target).unwrap();
         assert!(
             stage.base.starts_with("gcr.io/distroless/cc-debian12"),

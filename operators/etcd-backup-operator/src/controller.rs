@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backup_api::condition::{self, PROGRESSING};
 use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
@@ -179,7 +178,7 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         return Ok(Action::requeue(STALE_CACHE_RECHECK));
     }
     let last_run = prev.last_schedule_time.as_ref().map(status::chrono_time);
-    let progressing = condition::is_true(&prev.conditions, PROGRESSING);
+    let progressing = status::prev_run_interrupted(&prev);
     if progressing && last_run.is_some_and(|t| ctx.runs.finished(&uid, t)) {
         // The cache has not caught up with the result this process wrote; look again soon.
         return Ok(Action::requeue(STALE_CACHE_RECHECK));
@@ -253,15 +252,20 @@ async fn give_up_interrupted(
         now,
     );
     apply_status(api, &backup.name_any(), &failed).await?;
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "BackupFailed".into(),
-        note: Some(format!("{INTERRUPTED}: {message}")),
-        action: "Backup".into(),
-        secondary: None,
-    };
+    let event = failure_event(INTERRUPTED, message);
     publish(ctx, &event, &backup.object_ref(&())).await;
     Ok(Action::requeue(STALE_CACHE_RECHECK))
+}
+
+/// The Warning for a failed run: its reason, then the cause.
+fn failure_event(reason: &str, message: &str) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "BackupFailed".into(),
+        note: Some(format!("{reason}: {message}")),
+        action: "Backup".into(),
+        secondary: None,
+    }
 }
 
 /// One backup, in its own task: waits for a global slot, reads the Secrets, snapshots, prunes,
@@ -336,13 +340,7 @@ async fn run(
                     next,
                     now,
                 ),
-                Event {
-                    type_: EventType::Warning,
-                    reason: "BackupFailed".into(),
-                    note: Some(format!("{}: {e}", e.reason())),
-                    action: "Backup".into(),
-                    secondary: None,
-                },
+                failure_event(e.reason(), &e.to_string()),
             )
         }
     };

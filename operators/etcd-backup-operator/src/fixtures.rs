@@ -89,6 +89,15 @@ impl ApiServer {
         self.0.expect_event("ns").await
     }
 
+    /// The next call, refused by the API server (500, as when etcd behind it times out).
+    pub async fn expect_refused(&mut self) -> Call {
+        let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+        self.0
+            .expect(StatusCode::INTERNAL_SERVER_ERROR, |_| refused)
+            .await
+    }
+
     /// A Secret read answered with 404.
     pub async fn expect_secret_missing(&mut self, name: &str) {
         let path = format!("/api/v1/namespaces/ns/secrets/{name}");

@@ -206,12 +206,8 @@ async fn a_refused_result_is_written_by_a_later_reconcile_and_the_schedule_goes_
     task.await.unwrap();
     api.expect_secret_missing("aws").await;
     // The API server refuses every attempt to write the result.
-    let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
     for _ in 0..3 {
-        let call = api
-            .expect(StatusCode::INTERNAL_SERVER_ERROR, |_| refused.clone())
-            .await;
+        let call = api.expect_refused().await;
         assert!(call.path.ends_with("/etcdbackups/b/status"), "{call:?}");
     }
     api.expect_event().await;
@@ -594,10 +590,7 @@ async fn a_failing_object_backs_off_until_it_reconciles_and_is_forgotten_when_de
         let (obj, ctx) = (obj.clone(), ctx.clone());
         tokio::spawn(async move { reconcile(obj, ctx).await })
     };
-    let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
-    api.expect(StatusCode::INTERNAL_SERVER_ERROR, |_| refused.clone())
-        .await;
+    api.expect_refused().await;
     let error = task.await.unwrap().unwrap_err();
     error_policy(obj.clone(), &error, ctx.clone());
     assert_eq!(
