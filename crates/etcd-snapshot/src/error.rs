@@ -55,6 +55,11 @@ pub enum Error {
     #[error("invalid manifest {key}: {message}")]
     BadManifest { key: String, message: String },
 
+    #[error(
+        "the manifest {key} describes an earlier object ({why}): the object was rewritten after it, so nothing vouches for it; take a new backup"
+    )]
+    StaleManifest { key: String, why: String },
+
     #[error(transparent)]
     Compression(#[from] CompressionError),
 
@@ -78,6 +83,7 @@ impl Error {
                 | Error::HashMismatch { .. }
                 | Error::ManifestMismatch { .. }
                 | Error::BadManifest { .. }
+                | Error::StaleManifest { .. }
         ) || matches!(self, Error::Compression(e) if e.is_integrity())
     }
 }

@@ -16,7 +16,7 @@ mod verify;
 
 pub use backup_storage::compress::Compression;
 pub use error::{Error, Result};
-pub use manifest::{MANIFEST_SUFFIX, Manifest, manifest_key};
+pub use manifest::{MANIFEST_SUFFIX, Manifest, manifest_key, read_manifest};
 pub use member::{EtcdConnection, Member, TlsPem, select_member};
 pub use save::{ObjectName, Progress, SaveOptions, SaveReport, save};
 pub use trailer::{TRAILER_LEN, TrailerVerifier, Verified};

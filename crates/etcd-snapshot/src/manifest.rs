@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use backup_storage::{ObjectInfo, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +22,10 @@ pub struct Manifest {
     /// Bytes stored (after compression) and their sha256.
     pub stored_bytes: u64,
     pub stored_sha256: String,
+    /// The object's ETag (local storage: its inode and mtime) once committed, so a manifest
+    /// left from before a rewrite of its object is never taken for the new object's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_etag: Option<String>,
     pub compression: Compression,
     /// The snapshot as etcd sent it: database bytes (without the 32-byte trailer) and the
     /// trailer's sha256, which `etcdutl snapshot restore` checks.
@@ -60,6 +65,36 @@ impl Manifest {
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).expect("a manifest always serializes")
     }
+
+    /// Why this manifest does not describe `object` (another size or ETag), if it does not.
+    pub fn staleness(&self, object: &ObjectInfo) -> Option<String> {
+        if self.stored_bytes != object.size {
+            return Some(format!(
+                "{} bytes recorded, the object has {}",
+                self.stored_bytes, object.size
+            ));
+        }
+        match (&self.stored_etag, &object.etag) {
+            (Some(recorded), Some(found)) if recorded != found => {
+                Some(format!("ETag {recorded} recorded, the object has {found}"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The manifest beside `object`: `None` when it has none, an error when the manifest is
+/// unreadable or stale (written for an earlier object under the same key).
+pub async fn read_manifest(store: &Store, object: &ObjectInfo) -> Result<Option<Manifest>> {
+    let key = manifest_key(&object.key);
+    let Some(bytes) = store.get_small(&key).await? else {
+        return Ok(None);
+    };
+    let manifest = Manifest::parse(&key, &bytes)?;
+    match manifest.staleness(object) {
+        Some(why) => Err(Error::StaleManifest { key, why }),
+        None => Ok(Some(manifest)),
+    }
 }
 
 /// What is known when the upload starts, stored as S3 user metadata on the object itself so
@@ -92,6 +127,7 @@ mod tests {
             format: FORMAT.into(),
             stored_bytes: 10,
             stored_sha256: "ab".into(),
+            stored_etag: Some("\"e1\"".into()),
             compression: Compression::Zstd,
             db_bytes: 4096,
             db_sha256: "cd".into(),
@@ -115,6 +151,33 @@ mod tests {
         assert!(text.contains("\"dbSha256\": \"cd\""), "{text}");
         assert!(text.contains("\"compression\": \"zstd\""), "{text}");
         assert_eq!(Manifest::parse("k", &json).unwrap(), sample());
+    }
+
+    fn object(size: u64, etag: Option<&str>) -> ObjectInfo {
+        ObjectInfo {
+            key: "k".into(),
+            size,
+            last_modified: None,
+            etag: etag.map(str::to_string),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_manifest_describes_only_the_object_it_was_written_for() {
+        let m = sample();
+        assert_eq!(m.staleness(&object(10, Some("\"e1\""))), None);
+        let other_size = m.staleness(&object(11, Some("\"e1\"")));
+        assert!(other_size.unwrap().contains("10 bytes recorded"));
+        let rewritten = m.staleness(&object(10, Some("\"e2\"")));
+        assert!(rewritten.unwrap().contains("ETag"));
+        // Manifests from before the ETag was recorded are checked by size alone.
+        let old = Manifest {
+            stored_etag: None,
+            ..sample()
+        };
+        assert_eq!(old.staleness(&object(10, Some("\"e2\""))), None);
+        assert!(Manifest::parse("k", br#"{"format":"etcd-snapshot/v1"}"#).is_err());
     }
 
     #[test]

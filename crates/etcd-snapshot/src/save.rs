@@ -142,6 +142,7 @@ async fn save_within(
         format: FORMAT.into(),
         stored_bytes: stored.size,
         stored_sha256: streamed.stored_sha256,
+        stored_etag: stored.etag.clone(),
         compression: options.compression,
         db_bytes: streamed.db_bytes,
         db_sha256: streamed.db_sha256,

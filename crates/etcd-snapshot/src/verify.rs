@@ -8,7 +8,7 @@ use backup_storage::Store;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
-use crate::{Compression, Error, Manifest, Result, TrailerVerifier, manifest_key};
+use crate::{Compression, Error, Manifest, Result, TrailerVerifier, read_manifest};
 use backup_storage::compress::Decoder;
 
 #[derive(Debug, Clone)]
@@ -77,12 +77,8 @@ async fn check(
     mut sink: Option<&mut (dyn AsyncWrite + Unpin + Send)>,
 ) -> Result<VerifyReport> {
     let url = store.location(key).to_string();
-    let manifest_key = manifest_key(key);
-    let manifest = match store.get_small(&manifest_key).await? {
-        Some(bytes) => Some(Manifest::parse(&manifest_key, &bytes)?),
-        None => None,
-    };
     let mut download = store.download(key).await?;
+    let manifest = read_manifest(store, download.info()).await?;
     let declared = manifest.as_ref().map(|m| m.compression).or_else(|| {
         download
             .info()

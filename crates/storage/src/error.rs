@@ -54,6 +54,16 @@ pub enum StorageError {
     )]
     UploadFailed { url: String, cause: String },
 
+    #[error(
+        "S3 stored other bytes than were sent for {url}: {what} is {stored}, expected {sent}; nothing was reported good"
+    )]
+    StoredMismatch {
+        url: String,
+        what: String,
+        sent: String,
+        stored: String,
+    },
+
     #[error("object too large: part {part} would exceed the S3 limit of 10,000 parts")]
     TooManyParts { part: i32 },
 
@@ -81,7 +91,10 @@ impl StorageError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StorageError::Unreachable { .. } | StorageError::S3 { .. } | StorageError::Io { .. }
+            StorageError::Unreachable { .. }
+                | StorageError::S3 { .. }
+                | StorageError::StoredMismatch { .. }
+                | StorageError::Io { .. }
         )
     }
 }

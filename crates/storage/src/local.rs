@@ -38,11 +38,19 @@ fn temp_target(name: &str) -> Option<&str> {
 }
 
 fn info_of(path: &Path, meta: &std::fs::Metadata) -> ObjectInfo {
+    use std::os::unix::fs::MetadataExt;
     ObjectInfo {
         key: key_of(path),
         size: meta.len(),
         last_modified: meta.modified().ok().map(DateTime::<Utc>::from),
-        etag: None,
+        // A commit renames a new file over the old one: another inode, another mtime. So this
+        // tells a rewritten file from the one a manifest was written for, as an S3 ETag does.
+        etag: Some(format!(
+            "{:x}-{:x}.{:x}",
+            meta.ino(),
+            meta.mtime(),
+            meta.mtime_nsec()
+        )),
         metadata: BTreeMap::new(),
     }
 }

@@ -394,3 +394,107 @@ async fn coreos_secret_files_supply_credentials_and_region() {
         .unwrap();
     assert!(store.head("from-secret").await.unwrap().is_some());
 }
+
+/// A store whose requests go through `proxy` (a tampering proxy in front of Garage).
+async fn open_through(garage: &Garage, proxy: &str) -> Store {
+    let mut options = options(garage);
+    options.endpoint = Some(format!("http://{proxy}"));
+    let location = Location::S3 {
+        bucket: garage.bucket.clone(),
+        key: String::new(),
+    };
+    Store::open(&location, &options).await.unwrap()
+}
+
+async fn upload_all(store: &Store, key: &str, data: &[u8]) -> Result<(), StorageError> {
+    let mut upload = store.upload(key, UploadOptions::default()).await?;
+    for chunk in data.chunks(64 * 1024) {
+        upload.write(chunk).await?;
+    }
+    upload.commit().await.map(|_| ())
+}
+
+#[tokio::test]
+async fn parts_carry_their_crc32c_and_the_server_keeps_the_composite() {
+    let garage = Garage::start().await.unwrap();
+    let store = open(&garage).await;
+    let data = pattern(20 * MIB + 5, 7);
+    upload_all(&store, "checked/object", &data).await.unwrap();
+    let head = raw_client(&garage)
+        .await
+        .head_object()
+        .bucket(&garage.bucket)
+        .key("checked/object")
+        .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    // The CRC32C of the three parts' CRC32Cs, then "-3", as S3 defines a composite checksum.
+    let parts: Vec<u8> = data
+        .chunks(8 * MIB)
+        .flat_map(|part| crc_fast::crc32_iscsi(part).to_be_bytes())
+        .collect();
+    let expected = format!(
+        "{}-3",
+        aws_smithy_types::base64::encode(crc_fast::crc32_iscsi(&parts).to_be_bytes())
+    );
+    assert_eq!(head.checksum_crc32_c(), Some(expected.as_str()));
+}
+
+#[tokio::test]
+async fn a_byte_flipped_in_an_unsigned_part_is_refused_and_nothing_is_stored() {
+    let garage = Garage::start().await.unwrap();
+    let target = garage.endpoint.trim_start_matches("http://").to_string();
+    let plan = testbed::proxy::Tampering {
+        flip_body_of: Some("partNumber=2".into()),
+        ..Default::default()
+    };
+    let (proxy, tampered) = testbed::proxy::tampering_proxy(target, plan).await;
+    let store = open_through(&garage, &proxy).await;
+    // A first object shows the store that Garage checks CRC32Cs: the big one goes unsigned.
+    upload_all(&store, "first", b"small").await.unwrap();
+
+    let data = pattern(20 * MIB, 3);
+    let err = upload_all(&store, "flipped/object", &data)
+        .await
+        .expect_err("a corrupted part must not be stored");
+
+    let flipped = tampered.flipped_request.lock().unwrap().clone();
+    let flipped = flipped.expect("the proxy flipped a byte of part 2");
+    assert!(flipped.contains("UNSIGNED-PAYLOAD"), "{flipped}");
+    assert!(
+        flipped.to_lowercase().contains("x-amz-checksum-crc32c"),
+        "{flipped}"
+    );
+    assert!(err.to_string().contains("UploadPart"), "{err}");
+    assert_eq!(store.head("flipped/object").await.unwrap(), None);
+    assert_eq!(multipart_uploads(&garage).await, 0);
+}
+
+#[tokio::test]
+async fn a_stored_size_other_than_the_sent_one_fails_the_commit() {
+    let garage = Garage::start().await.unwrap();
+    let target = garage.endpoint.trim_start_matches("http://").to_string();
+    for (key, len) in [("short/object", 17 * MIB), ("short/small", 1000)] {
+        let plan = testbed::proxy::Tampering {
+            head_size: Some((key.into(), len as u64 - 1)),
+            ..Default::default()
+        };
+        let (proxy, tampered) = testbed::proxy::tampering_proxy(target.clone(), plan).await;
+        let store = open_through(&garage, &proxy).await;
+        let err = upload_all(&store, key, &pattern(len, 5))
+            .await
+            .expect_err("a size mismatch must fail the commit");
+        assert!(
+            tampered
+                .heads_rewritten
+                .load(std::sync::atomic::Ordering::SeqCst)
+                > 0
+        );
+        assert!(
+            matches!(err, StorageError::StoredMismatch { .. }),
+            "{key}: {err}"
+        );
+        assert!(err.to_string().contains("stored size"), "{err}");
+    }
+}

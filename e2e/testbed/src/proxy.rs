@@ -1,5 +1,6 @@
-//! A slow network for tests: a TCP proxy on loopback that passes a limited rate from the server
-//! to the client, so a stream stays in flight long enough to interrupt it.
+//! Networks that misbehave, for tests: a slow one (a TCP proxy on loopback that passes a limited
+//! rate from the server to the client, so a stream stays in flight long enough to interrupt
+//! it), and one that falsifies HTTP traffic (a flipped body byte, a faked stored size).
 
 use std::time::Duration;
 
@@ -44,4 +45,180 @@ pub async fn throttled_proxy(target: String, bytes_per_second: usize) -> String 
         }
     });
     address
+}
+
+/// How [`tampering_proxy`] falsifies the HTTP/1.1 traffic it relays: a network or a server that
+/// does not keep what it was sent.
+#[derive(Debug, Clone, Default)]
+pub struct Tampering {
+    /// Flip one byte in the middle of the body of the first request whose request line
+    /// contains this (e.g. `partNumber=2`).
+    pub flip_body_of: Option<String>,
+    /// Answer HEAD requests whose request line contains `.0` with `Content-Length: .1`: a
+    /// server that claims to have stored another size.
+    pub head_size: Option<(String, u64)>,
+}
+
+/// What [`tampering_proxy`] did, for the test to check that the fault was injected.
+#[derive(Debug, Default)]
+pub struct Tampered {
+    /// The head (request line and headers) of the request whose body byte was flipped.
+    pub flipped_request: std::sync::Mutex<Option<String>>,
+    pub heads_rewritten: std::sync::atomic::AtomicUsize,
+}
+
+/// Starts an HTTP/1.1 proxy to `target` that applies `plan`; returns its `127.0.0.1:port` and
+/// its record. Messages are framed by `Content-Length` (what S3 clients and Garage send for
+/// the requests a test tampers with); a chunked response ends the tampering on its connection.
+pub async fn tampering_proxy(
+    target: String,
+    plan: Tampering,
+) -> (String, std::sync::Arc<Tampered>) {
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
+    let address = listener.local_addr().expect("proxy address").to_string();
+    let record = Arc::new(Tampered::default());
+    let flip_pending = Arc::new(std::sync::atomic::AtomicBool::new(
+        plan.flip_body_of.is_some(),
+    ));
+    let shared = Arc::clone(&record);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = TcpStream::connect(&target).await else {
+                continue;
+            };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            // Per request, in order: does its answer carry no body, and is its size to be faked?
+            let (answers, pending) = tokio::sync::mpsc::unbounded_channel::<(bool, Option<u64>)>();
+            let (plan, record, flip_pending) =
+                (plan.clone(), Arc::clone(&shared), Arc::clone(&flip_pending));
+            tokio::spawn(async move {
+                let _ = relay_requests(
+                    client_read,
+                    server_write,
+                    &plan,
+                    &record,
+                    &flip_pending,
+                    answers,
+                )
+                .await;
+            });
+            let record = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let _ = relay_answers(server_read, client_write, pending, &record).await;
+            });
+        }
+    });
+    (address, record)
+}
+
+type Reader = tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>;
+
+/// Reads one message head (start line and headers, up to the blank line); `None` at the end.
+async fn read_head(reader: &mut Reader) -> std::io::Result<Option<String>> {
+    use tokio::io::AsyncBufReadExt;
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await? == 0 {
+            return Ok(None);
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            return Ok(Some(head));
+        }
+    }
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+async fn relay_requests(
+    from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    plan: &Tampering,
+    record: &Tampered,
+    flip_pending: &std::sync::atomic::AtomicBool,
+    answers: tokio::sync::mpsc::UnboundedSender<(bool, Option<u64>)>,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut reader = tokio::io::BufReader::new(from);
+    while let Some(head) = read_head(&mut reader).await? {
+        let request_line = head.lines().next().unwrap_or_default().to_string();
+        let is_head = request_line.starts_with("HEAD ");
+        let fake_size = plan
+            .head_size
+            .as_ref()
+            .filter(|(pattern, _)| is_head && request_line.contains(pattern.as_str()))
+            .map(|(_, size)| *size);
+        let _ = answers.send((is_head, fake_size));
+        let length: usize = header(&head, "content-length").map_or(0, |l| l.parse().unwrap_or(0));
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).await?;
+        let flip = plan
+            .flip_body_of
+            .as_ref()
+            .is_some_and(|pattern| request_line.contains(pattern.as_str()));
+        if flip && length > 0 && flip_pending.swap(false, Ordering::SeqCst) {
+            body[length / 2] ^= 0x01;
+            *record.flipped_request.lock().unwrap() = Some(head.clone());
+        }
+        to.write_all(head.as_bytes()).await?;
+        to.write_all(&body).await?;
+    }
+    to.shutdown().await
+}
+
+async fn relay_answers(
+    from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut pending: tokio::sync::mpsc::UnboundedReceiver<(bool, Option<u64>)>,
+    record: &Tampered,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut reader = tokio::io::BufReader::new(from);
+    while let Some(mut head) = read_head(&mut reader).await? {
+        let status_line = head.lines().next().unwrap_or_default().to_string();
+        // Interim answers (100 Continue) precede the real one of the same request.
+        if status_line.contains(" 100 ") {
+            to.write_all(head.as_bytes()).await?;
+            continue;
+        }
+        let (no_body, fake_size) = pending.recv().await.unwrap_or((false, None));
+        if header(&head, "transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+            // Not framed by length: relay the rest of the connection as it is.
+            to.write_all(head.as_bytes()).await?;
+            tokio::io::copy(&mut reader, &mut to).await?;
+            break;
+        }
+        let length: usize = header(&head, "content-length").map_or(0, |l| l.parse().unwrap_or(0));
+        if let Some(size) = fake_size {
+            head = head
+                .lines()
+                .map(|line| match line.split_once(':') {
+                    Some((key, _)) if key.trim().eq_ignore_ascii_case("content-length") => {
+                        format!("{key}: {size}")
+                    }
+                    _ => line.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\r\n")
+                + "\r\n";
+            record.heads_rewritten.fetch_add(1, Ordering::SeqCst);
+        }
+        to.write_all(head.as_bytes()).await?;
+        if !no_body {
+            let mut body = vec![0u8; length];
+            reader.read_exact(&mut body).await?;
+            to.write_all(&body).await?;
+        }
+    }
+    to.shutdown().await
 }

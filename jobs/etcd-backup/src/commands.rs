@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
 use etcd_snapshot::{
-    EtcdConnection, MANIFEST_SUFFIX, Manifest, ObjectName, SaveOptions, TlsPem, manifest_key,
+    EtcdConnection, MANIFEST_SUFFIX, ObjectName, SaveOptions, TlsPem, read_manifest,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -181,11 +181,8 @@ async fn list(prefix: &str, s3: &S3Args, output: Output) -> Result<()> {
     let objects = store.list(&location.key()).await?;
     let mut rows = Vec::new();
     for object in objects.iter().filter(|o| !o.key.ends_with(MANIFEST_SUFFIX)) {
-        let manifest_key = manifest_key(&object.key);
-        let manifest = match store.get_small(&manifest_key).await? {
-            Some(bytes) => Manifest::parse(&manifest_key, &bytes).ok(),
-            None => None,
-        };
+        // An unreadable or stale manifest is shown as none: nothing vouches for the object.
+        let manifest = read_manifest(&store, object).await.ok().flatten();
         rows.push((object, manifest));
     }
     match output {

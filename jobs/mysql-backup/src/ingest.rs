@@ -172,6 +172,7 @@ impl Finished {
             format: FORMAT.into(),
             stored_bytes: info.size,
             stored_sha256: self.sha,
+            stored_etag: info.etag.clone(),
             compression: self.compression,
             stream_bytes: self.summary.stream_bytes,
             payload_bytes: self.summary.payload_bytes,

@@ -18,6 +18,10 @@ pub struct Manifest {
     /// Bytes stored (after compression) and their sha256.
     pub stored_bytes: u64,
     pub stored_sha256: String,
+    /// The object's ETag once committed: a manifest left from before a rewrite of its object
+    /// is never taken for the new object's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_etag: Option<String>,
     pub compression: Compression,
     /// The xbstream as the tool wrote it.
     pub stream_bytes: u64,

@@ -101,14 +101,21 @@ pub async fn restore(
         detail,
     };
     let mut download = store.download(key).await?;
-    if let Some(m) = &manifest
-        && download.info().size != m.stored_bytes
-    {
-        return Err(corrupted(format!(
-            "{} bytes stored, the manifest says {}",
-            download.info().size,
-            m.stored_bytes
-        )));
+    if let Some(m) = &manifest {
+        let stored = download.info();
+        if stored.size != m.stored_bytes {
+            return Err(corrupted(format!(
+                "{} bytes stored, the manifest says {}",
+                stored.size, m.stored_bytes
+            )));
+        }
+        if let (Some(recorded), Some(found)) = (&m.stored_etag, &stored.etag)
+            && recorded != found
+        {
+            return Err(corrupted(format!(
+                "the object was rewritten after its manifest (ETag {found}, the manifest says {recorded})"
+            )));
+        }
     }
     let staging = Staging::begin(datadir)?;
     let result = async {

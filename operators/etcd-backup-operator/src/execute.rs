@@ -8,7 +8,7 @@ use etcd_snapshot::{EtcdConnection, ObjectName, SaveOptions, SaveReport};
 
 use crate::local::{self, LocalVolume, LocalVolumeError};
 use crate::plan::{BackupPlan, Target};
-use crate::retention::{self, OWNER_METADATA_KEY};
+use crate::retention::{self, OWNER_METADATA_KEY, recorded_owner};
 use crate::secrets::{Resolved, SecretError};
 
 /// Multipart uploads under the object's prefix left unfinished this long (a killed operator)
@@ -153,28 +153,22 @@ pub async fn run_backup(
 /// The `Delete` deletion policy: removes what this EtcdBackup wrote.
 /// A one-shot writes exactly its path: that path may hold a backup this EtcdBackup wrote
 /// before (rewritten), or nothing, but never another tenant's or tool's object, which a
-/// one-shot naming it must not be able to replace. The owner is read from the object's manifest
-/// (S3 and local alike).
+/// one-shot naming it must not be able to replace. The owner is the one recorded on the object
+/// (`recorded_owner`).
 async fn refuse_foreign_object(store: &Store, key: &str, owner: &str) -> Result<(), RunError> {
-    if store.head(key).await?.is_none() {
+    let Some(object) = store.head(key).await? else {
         return Ok(());
-    }
+    };
     let url = store.location(key).to_string();
-    let manifest_key = etcd_snapshot::manifest_key(key);
-    let manifest = store.get_small(&manifest_key).await?;
-    let recorded = manifest
-        .as_deref()
-        .and_then(|m| etcd_snapshot::Manifest::parse(&manifest_key, m).ok())
-        .and_then(|m| m.labels.get(OWNER_METADATA_KEY).cloned());
-    match recorded {
+    match recorded_owner(store, &object).await? {
         Some(recorded) if recorded == owner => Ok(()),
         Some(other) => Err(RunError::NotOwned {
             url,
-            why: format!("its manifest names EtcdBackup UID {other}"),
+            why: format!("EtcdBackup UID {other} wrote it"),
         }),
         None => Err(RunError::NotOwned {
             url,
-            why: "it has no manifest of an EtcdBackup".into(),
+            why: "neither the object nor a manifest written for it names an EtcdBackup".into(),
         }),
     }
 }

@@ -5,9 +5,9 @@
 //! Ordering is by the time and revision parsed from the name (etcd-snapshot's naming), never
 //! by string order.
 
-use backup_storage::{StorageError, Store};
+use backup_storage::{ObjectInfo, StorageError, Store};
 use etcd_snapshot::naming::{parse_scheduled, select_for_deletion};
-use etcd_snapshot::{MANIFEST_SUFFIX, Manifest, manifest_key};
+use etcd_snapshot::{MANIFEST_SUFFIX, manifest_key, read_manifest};
 
 /// S3 user metadata naming the EtcdBackup (by UID) that wrote an object.
 pub const OWNER_METADATA_KEY: &str = "etcd-backup-uid";
@@ -64,25 +64,27 @@ pub async fn candidates(
         let Some(info) = store.head(&key).await? else {
             continue;
         };
-        let owner = match info.metadata.get(OWNER_METADATA_KEY) {
-            Some(owner) => Some(owner.clone()),
-            // Local files carry no user metadata; the manifest beside them records the owner.
-            None => manifest_owner(store, &key).await?,
-        };
+        let owner = recorded_owner(store, &info).await?;
         out.push(Candidate { owner, key });
     }
     Ok(out)
 }
 
-/// The owner recorded in the manifest of `key`; none without a readable manifest, so such a
-/// file is never taken for ours.
-async fn manifest_owner(store: &Store, key: &str) -> Result<Option<String>, StorageError> {
-    let Some(bytes) = store.get_small(&manifest_key(key)).await? else {
-        return Ok(None);
-    };
-    Ok(Manifest::parse(key, &bytes)
-        .ok()
-        .and_then(|m| m.labels.get(OWNER_METADATA_KEY).cloned()))
+/// The EtcdBackup (by UID) that wrote `object`: the S3 user metadata on it or, since local
+/// files carry none, the manifest written for this very object. An unreadable or stale manifest
+/// names nobody, so such an object is never taken for ours.
+pub async fn recorded_owner(
+    store: &Store,
+    object: &ObjectInfo,
+) -> Result<Option<String>, StorageError> {
+    if let Some(owner) = object.metadata.get(OWNER_METADATA_KEY) {
+        return Ok(Some(owner.clone()));
+    }
+    match read_manifest(store, object).await {
+        Ok(manifest) => Ok(manifest.and_then(|m| m.labels.get(OWNER_METADATA_KEY).cloned())),
+        Err(etcd_snapshot::Error::Storage(e)) => Err(e),
+        Err(_) => Ok(None),
+    }
 }
 
 /// Applies `maxBackups` after a successful scheduled run; returns the deleted keys.

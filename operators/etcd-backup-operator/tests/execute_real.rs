@@ -319,7 +319,7 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
-    assert!(err.to_string().contains("has no manifest"), "{err}");
+    assert!(err.to_string().contains("names an EtcdBackup"), "{err}");
     assert_eq!(store.get_small("tool.bin").await.unwrap().unwrap(), foreign);
 
     // Another EtcdBackup's backup.
@@ -349,4 +349,30 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
             .await
             .unwrap();
     }
+
+    // Replaced behind its manifest by another tool: the manifest still names this EtcdBackup,
+    // but it was written for the object before, so it vouches for nothing.
+    store
+        .put_small(
+            "ours.backup",
+            foreign.to_vec().into(),
+            "application/octet-stream",
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get_small("ours.backup.manifest.json")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
+    assert_eq!(
+        store.get_small("ours.backup").await.unwrap().unwrap(),
+        foreign
+    );
 }

@@ -3,6 +3,7 @@
 //! an operation requires them, because several S3-compatible servers reject the SDK's default
 //! trailing checksums.
 
+mod checksum;
 mod download;
 mod error;
 mod upload;
@@ -143,6 +144,7 @@ pub struct S3Store {
     /// For messages: the endpoint we talk to.
     endpoint: String,
     abort_retry_window: Duration,
+    checks: checksum::ServerChecks,
 }
 
 impl fmt::Debug for S3Store {
@@ -227,6 +229,7 @@ impl S3Store {
             bucket: bucket.to_string(),
             endpoint,
             abort_retry_window: options.abort_retry_window,
+            checks: checksum::ServerChecks::default(),
         })
     }
 

@@ -4,16 +4,19 @@
 //! waits when the pipeline is full, which pushes back on the producer (the etcd stream).
 //! A stream that ends before the first part is full is sent with one PUT.
 //!
+//! Each part carries its CRC32C and the stored object is checked after the commit (see
+//! [`super::checksum`]).
+//!
 //! Part buffers are recycled once their part is acknowledged, so a long upload allocates
 //! `max_in_flight + 1` buffers in all: allocating a fresh 8 MiB buffer per part lets the
 //! allocator keep freed ones around and memory creep up with the object size.
 
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use bytes::{Bytes, BytesMut};
 use tokio::task::JoinSet;
 
-use super::S3Store;
+use super::{S3Store, checksum};
 use crate::part_size::MAX_PARTS;
 use crate::{ObjectInfo, Result, StorageError, UploadOptions};
 
@@ -109,6 +112,7 @@ impl S3Upload {
             .key(&self.key)
             .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
             .set_content_type(self.options.content_type.clone())
+            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
             .send()
             .await
             .map_err(|e| self.store.classify(e, "CreateMultipartUpload", &self.key))?;
@@ -132,25 +136,7 @@ impl S3Upload {
         let store = self.store.clone();
         let key = self.key.clone();
         self.in_flight.spawn(async move {
-            // ByteStream from Bytes is replayable, so the SDK can retry the part on its own.
-            let result = store
-                .client
-                .upload_part()
-                .bucket(&store.bucket)
-                .key(&key)
-                .upload_id(upload_id)
-                .part_number(number)
-                .content_length(body.len() as i64)
-                .body(ByteStream::from(body.clone()))
-                .send()
-                .await
-                .map_err(|e| store.classify(e, "UploadPart", &key))
-                .map(|out| {
-                    CompletedPart::builder()
-                        .part_number(number)
-                        .set_e_tag(out.e_tag().map(str::to_string))
-                        .build()
-                });
+            let result = upload_part(&store, &key, upload_id, number, body.clone()).await;
             (result, body)
         });
         self.next_part += 1;
@@ -203,53 +189,103 @@ impl S3Upload {
 
     async fn finish(&mut self) -> Result<ObjectInfo> {
         let etag = if self.upload_id.is_none() {
-            let body = std::mem::take(&mut self.buffer).freeze();
-            let out = self
-                .store
-                .client
-                .put_object()
-                .bucket(&self.store.bucket)
-                .key(&self.key)
-                .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
-                .set_content_type(self.options.content_type.clone())
-                .body(ByteStream::from(body))
-                .send()
-                .await
-                .map_err(|e| self.store.classify(e, "PutObject", &self.key))?;
-            out.e_tag().map(str::to_string)
+            self.put_whole().await?
         } else {
-            if !self.buffer.is_empty() {
-                self.send_part().await?;
-            }
-            while !self.in_flight.is_empty() {
-                self.collect_one().await?;
-            }
-            let mut parts = std::mem::take(&mut self.completed);
-            parts.sort_by_key(|p| p.part_number());
-            let out = self
-                .store
-                .client
-                .complete_multipart_upload()
-                .bucket(&self.store.bucket)
-                .key(&self.key)
-                .upload_id(self.upload_id.clone().unwrap_or_default())
-                .multipart_upload(
-                    CompletedMultipartUpload::builder()
-                        .set_parts(Some(parts))
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| self.store.classify(e, "CompleteMultipartUpload", &self.key))?;
-            out.e_tag().map(str::to_string)
+            self.complete().await?
         };
+        let stored = self.store.head(&self.key).await?;
+        let stored_size = stored.as_ref().map(|o| o.size);
+        if stored_size != Some(self.bytes) {
+            return Err(self.mismatch(
+                "the stored size",
+                self.bytes,
+                stored_size.map_or("nothing".into(), |s| s.to_string()),
+            ));
+        }
         Ok(ObjectInfo {
             key: self.key.clone(),
             size: self.bytes,
-            last_modified: None,
-            etag,
+            last_modified: stored.as_ref().and_then(|o| o.last_modified),
+            etag: stored.and_then(|o| o.etag).or(etag),
             metadata: self.options.metadata.clone(),
         })
+    }
+
+    /// A stream shorter than one part: one PutObject. Returns the ETag.
+    async fn put_whole(&mut self) -> Result<Option<String>> {
+        let body = std::mem::take(&mut self.buffer).freeze();
+        let crc = checksum::encode(checksum::crc32c(&body));
+        let request = self
+            .store
+            .client
+            .put_object()
+            .bucket(&self.store.bucket)
+            .key(&self.key)
+            .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
+            .set_content_type(self.options.content_type.clone())
+            .checksum_crc32_c(&crc)
+            .body(ByteStream::from(body));
+        let sent = if self.store.checks.confirmed() {
+            request.customize().disable_payload_signing().send().await
+        } else {
+            request.send().await
+        };
+        let out = sent.map_err(|e| self.store.classify(e, "PutObject", &self.key))?;
+        let echoed = out.checksum_crc32_c();
+        self.store.checks.saw_echo(&crc, echoed);
+        if let Some(stored) = echoed.filter(|stored| *stored != crc) {
+            return Err(self.mismatch("the CRC32C", crc, stored));
+        }
+        Ok(out.e_tag().map(str::to_string))
+    }
+
+    /// Sends the last part, waits for all, and completes the upload. Returns the ETag.
+    async fn complete(&mut self) -> Result<Option<String>> {
+        if !self.buffer.is_empty() {
+            self.send_part().await?;
+        }
+        while !self.in_flight.is_empty() {
+            self.collect_one().await?;
+        }
+        let mut parts = std::mem::take(&mut self.completed);
+        parts.sort_by_key(|p| p.part_number());
+        let sent: Option<Vec<u32>> = parts
+            .iter()
+            .map(|p| p.checksum_crc32_c().and_then(checksum::decode))
+            .collect();
+        let out = self
+            .store
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.key)
+            .upload_id(self.upload_id.clone().unwrap_or_default())
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| self.store.classify(e, "CompleteMultipartUpload", &self.key))?;
+        // Completed: there is no upload left to abort.
+        self.upload_id = None;
+        if let (Some(sent), Some(stored)) = (sent, out.checksum_crc32_c()) {
+            let expected = checksum::composite(&sent);
+            if stored != expected {
+                return Err(self.mismatch("the composite CRC32C", expected, stored));
+            }
+        }
+        Ok(out.e_tag().map(str::to_string))
+    }
+
+    fn mismatch(&self, what: &str, sent: impl ToString, stored: impl ToString) -> StorageError {
+        StorageError::StoredMismatch {
+            url: self.store.url(&self.key),
+            what: what.to_string(),
+            sent: sent.to_string(),
+            stored: stored.to_string(),
+        }
     }
 
     pub async fn abort(mut self) -> Result<()> {
@@ -280,6 +316,49 @@ impl S3Upload {
         self.finished = true;
         result
     }
+}
+
+/// Sends one part with its CRC32C, unsigned once the server has shown it checks the CRC.
+async fn upload_part(
+    store: &S3Store,
+    key: &str,
+    upload_id: String,
+    number: i32,
+    body: Bytes,
+) -> Result<CompletedPart> {
+    let crc = checksum::encode(checksum::crc32c(&body));
+    // ByteStream from Bytes is replayable, so the SDK can retry the part on its own.
+    let request = store
+        .client
+        .upload_part()
+        .bucket(&store.bucket)
+        .key(key)
+        .upload_id(upload_id)
+        .part_number(number)
+        .content_length(body.len() as i64)
+        .checksum_crc32_c(&crc)
+        .body(ByteStream::from(body));
+    let sent = if store.checks.confirmed() {
+        request.customize().disable_payload_signing().send().await
+    } else {
+        request.send().await
+    };
+    let out = sent.map_err(|e| store.classify(e, "UploadPart", key))?;
+    let echoed = out.checksum_crc32_c();
+    store.checks.saw_echo(&crc, echoed);
+    if let Some(stored) = echoed.filter(|stored| *stored != crc) {
+        return Err(StorageError::StoredMismatch {
+            url: store.url(key),
+            what: format!("part {number}'s CRC32C"),
+            sent: crc,
+            stored: stored.to_string(),
+        });
+    }
+    Ok(CompletedPart::builder()
+        .part_number(number)
+        .set_e_tag(out.e_tag().map(str::to_string))
+        .checksum_crc32_c(crc)
+        .build())
 }
 
 impl Drop for S3Upload {
