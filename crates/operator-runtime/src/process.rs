@@ -40,7 +40,8 @@ pub struct RuntimeArgs {
     /// This replica's identity in the Lease and in events (downward API pod name).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
-    /// Seconds a Lease is held without renewal.
+    /// Seconds a Lease is held without renewal. The holder renews every 2/15 of it and stops
+    /// acting when it could not renew for 2/3 of it (the renew deadline).
     #[arg(long, env = "LEASE_DURATION_SECONDS", default_value_t = 15)]
     pub lease_duration_seconds: u64,
 }
@@ -143,14 +144,19 @@ pub async fn start(
 }
 
 impl Started {
-    /// After the controller has returned: stops the server and says whether the process ended
-    /// because it lost leadership (an error, so the pod restarts as a standby).
+    /// After the controller has returned (its work wound down): stops the server, releases
+    /// the Lease so a standby takes over at once, and says whether the process ended because
+    /// it lost leadership (an error, so the pod restarts as a standby).
     pub async fn finish(self) -> Result<(), StartError> {
         self.stop.cancel();
         let _ = self.server.await;
         match self.leadership {
             Some(leadership) if leadership.lost.is_cancelled() => Err(StartError::LeadershipLost),
-            _ => Ok(()),
+            Some(leadership) => {
+                leadership.release().await;
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 }

@@ -222,3 +222,76 @@ async fn relay_answers(
     }
     to.shutdown().await
 }
+
+/// A network partition that a test switches on: see [`partitionable_proxy`].
+#[derive(Debug, Clone, Default)]
+pub struct Partition(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Partition {
+    /// From now on, nothing crosses: bytes on open connections are dropped in both directions
+    /// and new connections are accepted but never reach the server (packets lost, no reset).
+    pub fn cut(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_cut(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Starts a TCP proxy to `target` that relays everything until its [`Partition`] is cut;
+/// returns its `127.0.0.1:port`.
+pub async fn partitionable_proxy(target: String) -> (String, Partition) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
+    let address = listener.local_addr().expect("proxy address").to_string();
+    let partition = Partition::default();
+    let cut = partition.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (target, cut) = (target.clone(), cut.clone());
+            tokio::spawn(async move {
+                if cut.is_cut() {
+                    return swallow(client).await;
+                }
+                let Ok(server) = TcpStream::connect(&target).await else {
+                    return;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(relay_until_cut(client_read, server_write, cut.clone()));
+                relay_until_cut(server_read, client_write, cut).await;
+            });
+        }
+    });
+    (address, partition)
+}
+
+/// Reads and drops everything, keeping the connection open.
+async fn swallow(mut stream: TcpStream) {
+    let mut chunk = vec![0u8; 16 * 1024];
+    while matches!(stream.read(&mut chunk).await, Ok(n) if n > 0) {}
+}
+
+async fn relay_until_cut(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    cut: Partition,
+) {
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if !cut.is_cut() && to.write_all(&chunk[..n]).await.is_err() {
+            break;
+        }
+    }
+    if cut.is_cut() {
+        // A partition closes nothing: keep this side open (until the test process ends).
+        std::future::pending::<()>().await;
+    }
+    let _ = to.shutdown().await;
+}

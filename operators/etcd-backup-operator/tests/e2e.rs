@@ -57,6 +57,17 @@ impl Operator {
     /// ServiceAccount in `account_namespace`; its log goes to
     /// `$TMPDIR/<tag>-<account_namespace>-<port>.log`.
     async fn start_as(watch: &str, account_namespace: &str, tag: &str, extra: &[&str]) -> Operator {
+        let kubeconfig = service_account_kubeconfig(account_namespace);
+        Operator::spawn(watch, &kubeconfig, account_namespace, tag, extra).await
+    }
+
+    async fn spawn(
+        watch: &str,
+        kubeconfig: &std::path::Path,
+        account_namespace: &str,
+        tag: &str,
+        extra: &[&str],
+    ) -> Operator {
         let port = testbed::free_port();
         let log = std::env::temp_dir().join(format!("{tag}-{account_namespace}-{port}.log"));
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_etcd-backup-operator"));
@@ -69,7 +80,7 @@ impl Operator {
             ])
             .args(["--max-concurrent-backups", "2", "--log-format", "json"])
             .args(extra)
-            .env("KUBECONFIG", service_account_kubeconfig(account_namespace));
+            .env("KUBECONFIG", kubeconfig);
         // Credentials come from the EtcdBackup's Secret only.
         let child = without_ambient_aws(&mut command)
             .stdout(Stdio::null())
@@ -168,6 +179,57 @@ async fn install_crds(kube: &KubeTestbed) {
 /// Where [`setup`] writes the kubeconfig that impersonates the operator's ServiceAccount.
 fn service_account_kubeconfig(namespace: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("{namespace}-{SERVICE_ACCOUNT}.kubeconfig"))
+}
+
+/// A copy of `namespace`'s ServiceAccount kubeconfig whose API server is reached through a
+/// proxy the test can cut.
+async fn kubeconfig_through_partition(
+    namespace: &str,
+) -> (std::path::PathBuf, testbed::proxy::Partition) {
+    let path = service_account_kubeconfig(namespace);
+    let mut config = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let cluster = config.clusters[0].cluster.as_mut().unwrap();
+    let mut server: url::Url = cluster.server.as_deref().unwrap().parse().unwrap();
+    let target = format!(
+        "{}:{}",
+        server.host_str().unwrap(),
+        server.port_or_known_default().unwrap()
+    );
+    let (proxy, partition) = testbed::proxy::partitionable_proxy(target).await;
+    server
+        .set_port(Some(proxy.rsplit_once(':').unwrap().1.parse().unwrap()))
+        .unwrap();
+    cluster.server = Some(server.to_string());
+    let through = path.with_extension("partitioned.kubeconfig");
+    std::fs::write(&through, serde_saphyr::to_string(&config).unwrap()).unwrap();
+    (through, partition)
+}
+
+/// Flags of one replica with leader election on a Lease in `namespace`.
+fn election_args(namespace: &str, identity: &str, duration_seconds: u32) -> Vec<String> {
+    let duration = duration_seconds.to_string();
+    [
+        "--leader-election",
+        "--lease-namespace",
+        namespace,
+        "--pod-name",
+        identity,
+        "--lease-duration-seconds",
+        &duration,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// When each line of a JSON log containing `message` was written.
+fn logged_at(log: &std::path::Path, message: &str) -> Vec<chrono::DateTime<chrono::Utc>> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(message))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["timestamp"].as_str()?.parse().ok())
+        .collect()
 }
 
 /// The deploy/ files' kinds, for the dynamic API.
@@ -529,19 +591,7 @@ async fn coreos_periodic_example_keeps_two_and_stops_when_deleted() {
 #[tokio::test]
 async fn two_replicas_with_leader_election_back_up_once_and_fail_over() {
     let (kube, ns, etcd, garage) = setup("eb-leader").await;
-    let election = |id: &str| -> Vec<String> {
-        [
-            "--leader-election",
-            "--lease-namespace",
-            &ns,
-            "--pod-name",
-            id,
-        ]
-        .into_iter()
-        .chain(["--lease-duration-seconds", "4"])
-        .map(String::from)
-        .collect()
-    };
+    let election = |id: &str| election_args(&ns, id, 4);
     let (a_args, b_args) = (election("replica-a"), election("replica-b"));
     let a = Operator::start_with(&ns, "replica-a", &strs(&a_args)).await;
     let b = Operator::start_with(&ns, "replica-b", &strs(&b_args)).await;
@@ -564,6 +614,86 @@ async fn two_replicas_with_leader_election_back_up_once_and_fail_over() {
     })
     .await;
     assert!(api.get(&name).await.unwrap().status.unwrap().succeeded);
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// Fencing: the leader is cut off from the API server mid-backup. It stops within the renew
+/// deadline, cancelling the backup and aborting its upload, before the standby may take the
+/// Lease; the standby then runs the interrupted one-shot. Never two backups at once.
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_server_stops_its_backup_before_the_standby_starts() {
+    let (kube, ns, etcd, garage) = setup("eb-fence").await;
+    etcd.fill_random(24 << 20, 64 << 10).await.unwrap();
+    // etcd's stream at 2 MiB/s: the backup is in flight for about 12 s.
+    let slow_etcd = testbed::proxy::throttled_proxy(
+        etcd.endpoint.trim_start_matches("http://").to_string(),
+        2 << 20,
+    )
+    .await;
+    let election = |id: &str| election_args(&ns, id, 6);
+    let (through, partition) = kubeconfig_through_partition(&ns).await;
+    let (a_args, b_args) = (election("replica-a"), election("replica-b"));
+    let mut leader = Operator::spawn(&ns, &through, &ns, "replica-a", &strs(&a_args)).await;
+    let standby = Operator::start_with(&ns, "replica-b", &strs(&b_args)).await;
+    wait_for("replica-a to lead", 30, || async {
+        !logged_at(&leader.log, "became leader").is_empty()
+    })
+    .await;
+
+    let mut manifest = fill(example("etcd-backup-oneshot.yaml"), &etcd, &garage);
+    manifest["spec"]["etcdEndpoints"] = json!([format!("http://{slow_etcd}")]);
+    let name = manifest["metadata"]["name"].as_str().unwrap().to_string();
+    let api = create(&kube, &ns, manifest).await;
+    wait_for("the leader's backup to be running", 60, || async {
+        leader
+            .get("/metrics")
+            .await
+            .is_some_and(|(_, m)| m.contains("etcd_backup_running 1"))
+    })
+    .await;
+
+    partition.cut();
+    let exit = tokio::time::timeout(Duration::from_secs(60), leader.child.wait())
+        .await
+        .expect("the cut-off leader did not stop")
+        .unwrap();
+    assert!(
+        !exit.success(),
+        "a lost leadership exits non-zero: {exit:?}"
+    );
+    wait_until_succeeded(&api, &name).await;
+
+    let lost = logged_at(&leader.log, "lost leadership");
+    let cancelled = logged_at(&leader.log, "backup cancelled");
+    let took_over = logged_at(&standby.log, "became leader");
+    let standby_started = logged_at(&standby.log, "snapshot started");
+    assert_eq!(
+        lost.len(),
+        1,
+        "{}",
+        std::fs::read_to_string(&leader.log).unwrap()
+    );
+    assert_eq!(cancelled.len(), 1, "the leader's backup was cancelled");
+    assert!(lost[0] <= cancelled[0]);
+    assert!(
+        cancelled[0] < took_over[0] && took_over[0] <= standby_started[0],
+        "leader cancelled at {}, standby led at {} and started at {}",
+        cancelled[0],
+        took_over[0],
+        standby_started[0]
+    );
+    assert_eq!(standby.successes(), 1);
+    assert_eq!(leader.successes(), 0);
+    let store = store(&garage).await;
+    etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    assert_eq!(
+        store
+            .clean_incomplete("etcd.backup", Duration::ZERO, &|_| true)
+            .await
+            .unwrap(),
+        0,
+        "the cut-off leader's upload was aborted"
+    );
     kube.delete_namespace(&ns).await.unwrap();
 }
 

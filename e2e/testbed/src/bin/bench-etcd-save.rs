@@ -54,8 +54,9 @@ fn parse_args() -> Result<Args> {
 struct Measured {
     label: &'static str,
     seconds: f64,
-    /// User + system CPU seconds of the client processes (not of etcd or Garage).
-    cpu_seconds: f64,
+    /// User and system CPU seconds of the client processes (not of etcd or Garage).
+    user_seconds: f64,
+    system_seconds: f64,
     /// CPU seconds etcd and Garage spent meanwhile: with the client's, what the machine had to do.
     server_cpu_seconds: f64,
     peak_rss_mib: f64,
@@ -115,7 +116,8 @@ fn measure(
     Ok(Measured {
         label,
         seconds,
-        cpu_seconds: user + system,
+        user_seconds: user,
+        system_seconds: system,
         server_cpu_seconds: servers_cpu_seconds(servers)? - servers_before,
         peak_rss_mib: kib / 1024.0,
     })
@@ -200,17 +202,18 @@ async fn main() -> Result<()> {
         small_size as f64 / 1e6
     );
     println!(
-        "{:<34} {:>9} {:>10} {:>14} {:>12} {:>12}",
-        "way", "seconds", "MB/s", "peak RSS MiB", "client CPU s", "server CPU s"
+        "{:<34} {:>9} {:>10} {:>14} {:>12} {:>12} {:>12}",
+        "way", "seconds", "MB/s", "peak RSS MiB", "client usr s", "client sys s", "server CPU s"
     );
     let row = |m: &Measured, bytes: u64| {
         println!(
-            "{:<34} {:>9.2} {:>10.1} {:>14.1} {:>12.2} {:>12.2}",
+            "{:<34} {:>9.2} {:>10.1} {:>14.1} {:>12.2} {:>12.2} {:>12.2}",
             m.label,
             m.seconds,
             bytes as f64 / 1e6 / m.seconds.max(0.01),
             m.peak_rss_mib,
-            m.cpu_seconds,
+            m.user_seconds,
+            m.system_seconds,
             m.server_cpu_seconds
         )
     };
@@ -219,7 +222,8 @@ async fn main() -> Result<()> {
     }
     row(&a_small, small_size);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let busy = |m: &Measured| m.cpu_seconds + m.server_cpu_seconds;
+    let client = |m: &Measured| m.user_seconds + m.system_seconds;
+    let busy = |m: &Measured| client(m) + m.server_cpu_seconds;
     println!(
         "\n{cores} cores. CPU seconds (client + etcd + Garage) per way: (a) {:.1}, (b) {:.1}, \
          (c) {:.1}, (d) {:.1}. (a) cannot take less than {:.1} s here: its steps overlap, so \
@@ -230,6 +234,20 @@ async fn main() -> Result<()> {
         busy(&d),
         busy(&a) / cores as f64
     );
+    let gib = db_size as f64 / (1u64 << 30) as f64;
+    println!(
+        "\nclient CPU-s per GiB backed up (user + system = all) [targets for (a): user <= 1.0, all <= 1.8]:"
+    );
+    for m in [&a, &b] {
+        println!(
+            "  {:<34} {:.2} + {:.2} = {:.2}",
+            m.label,
+            m.user_seconds / gib,
+            m.system_seconds / gib,
+            client(m) / gib
+        );
+    }
+    println!("  (a) / (b) client CPU = {:.2}", client(&a) / client(&b));
     let slowest_step = c.seconds.max(d.seconds);
     println!("\nratios (target in brackets):");
     println!(
