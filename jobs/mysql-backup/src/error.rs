@@ -64,7 +64,9 @@ pub enum Error {
     #[error("peer {peer}: {detail}")]
     Peer { peer: String, detail: String },
 
-    #[error("peer {peer} rejected the authentication token")]
+    #[error(
+        "the handshake with {peer} failed: one side does not hold the same token (or {peer} is not a mysql-backup serve port of this version); nothing was exchanged"
+    )]
     AuthRejected { peer: String },
 
     #[error("peer {peer} is busy with another backup; retry later")]

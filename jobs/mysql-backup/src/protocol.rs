@@ -1,112 +1,291 @@
-//! The `serve` wire protocol over TCP.
+//! The `serve` wire protocol over TCP: confidential, integrity-protected and mutually
+//! authenticated by the shared token, through the Noise protocol framework (the `snow` crate).
 //!
-//! 1. server: `MYSQL-BACKUP/1 <nonce hex>\n`
-//! 2. client: `BACKUP <hex HMAC-SHA256(token, nonce)>\n` (the token never crosses the wire)
-//! 3. server: `OK\n`, `BUSY\n` or `ERR <reason>\n`
+//! 1. A Noise `NNpsk0` handshake (X25519, ChaCha20-Poly1305, SHA-256), the pre-shared key being
+//!    the SHA-256 of the token, the prologue naming this protocol version. Each side learns that
+//!    the other holds the token: the client's message is sealed under it, the server's answer
+//!    too, and the token never crosses the wire. Fresh ephemeral keys give each connection its
+//!    own session keys, so nothing recorded from one connection works in another.
+//! 2. client: the request `BACKUP`, the first sealed message. Only the client that made the
+//!    handshake can seal it, so a handshake message replayed by someone else starts nothing.
+//! 3. server: `OK`, `BUSY` or `ERR <reason>`.
 //! 4. after `OK`, frames: tag byte, u32 big-endian length, payload. `D` carries stream bytes;
 //!    the last frame is `S` (success, JSON summary) or `F` (failure, message). A connection that
 //!    ends without `S` is a failed backup.
+//!
+//! On the wire every message is a u16 big-endian length and a Noise message (at most 65535
+//! bytes; a frame spans as many as it needs). A byte changed, dropped, reordered or inserted by
+//! anyone without the token fails the next message's authentication tag.
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use sha2::{Digest, Sha256};
+use snow::{HandshakeState, TransportState};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-pub const GREETING: &str = "MYSQL-BACKUP/1";
+const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_SHA256";
+const PROLOGUE: &[u8] = b"MYSQL-BACKUP/2";
+/// Largest Noise message, and the plaintext that fits in one with its 16-byte tag.
+const MAX_MESSAGE: usize = 65535;
+const MAX_PLAINTEXT: usize = MAX_MESSAGE - 16;
+
 pub const MAX_FRAME: u32 = 4 << 20;
-/// Longest control line accepted (greeting, auth, answer).
-const MAX_LINE: u64 = 1024;
+pub const REQUEST: &[u8] = b"BACKUP";
 
 pub const TAG_DATA: u8 = b'D';
 pub const TAG_SUCCESS: u8 = b'S';
 pub const TAG_FAILURE: u8 = b'F';
 
-pub fn auth_proof(token: &[u8], nonce: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key length");
-    mac.update(nonce.as_bytes());
-    hex::encode(mac.finalize().into_bytes())
+/// Why a connection failed, so the caller can tell a wrong token from a broken network.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error(
+        "the handshake failed: the peer does not hold the same token, or is not a mysql-backup serve port of this version"
+    )]
+    Handshake,
+    #[error("a message failed its authentication check: the stream was altered in transit")]
+    Tampered,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
 }
 
-/// Constant-time check of a client's proof.
-pub fn verify_proof(token: &[u8], nonce: &str, proof_hex: &str) -> bool {
-    let Ok(proof) = hex::decode(proof_hex.trim()) else {
-        return false;
-    };
-    let mut mac = Hmac::<Sha256>::new_from_slice(token).expect("HMAC takes any key length");
-    mac.update(nonce.as_bytes());
-    mac.verify_slice(&proof).is_ok()
-}
+type Result<T> = std::result::Result<T, ChannelError>;
 
-pub async fn read_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> std::io::Result<String> {
-    let mut line = String::new();
-    let n = (&mut *reader).take(MAX_LINE).read_line(&mut line).await?;
-    if n == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
+fn noise(token: &[u8], initiator: bool) -> HandshakeState {
+    let psk: [u8; 32] = Sha256::digest(token).into();
+    let builder = snow::Builder::new(PATTERN.parse().expect("a valid Noise pattern"))
+        .prologue(PROLOGUE)
+        .expect("prologue is set once")
+        .psk(0, &psk)
+        .expect("psk 0 is valid for NNpsk0");
+    if initiator {
+        builder.build_initiator()
+    } else {
+        builder.build_responder()
     }
-    if !line.ends_with('\n') {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "control line too long",
-        ));
-    }
-    Ok(line.trim_end().to_string())
+    .expect("the default resolver supports the pattern")
 }
 
-pub async fn write_frame<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    tag: u8,
-    payload: &[u8],
-) -> std::io::Result<()> {
-    let mut header = [0u8; 5];
-    header[0] = tag;
-    header[1..].copy_from_slice(&(payload.len() as u32).to_be_bytes());
-    w.write_all(&header).await?;
-    w.write_all(payload).await
+async fn write_message<W: AsyncWrite + Unpin>(w: &mut W, message: &[u8]) -> Result<()> {
+    w.write_all(&(message.len() as u16).to_be_bytes()).await?;
+    w.write_all(message).await?;
+    Ok(())
 }
 
-/// Reads one frame into `buf` (reused, so memory stays at one frame).
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<(u8, usize)> {
-    let mut header = [0u8; 5];
-    r.read_exact(&mut header).await?;
-    let len = u32::from_be_bytes(header[1..].try_into().unwrap());
-    if len > MAX_FRAME || ![TAG_DATA, TAG_SUCCESS, TAG_FAILURE].contains(&header[0]) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "bad frame header",
-        ));
+async fn read_message<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> Result<()> {
+    let mut length = [0u8; 2];
+    r.read_exact(&mut length).await?;
+    buf.resize(u16::from_be_bytes(length) as usize, 0);
+    r.read_exact(buf).await?;
+    Ok(())
+}
+
+/// The client's side of the handshake and request; then it only reads.
+pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    token: &[u8],
+) -> Result<Receiver> {
+    let mut handshake = noise(token, true);
+    let mut message = vec![0u8; MAX_MESSAGE];
+    let n = handshake
+        .write_message(&[], &mut message)
+        .map_err(|_| ChannelError::Handshake)?;
+    write_message(stream, &message[..n]).await?;
+    let mut answer = Vec::new();
+    // A server without the token cannot answer; one that refuses us closes the connection.
+    read_message(stream, &mut answer)
+        .await
+        .map_err(|_| ChannelError::Handshake)?;
+    handshake
+        .read_message(&answer, &mut message)
+        .map_err(|_| ChannelError::Handshake)?;
+    let mut transport = handshake
+        .into_transport_mode()
+        .map_err(|_| ChannelError::Handshake)?;
+    let n = transport
+        .write_message(REQUEST, &mut message)
+        .map_err(|_| ChannelError::Handshake)?;
+    write_message(stream, &message[..n]).await?;
+    Ok(Receiver {
+        transport,
+        message: Vec::new(),
+        plain: vec![0u8; MAX_MESSAGE],
+    })
+}
+
+/// The server's side of the handshake; returns once the client's request arrived sealed.
+pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    token: &[u8],
+) -> Result<Sender> {
+    let mut handshake = noise(token, false);
+    let mut message = Vec::new();
+    let mut plain = vec![0u8; MAX_MESSAGE];
+    read_message(stream, &mut message).await?;
+    handshake
+        .read_message(&message, &mut plain)
+        .map_err(|_| ChannelError::Handshake)?;
+    let mut answer = vec![0u8; MAX_MESSAGE];
+    let n = handshake
+        .write_message(&[], &mut answer)
+        .map_err(|_| ChannelError::Handshake)?;
+    write_message(stream, &answer[..n]).await?;
+    let mut transport = handshake
+        .into_transport_mode()
+        .map_err(|_| ChannelError::Handshake)?;
+    read_message(stream, &mut message).await?;
+    let n = transport
+        .read_message(&message, &mut plain)
+        .map_err(|_| ChannelError::Handshake)?;
+    if &plain[..n] != REQUEST {
+        return Err(ChannelError::Protocol("unknown request".into()));
     }
-    buf.resize(len as usize, 0);
-    r.read_exact(&mut buf[..]).await?;
-    Ok((header[0], len as usize))
+    Ok(Sender {
+        transport,
+        message: vec![0u8; MAX_MESSAGE],
+    })
+}
+
+/// Seals what the server sends.
+pub struct Sender {
+    transport: TransportState,
+    message: Vec<u8>,
+}
+
+impl Sender {
+    async fn seal<W: AsyncWrite + Unpin>(&mut self, w: &mut W, plain: &[u8]) -> Result<()> {
+        for piece in plain.chunks(MAX_PLAINTEXT) {
+            let n = self
+                .transport
+                .write_message(piece, &mut self.message)
+                .map_err(|e| ChannelError::Protocol(e.to_string()))?;
+            write_message(w, &self.message[..n]).await?;
+        }
+        Ok(())
+    }
+
+    /// The answer to the request: `OK`, `BUSY` or `ERR <reason>`.
+    pub async fn answer<W: AsyncWrite + Unpin>(&mut self, w: &mut W, answer: &str) -> Result<()> {
+        self.seal(w, answer.as_bytes()).await
+    }
+
+    pub async fn frame<W: AsyncWrite + Unpin>(
+        &mut self,
+        w: &mut W,
+        tag: u8,
+        payload: &[u8],
+    ) -> Result<()> {
+        let mut header = [0u8; 5];
+        header[0] = tag;
+        header[1..].copy_from_slice(&(payload.len() as u32).to_be_bytes());
+        self.seal(w, &header).await?;
+        self.seal(w, payload).await
+    }
+}
+
+/// Opens what the client receives.
+pub struct Receiver {
+    transport: TransportState,
+    message: Vec<u8>,
+    plain: Vec<u8>,
+}
+
+impl Receiver {
+    /// Reads one sealed message; its plaintext is in `self.plain[..n]`.
+    async fn open<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<usize> {
+        read_message(r, &mut self.message).await?;
+        self.transport
+            .read_message(&self.message, &mut self.plain)
+            .map_err(|_| ChannelError::Tampered)
+    }
+
+    pub async fn answer<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<String> {
+        let n = self.open(r).await?;
+        Ok(String::from_utf8_lossy(&self.plain[..n]).into_owned())
+    }
+
+    /// Reads one frame into `buf` (reused, so memory stays at one frame).
+    pub async fn frame<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u8, usize)> {
+        let n = self.open(r).await?;
+        let header: [u8; 5] = self.plain[..n]
+            .try_into()
+            .map_err(|_| ChannelError::Protocol("bad frame header".into()))?;
+        let len = u32::from_be_bytes(header[1..].try_into().expect("4 bytes"));
+        if len > MAX_FRAME || ![TAG_DATA, TAG_SUCCESS, TAG_FAILURE].contains(&header[0]) {
+            return Err(ChannelError::Protocol("bad frame header".into()));
+        }
+        buf.clear();
+        while buf.len() < len as usize {
+            let n = self.open(r).await?;
+            if buf.len() + n > len as usize {
+                return Err(ChannelError::Protocol("frame longer than announced".into()));
+            }
+            buf.extend_from_slice(&self.plain[..n]);
+        }
+        Ok((header[0], len as usize))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn proofs_bind_token_and_nonce() {
-        let p = auth_proof(b"secret", "abc");
-        assert!(verify_proof(b"secret", "abc", &p));
-        assert!(!verify_proof(b"secret", "abd", &p));
-        assert!(!verify_proof(b"other", "abc", &p));
-        assert!(!verify_proof(b"secret", "abc", "zz"));
+    /// A connected pair after the handshake, over an in-memory duplex pipe.
+    async fn pair(
+        client_token: &[u8],
+        server_token: &[u8],
+    ) -> (
+        Result<(Receiver, tokio::io::DuplexStream)>,
+        Result<(Sender, tokio::io::DuplexStream)>,
+    ) {
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        let (client_token, server_token) = (client_token.to_vec(), server_token.to_vec());
+        let server = tokio::spawn(async move {
+            let sender = accept(&mut server, &server_token).await?;
+            Ok((sender, server))
+        });
+        let client = connect(&mut client, &client_token)
+            .await
+            .map(|r| (r, client));
+        (client, server.await.unwrap())
     }
 
     #[tokio::test]
-    async fn frames_roundtrip_and_garbage_is_refused() {
-        let mut wire = Vec::new();
-        write_frame(&mut wire, TAG_DATA, b"hello").await.unwrap();
-        write_frame(&mut wire, TAG_SUCCESS, b"{}").await.unwrap();
-        let mut r = wire.as_slice();
+    async fn frames_roundtrip_sealed_across_message_boundaries() {
+        let (client, server) = pair(b"token-0123456789", b"token-0123456789").await;
+        let ((mut receiver, mut client), (mut sender, mut server)) =
+            (client.unwrap(), server.unwrap());
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let writer = tokio::spawn(async move {
+            sender.answer(&mut server, "OK").await.unwrap();
+            sender.frame(&mut server, TAG_DATA, &big).await.unwrap();
+            sender.frame(&mut server, TAG_SUCCESS, b"{}").await.unwrap();
+            big
+        });
+        assert_eq!(receiver.answer(&mut client).await.unwrap(), "OK");
         let mut buf = Vec::new();
-        assert_eq!(read_frame(&mut r, &mut buf).await.unwrap(), (TAG_DATA, 5));
-        assert_eq!(buf, b"hello");
-        assert_eq!(read_frame(&mut r, &mut buf).await.unwrap().0, TAG_SUCCESS);
-        assert!(read_frame(&mut r, &mut buf).await.is_err(), "EOF");
-        let mut bad: &[u8] = b"X\0\0\0\x01a";
-        assert!(read_frame(&mut bad, &mut buf).await.is_err());
+        let (tag, n) = receiver.frame(&mut client, &mut buf).await.unwrap();
+        let big = writer.await.unwrap();
+        assert_eq!((tag, n), (TAG_DATA, big.len()));
+        assert_eq!(buf, big);
+        assert_eq!(
+            receiver.frame(&mut client, &mut buf).await.unwrap().0,
+            TAG_SUCCESS
+        );
+    }
+
+    #[tokio::test]
+    async fn different_tokens_fail_the_handshake_on_both_sides() {
+        let (client, server) = pair(b"token-0123456789", b"other-0123456789").await;
+        assert!(
+            matches!(server, Err(ChannelError::Handshake)),
+            "{:?}",
+            server.err()
+        );
+        assert!(client.is_err());
     }
 }

@@ -4,9 +4,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use backup_storage::Store;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 
 use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
@@ -35,10 +34,10 @@ impl Default for RemoteOptions {
     }
 }
 
-/// An authenticated stream from `serve`.
+/// An authenticated, sealed stream from `serve`.
 pub struct RemoteStream {
-    reader: BufReader<OwnedReadHalf>,
-    _write: tokio::net::tcp::OwnedWriteHalf,
+    socket: BufReader<TcpStream>,
+    receiver: protocol::Receiver,
     pub peer: String,
     buf: Vec<u8>,
     stall: Duration,
@@ -65,38 +64,31 @@ impl RemoteStream {
             .map_err(|_| peer_err("connection timed out".into()))?
             .map_err(|e| peer_err(format!("cannot connect: {e}")))?;
         let _ = socket.set_nodelay(true);
-        let (read, mut write) = socket.into_split();
-        let mut reader = BufReader::new(read);
-        let greeting =
-            tokio::time::timeout(options.connect_timeout, protocol::read_line(&mut reader))
-                .await
-                .map_err(|_| peer_err("no greeting (is this a mysql-backup serve port?)".into()))?
-                .map_err(|e| peer_err(format!("no greeting: {e}")))?;
-        let nonce = greeting
-            .strip_prefix(protocol::GREETING)
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| peer_err(format!("unexpected greeting {greeting:?}")))?;
-        let proof = protocol::auth_proof(token, nonce);
-        write
-            .write_all(format!("BACKUP {proof}\n").as_bytes())
+        // Reads of whole sealed messages, not a syscall per length prefix.
+        let mut socket = BufReader::with_capacity(1 << 20, socket);
+        let handshake = async {
+            let mut receiver = protocol::connect(&mut socket, token).await?;
+            let answer = receiver.answer(&mut socket).await?;
+            Ok::<_, protocol::ChannelError>((receiver, answer))
+        };
+        let (receiver, answer) = tokio::time::timeout(options.connect_timeout, handshake)
             .await
-            .map_err(|e| peer_err(e.to_string()))?;
-        let answer = protocol::read_line(&mut reader)
-            .await
-            .map_err(|e| peer_err(format!("no answer: {e}")))?;
+            .map_err(|_| {
+                peer_err("no handshake in time (is this a mysql-backup serve port?)".into())
+            })?
+            .map_err(|e| match e {
+                protocol::ChannelError::Handshake => Error::AuthRejected { peer: addr.into() },
+                other => peer_err(other.to_string()),
+            })?;
         match answer.as_str() {
             "OK" => {}
             "BUSY" => return Err(Error::Busy { peer: addr.into() }),
-            a if a.starts_with("ERR auth") => {
-                return Err(Error::AuthRejected { peer: addr.into() });
-            }
             other => return Err(peer_err(format!("unexpected answer {other:?}"))),
         }
         tracing::info!(peer = addr, "receiving backup");
         Ok(RemoteStream {
-            reader,
-            _write: write,
+            socket,
+            receiver,
             peer: addr.to_string(),
             buf: Vec::new(),
             stall: options.stall_timeout,
@@ -110,18 +102,21 @@ impl RemoteStream {
         };
         let (tag, _) = tokio::time::timeout(
             self.stall,
-            protocol::read_frame(&mut self.reader, &mut self.buf),
+            self.receiver.frame(&mut self.socket, &mut self.buf),
         )
         .await
         .map_err(|_| peer_err(format!("sent nothing for {:?}", self.stall)))?
-        .map_err(|e| peer_err(format!("connection lost mid-stream ({e})")))?;
+        .map_err(|e| match e {
+            protocol::ChannelError::Io(e) => peer_err(format!("connection lost mid-stream ({e})")),
+            other => peer_err(other.to_string()),
+        })?;
         match tag {
             TAG_DATA => Ok(Next::Data(&self.buf)),
             TAG_SUCCESS => Ok(Next::Success),
             TAG_FAILURE => Err(Error::RemoteFailure(
                 String::from_utf8_lossy(&self.buf).into_owned(),
             )),
-            _ => unreachable!("read_frame checks tags"),
+            _ => unreachable!("frame() checks tags"),
         }
     }
 }

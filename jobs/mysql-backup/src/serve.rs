@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -44,36 +44,30 @@ pub async fn serve(listener: TcpListener, config: Arc<ServeConfig>) -> Result<()
     }
 }
 
-async fn handle(socket: TcpStream, config: &ServeConfig, busy: &Arc<Semaphore>) -> Result<()> {
+async fn handle(mut socket: TcpStream, config: &ServeConfig, busy: &Arc<Semaphore>) -> Result<()> {
     let _ = socket.set_nodelay(true);
-    let (read, mut write) = socket.into_split();
-    let mut read = BufReader::new(read);
     let io = |e: std::io::Error| Error::io("client connection", e);
-    let nonce = hex::encode(rand::random::<[u8; 16]>());
-    write
-        .write_all(format!("{} {nonce}\n", protocol::GREETING).as_bytes())
-        .await
-        .map_err(io)?;
-    let line = tokio::time::timeout(AUTH_TIMEOUT, protocol::read_line(&mut read))
-        .await
-        .map_err(|_| Error::Config("client sent no authentication in time".into()))?
-        .map_err(io)?;
-    let proof = line.strip_prefix("BACKUP ").unwrap_or("");
-    if !protocol::verify_proof(&config.token, &nonce, proof) {
-        let _ = write.write_all(b"ERR authentication failed\n").await;
-        return Err(Error::Config("client failed authentication".into()));
-    }
+    // Nothing is sent before the client proved, in a sealed request, that it holds the token.
+    let mut sender =
+        tokio::time::timeout(AUTH_TIMEOUT, protocol::accept(&mut socket, &config.token))
+            .await
+            .map_err(|_| Error::Config("client did not authenticate in time".into()))?
+            .map_err(|e| Error::Config(format!("client failed authentication: {e}")))?;
+    let write = &mut socket;
     let Ok(_permit) = busy.clone().try_acquire_owned() else {
-        let _ = write.write_all(b"BUSY\n").await;
+        let _ = sender.answer(write, "BUSY").await;
         return Err(Error::Config(
             "refused a second client: a backup is already running".into(),
         ));
     };
-    write.write_all(b"OK\n").await.map_err(io)?;
-    let verdict = stream_backup(config, &mut write).await;
+    sender.answer(write, "OK").await.map_err(channel)?;
+    let verdict = stream_backup(config, &mut sender, write).await;
     match verdict {
         Ok(summary) => {
-            write_frame(&mut write, TAG_SUCCESS, summary.as_bytes()).await?;
+            sender
+                .frame(write, TAG_SUCCESS, summary.as_bytes())
+                .await
+                .map_err(channel)?;
             write.shutdown().await.map_err(io)?;
             Ok(())
         }
@@ -83,7 +77,9 @@ async fn handle(socket: TcpStream, config: &ServeConfig, busy: &Arc<Semaphore>) 
         }),
         Err(StreamEnd::Failed(e)) => {
             // Best effort: the client treats a missing success frame as failure anyway.
-            let _ = write_frame(&mut write, TAG_FAILURE, e.to_string().as_bytes()).await;
+            let _ = sender
+                .frame(write, TAG_FAILURE, e.to_string().as_bytes())
+                .await;
             let _ = write.shutdown().await;
             Err(e)
         }
@@ -95,20 +91,18 @@ enum StreamEnd {
     Failed(Error),
 }
 
-async fn write_frame(
-    w: &mut tokio::net::tcp::OwnedWriteHalf,
-    tag: u8,
-    payload: &[u8],
-) -> Result<()> {
-    protocol::write_frame(w, tag, payload)
-        .await
-        .map_err(|e| Error::io("client connection", e))
+fn channel(e: protocol::ChannelError) -> Error {
+    Error::Peer {
+        peer: "client".into(),
+        detail: e.to_string(),
+    }
 }
 
 /// Streams one backup; checks it as `backup` does before declaring success.
 async fn stream_backup(
     config: &ServeConfig,
-    write: &mut tokio::net::tcp::OwnedWriteHalf,
+    sender: &mut protocol::Sender,
+    write: &mut TcpStream,
 ) -> std::result::Result<String, StreamEnd> {
     let mut process = BackupProcess::start(&config.profile, &config.db, &config.tool_options)
         .map_err(StreamEnd::Failed)?;
@@ -126,9 +120,9 @@ async fn stream_backup(
             process.tool.kill().await;
             return Err(StreamEnd::Failed(e.into()));
         }
-        if let Err(e) = write_frame(write, TAG_DATA, &buf[..n]).await {
+        if let Err(e) = sender.frame(write, TAG_DATA, &buf[..n]).await {
             process.tool.kill().await;
-            return Err(StreamEnd::ClientGone(e));
+            return Err(StreamEnd::ClientGone(channel(e)));
         }
     }
     process.wait_success().await.map_err(StreamEnd::Failed)?;

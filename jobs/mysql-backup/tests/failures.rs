@@ -5,7 +5,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Pid of the child of `parent` named `comm`, waiting for it to appear.
 async fn child_named(parent: u32, comm: &str) -> u32 {
@@ -90,39 +89,6 @@ async fn tool_killed_mid_stream_leaves_no_object() {
     );
 }
 
-/// A one-shot proxy to `target` that forwards `limit` bytes downstream, then drops both sides
-/// (a source pod that disappears mid-stream).
-async fn cutting_proxy(target: String, limit: usize) -> String {
-    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let proxy_addr = proxy.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        let (mut client, _) = proxy.accept().await.unwrap();
-        let mut upstream = loop {
-            match tokio::net::TcpStream::connect(&target).await {
-                Ok(s) => break s,
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        let (mut cr, mut cw) = client.split();
-        let (mut ur, mut uw) = upstream.split();
-        let up = async { tokio::io::copy(&mut cr, &mut uw).await.ok() };
-        let down = async {
-            let mut sent = 0usize;
-            let mut buf = vec![0u8; 64 * 1024];
-            while sent < limit {
-                let n = ur.read(&mut buf).await.unwrap();
-                if n == 0 {
-                    break;
-                }
-                cw.write_all(&buf[..n]).await.unwrap();
-                sent += n;
-            }
-        };
-        tokio::select! { _ = up => {}, _ = down => {} }
-    });
-    proxy_addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_disappearing_mid_pull_leaves_no_object() {
     let source = Mariadb::fresh(1);
@@ -135,7 +101,7 @@ async fn source_disappearing_mid_pull_leaves_no_object() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let proxy_addr = cutting_proxy(serve_addr, 3_000_000).await;
+    let proxy_addr = faulty_proxy(serve_addr, Fault::CutAfter(3_000_000)).await;
     let store = tempfile::tempdir().unwrap();
     let url = format!("file://{}/pulled.xbstream", store.path().display());
     let r = run(&args(&["pull", "--from", &proxy_addr, "--to", &url]), &[]).await;
@@ -165,7 +131,7 @@ async fn connection_cut_mid_clone_fails_and_leaves_the_data_dir_empty() {
         .spawn()
         .unwrap();
 
-    let proxy_addr = cutting_proxy(serve_addr.clone(), 3_000_000).await;
+    let proxy_addr = faulty_proxy(serve_addr.clone(), Fault::CutAfter(3_000_000)).await;
 
     let dir = tempfile::tempdir().unwrap();
     let datadir = dir.path().join("replica");

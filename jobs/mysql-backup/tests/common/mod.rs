@@ -319,3 +319,99 @@ pub fn list_files(dir: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Starts `serve` for `server` on a free port; killed on drop.
+pub fn serve(server: &Mariadb, extra: &[&str]) -> (tokio::process::Child, String) {
+    let addr = format!("127.0.0.1:{}", testbed::free_port());
+    let mut a = args(&["serve", "--listen", &addr]);
+    a.extend(server.backup_args());
+    a.extend(args(extra));
+    let child = command(&a, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    (child, addr)
+}
+
+pub async fn wait_listening(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "serve did not listen on {addr}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How [`faulty_proxy`] breaks the stream from the server to the client.
+#[derive(Clone)]
+pub enum Fault {
+    /// Forwards this many bytes, then drops both sides (a source pod that disappears).
+    CutAfter(usize),
+    /// Flips one bit of the byte at this offset (a corrupting network or a man in the middle).
+    FlipAt(usize),
+    /// Forwards everything and records what the client sent (for replaying it).
+    RecordRequests(std::sync::Arc<std::sync::Mutex<Vec<u8>>>),
+}
+
+/// A one-connection proxy to `target` (retried until it listens) that applies `fault`.
+pub async fn faulty_proxy(target: String, fault: Fault) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_addr = proxy.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (mut client, _) = proxy.accept().await.unwrap();
+        let mut upstream = loop {
+            match tokio::net::TcpStream::connect(&target).await {
+                Ok(s) => break s,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let (mut cr, mut cw) = client.split();
+        let (mut ur, mut uw) = upstream.split();
+        let recorder = match &fault {
+            Fault::RecordRequests(record) => Some(record.clone()),
+            _ => None,
+        };
+        let up = async {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match cr.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if let Some(record) = &recorder {
+                    record.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                if uw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let down = async {
+            let mut sent = 0usize;
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                if let Fault::CutAfter(limit) = fault
+                    && sent >= limit
+                {
+                    break;
+                }
+                let n = match ur.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if let Fault::FlipAt(at) = fault
+                    && (sent..sent + n).contains(&at)
+                {
+                    buf[at - sent] ^= 0x01;
+                }
+                if cw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+                sent += n;
+            }
+        };
+        tokio::select! { _ = up => {}, _ = down => {} }
+    });
+    proxy_addr
+}
