@@ -9,7 +9,9 @@ use clap::Parser;
 
 use cli::Cli;
 
-#[tokio::main]
+// One thread: a save is one stream with one hash pass and I/O; a second worker only added
+// cross-thread wake-ups (measured: 2.0 instead of 2.2 client CPU-s per GiB, and no slower).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     backup_cli::init_logging(cli.log_format, "warn");

@@ -499,6 +499,7 @@ async fn finalize(
                         "the S3 Secret {secret:?} is gone, so nothing could be deleted (waited {} s)",
                         ctx.finalizer_timeout.as_secs()
                     );
+                    tracing::warn!(name = %backup.name_any(), %cause, "deletion policy Delete: backups kept");
                     publish(ctx, &backups_kept(&cause), &reference).await;
                 }
                 Err(e) => {
