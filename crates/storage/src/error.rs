@@ -64,6 +64,11 @@ pub enum StorageError {
         stored: String,
     },
 
+    #[error(
+        "{url} changed after it was checked (another writer): the commit was refused and nothing was overwritten"
+    )]
+    PreconditionFailed { url: String },
+
     #[error("object too large: part {part} would exceed the S3 limit of 10,000 parts")]
     TooManyParts { part: i32 },
 

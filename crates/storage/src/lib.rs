@@ -59,4 +59,4 @@ pub async fn finish_aborts(limit: Duration) -> bool {
 pub use location::Location;
 pub use part_size::PartSizer;
 pub use s3::{S3Credentials, S3Options};
-pub use store::{Download, ObjectInfo, Store, Upload, UploadOptions};
+pub use store::{Download, ObjectInfo, Precondition, Store, Upload, UploadOptions};

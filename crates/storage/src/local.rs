@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio::fs::File;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 
-use crate::{ObjectInfo, Result, StorageError};
+use crate::{ObjectInfo, Precondition, Result, StorageError};
 
 const TEMP_MARKER: &str = ".part-";
 const WRITE_BUFFER: usize = 1024 * 1024;
@@ -65,7 +65,11 @@ async fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 impl LocalStore {
-    pub async fn upload(&self, key: &str) -> Result<LocalUpload> {
+    pub async fn upload(
+        &self,
+        key: &str,
+        precondition: Option<Precondition>,
+    ) -> Result<LocalUpload> {
         let target = path_of(key);
         let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
             return Err(StorageError::InvalidLocation {
@@ -96,11 +100,12 @@ impl LocalStore {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             bytes: 0,
             failed: None,
+            precondition,
         })
     }
 
     pub async fn put_small(&self, key: &str, body: Bytes) -> Result<()> {
-        let mut upload = self.upload(key).await?;
+        let mut upload = self.upload(key, None).await?;
         upload.write(&body).await?;
         upload.commit().await.map(|_| ())
     }
@@ -239,6 +244,7 @@ pub struct LocalUpload {
     bytes: u64,
     /// Why a write failed: the temp file is gone, and every later write or commit is refused.
     failed: Option<String>,
+    precondition: Option<Precondition>,
 }
 
 impl LocalUpload {
@@ -287,9 +293,7 @@ impl LocalUpload {
         let file = file.into_inner();
         file.sync_all().await.map_err(io)?;
         drop(file);
-        tokio::fs::rename(&self.temp, &self.target)
-            .await
-            .map_err(|e| StorageError::io(&self.target, e))?;
+        self.put_in_place().await?;
         sync_dir(self.target.parent().unwrap_or(Path::new("/"))).await?;
         let meta = tokio::fs::metadata(&self.target)
             .await
@@ -297,6 +301,40 @@ impl LocalUpload {
         // Committed: nothing left for Drop to remove.
         self.temp = PathBuf::new();
         Ok(info_of(&self.target, &meta))
+    }
+
+    /// Moves the temp file to the target, as the precondition allows.
+    async fn put_in_place(&mut self) -> Result<()> {
+        let refused = || StorageError::PreconditionFailed {
+            url: self.target.display().to_string(),
+        };
+        let io = |e| StorageError::io(&self.target, e);
+        match &self.precondition {
+            // A hard link never replaces an existing name: create-if-absent, atomically.
+            Some(Precondition::Absent) => {
+                match tokio::fs::hard_link(&self.temp, &self.target).await {
+                    Ok(()) => tokio::fs::remove_file(&self.temp).await.map_err(io),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(refused()),
+                    Err(e) => Err(io(e)),
+                }
+            }
+            Some(Precondition::Unchanged(etag)) => {
+                let current = match tokio::fs::metadata(&self.target).await {
+                    Ok(meta) => info_of(&self.target, &meta).etag,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(io(e)),
+                };
+                if current.as_ref() != Some(etag) {
+                    return Err(refused());
+                }
+                tokio::fs::rename(&self.temp, &self.target)
+                    .await
+                    .map_err(io)
+            }
+            None => tokio::fs::rename(&self.temp, &self.target)
+                .await
+                .map_err(io),
+        }
     }
 
     pub async fn abort(mut self) -> Result<()> {
@@ -356,7 +394,10 @@ mod tests {
     async fn after_a_failed_write_nothing_can_be_written_or_committed() {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("etcd.backup");
-        let mut upload = LocalStore.upload(key.to_str().unwrap()).await.unwrap();
+        let mut upload = LocalStore
+            .upload(key.to_str().unwrap(), None)
+            .await
+            .unwrap();
         upload.write(b"first").await.unwrap();
         // The disk goes bad: the file handle can no longer be written (opened read-only).
         let read_only = File::open(&upload.temp).await.unwrap();

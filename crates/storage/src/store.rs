@@ -29,6 +29,22 @@ pub struct UploadOptions {
     /// Stored with the object (S3 user metadata; ignored by local storage).
     pub metadata: BTreeMap<String, String>,
     pub content_type: Option<String>,
+    /// What must be under the key for the commit to happen; `None` overwrites whatever is there.
+    pub precondition: Option<Precondition>,
+}
+
+/// A conditional commit: it fails with [`StorageError::PreconditionFailed`] instead of replacing
+/// an object someone else wrote after the caller looked. On S3 the server decides
+/// (`If-None-Match: *`, `If-Match: <ETag>` on the PutObject or CompleteMultipartUpload), on
+/// servers that implement conditional writes (AWS S3, MinIO; Garage 2.5 ignores them, so there
+/// only the caller's own check before the upload holds). Locally, `Absent` is an atomic
+/// no-replace link; `Unchanged` is checked just before the rename.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    /// Nothing is under the key.
+    Absent,
+    /// The object under the key still has this ETag.
+    Unchanged(String),
 }
 
 impl Default for UploadOptions {
@@ -38,6 +54,7 @@ impl Default for UploadOptions {
             max_in_flight: 3,
             metadata: BTreeMap::new(),
             content_type: None,
+            precondition: None,
         }
     }
 }
@@ -80,7 +97,7 @@ impl Store {
     pub async fn upload(&self, key: &str, options: UploadOptions) -> Result<Upload> {
         Ok(match self {
             Store::S3(s) => Upload::S3(s.upload(key, options)),
-            Store::Local(s) => Upload::Local(s.upload(key).await?),
+            Store::Local(s) => Upload::Local(s.upload(key, options.precondition).await?),
         })
     }
 

@@ -124,3 +124,60 @@ async fn missing_object_is_not_found() {
     assert!(err.to_string().contains("not found"), "{err}");
     store.delete(&format!("{base}/nope")).await.unwrap();
 }
+
+/// A conditional commit never replaces what another writer put there after the caller looked.
+#[tokio::test]
+async fn conditional_commits_refuse_an_object_written_meanwhile() {
+    use backup_storage::{Precondition, StorageError};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, base) = store_in(&dir).await;
+    let key = format!("{base}/snap.db");
+    let path = dir.path().join("snap.db");
+    let conditional = |precondition| UploadOptions {
+        precondition: Some(precondition),
+        ..UploadOptions::default()
+    };
+
+    // Absent: someone creates the file while the upload runs.
+    let mut upload = store
+        .upload(&key, conditional(Precondition::Absent))
+        .await
+        .unwrap();
+    upload.write(b"ours").await.unwrap();
+    std::fs::write(&path, b"theirs").unwrap();
+    let err = upload.commit().await.unwrap_err();
+    assert!(
+        matches!(err, StorageError::PreconditionFailed { .. }),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"theirs");
+    assert_eq!(names(dir.path()), vec!["snap.db"], "no temp file left");
+
+    // Unchanged: the file seen before is replaced while the upload runs.
+    let seen = store.head(&key).await.unwrap().unwrap().etag.unwrap();
+    let mut upload = store
+        .upload(&key, conditional(Precondition::Unchanged(seen.clone())))
+        .await
+        .unwrap();
+    upload.write(b"ours").await.unwrap();
+    let staged = dir.path().join("staged");
+    std::fs::write(&staged, b"replaced").unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    let err = upload.commit().await.unwrap_err();
+    assert!(
+        matches!(err, StorageError::PreconditionFailed { .. }),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"replaced");
+
+    // Unchanged and indeed unchanged: the rewrite goes through.
+    let seen = store.head(&key).await.unwrap().unwrap().etag.unwrap();
+    let mut upload = store
+        .upload(&key, conditional(Precondition::Unchanged(seen)))
+        .await
+        .unwrap();
+    upload.write(b"ours").await.unwrap();
+    upload.commit().await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"ours");
+    assert_eq!(names(dir.path()), vec!["snap.db"]);
+}

@@ -498,3 +498,63 @@ async fn a_stored_size_other_than_the_sent_one_fails_the_commit() {
         assert!(err.to_string().contains("stored size"), "{err}");
     }
 }
+
+/// A request that makes an object visible: a PutObject, or a CompleteMultipartUpload (a POST
+/// naming its upload; the POST that creates one names none).
+fn is_commit(head: &str) -> bool {
+    let put_object = head.starts_with("PUT ") && !head.contains("x-id=UploadPart");
+    let complete = head.starts_with("POST ") && head.contains("uploadId=");
+    put_object || complete
+}
+
+/// Conditional commits are asked of the server: `If-None-Match: *` when nothing was there,
+/// `If-Match: <ETag>` when rewriting the object seen. (Garage 2.5 ignores both, so the refusal
+/// itself is shown on local storage, `local_dir.rs`.)
+#[tokio::test]
+async fn conditional_commits_send_their_precondition() {
+    use backup_storage::Precondition;
+    let garage = Garage::start().await.unwrap();
+    let target = garage.endpoint.trim_start_matches("http://").to_string();
+    let (proxy, tampered) =
+        testbed::proxy::tampering_proxy(target, testbed::proxy::Tampering::default()).await;
+    let store = open_through(&garage, &proxy).await;
+    let conditional = |precondition| UploadOptions {
+        precondition: Some(precondition),
+        ..UploadOptions::default()
+    };
+    let commits = || -> Vec<String> {
+        tampered
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|h| is_commit(h))
+            .map(|h| h.to_lowercase())
+            .collect()
+    };
+    for (key, len) in [("conditional/small", 1000), ("conditional/big", 17 * MIB)] {
+        let data = pattern(len, 9);
+        let mut upload = store
+            .upload(key, conditional(Precondition::Absent))
+            .await
+            .unwrap();
+        upload.write(&data).await.unwrap();
+        upload.commit().await.unwrap();
+        let etag = store.head(key).await.unwrap().unwrap().etag.unwrap();
+        let mut upload = store
+            .upload(key, conditional(Precondition::Unchanged(etag.clone())))
+            .await
+            .unwrap();
+        upload.write(&data).await.unwrap();
+        upload.commit().await.unwrap();
+        let sent = commits();
+        let [.., absent, unchanged] = &sent[..] else {
+            panic!("{sent:?}");
+        };
+        assert!(absent.contains("if-none-match: *"), "{absent}");
+        assert!(
+            unchanged.contains(&format!("if-match: {}", etag.to_lowercase())),
+            "{unchanged}"
+        );
+    }
+}

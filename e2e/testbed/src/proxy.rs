@@ -64,6 +64,8 @@ pub struct Tampering {
 pub struct Tampered {
     /// The head (request line and headers) of the request whose body byte was flipped.
     pub flipped_request: std::sync::Mutex<Option<String>>,
+    /// The head of every request relayed, in order.
+    pub requests: std::sync::Mutex<Vec<String>>,
     pub heads_rewritten: std::sync::atomic::AtomicUsize,
 }
 
@@ -151,6 +153,7 @@ async fn relay_requests(
     use std::sync::atomic::Ordering;
     let mut reader = tokio::io::BufReader::new(from);
     while let Some(head) = read_head(&mut reader).await? {
+        record.requests.lock().unwrap().push(head.clone());
         let request_line = head.lines().next().unwrap_or_default().to_string();
         let is_head = request_line.starts_with("HEAD ");
         let fake_size = plan

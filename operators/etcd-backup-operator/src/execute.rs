@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use backup_storage::{Location, StorageError, Store, UploadOptions};
+use backup_storage::{Location, Precondition, StorageError, Store, UploadOptions};
 use etcd_snapshot::{EtcdConnection, ObjectName, SaveOptions, SaveReport};
 
 use crate::local::{self, LocalVolume, LocalVolumeError};
@@ -123,21 +123,34 @@ pub async fn run_backup(
     }
 
     let name = plan.object_name(base);
-    if let ObjectName::Exact(key) = &name {
-        refuse_foreign_object(&store, key, owner).await?;
-    }
+    let precondition = match &name {
+        ObjectName::Exact(key) => refuse_foreign_object(&store, key, owner).await?,
+        // New, unique names (revision and time).
+        ObjectName::Scheduled(_) => None,
+    };
     let mut connection = EtcdConnection::new(plan.endpoints.clone());
     connection.tls = resolved.tls;
     let mut options = SaveOptions::new(name);
     options.compression = plan.compression;
     options.stall_timeout = plan.stall_timeout;
     options.deadline = plan.deadline;
-    options.upload = UploadOptions::default();
+    options.upload = UploadOptions {
+        precondition,
+        ..UploadOptions::default()
+    };
     options
         .upload
         .metadata
         .insert(OWNER_METADATA_KEY.into(), owner.into());
-    let report = etcd_snapshot::save(&connection, &store, &options).await?;
+    let report = match etcd_snapshot::save(&connection, &store, &options).await {
+        Err(etcd_snapshot::Error::Storage(StorageError::PreconditionFailed { url })) => {
+            return Err(RunError::NotOwned {
+                url,
+                why: "another writer put an object there after it was checked".into(),
+            });
+        }
+        other => other?,
+    };
 
     let pruned = match plan.max_backups {
         Some(keep) if !plan.trigger.is_one_shot() => {
@@ -154,14 +167,19 @@ pub async fn run_backup(
 /// A one-shot writes exactly its path: that path may hold a backup this EtcdBackup wrote
 /// before (rewritten), or nothing, but never another tenant's or tool's object, which a
 /// one-shot naming it must not be able to replace. The owner is the one recorded on the object
-/// (`recorded_owner`).
-async fn refuse_foreign_object(store: &Store, key: &str, owner: &str) -> Result<(), RunError> {
+/// (`recorded_owner`). Returns the condition for the commit, so that a writer racing between
+/// this check and the commit is refused too, by servers that implement conditional writes.
+async fn refuse_foreign_object(
+    store: &Store,
+    key: &str,
+    owner: &str,
+) -> Result<Option<Precondition>, RunError> {
     let Some(object) = store.head(key).await? else {
-        return Ok(());
+        return Ok(Some(Precondition::Absent));
     };
     let url = store.location(key).to_string();
     match recorded_owner(store, &object).await? {
-        Some(recorded) if recorded == owner => Ok(()),
+        Some(recorded) if recorded == owner => Ok(object.etag.map(Precondition::Unchanged)),
         Some(other) => Err(RunError::NotOwned {
             url,
             why: format!("EtcdBackup UID {other} wrote it"),

@@ -376,3 +376,57 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
         foreign
     );
 }
+
+/// The check before the upload is not all: a file another writer puts at the one-shot's path
+/// while the backup streams is not replaced either (the commit is conditional; shown on local
+/// storage, as Garage ignores S3's conditional writes).
+#[tokio::test]
+async fn a_one_shot_never_overwrites_what_appeared_while_it_ran() {
+    let etcd = Etcd::start().await.unwrap();
+    etcd.fill_random(8 << 20, 64 << 10).await.unwrap();
+    // etcd's stream at 2 MiB/s: the backup runs for about 4 s.
+    let slow_etcd = testbed::proxy::throttled_proxy(
+        etcd.endpoint.trim_start_matches("http://").to_string(),
+        2 << 20,
+    )
+    .await;
+    let volume_dir = tempfile::tempdir().unwrap();
+    let volume = LocalVolume::parse("backups/etcd-backups", volume_dir.path().into()).unwrap();
+    let spec: EtcdBackupSpec = serde_json::from_value(json!({
+        "etcdEndpoints": [format!("http://{slow_etcd}")],
+        "storageType": "Local",
+        "local": {"path": "etcd.backup", "persistentVolumeClaim": "etcd-backups"}
+    }))
+    .unwrap();
+    let plan = plan::build(&spec).unwrap();
+    let location = execute::location(&plan, "backups", Some(&volume)).unwrap();
+    let resolved = Resolved {
+        s3: Default::default(),
+        tls: None,
+    };
+    let run = tokio::spawn(async move { run_backup(&plan, &location, resolved, UID).await });
+
+    // Once the backup is streaming (its hidden temp file exists), another writer's file appears.
+    let target = volume_dir.path().join("etcd.backup");
+    let streaming = || {
+        std::fs::read_dir(volume_dir.path()).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".etcd.backup.part-")
+        })
+    };
+    for _ in 0..200 {
+        if streaming() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(streaming(), "the backup never started streaming");
+    std::fs::write(&target, b"another writer's file").unwrap();
+
+    let err = run.await.unwrap().unwrap_err();
+    assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
+    assert!(err.to_string().contains("after it was checked"), "{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"another writer's file");
+}

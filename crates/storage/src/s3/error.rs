@@ -94,6 +94,12 @@ fn from_service(
             },
             message,
         },
+        // The object appeared or changed after the caller looked (a conditional write).
+        ("PreconditionFailed" | "ConditionalRequestConflict", _) | (_, 412) => {
+            StorageError::PreconditionFailed {
+                url: url.to_string(),
+            }
+        }
         ("NoSuchUpload", _) => StorageError::NotFound {
             url: format!("{url} (multipart upload)"),
         },
@@ -139,6 +145,15 @@ mod tests {
             StorageError::AccessDenied { .. }
         ));
         assert!(matches!(map(404, "", ""), StorageError::NotFound { .. }));
+        for (status, code) in [
+            (412, "PreconditionFailed"),
+            (409, "ConditionalRequestConflict"),
+        ] {
+            assert!(matches!(
+                map(status, code, ""),
+                StorageError::PreconditionFailed { .. }
+            ));
+        }
         assert!(matches!(
             map(500, "InternalError", "boom"),
             StorageError::S3 { .. }

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 
 use super::{S3Store, checksum};
 use crate::part_size::MAX_PARTS;
-use crate::{ObjectInfo, Result, StorageError, UploadOptions};
+use crate::{ObjectInfo, Precondition, Result, StorageError, UploadOptions};
 
 pub struct S3Upload {
     store: S3Store,
@@ -224,6 +224,8 @@ impl S3Upload {
             .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
             .set_content_type(self.options.content_type.clone())
             .checksum_crc32_c(&crc)
+            .set_if_none_match(self.if_none_match())
+            .set_if_match(self.if_match())
             .body(ByteStream::from(body));
         let sent = if self.store.checks.confirmed() {
             request.customize().disable_payload_signing().send().await
@@ -260,6 +262,8 @@ impl S3Upload {
             .bucket(&self.store.bucket)
             .key(&self.key)
             .upload_id(self.upload_id.clone().unwrap_or_default())
+            .set_if_none_match(self.if_none_match())
+            .set_if_match(self.if_match())
             .multipart_upload(
                 CompletedMultipartUpload::builder()
                     .set_parts(Some(parts))
@@ -277,6 +281,17 @@ impl S3Upload {
             }
         }
         Ok(out.e_tag().map(str::to_string))
+    }
+
+    fn if_none_match(&self) -> Option<String> {
+        matches!(self.options.precondition, Some(Precondition::Absent)).then(|| "*".to_string())
+    }
+
+    fn if_match(&self) -> Option<String> {
+        match &self.options.precondition {
+            Some(Precondition::Unchanged(etag)) => Some(etag.clone()),
+            _ => None,
+        }
     }
 
     fn mismatch(&self, what: &str, sent: impl ToString, stored: impl ToString) -> StorageError {
