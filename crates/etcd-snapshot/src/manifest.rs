@@ -23,7 +23,7 @@ pub struct Manifest {
     pub stored_bytes: u64,
     pub stored_sha256: String,
     /// The object's ETag (local storage: its inode and mtime) once committed, so a manifest
-    /// left from before a rewrite of its object is never taken for the new object's.
+    /// left from before a rewrite of its object never vouches for the new object unread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored_etag: Option<String>,
     pub compression: Compression,
@@ -83,8 +83,10 @@ impl Manifest {
     }
 }
 
-/// The manifest beside `object`: `None` when it has none, an error when the manifest is
-/// unreadable or stale (written for an earlier object under the same key).
+/// The manifest beside `object`, for decisions taken without reading the object (ownership,
+/// listings): `None` when it has none, an error when the manifest is unreadable or stale
+/// (written for another object under the same key). `verify` and `fetch` read the content
+/// instead, which a copied backup (same bytes, another ETag) passes.
 pub async fn read_manifest(store: &Store, object: &ObjectInfo) -> Result<Option<Manifest>> {
     let key = manifest_key(&object.key);
     let Some(bytes) = store.get_small(&key).await? else {

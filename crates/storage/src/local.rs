@@ -315,7 +315,17 @@ impl LocalUpload {
                 match tokio::fs::hard_link(&self.temp, &self.target).await {
                     Ok(()) => tokio::fs::remove_file(&self.temp).await.map_err(io),
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(refused()),
-                    Err(e) => Err(io(e)),
+                    // A filesystem without hard links (some SMB or FUSE volumes): check, then
+                    // rename, which leaves a short window to a writer racing us.
+                    Err(e) => {
+                        tracing::warn!(target = %self.target.display(), error = %e, "no hard links here; the commit checks for an existing file, then renames");
+                        if tokio::fs::try_exists(&self.target).await.map_err(io)? {
+                            return Err(refused());
+                        }
+                        tokio::fs::rename(&self.temp, &self.target)
+                            .await
+                            .map_err(io)
+                    }
                 }
             }
             Some(Precondition::Unchanged(etag)) => {

@@ -97,21 +97,34 @@ pub fn deploy_manifests(deploy_dir: &Path, ns: &str) -> Result<Vec<serde_json::V
 /// The logs of an in-cluster operator's pods (`selector`): one of them became leader, and none
 /// logged a refused request (its RBAC, checked live). Panics with the logs otherwise. Each pod's
 /// log is read on its own: `kubectl logs --selector` stops at the first pod whose log cannot be
-/// read (one being deleted after a failover) and would hide the others.
+/// read (one being deleted after a failover) and would hide the others. A pod that took the
+/// Lease moments ago may not show its log lines yet: the logs are read again for a while
+/// until a leader shows.
 pub fn assert_leader_and_no_refusals(kubeconfig: &Path, ns: &str, selector: &str) {
-    let names = kubectl(kubeconfig)
-        .args(["--namespace", ns, "get", "pods", "--selector", selector])
-        .args(["--output", "name"])
-        .output()
-        .expect("kubectl get pods");
-    let mut logs = String::new();
-    for pod in String::from_utf8_lossy(&names.stdout).lines() {
-        let output = kubectl(kubeconfig)
-            .args(["--namespace", ns, "logs", pod])
+    let read_logs = || {
+        let names = kubectl(kubeconfig)
+            .args(["--namespace", ns, "get", "pods", "--selector", selector])
+            .args(["--output", "name"])
             .output()
-            .expect("kubectl logs");
-        logs.push_str(&format!("--- {pod}\n"));
-        logs.push_str(&String::from_utf8_lossy(&output.stdout));
+            .expect("kubectl get pods");
+        let mut logs = String::new();
+        for pod in String::from_utf8_lossy(&names.stdout).lines() {
+            let output = kubectl(kubeconfig)
+                .args(["--namespace", ns, "logs", pod])
+                .output()
+                .expect("kubectl logs");
+            logs.push_str(&format!("--- {pod}\n"));
+            logs.push_str(&String::from_utf8_lossy(&output.stdout));
+        }
+        logs
+    };
+    let mut logs = read_logs();
+    for _ in 0..30 {
+        if logs.contains("became leader") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        logs = read_logs();
     }
     assert!(logs.contains("became leader"), "no leader in:\n{logs}");
     assert!(

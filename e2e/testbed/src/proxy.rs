@@ -298,3 +298,45 @@ async fn relay_until_cut(
     }
     let _ = to.shutdown().await;
 }
+
+/// A TLS front for `target` (plain TCP, e.g. Garage's S3 port): terminates TLS with `tls`'s
+/// server certificate (127.0.0.1 and localhost) and relays the plaintext, as a load balancer
+/// in front of an S3 server does. Returns its `127.0.0.1:port`; clients trust `tls.ca_cert`.
+pub async fn tls_proxy(target: String, tls: &crate::TlsFiles) -> String {
+    use std::sync::Arc;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::{self, crypto::aws_lc_rs};
+    let certs = CertificateDer::pem_file_iter(&tls.server_cert)
+        .expect("the server certificate")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("PEM certificates");
+    let key = PrivateKeyDer::from_pem_file(&tls.server_key).expect("the server key");
+    let config =
+        rustls::ServerConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("a certificate and its key");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
+    let address = listener.local_addr().expect("proxy address").to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (acceptor, target) = (acceptor.clone(), target.clone());
+            tokio::spawn(async move {
+                let Ok(mut client) = acceptor.accept(client).await else {
+                    return;
+                };
+                let Ok(mut server) = TcpStream::connect(&target).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    address
+}

@@ -182,7 +182,11 @@ async fn list(prefix: &str, s3: &S3Args, output: Output) -> Result<()> {
     let mut rows = Vec::new();
     for object in objects.iter().filter(|o| !o.key.ends_with(MANIFEST_SUFFIX)) {
         // An unreadable or stale manifest is shown as none: nothing vouches for the object.
-        let manifest = read_manifest(&store, object).await.ok().flatten();
+        let manifest = match read_manifest(&store, object).await {
+            Ok(manifest) => manifest,
+            Err(etcd_snapshot::Error::Storage(e)) => return Err(e.into()),
+            Err(_) => None,
+        };
         rows.push((object, manifest));
     }
     match output {

@@ -2,13 +2,15 @@
 //! authenticated by the shared token, through the Noise protocol framework (the `snow` crate).
 //!
 //! 1. A Noise `NNpsk0` handshake (X25519, ChaCha20-Poly1305, SHA-256), the pre-shared key being
-//!    the SHA-256 of the token, the prologue naming this protocol version. Each side learns that
+//!    the SHA-256 of the token (so the token must be random, e.g. `openssl rand -hex 32`: one
+//!    recorded handshake lets an eavesdropper test guesses offline), the prologue naming this
+//!    protocol version. Each side learns that
 //!    the other holds the token: the client's message is sealed under it, the server's answer
 //!    too, and the token never crosses the wire. Fresh ephemeral keys give each connection its
 //!    own session keys, so nothing recorded from one connection works in another.
 //! 2. client: the request `BACKUP`, the first sealed message. Only the client that made the
 //!    handshake can seal it, so a handshake message replayed by someone else starts nothing.
-//! 3. server: `OK`, `BUSY` or `ERR <reason>`.
+//! 3. server: `OK`, or `BUSY` when a backup is already running.
 //! 4. after `OK`, frames: tag byte, u32 big-endian length, payload. `D` carries stream bytes;
 //!    the last frame is `S` (success, JSON summary) or `F` (failure, message). A connection that
 //!    ends without `S` is a failed backup.
@@ -95,7 +97,12 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     // A server without the token cannot answer; one that refuses us closes the connection.
     read_message(stream, &mut answer)
         .await
-        .map_err(|_| ChannelError::Handshake)?;
+        .map_err(|e| match e {
+            ChannelError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                ChannelError::Handshake
+            }
+            other => other,
+        })?;
     handshake
         .read_message(&answer, &mut message)
         .map_err(|_| ChannelError::Handshake)?;
@@ -164,7 +171,7 @@ impl Sender {
         Ok(())
     }
 
-    /// The answer to the request: `OK`, `BUSY` or `ERR <reason>`.
+    /// The answer to the request: `OK` or `BUSY`.
     pub async fn answer<W: AsyncWrite + Unpin>(&mut self, w: &mut W, answer: &str) -> Result<()> {
         self.seal(w, answer.as_bytes()).await
     }

@@ -9,8 +9,10 @@
 //!   leadership as lost: it stops the controller (no new backups or prunes; runs in flight are
 //!   cancelled and their uploads aborted) and exits, to restart as a standby;
 //! - a standby takes over a Lease only one duration `D` after it last saw the Lease change, on
-//!   its own clock. Its last renewal was at least that recent, so the old holder has stopped
-//!   `D/3` (5 s) before a standby can act, whatever the nodes' clocks say.
+//!   its own clock, counted from the end of the read that saw it; the holder's last renewal was
+//!   made before that. So the holder has been told to stop `D/3` (5 s) before a standby can
+//!   act, whatever the nodes' clocks say. (Told: its backups are cancelled then, and their
+//!   aborts may still be under way.) A Lease deleted under a holder is waited out the same way.
 //! - A clean shutdown releases the Lease once the controller has wound down, so a standby takes
 //!   over within `retry` instead of waiting out `D` (a rollout).
 //!
@@ -71,6 +73,17 @@ impl LeaseConfig {
     }
 }
 
+/// What one try at the Lease found.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    /// This replica holds the Lease (taken or renewed).
+    Holds,
+    /// Another replica holds it and its hold has not expired.
+    HeldByOther,
+    /// Another write got in first (409): read it again on the next try.
+    LostRace,
+}
+
 /// One replica's side of the election.
 struct Elector {
     api: Api<Lease>,
@@ -79,12 +92,20 @@ struct Elector {
 }
 
 impl Elector {
-    /// Takes or renews the Lease; true when this replica holds it afterwards. An update that
-    /// lost a race (409 Conflict) is a plain "no".
-    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+    /// Takes or renews the Lease.
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
         let (name, me) = (&self.config.name, &self.config.identity);
+        let found = self.api.get_opt(name).await?;
+        // After the read: a renewal the read saw was made before this instant.
         let now = Instant::now();
-        let Some(mut lease) = self.api.get_opt(name).await? else {
+        let Some(mut lease) = found else {
+            // Deleted under a holder that may still act: wait out its hold, as for an expiry.
+            if self
+                .observed
+                .other_holder_within(me, self.config.duration(), now)
+            {
+                return Ok(Attempt::HeldByOther);
+            }
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
@@ -97,23 +118,24 @@ impl Elector {
                     Timestamp::now(),
                 )),
             };
-            return lost_race_is_no(self.api.create(&PostParams::default(), &lease).await);
+            return written(self.api.create(&PostParams::default(), &lease).await);
         };
+        let spec = lease.spec.clone().unwrap_or_default();
         self.observed.saw(
             lease
                 .metadata
                 .resource_version
                 .as_deref()
                 .unwrap_or_default(),
+            spec.holder_identity.as_deref(),
             now,
         );
-        let spec = lease.spec.clone().unwrap_or_default();
         if let Some(holder) = self
             .observed
             .held_by_other(&spec, me, self.config.duration(), now)
         {
             tracing::debug!(%holder, "the Lease is held by another replica");
-            return Ok(false);
+            return Ok(Attempt::HeldByOther);
         }
         lease.spec = Some(record::taken(
             Some(&spec),
@@ -122,7 +144,7 @@ impl Elector {
             Timestamp::now(),
         ));
         // The resourceVersion read above makes the update conditional.
-        lost_race_is_no(self.api.replace(name, &PostParams::default(), &lease).await)
+        written(self.api.replace(name, &PostParams::default(), &lease).await)
     }
 
     /// Gives the Lease up if this replica still holds it.
@@ -135,7 +157,7 @@ impl Elector {
             return Ok(());
         }
         lease.spec = Some(record::released(&spec, Timestamp::now()));
-        lost_race_is_no(
+        written(
             self.api
                 .replace(&self.config.name, &PostParams::default(), &lease)
                 .await,
@@ -144,10 +166,10 @@ impl Elector {
     }
 }
 
-fn lost_race_is_no<T>(result: Result<T, kube::Error>) -> Result<bool, kube::Error> {
+fn written<T>(result: Result<T, kube::Error>) -> Result<Attempt, kube::Error> {
     match result {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Ok(_) => Ok(Attempt::Holds),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::LostRace),
         Err(e) => Err(e),
     }
 }
@@ -191,8 +213,8 @@ pub async fn acquire(
     let renewed_at = loop {
         let started = Instant::now();
         match tokio::time::timeout(retry, elector.try_acquire_or_renew()).await {
-            Ok(Ok(true)) => break started,
-            Ok(Ok(false)) => {}
+            Ok(Ok(Attempt::Holds)) => break started,
+            Ok(Ok(Attempt::HeldByOther | Attempt::LostRace)) => {}
             // A standby that may not read its Lease would wait forever: say so.
             Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
                 return Err(LeaderError::Lease {
@@ -248,8 +270,10 @@ async fn hold(
         let started = Instant::now();
         let left = deadline.saturating_sub(renewed_at.elapsed());
         match tokio::time::timeout(retry.min(left), elector.try_acquire_or_renew()).await {
-            Ok(Ok(true)) => renewed_at = started,
-            Ok(Ok(false)) => break "another replica holds the Lease".to_string(),
+            Ok(Ok(Attempt::Holds)) => renewed_at = started,
+            Ok(Ok(Attempt::HeldByOther)) => break "another replica holds the Lease".to_string(),
+            // Perhaps our own renewal that timed out, landing late: read again next time.
+            Ok(Ok(Attempt::LostRace)) => tracing::warn!("a Lease renewal lost a write race"),
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew the Lease"),
             Err(_) => tracing::warn!("the API server did not answer the Lease renewal in time"),
         }

@@ -13,13 +13,26 @@ use k8s_openapi::jiff::Timestamp;
 #[derive(Debug, Default)]
 pub(super) struct Observed {
     last: Option<(String, Instant)>,
+    /// The holder the Lease named when last read.
+    holder: Option<String>,
 }
 
 impl Observed {
-    pub(super) fn saw(&mut self, resource_version: &str, now: Instant) {
+    pub(super) fn saw(&mut self, resource_version: &str, holder: Option<&str>, now: Instant) {
         if self.last.as_ref().map(|(v, _)| v.as_str()) != Some(resource_version) {
             self.last = Some((resource_version.to_string(), now));
         }
+        self.holder = holder.filter(|h| !h.is_empty()).map(str::to_string);
+    }
+
+    /// Whether another replica held the Lease when it was last seen, less than `duration` ago:
+    /// if the Lease is gone now, that replica may still be acting.
+    pub(super) fn other_holder_within(&self, me: &str, duration: Duration, now: Instant) -> bool {
+        let recent = self
+            .last
+            .as_ref()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) < duration);
+        recent && self.holder.as_deref().is_some_and(|h| h != me)
     }
 
     /// The replica that holds the Lease if it is another one whose hold has not expired.
@@ -98,7 +111,7 @@ mod tests {
     fn another_holder_expires_one_duration_after_the_lease_last_changed_here() {
         let start = Instant::now();
         let mut observed = Observed::default();
-        observed.saw("1", start);
+        observed.saw("1", Some("a"), start);
         let spec = held_by("a");
         let at = |secs| start + secs * SECOND;
         assert_eq!(
@@ -110,8 +123,8 @@ mod tests {
             None
         );
         // A renewal (new resourceVersion) restarts the clock; seeing the same one again does not.
-        observed.saw("2", at(10));
-        observed.saw("2", at(12));
+        observed.saw("2", Some("a"), at(10));
+        observed.saw("2", Some("a"), at(12));
         assert_eq!(
             observed.held_by_other(&spec, "b", 15 * SECOND, at(24)),
             Some("a")
@@ -123,10 +136,32 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_deleted_under_another_holder_is_waited_out() {
+        let start = Instant::now();
+        let mut observed = Observed::default();
+        assert!(
+            !observed.other_holder_within("b", 15 * SECOND, start),
+            "never seen"
+        );
+        observed.saw("1", Some("a"), start);
+        assert!(observed.other_holder_within("b", 15 * SECOND, start + 14 * SECOND));
+        assert!(!observed.other_holder_within("b", 15 * SECOND, start + 15 * SECOND));
+        assert!(
+            !observed.other_holder_within("a", 15 * SECOND, start),
+            "its own"
+        );
+        observed.saw("2", None, start);
+        assert!(
+            !observed.other_holder_within("b", 15 * SECOND, start),
+            "released"
+        );
+    }
+
+    #[test]
     fn own_released_or_empty_leases_are_not_held_by_another() {
         let now = Instant::now();
         let mut observed = Observed::default();
-        observed.saw("1", now);
+        observed.saw("1", Some("me"), now);
         for spec in [held_by("me"), LeaseSpec::default(), held_by("")] {
             assert_eq!(observed.held_by_other(&spec, "me", 15 * SECOND, now), None);
         }

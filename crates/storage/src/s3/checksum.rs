@@ -2,10 +2,11 @@
 //!
 //! Every part (and a single-request object) is sent with its CRC32C (`x-amz-checksum-crc32c`),
 //! which the server recomputes and refuses on mismatch, and which it keeps for the object. A
-//! server that checks it echoes the value back; once one has, the payloads are sent
-//! `UNSIGNED-PAYLOAD`: SigV4's payload sha256 would be a second full hash pass over the data
-//! (our own sha256 of the stream is the first) for the integrity the CRC already gives. A
-//! server that does not echo it keeps getting signed payloads.
+//! server that checks it echoes the value back; once one has, and the connection is TLS, the
+//! payloads are sent `UNSIGNED-PAYLOAD`: SigV4's payload sha256 would be a second full hash
+//! pass over the data (our own sha256 of the stream is the first) for integrity that TLS and
+//! the CRC already give. Over plain HTTP a CRC is no defence against someone on the path, so
+//! the payloads stay signed there, as they do for a server that does not echo the CRC.
 //!
 //! After the commit, the object's composite checksum (the CRC32C of the parts' CRC32Cs, "-N")
 //! and its size must be those of what was sent: a server that assembled other parts, or

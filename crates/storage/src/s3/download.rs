@@ -105,15 +105,12 @@ impl S3Download {
         }
         let out = request.send().await.map_err(|e| {
             match self.store.classify(e, "GetObject", &self.info.key) {
-                StorageError::S3 { message, .. }
-                    if message.contains("412") || message.contains("PreconditionFailed") =>
-                {
-                    StorageError::ChangedWhileReading {
-                        url: self.store.url(&self.info.key),
-                        expected: self.info.etag.clone().unwrap_or_default(),
-                        found: "a different version".into(),
-                    }
-                }
+                // The If-Match above failed: the object was rewritten since the first read.
+                StorageError::PreconditionFailed { .. } => StorageError::ChangedWhileReading {
+                    url: self.store.url(&self.info.key),
+                    expected: self.info.etag.clone().unwrap_or_default(),
+                    found: "a different version".into(),
+                },
                 other => other,
             }
         })?;

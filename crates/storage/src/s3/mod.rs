@@ -145,6 +145,8 @@ pub struct S3Store {
     endpoint: String,
     abort_retry_window: Duration,
     checks: checksum::ServerChecks,
+    /// TLS to the endpoint (AWS itself, or an `https://` endpoint).
+    tls: bool,
 }
 
 impl fmt::Debug for S3Store {
@@ -230,11 +232,21 @@ impl S3Store {
             endpoint,
             abort_retry_window: options.abort_retry_window,
             checks: checksum::ServerChecks::default(),
+            tls: sdk
+                .endpoint_url()
+                .is_none_or(|url| url.starts_with("https://")),
         })
     }
 
     pub fn bucket(&self) -> &str {
         &self.bucket
+    }
+
+    /// Payloads may skip SigV4's sha256 when integrity is had otherwise: TLS protects them in
+    /// transit, and the server has shown it checks each part's CRC32C. Over plain HTTP the
+    /// signature is what stops someone on the path from changing a part and its CRC together.
+    pub(crate) fn unsigned_payloads(&self) -> bool {
+        self.tls && self.checks.confirmed()
     }
 
     /// The underlying SDK client (tests use it to look at the server directly).

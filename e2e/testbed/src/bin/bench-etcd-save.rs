@@ -1,6 +1,7 @@
 //! Benchmark of `etcd-backup save` against the way users back up etcd today, in one run.
 //!
-//! It fills a real etcd with incompressible values, starts a real Garage S3 server, and measures
+//! It fills a real etcd with incompressible values, starts a real Garage S3 server behind a TLS
+//! front (S3 as users reach it, over https; the front's CPU counts as the server's), and measures
 //! each way with GNU time (wall time and peak RSS):
 //!   (a) `etcd-backup save` straight to S3,
 //!   (b) `etcdctl snapshot save FILE && aws s3 cp FILE s3://...` (today's two-step way),
@@ -136,11 +137,25 @@ async fn filled_etcd(mib: u64) -> Result<(Etcd, u64)> {
     Ok((etcd, db_size))
 }
 
-fn save_script(etcd_backup: &Path, garage: &Garage, etcd: &Etcd, key: &str) -> String {
+/// S3 as users reach it: over TLS, here through a TLS front in this process.
+struct S3Front {
+    endpoint: String,
+    ca_file: PathBuf,
+    _tls: testbed::TlsFiles,
+}
+
+fn save_script(
+    etcd_backup: &Path,
+    garage: &Garage,
+    s3: &S3Front,
+    etcd: &Etcd,
+    key: &str,
+) -> String {
     format!(
-        "{} --s3-endpoint {} --s3-region {} --s3-force-path-style save --endpoints {} --to s3://{}/{key} >/dev/null",
+        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style save --endpoints {} --to s3://{}/{key} >/dev/null",
         etcd_backup.display(),
-        garage.endpoint,
+        s3.endpoint,
+        s3.ca_file.display(),
         garage.region,
         etcd.endpoint,
         garage.bucket
@@ -152,7 +167,24 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let etcd_backup = std::fs::canonicalize(&args.etcd_backup)?;
     let garage = Garage::start().await?;
-    let env = garage.env();
+    let tls = testbed::TlsFiles::generate()?;
+    let front = testbed::proxy::tls_proxy(
+        garage.endpoint.trim_start_matches("http://").to_string(),
+        &tls,
+    )
+    .await;
+    let s3 = S3Front {
+        endpoint: format!("https://{front}"),
+        ca_file: tls.ca_cert.clone(),
+        _tls: tls,
+    };
+    let mut env = garage.env();
+    for (key, value) in &mut env {
+        if key == "AWS_ENDPOINT_URL" {
+            *value = s3.endpoint.clone();
+        }
+    }
+    env.push(("AWS_CA_BUNDLE".into(), s3.ca_file.display().to_string()));
     let work = tempfile::tempdir()?;
     let file = work.path().join("snapshot.db");
     let (file, bucket) = (file.display(), &garage.bucket);
@@ -165,7 +197,8 @@ async fn main() -> Result<()> {
     let garage_pid: u32 = std::fs::read_to_string(garage.dir().join("garage.pid"))?
         .trim()
         .parse()?;
-    let servers = [etcd.pid(), garage_pid];
+    // The TLS front runs in this process, which does nothing else meanwhile: count it as server.
+    let servers = [etcd.pid(), garage_pid, std::process::id()];
     let mb = db_size as f64 / 1e6;
     let snapshot = format!(
         "etcdctl --endpoints {} snapshot save {file} >/dev/null",
@@ -182,7 +215,7 @@ async fn main() -> Result<()> {
     let b = measure("(b) etcdctl save + aws s3 cp", &two_step, &env, &servers)?;
     let a = measure(
         "(a) etcd-backup save -> S3",
-        &save_script(&etcd_backup, &garage, &etcd, "bench/etcd-backup"),
+        &save_script(&etcd_backup, &garage, &s3, &etcd, "bench/etcd-backup"),
         &env,
         &servers,
     )?;
@@ -192,9 +225,15 @@ async fn main() -> Result<()> {
     let (small, small_size) = filled_etcd(args.small_mib).await?;
     let a_small = measure(
         "(a) etcd-backup save, small db",
-        &save_script(&etcd_backup, &garage, &small, "bench/etcd-backup-small"),
+        &save_script(
+            &etcd_backup,
+            &garage,
+            &s3,
+            &small,
+            "bench/etcd-backup-small",
+        ),
         &env,
-        &[small.pid(), garage_pid],
+        &[small.pid(), garage_pid, std::process::id()],
     )?;
 
     println!(
