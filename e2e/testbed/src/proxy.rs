@@ -7,14 +7,20 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Starts a proxy to `target` (`host:port`) that passes at most `bytes_per_second` from the
-/// server to each client (the other direction unthrottled); returns its `127.0.0.1:port`. It
-/// serves every connection until the test process ends.
-pub async fn throttled_proxy(target: String, bytes_per_second: usize) -> String {
+/// A listener on a free loopback port, and its `127.0.0.1:port`.
+async fn listen() -> (TcpListener, String) {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind the proxy");
     let address = listener.local_addr().expect("proxy address").to_string();
+    (listener, address)
+}
+
+/// Starts a proxy to `target` (`host:port`) that passes at most `bytes_per_second` from the
+/// server to each client (the other direction unthrottled); returns its `127.0.0.1:port`. It
+/// serves every connection until the test process ends.
+pub async fn throttled_proxy(target: String, bytes_per_second: usize) -> String {
+    let (listener, address) = listen().await;
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
             let target = target.clone();
@@ -77,10 +83,7 @@ pub async fn tampering_proxy(
     plan: Tampering,
 ) -> (String, std::sync::Arc<Tampered>) {
     use std::sync::Arc;
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the proxy");
-    let address = listener.local_addr().expect("proxy address").to_string();
+    let (listener, address) = listen().await;
     let record = Arc::new(Tampered::default());
     let flip_pending = Arc::new(std::sync::atomic::AtomicBool::new(
         plan.flip_body_of.is_some(),
@@ -245,10 +248,7 @@ impl Partition {
 /// Starts a TCP proxy to `target` that relays everything until its [`Partition`] is cut;
 /// returns its `127.0.0.1:port`.
 pub async fn partitionable_proxy(target: String) -> (String, Partition) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the proxy");
-    let address = listener.local_addr().expect("proxy address").to_string();
+    let (listener, address) = listen().await;
     let partition = Partition::default();
     let cut = partition.clone();
     tokio::spawn(async move {
@@ -320,10 +320,7 @@ pub async fn tls_proxy(target: String, tls: &crate::TlsFiles) -> String {
             .with_single_cert(certs, key)
             .expect("a certificate and its key");
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the proxy");
-    let address = listener.local_addr().expect("proxy address").to_string();
+    let (listener, address) = listen().await;
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
             let (acceptor, target) = (acceptor.clone(), target.clone());
