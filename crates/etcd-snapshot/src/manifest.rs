@@ -66,6 +66,15 @@ impl Manifest {
         serde_json::to_vec_pretty(self).expect("a manifest always serializes")
     }
 
+    /// The manifest beside the object `key`, if there is one; an unreadable one is an error.
+    pub async fn load(store: &Store, key: &str) -> Result<Option<Manifest>> {
+        let key = manifest_key(key);
+        match store.get_small(&key).await? {
+            Some(bytes) => Manifest::parse(&key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Why this manifest does not describe `object` (another size or ETag), if it does not.
     pub fn staleness(&self, object: &ObjectInfo) -> Option<String> {
         if self.stored_bytes != object.size {
@@ -88,13 +97,14 @@ impl Manifest {
 /// (written for another object under the same key). `verify` and `fetch` read the content
 /// instead, which a copied backup (same bytes, another ETag) passes.
 pub async fn read_manifest(store: &Store, object: &ObjectInfo) -> Result<Option<Manifest>> {
-    let key = manifest_key(&object.key);
-    let Some(bytes) = store.get_small(&key).await? else {
+    let Some(manifest) = Manifest::load(store, &object.key).await? else {
         return Ok(None);
     };
-    let manifest = Manifest::parse(&key, &bytes)?;
     match manifest.staleness(object) {
-        Some(why) => Err(Error::StaleManifest { key, why }),
+        Some(why) => Err(Error::StaleManifest {
+            key: manifest_key(&object.key),
+            why,
+        }),
         None => Ok(Some(manifest)),
     }
 }

@@ -8,7 +8,7 @@ use backup_storage::Store;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
-use crate::{Compression, Error, Manifest, Result, TrailerVerifier, manifest_key};
+use crate::{Compression, Error, Manifest, Result, TrailerVerifier};
 use backup_storage::compress::Decoder;
 
 #[derive(Debug, Clone)]
@@ -78,11 +78,7 @@ async fn check(
 ) -> Result<VerifyReport> {
     let url = store.location(key).to_string();
     let mut download = store.download(key).await?;
-    let manifest_key = manifest_key(key);
-    let manifest = match store.get_small(&manifest_key).await? {
-        Some(bytes) => Some(Manifest::parse(&manifest_key, &bytes)?),
-        None => None,
-    };
+    let manifest = Manifest::load(store, key).await?;
     // A backup copied elsewhere (another bucket, a restored volume) has another ETag and keeps
     // its manifest: the content decides, by its size and sha256, checked below.
     if let Some(why) = manifest.as_ref().and_then(|m| m.staleness(download.info())) {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use operator_runtime::http::Health;
 use operator_runtime::leader::{Leadership, LeaseConfig, acquire};
 use testbed::kube::KubeTestbed;
@@ -25,19 +25,9 @@ fn config(namespace: &str, identity: &str, duration_seconds: u64) -> LeaseConfig
 
 /// A client of `bed`'s API server whose every connection goes through a proxy the test can cut.
 async fn client_through_proxy(bed: &KubeTestbed) -> (kube::Client, testbed::proxy::Partition) {
-    let mut kubeconfig = Kubeconfig::read_from(&bed.kubeconfig).unwrap();
-    let cluster = kubeconfig.clusters[0].cluster.as_mut().unwrap();
-    let server: url::Url = cluster.server.as_deref().unwrap().parse().unwrap();
-    let target = format!(
-        "{}:{}",
-        server.host_str().unwrap(),
-        server.port_or_known_default().unwrap()
-    );
-    let (proxy, partition) = testbed::proxy::partitionable_proxy(target).await;
-    let port = proxy.rsplit_once(':').unwrap().1;
-    let mut through = server.clone();
-    through.set_port(Some(port.parse().unwrap())).unwrap();
-    cluster.server = Some(through.to_string());
+    let (kubeconfig, partition) = testbed::kube::partitioned_kubeconfig(&bed.kubeconfig)
+        .await
+        .unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap();

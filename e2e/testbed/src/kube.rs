@@ -347,6 +347,30 @@ fn crd_paths() -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
+/// The kubeconfig at `path`, its API server reached through a proxy the test can cut (a network
+/// partition between a process under test and the API server).
+pub async fn partitioned_kubeconfig(path: &Path) -> Result<(Kubeconfig, crate::proxy::Partition)> {
+    let mut kubeconfig =
+        Kubeconfig::read_from(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let cluster = kubeconfig.clusters[0]
+        .cluster
+        .as_mut()
+        .context("a kubeconfig cluster")?;
+    let mut server: url::Url = cluster.server.as_deref().context("a server")?.parse()?;
+    let target = format!(
+        "{}:{}",
+        server.host_str().context("a server host")?,
+        server.port_or_known_default().context("a server port")?
+    );
+    let (proxy, partition) = crate::proxy::partitionable_proxy(target).await;
+    let port = proxy.rsplit_once(':').context("a proxy port")?.1.parse()?;
+    server
+        .set_port(Some(port))
+        .map_err(|()| anyhow::anyhow!("cannot set the port"))?;
+    cluster.server = Some(server.to_string());
+    Ok((kubeconfig, partition))
+}
+
 /// Removes `key` from every object in `value`, recursively.
 pub fn strip_key(value: &mut serde_json::Value, key: &str) {
     match value {

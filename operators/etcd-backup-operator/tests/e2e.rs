@@ -189,19 +189,7 @@ async fn kubeconfig_through_partition(
     namespace: &str,
 ) -> (std::path::PathBuf, testbed::proxy::Partition) {
     let path = service_account_kubeconfig(namespace);
-    let mut config = kube::config::Kubeconfig::read_from(&path).unwrap();
-    let cluster = config.clusters[0].cluster.as_mut().unwrap();
-    let mut server: url::Url = cluster.server.as_deref().unwrap().parse().unwrap();
-    let target = format!(
-        "{}:{}",
-        server.host_str().unwrap(),
-        server.port_or_known_default().unwrap()
-    );
-    let (proxy, partition) = testbed::proxy::partitionable_proxy(target).await;
-    server
-        .set_port(Some(proxy.rsplit_once(':').unwrap().1.parse().unwrap()))
-        .unwrap();
-    cluster.server = Some(server.to_string());
+    let (config, partition) = testbed::kube::partitioned_kubeconfig(&path).await.unwrap();
     let through = path.with_extension("partitioned.kubeconfig");
     std::fs::write(&through, serde_saphyr::to_string(&config).unwrap()).unwrap();
     (through, partition)
