@@ -6,6 +6,7 @@
 //! `verify` and `fetch` stream an object back and check it the same way, so a fetched file
 //! restores with stock `etcdutl`/`etcdctl snapshot restore` and its hash check.
 
+mod connector;
 mod error;
 mod manifest;
 mod member;

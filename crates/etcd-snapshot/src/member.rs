@@ -186,13 +186,14 @@ async fn connect(
     let mut builder = tonic::transport::Endpoint::from_shared(url)
         .map_err(|e| etcd_client::Error::InvalidArgs(e.to_string()))?
         .connect_timeout(timeout)
-        .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
-    let channel = builder.connect().await?;
+    let channel = builder
+        .connect_with_connector(crate::connector::buffered_tcp())
+        .await?;
     // No request timeout: it would cut a long snapshot stream. Stalls are caught per chunk.
     Client::from_channel(
         etcd_client::Channel::Tonic(channel),

@@ -188,16 +188,24 @@ impl Etcd {
             .args(["--dial-timeout=2s", "--command-timeout=30s"])
             .stdin(Stdio::null())
             .kill_on_drop(true);
-        if let Some(tls) = &self.tls {
-            command
-                .arg("--cacert")
-                .arg(&tls.ca)
-                .arg("--cert")
-                .arg(&tls.cert)
-                .arg("--key")
-                .arg(&tls.key);
-        }
+        command.args(self.client_tls_flags());
         command
+    }
+
+    /// `--cacert CA --cert CERT --key KEY` when TLS is on (as `etcdctl` and `etcd-backup` take
+    /// them), else nothing.
+    pub fn client_tls_flags(&self) -> Vec<String> {
+        let Some(tls) = &self.tls else {
+            return Vec::new();
+        };
+        [
+            ("--cacert", &tls.ca),
+            ("--cert", &tls.cert),
+            ("--key", &tls.key),
+        ]
+        .into_iter()
+        .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+        .collect()
     }
 
     /// An etcd-client connection to this member (with the client certificate when TLS is on).

@@ -22,6 +22,10 @@ struct Args {
     size_mib: u64,
     small_mib: u64,
     etcd_backup: PathBuf,
+    /// etcd over TLS with client certificates, as a Kubernetes control plane runs it.
+    etcd_tls: bool,
+    /// Fill etcd, print the command of (a) and its environment, then wait (for profiling).
+    hold: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -29,6 +33,8 @@ fn parse_args() -> Result<Args> {
         size_mib: 1024,
         small_mib: 100,
         etcd_backup: PathBuf::from("target/release/etcd-backup"),
+        etcd_tls: false,
+        hold: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -37,8 +43,10 @@ fn parse_args() -> Result<Args> {
             "--size-mib" => args.size_mib = value()?.parse()?,
             "--small-mib" => args.small_mib = value()?.parse()?,
             "--etcd-backup" => args.etcd_backup = value()?.into(),
+            "--etcd-tls" => args.etcd_tls = true,
+            "--hold" => args.hold = true,
             _ => bail!(
-                "usage: bench-etcd-save [--size-mib 1024] [--small-mib 100] [--etcd-backup PATH]"
+                "usage: bench-etcd-save [--size-mib 1024] [--small-mib 100] [--etcd-backup PATH] [--etcd-tls] [--hold]"
             ),
         }
     }
@@ -124,8 +132,11 @@ fn measure(
     })
 }
 
-async fn filled_etcd(mib: u64) -> Result<(Etcd, u64)> {
-    let etcd = Etcd::start().await?;
+async fn filled_etcd(mib: u64, tls: Option<&testbed::TlsFiles>) -> Result<(Etcd, u64)> {
+    let etcd = match tls {
+        Some(tls) => Etcd::start_tls(tls).await?,
+        None => Etcd::start().await?,
+    };
     etcd.fill_random(mib << 20, 256 << 10).await?;
     let out = etcd
         .etcdctl()
@@ -141,7 +152,7 @@ async fn filled_etcd(mib: u64) -> Result<(Etcd, u64)> {
 struct S3Front {
     endpoint: String,
     ca_file: PathBuf,
-    _tls: testbed::TlsFiles,
+    tls: testbed::TlsFiles,
 }
 
 fn save_script(
@@ -152,12 +163,13 @@ fn save_script(
     key: &str,
 ) -> String {
     format!(
-        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style save --endpoints {} --to s3://{}/{key} >/dev/null",
+        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style save --endpoints {} {} --to s3://{}/{key} >/dev/null",
         etcd_backup.display(),
         s3.endpoint,
         s3.ca_file.display(),
         garage.region,
         etcd.endpoint,
+        etcd.client_tls_flags().join(" "),
         garage.bucket
     )
 }
@@ -176,7 +188,7 @@ async fn main() -> Result<()> {
     let s3 = S3Front {
         endpoint: format!("https://{front}"),
         ca_file: tls.ca_cert.clone(),
-        _tls: tls,
+        tls,
     };
     let mut env = garage.env();
     for (key, value) in &mut env {
@@ -193,7 +205,8 @@ async fn main() -> Result<()> {
         "filling etcd with {} MiB of random values ...",
         args.size_mib
     );
-    let (etcd, db_size) = filled_etcd(args.size_mib).await?;
+    let etcd_tls = args.etcd_tls.then_some(&s3.tls);
+    let (etcd, db_size) = filled_etcd(args.size_mib, etcd_tls).await?;
     let garage_pid: u32 = std::fs::read_to_string(garage.dir().join("garage.pid"))?
         .trim()
         .parse()?;
@@ -201,11 +214,22 @@ async fn main() -> Result<()> {
     let servers = [etcd.pid(), garage_pid, std::process::id()];
     let mb = db_size as f64 / 1e6;
     let snapshot = format!(
-        "etcdctl --endpoints {} snapshot save {file} >/dev/null",
-        etcd.endpoint
+        "etcdctl --endpoints {} {} snapshot save {file} >/dev/null",
+        etcd.endpoint,
+        etcd.client_tls_flags().join(" ")
     );
     let upload = format!("aws s3 cp --only-show-errors {file} s3://{bucket}/bench/upload-only");
 
+    if args.hold {
+        let script = save_script(&etcd_backup, &garage, &s3, &etcd, "bench/held");
+        for (key, value) in &env {
+            println!("export {key}='{value}'");
+        }
+        println!("{script}");
+        eprintln!("holding etcd ({mb:.0} MB), Garage and the TLS front; Ctrl-C ends");
+        tokio::signal::ctrl_c().await?;
+        return Ok(());
+    }
     eprintln!("measuring (database {:.0} MB) ...", mb);
     let c = measure("(c) etcdctl snapshot save", &snapshot, &env, &servers)?;
     let d = measure("(d) aws s3 cp (upload alone)", &upload, &env, &servers)?;
@@ -222,7 +246,7 @@ async fn main() -> Result<()> {
     drop(etcd);
 
     eprintln!("measuring (a) on a {} MiB database ...", args.small_mib);
-    let (small, small_size) = filled_etcd(args.small_mib).await?;
+    let (small, small_size) = filled_etcd(args.small_mib, etcd_tls).await?;
     let a_small = measure(
         "(a) etcd-backup save, small db",
         &save_script(
