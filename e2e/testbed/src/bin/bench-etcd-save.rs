@@ -9,6 +9,10 @@
 //!   (d) `aws s3 cp FILE s3://...` alone,
 //! then (a) again on a small database, to show that memory does not grow with snapshot size.
 //!
+//! `--etcd-tls` runs etcd over TLS with client certificates (as a Kubernetes control plane
+//! does); `--hold` fills etcd, prints the command of (a) with its environment and keeps the
+//! servers up, to profile (a) by hand.
+//!
 //! Run it with `e2e/bench-etcd.sh` (builds release binaries first). Not a test: nothing here
 //! asserts timings; it prints the figures and the ratios the README records.
 
