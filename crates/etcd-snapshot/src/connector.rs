@@ -6,38 +6,27 @@
 //! kernel holds in one call, 22,000 and 12,000. TLS, when configured, is layered on top by
 //! tonic, so it reads from the buffer. Measured in the README's benchmark section.
 
-use std::io;
-
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
-use tonic::transport::Uri;
+use tower::ServiceExt;
+use tower::util::MapResponse;
 
 const READ_BUFFER: usize = 256 << 10;
 
-type Connection = TokioIo<BufReader<TcpStream>>;
+type Buffered = TokioIo<BufReader<TcpStream>>;
 
-/// A tonic connector (`Endpoint::connect_with_connector`): TCP with `TCP_NODELAY`, buffered reads.
-pub(crate) fn buffered_tcp() -> impl tower::Service<
-    Uri,
-    Response = Connection,
-    Error = io::Error,
-    Future = impl Future<Output = io::Result<Connection>> + Send,
-> + Send
-+ 'static {
-    tower::service_fn(|uri: Uri| async move {
-        let host = uri
-            .host()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "endpoint without a host"))?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
-            Some("https") => 443,
-            _ => 80,
-        });
-        let stream = TcpStream::connect((host.as_str(), port)).await?;
-        stream.set_nodelay(true)?;
-        Ok(TokioIo::new(BufReader::with_capacity(READ_BUFFER, stream)))
-    })
+/// A tonic connector (`Endpoint::connect_with_connector`): the TCP connector tonic uses by
+/// default (name resolution, every address tried, `TCP_NODELAY`), its reads buffered.
+pub(crate) fn buffered_tcp() -> MapResponse<HttpConnector, fn(TokioIo<TcpStream>) -> Buffered> {
+    let mut tcp = HttpConnector::new();
+    // `https://` endpoints too: tonic adds TLS on top.
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.map_response(buffered)
+}
+
+fn buffered(io: TokioIo<TcpStream>) -> Buffered {
+    TokioIo::new(BufReader::with_capacity(READ_BUFFER, io.into_inner()))
 }

@@ -4,9 +4,8 @@
 //! 1. A Noise `NNpsk0` handshake (X25519, ChaCha20-Poly1305, SHA-256), the pre-shared key being
 //!    the SHA-256 of the token (so the token must be random, e.g. `openssl rand -hex 32`: one
 //!    recorded handshake lets an eavesdropper test guesses offline), the prologue naming this
-//!    protocol version. Each side learns that
-//!    the other holds the token: the client's message is sealed under it, the server's answer
-//!    too, and the token never crosses the wire. Fresh ephemeral keys give each connection its
+//!    protocol version. Each side learns that the other holds the token: the client's message
+//!    is sealed under it, the server's answer too, and the token never crosses the wire. Fresh ephemeral keys give each connection its
 //!    own session keys, so nothing recorded from one connection works in another.
 //! 2. client: the request `BACKUP`, the first sealed message. Only the client that made the
 //!    handshake can seal it, so a handshake message replayed by someone else starts nothing.

@@ -155,7 +155,7 @@ async fn filled_etcd(mib: u64, tls: Option<&testbed::TlsFiles>) -> Result<(Etcd,
 /// S3 as users reach it: over TLS, here through a TLS front in this process.
 struct S3Front {
     endpoint: String,
-    ca_file: PathBuf,
+    /// Its certificates (`ca_cert` is what clients trust); `--etcd-tls` uses them for etcd too.
     tls: testbed::TlsFiles,
 }
 
@@ -170,7 +170,7 @@ fn save_script(
         "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style save --endpoints {} {} --to s3://{}/{key} >/dev/null",
         etcd_backup.display(),
         s3.endpoint,
-        s3.ca_file.display(),
+        s3.tls.ca_cert.display(),
         garage.region,
         etcd.endpoint,
         etcd.client_tls_flags().join(" "),
@@ -191,7 +191,6 @@ async fn main() -> Result<()> {
     .await;
     let s3 = S3Front {
         endpoint: format!("https://{front}"),
-        ca_file: tls.ca_cert.clone(),
         tls,
     };
     let mut env = garage.env();
@@ -200,7 +199,7 @@ async fn main() -> Result<()> {
             *value = s3.endpoint.clone();
         }
     }
-    env.push(("AWS_CA_BUNDLE".into(), s3.ca_file.display().to_string()));
+    env.push(("AWS_CA_BUNDLE".into(), s3.tls.ca_cert.display().to_string()));
     let work = tempfile::tempdir()?;
     let file = work.path().join("snapshot.db");
     let (file, bucket) = (file.display(), &garage.bucket);
