@@ -10,6 +10,7 @@
 #         Starts the bed in DIR (or, if it already runs there, just adds PID to its users) and
 #         prints `export KUBECONFIG=DIR/kubeconfig`. With --watch-pid, the bed stops once every
 #         process that started or joined it that way is gone (and with --rm, DIR is deleted).
+#         A bed that starts has no objects, volumes or pods from an earlier bed in DIR.
 #   up.sh --stop DIR
 #         Stops everything and leaves nothing behind: processes, containers, mounts, CNI netns,
 #         the bridge, KUBE-* iptables chains, kubepods cgroups; changed sysctls are restored.
@@ -227,6 +228,11 @@ fi
 # Leftovers of a bed that died (or of a half-started one) go first.
 [[ -n $owner ]] && stop "$owner"
 stop "$dir"
+# A bed that starts (rather than joins) starts empty: an earlier bed's API objects, volumes and
+# pod state in DIR would otherwise live on in every later run, its CronJobs still firing. The
+# image store stays (images.sh imports the images again on every start).
+rm -rf "$dir/etcd" "$dir/volumes" "$dir/kubelet" "$dir/cni" \
+  || die "cannot remove the earlier bed's state in $dir (a mount left under it?)"
 
 # Preconditions, each with one line that says what to do.
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do

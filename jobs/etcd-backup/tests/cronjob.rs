@@ -187,6 +187,8 @@ async fn the_cronjob_example_saves_then_prunes_on_the_bed() {
         ("save".to_string(), 0)
     );
     assert_eq!(exit(status.container_statuses), ("prune".to_string(), 0));
+    // The CronJob fires every minute: it goes with its namespace now, not with the bed.
+    kube.delete_namespace(&ns).await.unwrap();
 
     // The oldest seeded backup is gone; the newer one and the CronJob's remain.
     let objects = listed(&flags, &env).await;

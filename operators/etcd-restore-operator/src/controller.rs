@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use operator_runtime::events::Events;
 use serde_json::json;
@@ -65,10 +66,26 @@ impl Context {
 const CHANGED: Duration = Duration::from_millis(500);
 const BUSY: Duration = Duration::from_secs(2);
 
+/// The restore a member pod's change may concern: the one named like its cluster.
+pub fn restore_of(pod: Pod) -> Option<ObjectRef<EtcdRestore>> {
+    let cluster = pod.labels().get(build::CLUSTER_LABEL)?;
+    Some(ObjectRef::new(cluster).within(&pod.namespace()?))
+}
+
+/// The restore of a cluster (named like it) whose status or spec changed.
+pub fn restore_of_cluster(cluster: EtcdCluster) -> Option<ObjectRef<EtcdRestore>> {
+    Some(ObjectRef::new(&cluster.name_any()).within(&cluster.namespace()?))
+}
+
 pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let name = restore.name_any();
-    if restore.meta().deletion_timestamp.is_some() {
+    // A finished restore stays finished (a retry is a new object): member pods that change
+    // later cost no API call here.
+    let cached_phase = restore.status.as_ref().and_then(|s| s.phase);
+    if restore.meta().deletion_timestamp.is_some()
+        || cached_phase.is_some_and(RestorePhase::is_terminal)
+    {
         return Ok(Action::await_change());
     }
     let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
@@ -563,4 +580,31 @@ pub fn error_policy(restore: Arc<EtcdRestore>, error: &Error, ctx: Arc<Context>)
     tracing::warn!(restore = %restore.name_any(), %error, "reconcile failed");
     ctx.metrics.reconcile_errors.inc();
     Action::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_pods_and_clusters_wake_the_restore_named_like_the_cluster() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "c-4", "namespace": "ns",
+                         "labels": {"app": "etcd", "etcd_cluster": "c"}},
+        }))
+        .unwrap();
+        assert_eq!(restore_of(pod), Some(ObjectRef::new("c").within("ns")));
+        let unlabelled: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "ns"}})).unwrap();
+        assert_eq!(restore_of(unlabelled), None);
+        let cluster: EtcdCluster = serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns"}, "spec": {"size": 3},
+        }))
+        .unwrap();
+        assert_eq!(
+            restore_of_cluster(cluster),
+            Some(ObjectRef::new("c").within("ns"))
+        );
+    }
 }

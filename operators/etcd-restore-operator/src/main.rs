@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use backup_api::EtcdRestore;
+use backup_api::{EtcdCluster, EtcdRestore};
 use backup_cli::LogFormat;
 use clap::Parser;
 use etcd_restore_operator::controller::{self, Context, MANAGER};
@@ -45,12 +45,18 @@ async fn main() -> Result<()> {
         return Ok(());
     };
     let client = process.client.clone();
-    let (restores, pods): (Api<EtcdRestore>, Api<Pod>) = match namespace {
+    let (restores, pods, clusters): (Api<EtcdRestore>, Api<Pod>, Api<EtcdCluster>) = match namespace
+    {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
         ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
     };
     let mut config = watcher::Config::default();
     if let Some(selector) = args.runtime.watch_selector() {
@@ -62,11 +68,26 @@ async fn main() -> Result<()> {
     process.health.set_ready(true);
     let shutdown = process.stop.clone();
     // Spec changes only (generation): the controller's own status writes must not trigger
-    // reconciles. The restore's own pods (verify, restore) wake it when they change; member
-    // pods belong to the EtcdCluster, so waiting on them is a requeue.
+    // reconciles. The restore's own pods (verify, restore) wake it when they change, and so do
+    // the cluster it restores (its operator reporting the pause) and that cluster's member pods
+    // (turning ready): an EtcdRestore is named like its cluster. Without these the waits would
+    // only end at the next requeue.
     let (reader, spec_changes) = process::spec_changes(restores, config);
     Controller::for_stream(spec_changes, reader)
-        .owns(pods, watcher::Config::default().labels("app=etcd-restore"))
+        .owns(
+            pods.clone(),
+            watcher::Config::default().labels("app=etcd-restore"),
+        )
+        .watches(
+            pods,
+            watcher::Config::default().labels("app=etcd"),
+            controller::restore_of,
+        )
+        .watches(
+            clusters,
+            watcher::Config::default(),
+            controller::restore_of_cluster,
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(controller::reconcile, controller::error_policy, ctx)
         .for_each(|result| async move {

@@ -13,14 +13,18 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("etcd.database.coreos.com", "etcdrestores/status", "patch"),
     // controller.rs: the cluster restored: read, created from spec.newCluster, paused and
     // unpaused (spec.paused and the restore annotation), its stale membership record cleared.
+    // main.rs: watched, so the restore goes on as soon as its operator reports the pause.
     ("etcd.database.coreos.com", "etcdclusters", "get"),
+    ("etcd.database.coreos.com", "etcdclusters", "list"),
+    ("etcd.database.coreos.com", "etcdclusters", "watch"),
     ("etcd.database.coreos.com", "etcdclusters", "create"),
     ("etcd.database.coreos.com", "etcdclusters", "patch"),
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     // source: backupRef reads the EtcdBackup's newest verified backup.
     ("etcd.database.coreos.com", "etcdbackups", "get"),
     // controller.rs: the verify and restore pods (created, read, their logs) and the member
-    // pods (listed, old ones deleted, restored ones created). main.rs owns(): the watch.
+    // pods (listed, old ones deleted, restored ones created). main.rs: both watched (owns(),
+    // and member pods turning ready).
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods", "get"),

@@ -331,3 +331,16 @@ async fn after_the_hand_over_old_volumes_go_then_success() {
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
+
+#[tokio::test]
+async fn a_finished_restore_woken_by_its_members_asks_nothing() {
+    // Member pods of a restored cluster keep changing (readiness, scaling) and wake the
+    // restore of the same name; once it has finished, that costs no API call.
+    let (ctx, mut api) = context();
+    for phase in ["Succeeded", "Failed"] {
+        let finished = restore(recorded(json!({"phase": phase})));
+        let reconcile = run(finished, &ctx);
+        api.expect_silence().await;
+        assert_eq!(reconcile.await.unwrap(), Action::await_change(), "{phase}");
+    }
+}
