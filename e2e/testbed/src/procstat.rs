@@ -12,7 +12,13 @@ pub struct Sample {
 
 /// Reads `pid`'s CPU time and memory. Panics if the process is gone (a benchmark's bug).
 pub fn sample(pid: u32) -> Sample {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    try_sample(pid).unwrap_or_else(|| panic!("process {pid} is gone"))
+}
+
+/// Reads `pid`'s CPU time and memory, or `None` once it has exited: for a child that may end
+/// at any moment (an exited child not yet reaped has no memory lines).
+pub fn try_sample(pid: u32) -> Option<Sample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is in parentheses and may contain spaces.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -21,19 +27,18 @@ pub fn sample(pid: u32) -> Sample {
         .split_whitespace()
         .collect();
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib = |key: &str| -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| -> Option<u64> {
         status
             .lines()
             .find_map(|l| l.strip_prefix(key))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
-            .unwrap()
     };
-    Sample {
+    Some(Sample {
         // The kernel's USER_HZ is 100 on every Linux architecture this runs on.
         cpu_seconds: ticks as f64 / 100.0,
-        rss_kib: kib("VmRSS:"),
-        peak_rss_kib: kib("VmHWM:"),
-    }
+        rss_kib: kib("VmRSS:")?,
+        peak_rss_kib: kib("VmHWM:")?,
+    })
 }

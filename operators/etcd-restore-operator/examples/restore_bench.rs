@@ -117,8 +117,8 @@ fn fetch_memory(garage: &Garage, key: &str) -> (f64, f64) {
             assert!(status.success(), "etcd-backup fetch");
             break;
         }
-        if std::fs::metadata(format!("/proc/{pid}/status")).is_ok() {
-            peak = peak.max(procstat::sample(pid).peak_rss_kib);
+        if let Some(sample) = procstat::try_sample(pid) {
+            peak = peak.max(sample.peak_rss_kib);
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
