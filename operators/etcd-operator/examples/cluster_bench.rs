@@ -229,7 +229,8 @@ fn statefulset(ns: &str) -> Vec<Value> {
                             format!("--initial-cluster={}", initial.join(",")),
                             "--initial-cluster-state=new", "--initial-cluster-token=bench",
                         ],
-                        "readinessProbe": {"httpGet": {"path": "/health", "port": 8080}, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5},
+                        // The operator's probe, so both ways wait for readiness alike.
+                        "readinessProbe": etcd_operator::build::readiness_probe(),
                         "volumeMounts": [{"name": "data", "mountPath": "/var/etcd"}],
                     }],
                 },

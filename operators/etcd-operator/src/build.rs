@@ -30,6 +30,16 @@ pub const DATA_DIR: &str = "/var/etcd/data";
 /// the client port and with images without a shell).
 pub const METRICS_PORT: u16 = 8080;
 
+/// Every member's readiness: etcd's `/health` every 2 s, because each new member (scaling,
+/// healing, a restore) waits for it and a slow probe delays all of them; 8 failures in a row
+/// (16 s or more) make it unready, as 3 x 5 s did before.
+pub fn readiness_probe() -> serde_json::Value {
+    json!({
+        "httpGet": {"path": "/health", "port": METRICS_PORT},
+        "periodSeconds": 2, "failureThreshold": 8, "timeoutSeconds": 5,
+    })
+}
+
 /// How the member starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Bootstrap {
@@ -211,13 +221,7 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
                     {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
                     {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
                 ],
-                // Every 2 s: each new member (scaling, healing, a restore) waits for its
-                // readiness, so a slow probe delays all of them. 8 failures in a row (16 s or
-                // more) make it unready, as 3 x 5 s did before.
-                "readinessProbe": {
-                    "httpGet": {"path": "/health", "port": METRICS_PORT},
-                    "periodSeconds": 2, "failureThreshold": 8, "timeoutSeconds": 5,
-                },
+                "readinessProbe": readiness_probe(),
                 "volumeMounts": mounts,
                 "resources": policy.resources.clone().unwrap_or_default(),
             }],

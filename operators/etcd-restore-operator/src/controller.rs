@@ -67,7 +67,7 @@ const CHANGED: Duration = Duration::from_millis(500);
 const BUSY: Duration = Duration::from_secs(2);
 
 /// The restore a member pod's change may concern: the one named like its cluster.
-pub fn restore_of(pod: Pod) -> Option<ObjectRef<EtcdRestore>> {
+pub fn restore_of_member(pod: Pod) -> Option<ObjectRef<EtcdRestore>> {
     let cluster = pod.labels().get(build::CLUSTER_LABEL)?;
     Some(ObjectRef::new(cluster).within(&pod.namespace()?))
 }
@@ -593,10 +593,13 @@ mod tests {
                          "labels": {"app": "etcd", "etcd_cluster": "c"}},
         }))
         .unwrap();
-        assert_eq!(restore_of(pod), Some(ObjectRef::new("c").within("ns")));
+        assert_eq!(
+            restore_of_member(pod),
+            Some(ObjectRef::new("c").within("ns"))
+        );
         let unlabelled: Pod =
             serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "ns"}})).unwrap();
-        assert_eq!(restore_of(unlabelled), None);
+        assert_eq!(restore_of_member(unlabelled), None);
         let cluster: EtcdCluster = serde_json::from_value(json!({
             "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
             "metadata": {"name": "c", "namespace": "ns"}, "spec": {"size": 3},

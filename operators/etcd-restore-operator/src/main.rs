@@ -81,7 +81,7 @@ async fn main() -> Result<()> {
         .watches(
             pods,
             watcher::Config::default().labels("app=etcd"),
-            controller::restore_of,
+            controller::restore_of_member,
         )
         .watches(
             clusters,
