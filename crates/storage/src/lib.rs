@@ -33,7 +33,8 @@ pub fn manifest_key(object_key: &str) -> String {
     format!("{object_key}{MANIFEST_SUFFIX}")
 }
 /// The aborts of uploads dropped without commit or abort (a cancelled task, a signal), which
-/// run in the background.
+/// run in the background; also the requests that start multipart uploads, which abort what
+/// they started when its writer was dropped meanwhile.
 static DROPPED_UPLOAD_ABORTS: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
 
 /// Runs `abort` in the background and tracks it, so [`finish_aborts`] can wait for it.

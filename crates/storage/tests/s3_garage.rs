@@ -607,3 +607,29 @@ async fn conditional_commits_send_their_precondition() {
         );
     }
 }
+
+/// A writer dropped while its CreateMultipartUpload is in flight (a cancelled backup, a
+/// signal) leaves no upload on the server: the request's own task aborts what the server
+/// created, and `finish_aborts` waits for it.
+#[tokio::test]
+async fn an_upload_dropped_while_the_server_starts_it_leaves_nothing() {
+    let garage = Garage::start().await.unwrap();
+    let target = garage.endpoint.trim_start_matches("http://").to_string();
+    let (proxy, gate) = testbed::proxy::gated_proxy(target).await;
+    let store = open_through(&garage, &proxy).await;
+    let mut upload = store
+        .upload("dropped", UploadOptions::default())
+        .await
+        .unwrap();
+    let part = pattern(8 * MIB, 7);
+    gate.shut();
+    tokio::select! {
+        written = upload.write(&part) => panic!("the write ended before the server answered: {written:?}"),
+        // The server has created the upload; its answer is held back.
+        () = gate.answered() => {}
+    }
+    drop(upload);
+    gate.open();
+    assert!(backup_storage::finish_aborts(Duration::from_secs(30)).await);
+    assert_eq!(multipart_uploads(&garage).await, 0);
+}

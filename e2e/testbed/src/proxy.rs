@@ -337,3 +337,73 @@ pub async fn tls_proxy(target: String, tls: &crate::TlsFiles) -> String {
     });
     address
 }
+
+/// Holds back the server's answers in a [`gated_proxy`] while it is shut.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    answered: std::sync::Arc<tokio::sync::Notify>,
+    open: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Gate {
+    /// From now on, the server's answers are held back.
+    pub fn shut(&self) {
+        self.open.send_replace(false);
+    }
+
+    /// Waits until the server has answered while the gate was shut (an answer held back).
+    pub async fn answered(&self) {
+        self.answered.notified().await;
+    }
+
+    /// Passes on what was held back, and everything from now on.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+/// Starts a TCP proxy to `target` that relays requests at once and, while its [`Gate`] is
+/// shut, holds back the server's answers (a request the server has carried out, whose answer
+/// is still on its way); returns its `127.0.0.1:port`. The gate starts open.
+pub async fn gated_proxy(target: String) -> (String, Gate) {
+    let (listener, address) = listen().await;
+    let gate = Gate {
+        answered: Default::default(),
+        open: std::sync::Arc::new(tokio::sync::watch::Sender::new(true)),
+    };
+    let shared = gate.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (target, gate) = (target.clone(), shared.clone());
+            tokio::spawn(async move {
+                let Ok(server) = TcpStream::connect(&target).await else {
+                    return;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                    let _ = server_write.shutdown().await;
+                });
+                let mut open = gate.open.subscribe();
+                let mut chunk = vec![0u8; 16 * 1024];
+                loop {
+                    let n = match server_read.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if !*open.borrow_and_update() {
+                        gate.answered.notify_one();
+                    }
+                    if open.wait_for(|open| *open).await.is_err()
+                        || client_write.write_all(&chunk[..n]).await.is_err()
+                    {
+                        break;
+                    }
+                }
+                let _ = client_write.shutdown().await;
+            });
+        }
+    });
+    (address, gate)
+}

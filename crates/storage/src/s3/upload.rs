@@ -14,6 +14,7 @@
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedMultipartUpload, CompletedPart};
 use bytes::{Bytes, BytesMut};
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::{S3Store, checksum};
@@ -100,11 +101,16 @@ impl S3Upload {
     }
 
     /// Starts the multipart upload on the first full part.
+    ///
+    /// The request runs in a tracked task of its own: dropped while it is in flight (a
+    /// cancelled backup, a signal), this upload would never learn the ID of an upload the
+    /// server may still create, and could not abort it. The task aborts such an orphan itself,
+    /// and [`crate::finish_aborts`] waits for it like for any other abort.
     async fn upload_id(&mut self) -> Result<String> {
         if let Some(id) = &self.upload_id {
             return Ok(id.clone());
         }
-        let out = self
+        let request = self
             .store
             .client
             .create_multipart_upload()
@@ -112,13 +118,36 @@ impl S3Upload {
             .key(&self.key)
             .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
             .set_content_type(self.options.content_type.clone())
-            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-            .send()
+            .checksum_algorithm(ChecksumAlgorithm::Crc32C);
+        let (created_tx, created_rx) = oneshot::channel();
+        // Sent once the ID is kept in `self`, whose `Drop` aborts it from then on.
+        let (kept_tx, kept_rx) = oneshot::channel::<()>();
+        let (store, key) = (self.store.clone(), self.key.clone());
+        crate::spawn_abort(&tokio::runtime::Handle::current(), async move {
+            let out = request.send().await;
+            let id = out
+                .as_ref()
+                .ok()
+                .map(|o| o.upload_id().unwrap_or_default().to_string());
+            let taken = created_tx.send(out).is_ok() && kept_rx.await.is_ok();
+            if let (Some(id), false) = (id, taken)
+                && let Err(e) = store.abort_multipart(&key, &id).await
+            {
+                tracing::warn!(%key, upload_id = %id, error = %e, "could not abort an upload started for a dropped writer");
+            }
+        });
+        let out = created_rx
             .await
+            .map_err(|_| StorageError::S3 {
+                operation: "CreateMultipartUpload",
+                url: self.store.url(&self.key),
+                message: "the request's task ended without an answer".into(),
+            })?
             .map_err(|e| self.store.classify(e, "CreateMultipartUpload", &self.key))?;
         let id = out.upload_id().unwrap_or_default().to_string();
         tracing::debug!(key = %self.key, upload_id = %id, "multipart upload started");
         self.upload_id = Some(id.clone());
+        let _ = kept_tx.send(());
         Ok(id)
     }
 
