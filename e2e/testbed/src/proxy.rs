@@ -1,10 +1,12 @@
 //! Networks that misbehave, for tests: a slow one (a TCP proxy on loopback that passes a limited
 //! rate from the server to the client, so a stream stays in flight long enough to interrupt
-//! it), and one that falsifies HTTP traffic (a flipped body byte, a faked stored size).
+//! it), one that falsifies HTTP traffic (a flipped body byte, a faked stored size), one that
+//! partitions, and one that holds the server's answers back.
 
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A listener on a free loopback port, and its `127.0.0.1:port`.
@@ -16,6 +18,22 @@ async fn listen() -> (TcpListener, String) {
     (listener, address)
 }
 
+/// Connects `client` to `target` and relays its requests as they come; returns the two ends of
+/// the other direction (the server's answers, the client's side), for the caller to relay.
+async fn forward_requests(
+    client: TcpStream,
+    target: &str,
+) -> Option<(OwnedReadHalf, OwnedWriteHalf)> {
+    let server = TcpStream::connect(target).await.ok()?;
+    let (mut client_read, client_write) = client.into_split();
+    let (server_read, mut server_write) = server.into_split();
+    tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+    });
+    Some((server_read, client_write))
+}
+
 /// Starts a proxy to `target` (`host:port`) that passes at most `bytes_per_second` from the
 /// server to each client (the other direction unthrottled); returns its `127.0.0.1:port`. It
 /// serves every connection until the test process ends.
@@ -25,15 +43,11 @@ pub async fn throttled_proxy(target: String, bytes_per_second: usize) -> String 
         while let Ok((client, _)) = listener.accept().await {
             let target = target.clone();
             tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(&target).await else {
+                let Some((mut server_read, mut client_write)) =
+                    forward_requests(client, &target).await
+                else {
                     return;
                 };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-                    let _ = server_write.shutdown().await;
-                });
                 let mut chunk = vec![0u8; 16 * 1024];
                 loop {
                     let n = match server_read.read(&mut chunk).await {
@@ -376,15 +390,11 @@ pub async fn gated_proxy(target: String) -> (String, Gate) {
         while let Ok((client, _)) = listener.accept().await {
             let (target, gate) = (target.clone(), shared.clone());
             tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(&target).await else {
+                let Some((mut server_read, mut client_write)) =
+                    forward_requests(client, &target).await
+                else {
                     return;
                 };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-                    let _ = server_write.shutdown().await;
-                });
                 let mut open = gate.open.subscribe();
                 let mut chunk = vec![0u8; 16 * 1024];
                 loop {
