@@ -52,6 +52,8 @@ if [[ ! -x $promtool ]]; then
   debs=$(mktemp -d)
   (cd "$debs" && { apt-get download -q prometheus 2>/dev/null \
     || { $sudo apt-get update -q && apt-get download -q prometheus; }; })
+  # dpkg-deb makes the target directory but not its parents (a new machine has no cache yet).
+  mkdir -p "${promtool%/usr/bin/promtool}"
   dpkg-deb -x "$debs"/prometheus_*.deb "${promtool%/usr/bin/promtool}"
   rm -rf "$debs"
   installed+=(promtool)
