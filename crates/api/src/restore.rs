@@ -184,14 +184,15 @@ pub struct EtcdRestoreStatus {
     /// When the restore reached `Succeeded` or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
-    /// The backup restored: `s3://bucket/key` or `file:///path`.
+    /// The backup restored: `s3://bucket/key` or `file:///path` (pinned with the plan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// What verifying the backup found, recorded before anything is touched.
+    /// The snapshot every new member's fetch verified, recorded before any old member is
+    /// stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<VerifiedSnapshot>,
-    /// The restore's plan, recorded before any member is made: new members, cluster token and
-    /// the claims of the members they replace. A restarted operator resumes from it.
+    /// The restore's plan, recorded before any claim or pod is made: new members, cluster token
+    /// and the claims of the members they replace. A restarted operator resumes from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<RestorePlan>,
     /// The lowest revision the restored members serve, once healthy.
@@ -206,7 +207,7 @@ pub struct EtcdRestoreStatus {
     pub duration: Option<String>,
 }
 
-/// The verified backup: what the verify pod's `etcd-backup verify` reported.
+/// The verified backup: what the members' `etcd-backup fetch` reported (all the same).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifiedSnapshot {
@@ -245,9 +246,11 @@ pub struct RestorePlan {
 pub enum RestorePhase {
     /// Accepted, nothing done yet.
     Pending,
-    /// Verifying the backup, then pausing the cluster and detaching its old members.
+    /// Pausing the cluster and planning the new members.
     Preparing,
-    /// Every member restoring the snapshot into its new volume, then starting on it.
+    /// Every new member fetching, verifying and restoring the snapshot onto its own volume
+    /// while the old members still run; once all verified it, the old members stop and the
+    /// new ones start.
     Restoring,
     /// Waiting for every restored member to be healthy with the snapshot's data.
     Verifying,

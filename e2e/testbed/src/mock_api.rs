@@ -31,6 +31,25 @@ pub struct MockApi(Handle);
 impl MockApi {
     /// Waits for the next request and answers it with `status` and `reply`.
     pub async fn expect(&mut self, status: StatusCode, reply: impl FnOnce(&Call) -> Value) -> Call {
+        self.respond(status, |call| serde_json::to_vec(&reply(call)).unwrap())
+            .await
+    }
+
+    /// The next request must be a GET of `path` (a pod's log), answered with plain `text`.
+    pub async fn expect_text(&mut self, path: &str, text: &str) -> Call {
+        let call = self
+            .respond(StatusCode::OK, |_| text.as_bytes().to_vec())
+            .await;
+        assert_eq!(
+            (&call.method, call.path.as_str()),
+            (&Method::GET, path),
+            "unexpected call {call:?}"
+        );
+        call
+    }
+
+    /// Waits for the next request and answers it with `status` and the bytes `reply` makes.
+    async fn respond(&mut self, status: StatusCode, reply: impl FnOnce(&Call) -> Vec<u8>) -> Call {
         let (request, send) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
             .await
             .expect("timed out waiting for an API call")
@@ -47,7 +66,7 @@ impl MockApi {
         send.send_response(
             Response::builder()
                 .status(status)
-                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .body(Body::from(reply))
                 .unwrap(),
         );
         call

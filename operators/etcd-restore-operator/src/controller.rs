@@ -1,6 +1,7 @@
 //! Reconcile: dereference (source, cluster, Secrets) -> observe (pods, claims, members) -> plan
 //! one step ([`crate::plan`], pure) -> execute -> status. Anything the step machine must not
-//! forget (the verified snapshot, the plan) is written to status before it is acted on.
+//! forget (the plan, the snapshot the members verified) is written to status before it is acted
+//! on.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use crate::observe;
 use crate::plan::{self, ClusterView, Observed, PodRun, Step};
 use crate::pods;
 use crate::source::{self, Source};
-use crate::status::{self, DETACHED_LABEL, RESTORE_ANNOTATION};
+use crate::status::{self, DETACHED_LABEL, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
 
 pub const MANAGER: &str = "etcd-restore-operator";
 
@@ -42,7 +43,7 @@ pub struct Context {
     pub client: kube::Client,
     pub events: Events,
     pub metrics: Arc<Metrics>,
-    /// The `etcd-backup` image the verify and fetch containers run.
+    /// The `etcd-backup` image the fetch containers run.
     pub backup_image: String,
 }
 
@@ -98,7 +99,7 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     }
     let cluster_name = restore.spec.etcd_cluster.name.clone();
 
-    // Dereference: where the snapshot is (pinned once verified), the cluster.
+    // Dereference: where the snapshot is (pinned with the plan), the cluster.
     let source = resolve_source(&ctx, &restore).await?;
     let source = source.map(|mut s| {
         if let Some(url) = &recorded.source {
@@ -123,12 +124,14 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         .iter()
         .map(|c| c.name_any())
         .collect();
+    // Claims made for restores of this name, not yet given to the cluster.
+    let own = ListParams::default().labels(&pods::label_selector(&name));
+    let staged_claims = claim_api.list(&own).await?.items;
     // This restore's pods; those of an earlier restore of the same name (deleted, its pods
     // not yet collected) are deleted and not read: their names are needed again.
     let uid = restore.uid().unwrap_or_default();
-    let own_pods = ListParams::default().labels(&pods::label_selector(&name));
     let (own_pods, stale): (Vec<Pod>, Vec<Pod>) = pod_api
-        .list(&own_pods)
+        .list(&own)
         .await?
         .items
         .into_iter()
@@ -137,27 +140,25 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         delete(&pod_api, &pod.name_any()).await?;
     }
     let own_pods: BTreeMap<String, Pod> = own_pods.into_iter().map(|p| (p.name_any(), p)).collect();
-    // The verify pod's report is read only until the snapshot is recorded.
-    let verify_pod = match own_pods.get(&pods::verify_pod_name(&name)) {
-        None => None,
-        Some(pod) => Some(match observe::pod_run(pod) {
+    // The fetches' reports are read only until the snapshot they verified is recorded.
+    let plan_recorded = recorded.plan.clone();
+    let fetch_log = LogParams {
+        container: Some("fetch".into()),
+        ..LogParams::default()
+    };
+    let mut restore_pods = BTreeMap::new();
+    for member in plan_recorded.iter().flat_map(|p| p.members.iter()) {
+        let Some(pod) = own_pods.get(&pods::restore_pod_name(member)) else {
+            continue;
+        };
+        let run = match observe::pod_run(pod) {
             PodRun::Succeeded { .. } if recorded.snapshot.is_none() => PodRun::Succeeded {
-                output: pod_api.logs(&pod.name_any(), &LogParams::default()).await?,
+                output: pod_api.logs(&pod.name_any(), &fetch_log).await?,
             },
             other => other,
-        }),
-    };
-    let plan_recorded = recorded.plan.clone();
-    let restore_pods: BTreeMap<String, PodRun> = plan_recorded
-        .iter()
-        .flat_map(|p| p.members.iter())
-        .filter_map(|m| {
-            Some((
-                m.clone(),
-                observe::pod_run(own_pods.get(&pods::restore_pod_name(m))?),
-            ))
-        })
-        .collect();
+        };
+        restore_pods.insert(member.clone(), run);
+    }
     let ready: BTreeMap<String, bool> = member_pods
         .iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
@@ -179,7 +180,6 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         restored_revision: recorded.restored_revision,
         source_url: source.as_ref().map(|s| s.url.clone()).unwrap_or_default(),
         source_problem: source.as_ref().err().cloned(),
-        verify_pod,
         cluster: cluster.as_ref().map(cluster_view),
         member_pods: ready,
         claims: claims
@@ -188,10 +188,16 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
             .map(|c| c.name_any())
             .collect(),
         detached_claims,
+        staged_claims: staged_claims
+            .iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .map(|c| c.name_any())
+            .collect(),
         terminating: member_pods
             .iter()
             .map(|p| p.meta())
             .chain(claims.iter().map(|c| c.meta()))
+            .chain(staged_claims.iter().map(|c| c.meta()))
             .filter(|m| m.deletion_timestamp.is_some())
             .filter_map(|m| m.name.clone())
             .collect(),
@@ -338,8 +344,14 @@ async fn execute(
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let merge = |value: serde_json::Value| Patch::Merge(value);
     match step {
-        // A failed restore keeps its pods (their logs and fetched snapshot say what went wrong).
-        Step::Done | Step::Wait { .. } | Step::Fail { .. } => {}
+        // A failed restore keeps its pods and staged claims (their logs say what went wrong;
+        // deleting the EtcdRestore deletes them).
+        Step::Done | Step::Wait { .. } | Step::Fail { release: false, .. } => {}
+        Step::Fail { release: true, .. } => {
+            if let Some(cluster) = cluster {
+                release(&clusters, cluster, &uid).await?;
+            }
+        }
         // Success: the run-once pods go, and with them the fetched snapshots on the nodes'
         // scratch space (a copy of the database per member).
         Step::Succeed { .. } => {
@@ -348,15 +360,9 @@ async fn execute(
                 .as_ref()
                 .and_then(|s| s.plan.clone())
                 .unwrap_or_default();
-            let run_once = plan.members.iter().map(|m| pods::restore_pod_name(m));
-            for pod in run_once.chain([pods::verify_pod_name(&name)]) {
-                delete(&pod_api, &pod).await?;
+            for member in &plan.members {
+                delete(&pod_api, &pods::restore_pod_name(member)).await?;
             }
-        }
-        Step::CreateVerifyPod => {
-            let source = source.expect("planned with a source");
-            let pod = pods::verify_pod(restore, cluster, &ctx.backup_image, source);
-            create(&pod_api, &pod).await?;
         }
         Step::RecordSnapshot(snapshot) => {
             let url = source.map(|s| s.url.clone());
@@ -391,8 +397,15 @@ async fn execute(
             create(&clusters, &cluster).await?;
         }
         Step::PauseCluster => {
+            let cluster = cluster.expect("planned with a cluster");
+            let mut annotations = json!({RESTORE_ANNOTATION: uid});
+            // A cluster paused already (by the user, or by an earlier restore that recorded
+            // this) keeps what it had.
+            if !cluster.spec.is_paused() {
+                annotations[PAUSED_BY_RESTORE_ANNOTATION] = json!("true");
+            }
             let patch = json!({
-                "metadata": {"annotations": {RESTORE_ANNOTATION: uid}},
+                "metadata": {"annotations": annotations},
                 "spec": {"paused": true},
             });
             clusters
@@ -402,7 +415,10 @@ async fn execute(
         Step::RecordPlan(plan) => {
             let version = EtcdVersion::parse(&plan.version);
             let bumped = version.is_ok_and(|v| v.restore_can_bump_revision());
-            let patch = json!({"status": {"plan": plan, "revisionBumped": bumped}});
+            // The source is pinned with the plan: every member fetches the same object (a
+            // backupRef's newest backup may change meanwhile).
+            let url = source.map(|s| s.url.clone());
+            let patch = json!({"status": {"plan": plan, "revisionBumped": bumped, "source": url}});
             restores
                 .patch_status(&name, &PatchParams::default(), &merge(patch))
                 .await?;
@@ -420,13 +436,9 @@ async fn execute(
         Step::RestoreMembers(members) => {
             let cluster = cluster.expect("planned with a cluster");
             let source = source.expect("planned with a source");
-            let plan = restore
-                .status
-                .as_ref()
-                .and_then(|s| s.plan.clone())
-                .expect("recorded");
+            let plan = recorded_plan(restore);
             for member in members {
-                if let Some(claim) = build::claim(cluster, member, &plan.version) {
+                if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
                     create(&claim_api, &claim).await?;
                 }
                 let (pod, _) =
@@ -434,13 +446,20 @@ async fn execute(
                 create(&pod_api, &pod).await?;
             }
         }
+        Step::JoinClaims(members) => {
+            let cluster = cluster.expect("planned with a cluster");
+            let plan = recorded_plan(restore);
+            for member in members {
+                if let Some(patch) = pods::join_patch(cluster, member, &plan.version) {
+                    claim_api
+                        .patch(member, &PatchParams::default(), &merge(patch))
+                        .await?;
+                }
+            }
+        }
         Step::StartMembers(members) => {
             let cluster = cluster.expect("planned with a cluster");
-            let plan = restore
-                .status
-                .as_ref()
-                .and_then(|s| s.plan.clone())
-                .expect("recorded");
+            let plan = recorded_plan(restore);
             let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
             let apply = PatchParams::apply(MANAGER).force();
             for service in build::services(cluster) {
@@ -459,11 +478,7 @@ async fn execute(
         Step::HandOver { revision } => {
             // Recorded first: once handed over, the cluster is the operator's and is never
             // paused again by this restore.
-            let mut plan = restore
-                .status
-                .as_ref()
-                .and_then(|s| s.plan.clone())
-                .expect("recorded");
+            let mut plan = recorded_plan(restore);
             plan.handed_over = Some(true);
             let patch = json!({"status": {"plan": plan, "restoredRevision": revision}});
             restores
@@ -475,7 +490,9 @@ async fn execute(
                 .patch_status(&cluster_name, &PatchParams::default(), &merge(patch))
                 .await?;
             let patch = json!({
-                "metadata": {"annotations": {RESTORE_ANNOTATION: null}},
+                "metadata": {"annotations": {
+                    RESTORE_ANNOTATION: null, PAUSED_BY_RESTORE_ANNOTATION: null,
+                }},
                 "spec": {"paused": false},
             });
             clusters
@@ -488,6 +505,46 @@ async fn execute(
             }
         }
     }
+    Ok(())
+}
+
+/// The plan in status: steps after `RecordPlan` are planned only with it.
+fn recorded_plan(restore: &EtcdRestore) -> RestorePlan {
+    restore
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.clone())
+        .expect("planned with a recorded plan")
+}
+
+/// Gives an untouched cluster back: the lock goes, and the pause when this restore made it.
+/// Nothing happens when another restore holds it.
+async fn release(
+    clusters: &Api<EtcdCluster>,
+    cluster: &EtcdCluster,
+    uid: &str,
+) -> Result<(), Error> {
+    let annotations = cluster.annotations();
+    if annotations.get(RESTORE_ANNOTATION).map(String::as_str) != Some(uid) {
+        return Ok(());
+    }
+    let mut patch = json!({"metadata": {"annotations": {
+        RESTORE_ANNOTATION: null, PAUSED_BY_RESTORE_ANNOTATION: null,
+    }}});
+    if annotations
+        .get(PAUSED_BY_RESTORE_ANNOTATION)
+        .map(String::as_str)
+        == Some("true")
+    {
+        patch["spec"] = json!({"paused": false});
+    }
+    clusters
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
     Ok(())
 }
 
@@ -562,7 +619,9 @@ async fn announce(ctx: &Context, restore: &EtcdRestore, step: &Step) {
     let (reason, message) = status::describe(step);
     match step {
         Step::Wait { .. } | Step::Done => {}
-        Step::Fail { reason, message } => ctx.events.warning(&reference, reason, message).await,
+        Step::Fail {
+            reason, message, ..
+        } => ctx.events.warning(&reference, reason, message).await,
         _ => ctx.events.normal(&reference, reason, &message).await,
     }
 }

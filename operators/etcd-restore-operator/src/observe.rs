@@ -1,5 +1,5 @@
-//! Reading the world: how a run-once pod did, and the restored members' health (asked of each
-//! member over its pod IP, as the EtcdCluster operator does).
+//! Reading the world: how a restore pod did (and which container failed), and the restored
+//! members' health (asked of each member over its pod IP, as the EtcdCluster operator does).
 
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ pub fn pod_run(pod: &Pod) -> PodRun {
         if let Some(done) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
             let why = done.message.clone().unwrap_or_default();
             let why = why.trim();
-            return Some(format!(
+            let message = format!(
                 "{} exited {}: {}",
                 c.name,
                 done.exit_code,
@@ -40,24 +40,27 @@ pub fn pod_run(pod: &Pod) -> PodRun {
                 } else {
                     why
                 }
-            ));
+            );
+            return Some((c.name.clone(), message));
         }
         let waiting = state.waiting.as_ref()?;
         let reason = waiting.reason.as_deref()?;
         STUCK.contains(&reason).then(|| {
-            format!(
+            let message = format!(
                 "{}: {reason}: {}",
                 c.name,
                 waiting.message.clone().unwrap_or_default()
-            )
+            );
+            (c.name.clone(), message)
         })
     });
     match (status.phase.as_deref(), failure) {
-        (_, Some(message)) => PodRun::Failed { message },
+        (_, Some((container, message))) => PodRun::Failed { container, message },
         (Some("Succeeded"), None) => PodRun::Succeeded {
             output: String::new(),
         },
         (Some("Failed"), None) => PodRun::Failed {
+            container: String::new(),
             message: status.message.unwrap_or_else(|| "the pod failed".into()),
         },
         _ => PodRun::Running,
@@ -125,6 +128,7 @@ mod tests {
         assert_eq!(
             pod_run(&failed),
             PodRun::Failed {
+                container: "fetch".into(),
                 message: "fetch exited 3: sha256 mismatch".into()
             }
         );
@@ -133,7 +137,8 @@ mod tests {
               restartCount: 0, state: {waiting: {reason: ErrImagePull, message: 'not found'}}}]}",
         );
         assert!(
-            matches!(pod_run(&stuck), PodRun::Failed { message } if message.contains("ErrImagePull"))
+            matches!(pod_run(&stuck), PodRun::Failed { container, message }
+                if container == "restore" && message.contains("ErrImagePull"))
         );
     }
 }

@@ -2,6 +2,13 @@
 //! one next step. Every step is safe to repeat, and nothing that holds data is deleted before
 //! the restored cluster is proven healthy: old member pods are deleted (their claims keep the
 //! data), old claims are only detached from the cluster, and removed (by policy) last.
+//!
+//! The backup is verified by the members' own fetches: every new member fetches the snapshot
+//! (sha256 trailer and manifest checked while streaming) and restores it onto a claim of its
+//! own while the old members still run. Only once every fetch has verified the same snapshot
+//! is it recorded, and only then are the old members stopped. A backup that fails verification
+//! therefore leaves every member and volume of the cluster as it was, and the cluster is given
+//! back to its operator.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,16 +16,19 @@ use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
 use etcd_cluster::ClusterNames;
 use etcd_cluster::restore::REVISION_BUMP;
 
-/// How a run-once pod (verify, restore) is doing.
+/// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodRun {
     Running,
-    /// Exited 0; its stdout (the verify pod's JSON line).
+    /// Exited 0; its fetch's report (read only until the snapshot is recorded).
     Succeeded {
         output: String,
     },
     /// Why it failed (its termination message or the kubelet's reason).
     Failed {
+        /// The container that failed: `fetch` (the backup could not be read or verified) or
+        /// the restore tool.
+        container: String,
         message: String,
     },
 }
@@ -53,6 +63,7 @@ pub struct Observed {
     pub uid: String,
     /// Recorded in status.
     pub phase: Option<RestorePhase>,
+    /// Recorded once every member's fetch verified it: from then on the cluster may be touched.
     pub snapshot: Option<VerifiedSnapshot>,
     pub plan: Option<RestorePlan>,
     pub revision_bumped: Option<bool>,
@@ -61,7 +72,6 @@ pub struct Observed {
     pub source_url: String,
     pub source_problem: Option<String>,
     /// The world.
-    pub verify_pod: Option<PodRun>,
     pub cluster: Option<ClusterView>,
     /// The cluster's member pods (`app=etcd,etcd_cluster=<name>`), with whether they are ready.
     pub member_pods: BTreeMap<String, bool>,
@@ -69,6 +79,9 @@ pub struct Observed {
     pub claims: BTreeSet<String>,
     /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
     pub detached_claims: BTreeSet<String>,
+    /// Claims made for restores of this name and not yet joined to the cluster (labelled as
+    /// the restore's pods), not being deleted: their names stay taken.
+    pub staged_claims: BTreeSet<String>,
     /// Names of its pods and claims being deleted: taken until they are gone (a claim created
     /// under such a name would be the old one, and vanish).
     pub terminating: BTreeSet<String>,
@@ -88,9 +101,10 @@ pub enum Step {
     Fail {
         reason: String,
         message: String,
+        /// Nothing of the cluster was touched (the snapshot was never verified): give it back
+        /// to its operator as it was (unpaused when this restore paused it).
+        release: bool,
     },
-    CreateVerifyPod,
-    RecordSnapshot(VerifiedSnapshot),
     /// Create the EtcdCluster from `spec.newCluster`, paused and held by this restore.
     CreateCluster,
     /// `spec.paused: true` and this restore's annotation on the cluster.
@@ -98,14 +112,19 @@ pub enum Step {
     Wait {
         reason: String,
     },
-    /// Record the plan in status (before any member is touched).
+    /// Record the plan in status (before any claim or pod is made).
     RecordPlan(RestorePlan),
+    /// Create each member's claim (the restore's own until joined) and restore pod, which
+    /// fetches and verifies the snapshot and restores it onto the claim.
+    RestoreMembers(Vec<String>),
+    /// Record the snapshot every member's fetch verified: the cluster may now be touched.
+    RecordSnapshot(VerifiedSnapshot),
     /// Delete old member pods (their claims keep the data).
     DeleteOldPods(Vec<String>),
     /// Take old claims out of the cluster's selector (kept, labelled `detached-from`).
     DetachClaims(Vec<String>),
-    /// Create the claim and restore pod of each member.
-    RestoreMembers(Vec<String>),
+    /// Give the restored claims to the cluster (its labels, it as owner).
+    JoinClaims(Vec<String>),
     /// Create the member pods (and Services) on the restored claims.
     StartMembers(Vec<String>),
     /// Record the hand-over and the revision served, then unpause the cluster, clear its
@@ -136,32 +155,12 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     if observed.phase.is_some_and(RestorePhase::is_terminal) {
         return Step::Done;
     }
-    // 1. The backup is verified before anything is touched.
+    let fail = |reason: &str, message: &str| fail(observed, reason, message);
     let url = &observed.source_url;
-    let snapshot = match (&observed.snapshot, &observed.source_problem) {
-        (Some(snapshot), _) => snapshot,
-        (None, Some(problem)) => return fail("BadSource", problem),
-        (None, None) => {
-            return match &observed.verify_pod {
-                None => Step::CreateVerifyPod,
-                Some(PodRun::Running) => wait(format!("verifying {url}")),
-                Some(PodRun::Failed { message }) => fail(
-                    "BackupInvalid",
-                    &format!(
-                        "the backup {url} failed verification; nothing was touched: {message}"
-                    ),
-                ),
-                Some(PodRun::Succeeded { output }) => match parse_verified(output) {
-                    Some(snapshot) => Step::RecordSnapshot(snapshot),
-                    None => fail(
-                        "BackupInvalid",
-                        &format!("the verify pod printed no report for {url}: {output:?}"),
-                    ),
-                },
-            };
-        }
-    };
-    // 2. The cluster is paused and held by this restore, and its operator has let go.
+    // 1. A source that cannot be read fails before anything is touched.
+    if let (None, Some(problem)) = (&observed.snapshot, &observed.source_problem) {
+        return fail("BadSource", problem);
+    }
     let Some(cluster) = &observed.cluster else {
         if observed.plan.is_some() {
             return fail(
@@ -206,16 +205,88 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         }
         return Step::Succeed { revision };
     }
+    // A member that could not be restored fails the restore (also when a crash came between
+    // giving the cluster back and recording the failure: it is not paused again).
+    let started = |m: &String| observed.member_pods.contains_key(m);
+    if let Some(plan) = &observed.plan
+        && let Some((member, container, message)) = plan.members.iter().find_map(|m| match observed
+            .restore_pods
+            .get(m)
+        {
+            Some(PodRun::Failed { container, message }) if !started(m) => {
+                Some((m, container, message))
+            }
+            _ => None,
+        })
+    {
+        return match (&observed.snapshot, container.as_str()) {
+            (None, "fetch") => fail(
+                "BackupInvalid",
+                &format!(
+                    "the backup {url} failed verification in member {member}'s fetch; no member \
+                     or volume of the cluster was touched: {message}"
+                ),
+            ),
+            (None, _) => fail(
+                "RestoreFailed",
+                &format!(
+                    "restoring member {member} failed; no member or volume of the cluster was \
+                     touched: {message}"
+                ),
+            ),
+            (Some(_), _) => fail(
+                "RestoreFailed",
+                &format!(
+                    "restoring member {member} failed; the cluster stays paused and the old \
+                     volumes are kept: {message}"
+                ),
+            ),
+        };
+    }
+    // 2. The cluster is paused and held by this restore, and its operator has let go.
     if !held {
         return Step::PauseCluster;
     }
     if !cluster.pause_seen {
         return wait("waiting for the EtcdCluster operator to report the cluster paused".into());
     }
-    // 3. The plan is recorded before any member is touched.
+    // 3. The plan is recorded before any claim or pod is made.
     let Some(plan) = &observed.plan else {
         return Step::RecordPlan(new_plan(names, observed, cluster));
     };
+    // 4. Every member fetches, verifies and restores the snapshot onto a claim of its own,
+    //    while the old members still run.
+    let has_claim = |m: &String| observed.claims.contains(m) || observed.staged_claims.contains(m);
+    let to_restore: Vec<String> = plan
+        .members
+        .iter()
+        .filter(|m| !started(m))
+        .filter(|m| !observed.restore_pods.contains_key(*m) || !has_claim(m))
+        .cloned()
+        .collect();
+    if !to_restore.is_empty() {
+        if let Some(problem) = &observed.source_problem {
+            return fail("BadSource", problem);
+        }
+        return Step::RestoreMembers(to_restore);
+    }
+    let restored =
+        |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
+    let running = plan
+        .members
+        .iter()
+        .filter(|m| !started(m) && !restored(m))
+        .count();
+    if running > 0 {
+        return wait(format!(
+            "{running} of {} members fetching, verifying and restoring the snapshot",
+            plan.members.len()
+        ));
+    }
+    let Some(snapshot) = &observed.snapshot else {
+        return verified_snapshot(observed, plan);
+    };
+    // 5. Verified: only now the old members stop (their data stays), and the new ones start.
     let planned: BTreeSet<&str> = plan.members.iter().map(String::as_str).collect();
     let old_pods: Vec<String> = observed
         .member_pods
@@ -235,46 +306,14 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     if !old_claims.is_empty() {
         return Step::DetachClaims(old_claims);
     }
-    // 4. Every member restored from the snapshot, then started.
-    let started = |m: &String| observed.member_pods.contains_key(m);
-    if let Some((member, message)) =
-        plan.members
-            .iter()
-            .find_map(|m| match observed.restore_pods.get(m) {
-                Some(PodRun::Failed { message }) if !started(m) => Some((m, message)),
-                _ => None,
-            })
-    {
-        return fail(
-            "RestoreFailed",
-            &format!(
-                "restoring member {member} failed; the cluster stays paused and the old volumes are kept: {message}"
-            ),
-        );
-    }
-    // A member without its restore pod, or whose claim is missing (its pod cannot start).
-    let to_restore: Vec<String> = plan
+    let to_join: Vec<String> = plan
         .members
         .iter()
-        .filter(|m| !started(m))
-        .filter(|m| !observed.restore_pods.contains_key(*m) || !observed.claims.contains(*m))
+        .filter(|m| observed.staged_claims.contains(*m))
         .cloned()
         .collect();
-    if !to_restore.is_empty() {
-        return Step::RestoreMembers(to_restore);
-    }
-    let restored =
-        |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
-    if plan.members.iter().any(|m| !started(m) && !restored(m)) {
-        let running = plan
-            .members
-            .iter()
-            .filter(|m| !started(m) && !restored(m))
-            .count();
-        return wait(format!(
-            "{running} of {} members restoring the snapshot",
-            plan.members.len()
-        ));
+    if !to_join.is_empty() {
+        return Step::JoinClaims(to_join);
     }
     let to_start: Vec<String> = plan
         .members
@@ -285,7 +324,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     if !to_start.is_empty() {
         return Step::StartMembers(to_start);
     }
-    // 5. Every member healthy, a voter, serving at least the snapshot's revision.
+    // 6. Every member healthy, a voter, serving at least the snapshot's revision.
     let not_ready = plan
         .members
         .iter()
@@ -317,12 +356,50 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     Step::HandOver { revision }
 }
 
+/// The snapshot every member's fetch verified, or why there is none: a fetch without a report,
+/// or members that fetched different snapshots (the object was replaced meanwhile).
+fn verified_snapshot(observed: &Observed, plan: &RestorePlan) -> Step {
+    let url = &observed.source_url;
+    let mut reports = Vec::new();
+    for member in &plan.members {
+        let output = match observed.restore_pods.get(member) {
+            Some(PodRun::Succeeded { output }) => output,
+            _ => "",
+        };
+        match parse_verified(output) {
+            Some(report) => reports.push(report),
+            None => {
+                return fail(
+                    observed,
+                    "BackupInvalid",
+                    &format!("member {member}'s fetch printed no report for {url}: {output:?}"),
+                );
+            }
+        }
+    }
+    if reports.windows(2).any(|w| w[0].sha256 != w[1].sha256) {
+        return fail(
+            observed,
+            "BackupChanged",
+            &format!(
+                "the members fetched different snapshots from {url} (it was replaced during \
+                 the restore); no member or volume of the cluster was touched"
+            ),
+        );
+    }
+    match reports.into_iter().next() {
+        Some(snapshot) => Step::RecordSnapshot(snapshot),
+        None => fail(observed, "BadPlan", "the recorded plan has no members"),
+    }
+}
+
 /// The members and token of a new restore: `size` names above every name in use (pods, claims,
-/// detached claims), so no restored member reuses an old member's volume or DNS name.
+/// detached and staged claims), so no restored member reuses an old member's volume or DNS name.
 fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) -> RestorePlan {
     let mut used: BTreeSet<String> = observed.member_pods.keys().cloned().collect();
     used.extend(observed.claims.iter().cloned());
     used.extend(observed.detached_claims.iter().cloned());
+    used.extend(observed.staged_claims.iter().cloned());
     used.extend(observed.terminating.iter().cloned());
     let highest = used.iter().filter_map(|n| names.ordinal(n)).max();
     let first = highest.map_or(0, |h| h + 1);
@@ -338,14 +415,13 @@ fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) ->
     }
 }
 
-/// `etcd-backup --output json verify`'s report (the last JSON line of its output).
+/// `etcd-backup --output json fetch`'s report (the last JSON line with a sha256).
 pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
-    let line = output
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))?;
-    let report: serde_json::Value = serde_json::from_str(line).ok()?;
-    report.get("sha256")?;
+    let report = output.lines().rev().find_map(|line| {
+        let line = line.trim_start();
+        let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        value.get("sha256").is_some().then_some(value)
+    })?;
     Some(VerifiedSnapshot {
         revision: report["revision"].as_i64(),
         db_bytes: report["dbBytes"].as_i64(),
@@ -359,7 +435,12 @@ pub fn phase_of(step: &Step, observed: &Observed) -> RestorePhase {
         Step::Fail { .. } => RestorePhase::Failed,
         Step::Succeed { .. } => RestorePhase::Succeeded,
         Step::Done => observed.phase.unwrap_or(RestorePhase::Pending),
-        Step::StartMembers(_) | Step::RestoreMembers(_) => RestorePhase::Restoring,
+        Step::RestoreMembers(_)
+        | Step::RecordSnapshot(_)
+        | Step::DeleteOldPods(_)
+        | Step::DetachClaims(_)
+        | Step::JoinClaims(_)
+        | Step::StartMembers(_) => RestorePhase::Restoring,
         Step::HandOver { .. } | Step::DeleteOldClaims(_) => RestorePhase::Verifying,
         _ => match &observed.plan {
             None => RestorePhase::Preparing,
@@ -376,10 +457,13 @@ pub fn phase_of(step: &Step, observed: &Observed) -> RestorePhase {
     }
 }
 
-fn fail(reason: &str, message: &str) -> Step {
+/// A failure; the cluster is given back when the snapshot was never verified (nothing of it
+/// was touched before that).
+fn fail(observed: &Observed, reason: &str, message: &str) -> Step {
     Step::Fail {
         reason: reason.into(),
         message: message.into(),
+        release: observed.snapshot.is_none(),
     }
 }
 
@@ -403,6 +487,8 @@ mod tests {
         }
     }
 
+    const REPORT: &str = r#"{"sha256":"ab","revision":500,"dbBytes":1048576}"#;
+
     fn cluster() -> ClusterView {
         ClusterView {
             paused: true,
@@ -414,7 +500,7 @@ mod tests {
         }
     }
 
-    /// A restore after a disaster: old member c-1's claim survives, c-0 and c-2 are gone.
+    /// A restore after a disaster: old member c-1's pod and claim survive, c-0 and c-2 are gone.
     fn start() -> Observed {
         Observed {
             uid: "r".into(),
@@ -443,41 +529,56 @@ mod tests {
         }
     }
 
-    #[test]
-    fn verification_comes_first_and_a_bad_backup_touches_nothing() {
+    fn members() -> Vec<String> {
+        recorded_plan().members
+    }
+
+    /// Planned, the cluster held; every member's claim staged and its restore pod `run`.
+    fn restoring(run: PodRun) -> Observed {
         let mut o = start();
-        assert_eq!(plan(&names(), &o), Step::CreateVerifyPod);
-        o.verify_pod = Some(PodRun::Running);
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
-        o.verify_pod = Some(PodRun::Failed {
-            message: "sha256 trailer mismatch".into(),
-        });
-        let Step::Fail { reason, message } = plan(&names(), &o) else {
-            panic!("a failed verification fails the restore")
-        };
-        assert_eq!(reason, "BackupInvalid");
-        assert!(
-            message.contains("sha256 trailer mismatch") && message.contains("nothing was touched")
-        );
-        o.verify_pod = Some(PodRun::Succeeded {
-            output: r#"{"sha256":"ab","revision":500,"dbBytes":1048576}"#.into(),
-        });
-        assert_eq!(plan(&names(), &o), Step::RecordSnapshot(snapshot()));
+        o.cluster = Some(cluster());
+        o.plan = Some(recorded_plan());
+        for m in members() {
+            o.staged_claims.insert(m.clone());
+            o.restore_pods.insert(m, run.clone());
+        }
+        o
+    }
+
+    fn fetched(report: &str) -> PodRun {
+        PodRun::Succeeded {
+            output: format!("{{\"level\":\"INFO\",\"message\":\"fetching\"}}\n{report}\n"),
+        }
+    }
+
+    fn failed(container: &str, message: &str) -> PodRun {
+        PodRun::Failed {
+            container: container.into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_bad_source_fails_at_once_and_a_good_one_pauses_the_cluster_first() {
+        let mut o = start();
+        assert_eq!(plan(&names(), &o), Step::PauseCluster);
         o.source_problem = Some("local.persistentVolumeClaim is not set".into());
-        o.verify_pod = None;
-        assert!(matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "BadSource"));
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "BadSource"
+        ));
     }
 
     #[test]
     fn the_cluster_is_paused_and_released_by_its_operator_before_the_plan() {
         let mut o = start();
-        o.snapshot = Some(snapshot());
         assert_eq!(plan(&names(), &o), Step::PauseCluster);
         o.cluster = Some(ClusterView {
             pause_seen: false,
             ..cluster()
         });
         assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Preparing);
         // Held by an earlier restore of the same name (deleted and re-created): taken over.
         o.cluster = Some(ClusterView {
             restore: Some("earlier".into()),
@@ -488,12 +589,13 @@ mod tests {
         // New names above every name in use; the surviving claim is recorded as detached.
         o.detached_claims = ["c-1".to_string()].into();
         assert_eq!(plan(&names(), &o), Step::RecordPlan(recorded_plan()));
-        // Names of claims still being deleted are in use too.
+        // Names of claims still being deleted, or staged by an earlier restore, are in use too.
         o.terminating = ["c-7".to_string()].into();
+        o.staged_claims = ["c-9".to_string()].into();
         let Step::RecordPlan(later) = plan(&names(), &o) else {
             panic!()
         };
-        assert_eq!(later.members, ["c-8", "c-9", "c-10"]);
+        assert_eq!(later.members, ["c-10", "c-11", "c-12"]);
         o.terminating.clear();
         o.cluster = None;
         assert!(
@@ -511,53 +613,106 @@ mod tests {
     }
 
     #[test]
-    fn old_members_are_stopped_and_detached_then_all_members_restore_then_start() {
+    fn every_member_fetches_and_restores_while_the_old_members_still_run() {
         let mut o = start();
-        o.snapshot = Some(snapshot());
         o.cluster = Some(cluster());
         o.plan = Some(recorded_plan());
+        // Old member c-1 still runs: the new members are restored first, beside it.
+        assert_eq!(plan(&names(), &o), Step::RestoreMembers(members()));
+        assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
+        let mut o = restoring(PodRun::Running);
+        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        // A claim that vanished (made while an old one of that name was being deleted) is
+        // made again.
+        o.staged_claims.remove("c-3");
+        assert_eq!(plan(&names(), &o), Step::RestoreMembers(vec!["c-3".into()]));
+        // The source went bad meanwhile (its Secret deleted): no pod is made without it.
+        o.source_problem = Some("Secret aws not found in ns".into());
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "BadSource"
+        ));
+        // All fetched the same verified snapshot: it is recorded, and nothing stopped before.
+        let mut o = restoring(fetched(REPORT));
+        assert_eq!(plan(&names(), &o), Step::RecordSnapshot(snapshot()));
+        o.restore_pods.insert(
+            "c-4".into(),
+            fetched(r#"{"sha256":"cd","revision":600,"dbBytes":1048576}"#),
+        );
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "BackupChanged"
+        ));
+        o.restore_pods.insert("c-4".into(), fetched("no report"));
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+        ));
+    }
+
+    #[test]
+    fn a_backup_that_fails_any_members_fetch_gives_the_cluster_back_untouched() {
+        let mut o = restoring(PodRun::Running);
+        o.restore_pods
+            .insert("c-3".into(), failed("fetch", "sha256 trailer mismatch"));
+        let Step::Fail {
+            reason,
+            message,
+            release,
+        } = plan(&names(), &o)
+        else {
+            panic!("a failed fetch fails the restore")
+        };
+        assert_eq!(reason, "BackupInvalid");
+        assert!(release, "nothing was touched: the cluster is given back");
+        assert!(message.contains("sha256 trailer mismatch") && message.contains("c-3"));
+        assert!(message.contains("no member or volume of the cluster was touched"));
+        // Killed after giving the cluster back, before recording the failure: not paused again.
+        o.cluster = Some(ClusterView {
+            paused: false,
+            restore: None,
+            ..cluster()
+        });
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { release: true, .. }
+        ));
+        o.restore_pods
+            .insert("c-3".into(), failed("restore", "no space left on device"));
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "RestoreFailed"
+        ));
+    }
+
+    #[test]
+    fn only_a_verified_snapshot_stops_the_old_members_then_the_new_ones_start() {
+        let mut o = restoring(PodRun::Succeeded {
+            output: String::new(),
+        });
+        o.snapshot = Some(snapshot());
         assert_eq!(plan(&names(), &o), Step::DeleteOldPods(vec!["c-1".into()]));
         o.member_pods.clear();
         assert_eq!(plan(&names(), &o), Step::DetachClaims(vec!["c-1".into()]));
         o.claims.clear();
         o.detached_claims = ["c-1".to_string()].into();
-        let members = vec!["c-2".to_string(), "c-3".into(), "c-4".into()];
-        assert_eq!(plan(&names(), &o), Step::RestoreMembers(members.clone()));
-        for m in &members {
-            o.restore_pods.insert(m.clone(), PodRun::Running);
-            o.claims.insert(m.clone());
-        }
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
-        // A claim that vanished (made while an old one of that name was being deleted) is
-        // made again.
-        o.claims.remove("c-3");
-        assert_eq!(plan(&names(), &o), Step::RestoreMembers(vec!["c-3".into()]));
-        o.claims.insert("c-3".into());
-        assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
-        o.restore_pods.insert(
-            "c-3".into(),
-            PodRun::Failed {
-                message: "no space".into(),
-            },
-        );
-        assert!(
-            matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "RestoreFailed")
-        );
-        for m in &members {
-            o.restore_pods.insert(
-                m.clone(),
-                PodRun::Succeeded {
-                    output: String::new(),
-                },
-            );
-        }
-        assert_eq!(plan(&names(), &o), Step::StartMembers(members.clone()));
+        assert_eq!(plan(&names(), &o), Step::JoinClaims(members()));
+        o.staged_claims.clear();
+        o.claims = members().into_iter().collect();
+        assert_eq!(plan(&names(), &o), Step::StartMembers(members()));
         // Restarted after starting one member: only the others are started.
         o.member_pods.insert("c-2".into(), false);
         assert_eq!(
             plan(&names(), &o),
-            Step::StartMembers(members[1..].to_vec())
+            Step::StartMembers(members()[1..].to_vec())
         );
+        // A failure once the old members were stopped keeps the cluster paused.
+        o.restore_pods
+            .insert("c-4".into(), failed("restore", "the pod was evicted"));
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: false, .. } if reason == "RestoreFailed"
+        ));
     }
 
     #[test]
@@ -566,13 +721,10 @@ mod tests {
         o.snapshot = Some(snapshot());
         o.cluster = Some(cluster());
         o.plan = Some(recorded_plan());
-        o.claims = ["c-2".to_string(), "c-3".into(), "c-4".into()].into();
+        o.claims = members().into_iter().collect();
         o.detached_claims = ["c-1".to_string()].into();
         o.revision_bumped = Some(true);
-        o.member_pods = ["c-2", "c-3", "c-4"]
-            .iter()
-            .map(|m| (m.to_string(), true))
-            .collect();
+        o.member_pods = members().into_iter().map(|m| (m, true)).collect();
         o.member_pods.insert("c-4".into(), false);
         assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Verifying);
@@ -584,10 +736,7 @@ mod tests {
         let bumped = 500 + REVISION_BUMP as i64;
         let mut health = Health {
             voters: ["c-2", "c-3"].iter().map(|m| m.to_string()).collect(),
-            revisions: ["c-2", "c-3", "c-4"]
-                .iter()
-                .map(|m| (m.to_string(), bumped))
-                .collect(),
+            revisions: members().into_iter().map(|m| (m, bumped)).collect(),
         };
         o.health = Some(health.clone());
         assert!(

@@ -1,14 +1,17 @@
-//! Pure builders of the restore's own pods. Both run once (`restartPolicy: Never`) and say why
-//! they failed in their termination message.
+//! Pure builders of the restore's own objects.
 //!
-//! - The verify pod streams the backup through the `etcd-backup` image's `verify` (sha256
-//!   trailer, compression, manifest) before anything is touched.
-//! - One restore pod per new member: an init container fetches the snapshot with `etcd-backup
-//!   fetch` (verified again while streaming, renamed into place only when whole) into a scratch
-//!   volume, then the etcd image's own restore tool writes the member's data dir on its claim.
-//!   The member pod itself is the EtcdCluster operator's plain pod, started on that claim once
-//!   every restore pod succeeded. (Restoring in init containers of the member pod would run the
-//!   restore again whenever the kubelet recreates the pod sandbox, over live data.)
+//! - One claim per new member: the claim the cluster would make for it, but labelled and owned
+//!   as the restore's until the snapshot is verified and the old members stopped; then it is
+//!   joined to the cluster ([`join_patch`]). Until then the EtcdCluster operator never sees it,
+//!   and deleting a failed EtcdRestore deletes it.
+//! - One run-once restore pod per new member (`restartPolicy: Never`, says why it failed in its
+//!   termination message): an init container fetches the snapshot with `etcd-backup fetch`
+//!   (sha256 trailer and manifest verified while streaming, renamed into place only when whole;
+//!   its report is the restore's verification) into a scratch volume, then the etcd image's own
+//!   restore tool writes the member's data dir on its claim. The member pod itself is the
+//!   EtcdCluster operator's plain pod, started on that claim later. (Restoring in init
+//!   containers of the member pod would run the restore again whenever the kubelet recreates
+//!   the pod sandbox, over live data.)
 
 use std::collections::BTreeMap;
 
@@ -17,25 +20,21 @@ use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::source::Source;
 
-/// Labels of the restore's pods (not the members' `app=etcd`, so the EtcdCluster operator never
-/// takes them for members).
+/// Labels of the restore's pods and staged claims (not the members' `app=etcd`, so the
+/// EtcdCluster operator never takes them for members).
 pub const APP: &str = "etcd-restore";
 pub const RESTORE_LABEL: &str = "etcd_restore";
 /// Where the fetched snapshot lands (a scratch volume, gone with the pod).
 pub const SNAPSHOT_DIR: &str = "/var/etcd-restore";
 const AWS_DIR: &str = "/etc/etcd-restore/aws";
 const CA_DIR: &str = "/etc/etcd-restore/s3-ca";
-
-pub fn verify_pod_name(restore: &str) -> String {
-    format!("{restore}-restore-verify")
-}
 
 pub fn restore_pod_name(member: &str) -> String {
     format!("{member}-restore")
@@ -45,28 +44,38 @@ pub fn label_selector(restore: &str) -> String {
     format!("app={APP},{RESTORE_LABEL}={restore}")
 }
 
-/// The pod that verifies the backup: `etcd-backup verify`, one JSON line on stdout.
-pub fn verify_pod(
+/// The claim `member` is restored onto: the cluster's claim for it (spec, size, version
+/// annotation), the restore's until joined. `None` when the cluster has no claim spec.
+pub fn staged_claim(
     restore: &EtcdRestore,
-    cluster: Option<&EtcdCluster>,
-    image: &str,
-    source: &Source,
-) -> Pod {
-    let (volumes, mounts) = source_volumes(source);
-    let container = json!({
-        "name": "verify",
-        "image": image,
-        "args": tool_args(source, ["verify", source.url.as_str()]),
-        "env": aws_env(source),
-        "volumeMounts": mounts,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    });
-    pod(
-        restore,
-        cluster,
-        &verify_pod_name(&restore.name_any()),
-        json!({"containers": [container], "volumes": volumes}),
-    )
+    cluster: &EtcdCluster,
+    member: &str,
+    version: &str,
+) -> Option<PersistentVolumeClaim> {
+    let mut claim = build::claim(cluster, member, version)?;
+    claim.metadata.labels = Some(labels(restore));
+    claim.metadata.owner_references = restore.controller_owner_ref(&()).map(|o| vec![o]);
+    Some(claim)
+}
+
+/// The merge patch that gives a staged claim to the cluster: the labels and owner its own
+/// claims have (so the EtcdCluster operator and its garbage collection treat it as a member's),
+/// without the restore's label.
+pub fn join_patch(cluster: &EtcdCluster, member: &str, version: &str) -> Option<Value> {
+    let claim = build::claim(cluster, member, version)?;
+    let mut labels = json!(claim.metadata.labels.unwrap_or_default());
+    labels[RESTORE_LABEL] = Value::Null;
+    Some(json!({"metadata": {
+        "labels": labels,
+        "ownerReferences": claim.metadata.owner_references.unwrap_or_default(),
+    }}))
+}
+
+fn labels(restore: &EtcdRestore) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app".to_string(), APP.to_string()),
+        (RESTORE_LABEL.to_string(), restore.name_any()),
+    ])
 }
 
 /// The pod that restores `member` of `plan` onto its claim (which must exist: the pod mounts it
@@ -117,7 +126,7 @@ pub fn restore_pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     });
     let spec = json!({"initContainers": [fetch], "containers": [tool], "volumes": volumes});
-    let pod = pod(restore, Some(cluster), &restore_pod_name(member), spec);
+    let pod = pod(restore, cluster, &restore_pod_name(member), spec);
     (pod, command)
 }
 
@@ -182,8 +191,8 @@ fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
 
 /// A run-once pod of `restore`, scheduled like the cluster's members (node selector,
 /// tolerations, security context), owned by the EtcdRestore.
-fn pod(restore: &EtcdRestore, cluster: Option<&EtcdCluster>, name: &str, spec: Value) -> Pod {
-    let policy = cluster.and_then(|c| c.spec.pod.clone()).unwrap_or_default();
+fn pod(restore: &EtcdRestore, cluster: &EtcdCluster, name: &str, spec: Value) -> Pod {
+    let policy = cluster.spec.pod.clone().unwrap_or_default();
     let mut spec = spec;
     spec["restartPolicy"] = json!("Never");
     spec["automountServiceAccountToken"] = json!(false);
@@ -195,10 +204,7 @@ fn pod(restore: &EtcdRestore, cluster: Option<&EtcdCluster>, name: &str, spec: V
     pod.metadata = ObjectMeta {
         name: Some(name.to_string()),
         namespace: restore.namespace(),
-        labels: Some(BTreeMap::from([
-            ("app".to_string(), APP.to_string()),
-            (RESTORE_LABEL.to_string(), restore.name_any()),
-        ])),
+        labels: Some(labels(restore)),
         owner_references: restore.controller_owner_ref(&()).map(|o| vec![o]),
         ..Default::default()
     };
@@ -245,23 +251,26 @@ mod tests {
     }
 
     #[test]
-    fn the_verify_pod_runs_etcd_backup_verify_with_the_secret_and_no_token() {
+    fn the_fetch_runs_etcd_backup_with_the_secret_and_no_token() {
         let restore = restore();
         let source = from_spec(&restore.spec).unwrap();
-        let pod = yaml(&verify_pod(
+        let (pod, _) = restore_pod(
             &restore,
-            None,
+            &cluster("3.5.16"),
+            "c-4",
+            &plan("3.5.16"),
             "localhost/etcd-backup:dev",
             &source,
-        ));
-        assert_eq!(pod["metadata"]["name"], "c-restore-verify");
+        );
+        let pod = yaml(&pod);
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "r-uid");
         assert_eq!(pod["metadata"]["labels"]["app"], "etcd-restore");
         assert_eq!(pod["spec"]["restartPolicy"], "Never");
         assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
-        let container = &pod["spec"]["containers"][0];
+        let fetch = &pod["spec"]["initContainers"][0];
+        assert_eq!(fetch["image"], "localhost/etcd-backup:dev");
         assert_eq!(
-            container["args"],
+            fetch["args"],
             json!([
                 "--output",
                 "json",
@@ -270,15 +279,48 @@ mod tests {
                 "--s3-endpoint",
                 "http://s3:3900",
                 "--s3-force-path-style",
-                "verify",
-                "s3://bucket/etcd.backup"
+                "fetch",
+                "s3://bucket/etcd.backup",
+                "--out",
+                "/var/etcd-restore/snapshot.db"
             ])
         );
         assert_eq!(
-            container["env"][0]["value"],
+            fetch["env"][0]["value"],
             "/etc/etcd-restore/aws/credentials"
         );
         assert_eq!(pod["spec"]["volumes"][0]["secret"]["secretName"], "aws");
+    }
+
+    #[test]
+    fn a_staged_claim_is_the_restores_until_joined_to_the_cluster() {
+        let cluster = cluster("3.5.16");
+        let staged = staged_claim(&restore(), &cluster, "c-4", "3.5.16").unwrap();
+        let built = build::claim(&cluster, "c-4", "3.5.16").unwrap();
+        assert_eq!(staged.spec, built.spec);
+        assert_eq!(staged.metadata.annotations, built.metadata.annotations);
+        let staged = serde_json::to_value(&staged).unwrap();
+        assert_eq!(staged["metadata"]["name"], "c-4");
+        assert_eq!(
+            staged["metadata"]["labels"],
+            json!({"app": "etcd-restore", "etcd_restore": "c"})
+        );
+        assert_eq!(staged["metadata"]["ownerReferences"][0]["uid"], "r-uid");
+        // Joined: exactly the cluster's labels and owner (the merge patch drops the restore's).
+        let mut joined = staged.clone();
+        json_patch::merge(&mut joined, &join_patch(&cluster, "c-4", "3.5.16").unwrap());
+        assert_eq!(
+            joined["metadata"]["labels"],
+            serde_json::to_value(&built.metadata.labels).unwrap()
+        );
+        assert_eq!(joined["metadata"]["ownerReferences"][0]["uid"], "c-uid");
+        assert_eq!(
+            joined["metadata"]["ownerReferences"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -359,7 +401,15 @@ mod tests {
             s3: None,
             claim: Some("backups".into()),
         };
-        let pod = yaml(&verify_pod(&restore(), None, "i", &source));
+        let (pod, _) = restore_pod(
+            &restore(),
+            &cluster("3.5.16"),
+            "c-4",
+            &plan("3.5.16"),
+            "i",
+            &source,
+        );
+        let pod = yaml(&pod);
         assert_eq!(
             pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"],
             "backups"
@@ -368,6 +418,6 @@ mod tests {
             pod["spec"]["volumes"][0]["persistentVolumeClaim"]["readOnly"],
             true
         );
-        assert_eq!(pod["spec"]["containers"][0]["env"], json!([]));
+        assert_eq!(pod["spec"]["initContainers"][0]["env"], json!([]));
     }
 }

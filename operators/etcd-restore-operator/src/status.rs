@@ -12,6 +12,10 @@ use crate::plan::Step;
 /// The annotation by which a restore holds its EtcdCluster (the restore's uid); the second
 /// restore of a cluster is refused while a live one holds it.
 pub const RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/restore";
+/// Set with the pause when the restore paused a running cluster: a restore that fails before
+/// touching any member unpauses it again (one the user had paused, or the restore created,
+/// stays paused).
+pub const PAUSED_BY_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/paused-by-restore";
 /// Label on the claims of replaced members: the cluster they were detached from.
 pub const DETACHED_LABEL: &str = "etcd.database.coreos.com/detached-from";
 
@@ -20,10 +24,12 @@ pub fn describe(step: &Step) -> (&'static str, String) {
     match step {
         Step::Done => ("Done", String::new()),
         Step::Fail { message, .. } => ("Failed", message.clone()),
-        Step::CreateVerifyPod => ("VerifyingBackup", "verifying the backup".into()),
         Step::RecordSnapshot(s) => (
             "BackupVerified",
-            format!("backup verified (revision {:?})", s.revision),
+            format!(
+                "every member's fetch verified the backup (revision {:?}); stopping the old members",
+                s.revision
+            ),
         ),
         Step::CreateCluster => ("CreatingCluster", "creating the EtcdCluster, paused".into()),
         Step::PauseCluster => ("PausingCluster", "pausing the EtcdCluster".into()),
@@ -48,7 +54,17 @@ pub fn describe(step: &Step) -> (&'static str, String) {
         ),
         Step::RestoreMembers(m) => (
             "RestoringMembers",
-            format!("restoring the snapshot into {}", m.join(", ")),
+            format!(
+                "fetching, verifying and restoring the snapshot into {} (the old members still run)",
+                m.join(", ")
+            ),
+        ),
+        Step::JoinClaims(c) => (
+            "JoiningVolumes",
+            format!(
+                "giving the restored volumes {} to the cluster",
+                c.join(", ")
+            ),
         ),
         Step::StartMembers(m) => ("StartingMembers", format!("starting {}", m.join(", "))),
         Step::HandOver { .. } => (
@@ -90,9 +106,9 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
             generation,
             now_time.clone(),
         ),
-        Step::Fail { reason, message } => {
-            condition::new(READY, false, reason, message, generation, now_time.clone())
-        }
+        Step::Fail {
+            reason, message, ..
+        } => condition::new(READY, false, reason, message, generation, now_time.clone()),
         _ if done => condition::find(&conditions, READY)
             .cloned()
             .unwrap_or_else(|| {
@@ -121,7 +137,9 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
         condition::set(&mut conditions, progressing);
     }
     let failure = match step {
-        Step::Fail { reason, message } => Some(format!("{reason}: {message}")),
+        Step::Fail {
+            reason, message, ..
+        } => Some(format!("{reason}: {message}")),
         _ => previous.reason.clone(),
     };
     json!({
@@ -163,12 +181,12 @@ mod tests {
     fn in_progress_then_failed_with_the_cause() {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
         let mut r = restore();
-        let status = report(&r, &Step::CreateVerifyPod, RestorePhase::Preparing, now);
+        let status = report(&r, &Step::PauseCluster, RestorePhase::Preparing, now);
         assert_eq!(status["succeeded"], false);
         assert_eq!(status["phase"], "Preparing");
         assert_eq!(status["conditions"][0]["type"], "Ready");
         assert_eq!(status["conditions"][0]["reason"], "InProgress");
-        assert_eq!(status["conditions"][1]["reason"], "VerifyingBackup");
+        assert_eq!(status["conditions"][1]["reason"], "PausingCluster");
         assert_eq!(status["conditions"][1]["observedGeneration"], 1);
         assert!(status["completionTime"].is_null());
         r.status = Some(serde_json::from_value(status).unwrap());
@@ -176,6 +194,7 @@ mod tests {
         let fail = Step::Fail {
             reason: "BackupInvalid".into(),
             message: "sha256 mismatch".into(),
+            release: true,
         };
         let status = report(&r, &fail, RestorePhase::Failed, later);
         assert_eq!(status["reason"], "BackupInvalid: sha256 mismatch");

@@ -1,8 +1,8 @@
 //! Disaster restore on the kubelet bed, the three operators in the cluster from their images with
 //! their shipped manifests (RBAC checked live): a 3-member EtcdCluster (claims, etcd 3.5) with
 //! 2,000 keys, a coreos one-shot EtcdBackup to Garage; restores of a corrupted object, a
-//! missing object and with wrong credentials fail with the cause and leave the running cluster
-//! untouched; then every member pod and claim is deleted (quorum gone), the coreos EtcdRestore
+//! missing object and with wrong credentials fail with the cause (in the new members' fetches)
+//! and give the running cluster back untouched, unpaused; then every member pod and claim is deleted (quorum gone), the coreos EtcdRestore
 //! succeeds only with 3 ready members holding every key at a bumped revision, and the EtcdCluster
 //! operator takes the cluster over and scales it to 5.
 
@@ -101,7 +101,19 @@ async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
         .unwrap();
     let status = done.status.unwrap();
     assert!(!status.succeeded);
-    assert!(status.plan.is_none(), "a bad backup never gets to a plan");
+    assert!(status.snapshot.is_none(), "a bad backup is never recorded");
+    // Given back as it was: running, neither held nor paused.
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), ns);
+    let cluster = clusters.get(CLUSTER).await.unwrap();
+    assert!(!cluster.spec.is_paused(), "{status:?}");
+    assert!(
+        !cluster
+            .annotations()
+            .keys()
+            .any(|k| k.starts_with("etcd.database.coreos.com/")),
+        "{:?}",
+        cluster.annotations()
+    );
     restores
         .delete(CLUSTER, &DeleteParams::default())
         .await

@@ -1,6 +1,8 @@
 //! Reconcile against a mock API server (`testbed::mock_api`): the calls, their order and their
 //! bodies, for a restore resumed at each step after an operator restart. The order is the point:
-//! the plan and the hand-over are recorded before they are acted on. Real pods are in `e2e.rs`.
+//! the plan, the verified snapshot and the hand-over are recorded before they are acted on, and
+//! nothing of the cluster is touched before every member's fetch verified the backup. Real pods
+//! are in `e2e.rs`.
 
 use std::sync::Arc;
 
@@ -39,12 +41,14 @@ fn restore(status: Value) -> Value {
     })
 }
 
-/// The cluster, paused and held by the restore, its operator having reported the pause.
+/// The cluster, paused (from running) and held by the restore, its operator having reported the
+/// pause.
 fn held_cluster() -> Value {
     json!({
         "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
         "metadata": {"name": "c", "namespace": "ns", "uid": "c-uid", "generation": 4,
-                     "annotations": {"etcd.database.coreos.com/restore": "r-uid"}},
+                     "annotations": {"etcd.database.coreos.com/restore": "r-uid",
+                                     "etcd.database.coreos.com/paused-by-restore": "true"}},
         "spec": {"size": 3, "version": "3.5.16", "repository": "localhost/etcd", "paused": true,
                  "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"],
                          "resources": {"requests": {"storage": "1Gi"}}}}},
@@ -52,12 +56,9 @@ fn held_cluster() -> Value {
     })
 }
 
+/// The status as recorded, plus `extra`.
 fn recorded(extra: Value) -> Value {
-    let mut status = json!({
-        "phase": "Preparing", "source": "s3://bucket/etcd.backup",
-        "snapshot": {"revision": 500, "sha256": "ab"},
-        "startTime": "2026-11-24T03:00:00Z",
-    });
+    let mut status = json!({"phase": "Preparing", "startTime": "2026-11-24T03:00:00Z"});
     for (k, v) in extra.as_object().unwrap() {
         status[k] = v.clone();
     }
@@ -69,17 +70,38 @@ fn plan(handed_over: Option<bool>) -> Value {
            "detachedClaims": ["c-0"], "handedOver": handed_over})
 }
 
+/// The snapshot the members' fetches verified, as recorded.
+fn verified() -> Value {
+    json!({"revision": 500, "sha256": "ab"})
+}
+
 fn claim(name: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "ns", "labels": {"app": "etcd", "etcd_cluster": "c"}},
            "spec": {"accessModes": ["ReadWriteOnce"]}})
 }
 
-fn finished_pod(name: &str) -> Value {
+/// A claim made for the restore, not yet given to the cluster.
+fn staged_claim(name: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns",
+                        "labels": {"app": "etcd-restore", "etcd_restore": "c"}},
+           "spec": {"accessModes": ["ReadWriteOnce"]}})
+}
+
+/// A pod of the restore, with `status`.
+fn own_pod(name: &str, status: Value) -> Value {
     json!({"metadata": {"name": name, "namespace": "ns",
                         "ownerReferences": [{"apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
                                              "name": "c", "uid": "r-uid", "controller": true}]},
-           "status": {"phase": "Succeeded"}})
+           "status": status})
 }
+
+fn finished_pod(name: &str) -> Value {
+    own_pod(name, json!({"phase": "Succeeded"}))
+}
+
+/// Its fetch log: JSON log lines, then the report on stdout.
+const FETCH_LOG: &str = "{\"level\":\"INFO\",\"fields\":{\"message\":\"fetching\"}}\n\
+    {\"object\":\"s3://bucket/etcd.backup\",\"sha256\":\"ab\",\"revision\":500,\"dbBytes\":1048576}\n";
 
 /// What one reconcile reads before it acts, answered from the given world.
 struct World {
@@ -88,6 +110,7 @@ struct World {
     member_pods: Vec<Value>,
     claims: Vec<Value>,
     detached: Vec<Value>,
+    staged: Vec<Value>,
     own_pods: Vec<Value>,
 }
 
@@ -128,6 +151,14 @@ impl World {
             "{}",
             detached.query
         );
+        let staged = api
+            .expect_list(&format!("{NS}/persistentvolumeclaims"), self.staged.clone())
+            .await;
+        assert!(
+            staged.query.contains("etcd_restore%3Dc"),
+            "{}",
+            staged.query
+        );
         let own = api
             .expect_list(&format!("{NS}/pods"), self.own_pods.clone())
             .await;
@@ -164,12 +195,15 @@ async fn expect_status_patch(api: &mut MockApi, restore: &Value) -> mock_api::Ca
 /// replaced member's claim c-0 detached; `cluster` as the world shows it.
 fn handed_over(cluster: Value) -> World {
     World {
-        restore: restore(recorded(json!({"plan": plan(Some(true)),
-            "restoredRevision": 1000000500, "phase": "Verifying"}))),
+        restore: restore(recorded(
+            json!({"plan": plan(Some(true)), "snapshot": verified(),
+            "restoredRevision": 1000000500, "phase": "Verifying"}),
+        )),
         cluster,
         member_pods: vec![],
         claims: vec![claim("c-3"), claim("c-4"), claim("c-5")],
         detached: vec![claim("c-0")],
+        staged: vec![],
         own_pods: vec![],
     }
 }
@@ -183,7 +217,8 @@ async fn the_plan_is_recorded_before_any_member_is_touched() {
         member_pods: vec![],
         claims: vec![claim("c-0"), claim("c-2")],
         detached: vec![],
-        own_pods: vec![finished_pod("c-restore-verify")],
+        staged: vec![],
+        own_pods: vec![],
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
@@ -196,6 +231,7 @@ async fn the_plan_is_recorded_before_any_member_is_touched() {
     );
     assert_eq!(plan["detachedClaims"], json!(["c-0", "c-2"]));
     assert_eq!(call.body["status"]["revisionBumped"], true);
+    assert_eq!(call.body["status"]["source"], "s3://bucket/etcd.backup");
     let status = expect_report(&mut api, &world.restore).await;
     assert_eq!(status["phase"], "Preparing");
     reconcile.await.unwrap();
@@ -205,14 +241,16 @@ async fn the_plan_is_recorded_before_any_member_is_touched() {
 #[tokio::test]
 async fn resumed_with_a_plan_claims_and_restore_pods_are_made_for_every_member() {
     let (ctx, mut api) = context();
+    // Old member c-0 still runs on its claim: it is not touched before the backup is verified.
     let world = World {
         restore: restore(recorded(
             json!({"plan": plan(None), "revisionBumped": true}),
         )),
         cluster: held_cluster(),
-        member_pods: vec![],
-        claims: vec![],
-        detached: vec![claim("c-0")],
+        member_pods: vec![own_pod("c-0", json!({"phase": "Running"}))],
+        claims: vec![claim("c-0")],
+        detached: vec![],
+        staged: vec![],
         own_pods: vec![],
     };
     let reconcile = run(world.restore.clone(), &ctx);
@@ -231,6 +269,12 @@ async fn resumed_with_a_plan_claims_and_restore_pods_are_made_for_every_member()
             claim.body["metadata"]["annotations"]["etcd.version"],
             "3.5.16"
         );
+        // The restore's, out of the cluster's selector until the backup is verified.
+        assert_eq!(
+            claim.body["metadata"]["labels"],
+            json!({"app": "etcd-restore", "etcd_restore": "c"})
+        );
+        assert_eq!(claim.body["metadata"]["ownerReferences"][0]["uid"], "r-uid");
         let pod = api
             .expect_call(
                 Method::POST,
@@ -313,12 +357,7 @@ async fn after_the_hand_over_old_volumes_go_then_success() {
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     // The run-once pods go (their scratch volumes hold a copy of the database each).
-    for pod in [
-        "c-3-restore",
-        "c-4-restore",
-        "c-5-restore",
-        "c-restore-verify",
-    ] {
+    for pod in ["c-3-restore", "c-4-restore", "c-5-restore"] {
         let path = format!("{NS}/pods/{pod}");
         api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| finished_pod(pod))
             .await;
@@ -328,6 +367,174 @@ async fn after_the_hand_over_old_volumes_go_then_success() {
     assert_eq!(status["phase"], "Succeeded");
     assert_eq!(status["conditions"][0]["type"], "Ready");
     assert_eq!(status["conditions"][0]["status"], "True");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// Planned, every member's claim staged and its restore pod as `runs` says; old member c-0
+/// still running on its claim.
+fn restoring(runs: [Value; 3]) -> World {
+    let [c3, c4, c5] = runs;
+    World {
+        restore: restore(recorded(
+            json!({"plan": plan(None), "revisionBumped": true, "phase": "Restoring"}),
+        )),
+        cluster: held_cluster(),
+        member_pods: vec![own_pod("c-0", json!({"phase": "Running"}))],
+        claims: vec![claim("c-0")],
+        detached: vec![],
+        staged: vec![
+            staged_claim("c-3"),
+            staged_claim("c-4"),
+            staged_claim("c-5"),
+        ],
+        own_pods: vec![
+            own_pod("c-3-restore", c3),
+            own_pod("c-4-restore", c4),
+            own_pod("c-5-restore", c5),
+        ],
+    }
+}
+
+#[tokio::test]
+async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untouched() {
+    let (ctx, mut api) = context();
+    let bad_fetch = json!({"phase": "Failed", "initContainerStatuses": [{
+        "name": "fetch", "image": "backup:dev", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 3, "message": "sha256 trailer mismatch"}}}]});
+    let world = restoring([
+        json!({"phase": "Running"}),
+        bad_fetch,
+        json!({"phase": "Running"}),
+    ]);
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    // The only write to the cluster: the lock goes, and the pause this restore made. No pod or
+    // claim is deleted.
+    let cluster = held_cluster();
+    let release = api
+        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+    assert_eq!(
+        release.body,
+        json!({"metadata": {"annotations": {"etcd.database.coreos.com/restore": null,
+                                            "etcd.database.coreos.com/paused-by-restore": null}},
+               "spec": {"paused": false}})
+    );
+    let status = expect_report(&mut api, &world.restore).await;
+    assert_eq!(status["phase"], "Failed");
+    let reason = status["reason"].as_str().unwrap();
+    assert!(reason.starts_with("BackupInvalid"), "{reason}");
+    assert!(
+        reason.contains("sha256 trailer mismatch") && reason.contains("c-4"),
+        "{reason}"
+    );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_cluster_the_user_had_paused_stays_paused_when_given_back() {
+    let (ctx, mut api) = context();
+    let bad_tool = json!({"phase": "Failed", "containerStatuses": [{
+        "name": "restore", "image": "etcd", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "message": "no space left on device"}}}]});
+    let mut world = restoring([
+        bad_tool,
+        json!({"phase": "Running"}),
+        json!({"phase": "Running"}),
+    ]);
+    world.cluster["metadata"]["annotations"] = json!({"etcd.database.coreos.com/restore": "r-uid"});
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let cluster = world.cluster.clone();
+    let release = api
+        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+    assert!(release.body.get("spec").is_none(), "{}", release.body);
+    let status = expect_report(&mut api, &world.restore).await;
+    assert!(
+        status["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("RestoreFailed")
+    );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stops() {
+    let (ctx, mut api) = context();
+    let world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+    ]);
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    for member in ["c-3", "c-4", "c-5"] {
+        let log = api
+            .expect_text(&format!("{NS}/pods/{member}-restore/log"), FETCH_LOG)
+            .await;
+        assert!(log.query.contains("container=fetch"), "{}", log.query);
+    }
+    let record = expect_status_patch(&mut api, &world.restore).await;
+    assert_eq!(
+        record.body["status"]["snapshot"],
+        json!({"revision": 500, "dbBytes": 1048576, "sha256": "ab"})
+    );
+    let status = expect_report(&mut api, &world.restore).await;
+    assert_eq!(status["phase"], "Restoring");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+
+    // Recorded: now old c-0 stops (its claim keeps the data).
+    let mut world = world;
+    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
+        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    api.expect_call(
+        Method::DELETE,
+        &format!("{NS}/pods/c-0"),
+        StatusCode::OK,
+        |_| own_pod("c-0", json!({})),
+    )
+    .await;
+    expect_report(&mut api, &world.restore).await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn the_restored_claims_join_the_cluster_once_the_old_ones_are_detached() {
+    let (ctx, mut api) = context();
+    let mut world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+    ]);
+    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
+        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    world.member_pods = vec![];
+    world.claims = vec![];
+    world.detached = vec![claim("c-0")];
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    for member in ["c-3", "c-4", "c-5"] {
+        let path = format!("{NS}/persistentvolumeclaims/{member}");
+        let join = api
+            .expect_call(Method::PATCH, &path, StatusCode::OK, |_| claim(member))
+            .await;
+        let labels = &join.body["metadata"]["labels"];
+        assert_eq!(labels["app"], "etcd");
+        assert_eq!(labels["etcd_cluster"], "c");
+        assert!(labels["etcd_restore"].is_null());
+        assert_eq!(join.body["metadata"]["ownerReferences"][0]["uid"], "c-uid");
+    }
+    let status = expect_report(&mut api, &world.restore).await;
+    assert_eq!(status["conditions"][1]["reason"], "JoiningVolumes");
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
