@@ -5,9 +5,9 @@
 //!    runs `etcdutl snapshot restore` on a claim (what a user otherwise does per member), from
 //!    `create` to the pod's success;
 //! 2. the EtcdRestore: 3 members restored from the same snapshot into a new cluster (the
-//!    EtcdCluster and EtcdRestore operators running here), from `create` to `succeeded` (backup
-//!    verified, every member restored in parallel, started, healthy at the bumped revision);
-//!    as a ratio to 1;
+//!    EtcdCluster and EtcdRestore operators running here), from `create` to `succeeded` (every
+//!    member fetching, verifying and restoring in parallel, started, healthy at the bumped
+//!    revision); as a ratio to 1;
 //! 3. memory: `etcd-backup fetch` peak RSS for the large and a small snapshot (flat with size).
 //!
 //! ```sh
