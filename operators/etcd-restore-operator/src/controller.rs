@@ -140,24 +140,35 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         delete(&pod_api, &pod.name_any()).await?;
     }
     let own_pods: BTreeMap<String, Pod> = own_pods.into_iter().map(|p| (p.name_any(), p)).collect();
-    // The fetches' reports are read only until the snapshot they verified is recorded.
     let plan_recorded = recorded.plan.clone();
-    let fetch_log = LogParams {
-        container: Some("fetch".into()),
-        ..LogParams::default()
-    };
-    let mut restore_pods = BTreeMap::new();
-    for member in plan_recorded.iter().flat_map(|p| p.members.iter()) {
-        let Some(pod) = own_pods.get(&pods::restore_pod_name(member)) else {
-            continue;
+    let planned_members: Vec<String> = plan_recorded
+        .iter()
+        .flat_map(|p| p.members.clone())
+        .collect();
+    let mut restore_pods: BTreeMap<String, PodRun> = planned_members
+        .iter()
+        .filter_map(|m| {
+            let pod = own_pods.get(&pods::restore_pod_name(m))?;
+            Some((m.clone(), observe::pod_run(pod)))
+        })
+        .collect();
+    // The fetches' reports are read once every member's restore succeeded, until the snapshot
+    // they verified is recorded.
+    let all_restored = !planned_members.is_empty()
+        && planned_members
+            .iter()
+            .all(|m| matches!(restore_pods.get(m), Some(PodRun::Succeeded { .. })));
+    if all_restored && recorded.snapshot.is_none() {
+        let fetch_log = LogParams {
+            container: Some("fetch".into()),
+            ..LogParams::default()
         };
-        let run = match observe::pod_run(pod) {
-            PodRun::Succeeded { .. } if recorded.snapshot.is_none() => PodRun::Succeeded {
-                output: pod_api.logs(&pod.name_any(), &fetch_log).await?,
-            },
-            other => other,
-        };
-        restore_pods.insert(member.clone(), run);
+        for member in &planned_members {
+            let output = pod_api
+                .logs(&pods::restore_pod_name(member), &fetch_log)
+                .await?;
+            restore_pods.insert(member.clone(), PodRun::Succeeded { output });
+        }
     }
     let ready: BTreeMap<String, bool> = member_pods
         .iter()

@@ -464,6 +464,31 @@ async fn a_cluster_the_user_had_paused_stays_paused_when_given_back() {
 }
 
 #[tokio::test]
+async fn while_one_member_still_restores_nothing_is_read_or_touched() {
+    let (ctx, mut api) = context();
+    let world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Running"}),
+    ]);
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    // No log read, no write but the status (a wait sends no event).
+    let report = expect_status_patch(&mut api, &world.restore).await;
+    assert_eq!(report.body["status"]["phase"], "Restoring");
+    assert!(
+        report.body["status"]["conditions"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 of 3 members"),
+        "{}",
+        report.body
+    );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
 async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stops() {
     let (ctx, mut api) = context();
     let world = restoring([
