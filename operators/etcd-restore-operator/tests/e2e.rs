@@ -526,13 +526,24 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         .await
         .unwrap();
 
-    // The operator is killed once the plan is recorded, then started again.
+    // The operator is killed once the members' restore pods are being made (the plan
+    // recorded, the snapshot not yet verified), then started again.
     let operator = RestoreOperator::start(&kube, &ns);
     let planned = |r: &EtcdRestore| r.status.as_ref().is_some_and(|s| s.plan.is_some());
-    wait_until(&restores, "copy-local", "the plan recorded", 120, planned)
+    let planned = wait_until(&restores, "copy-local", "the plan recorded", 120, planned)
+        .await
+        .unwrap();
+    let first = planned.status.unwrap().plan.unwrap().members[0].clone();
+    let restoring = format!("{first}-restore");
+    wait_until(&pods, &restoring, "a member's restore pod", 120, |_| true)
         .await
         .unwrap();
     drop(operator);
+    let status = restores.get_status("copy-local").await.unwrap().status;
+    assert!(
+        status.unwrap().snapshot.is_none(),
+        "killed before the members' fetches verified the snapshot"
+    );
     let _operator = RestoreOperator::start(&kube, &ns);
     let finished = |r: &EtcdRestore| {
         r.status
