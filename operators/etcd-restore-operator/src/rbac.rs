@@ -22,7 +22,7 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     // source: backupRef reads the EtcdBackup's newest verified backup.
     ("etcd.database.coreos.com", "etcdbackups", "get"),
-    // controller.rs: the verify and restore pods (created, read, their logs) and the member
+    // controller.rs: the restore pods (created, read, their fetch logs) and the member
     // pods (listed, old ones deleted, restored ones created). main.rs: both watched (owns(),
     // and member pods turning ready).
     ("", "pods", "list"),
@@ -31,8 +31,8 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "create"),
     ("", "pods", "delete"),
     ("", "pods/log", "get"),
-    // controller.rs: member claims: listed, new ones created, old ones detached (patch) and,
-    // after success, deleted (policy Delete).
+    // controller.rs: member claims: listed, new ones created (the restore's), joined to the
+    // cluster and old ones detached (patch) and, after success, deleted (policy Delete).
     ("", "persistentvolumeclaims", "list"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "patch"),
