@@ -20,7 +20,7 @@ use operator_runtime::process::{self, RuntimeArgs};
 struct Args {
     #[command(flatten)]
     runtime: RuntimeArgs,
-    /// The `etcd-backup` image whose `verify` and `fetch` the restore pods run.
+    /// The `etcd-backup` image whose `fetch` the restore pods run.
     #[arg(
         long,
         env = "BACKUP_IMAGE",
@@ -68,7 +68,7 @@ async fn main() -> Result<()> {
     process.health.set_ready(true);
     let shutdown = process.stop.clone();
     // Spec changes only (generation): the controller's own status writes must not trigger
-    // reconciles. The restore's own pods (verify, restore) wake it when they change, and so do
+    // reconciles. The restore's own pods wake it when they change, and so do
     // the cluster it restores (its operator reporting the pause) and that cluster's member pods
     // (turning ready): an EtcdRestore is named like its cluster. Without these the waits would
     // only end at the next requeue.
