@@ -5,7 +5,7 @@ use backup_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource, S3Source, StorageTy
 use backup_api::{EtcdBackup, EtcdRestoreSpec};
 use thiserror::Error;
 
-/// A snapshot location as the `etcd-backup` image's `verify` and `fetch` take it.
+/// A snapshot location as the `etcd-backup` image's `fetch` takes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Source {
     /// `s3://bucket/key` or `file:///var/lib/etcd-backup/<path>`.
