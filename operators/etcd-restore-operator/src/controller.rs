@@ -139,7 +139,12 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     for pod in &stale {
         delete(&pod_api, &pod.name_any()).await?;
     }
-    let own_pods: BTreeMap<String, Pod> = own_pods.into_iter().map(|p| (p.name_any(), p)).collect();
+    // Pods being deleted count as gone (a discarded restore waits for its claims instead).
+    let own_pods: BTreeMap<String, Pod> = own_pods
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), p))
+        .collect();
     let plan_recorded = recorded.plan.clone();
     let planned_members: Vec<String> = plan_recorded
         .iter()
@@ -213,6 +218,11 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
             .filter_map(|m| m.name.clone())
             .collect(),
         restore_pods,
+        failing: recorded
+            .reason
+            .as_deref()
+            .and_then(|r| r.split_once(": "))
+            .map(|(reason, message)| (reason.to_string(), message.to_string())),
         health,
         delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()
             == OldVolumesPolicy::Delete,
@@ -248,7 +258,7 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     }
     executed?;
     Ok(match step {
-        Step::Wait { .. } => Action::requeue(BUSY),
+        Step::Wait { .. } | Step::Discard { .. } => Action::requeue(BUSY),
         Step::Fail { .. } | Step::Succeed { .. } | Step::Done => Action::await_change(),
         _ => Action::requeue(CHANGED),
     })
@@ -375,7 +385,32 @@ async fn execute(
                 delete(&pod_api, &pods::restore_pod_name(member)).await?;
             }
         }
+        Step::Discard {
+            reason,
+            message,
+            claims,
+            pods,
+        } => {
+            // Recorded first: the pods that show the cause are about to go.
+            let patch = json!({"status": {"reason": format!("{reason}: {message}")}});
+            restores
+                .patch_status(&name, &PatchParams::default(), &merge(patch))
+                .await?;
+            for pod in pods {
+                delete(&pod_api, &pods::restore_pod_name(pod)).await?;
+            }
+            for claim in claims {
+                delete(&claim_api, claim).await?;
+            }
+        }
         Step::RecordSnapshot(snapshot) => {
+            // Intent first: from here on old members may be touched, so a failure must leave
+            // the cluster paused; without this record a later restore of the same cluster
+            // would unpause it on its own failure.
+            let patch = json!({"metadata": {"annotations": {PAUSED_BY_RESTORE_ANNOTATION: null}}});
+            clusters
+                .patch(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
             let url = source.map(|s| s.url.clone());
             let patch = json!({"status": {"snapshot": snapshot, "source": url}});
             restores
@@ -631,6 +666,9 @@ async fn announce(ctx: &Context, restore: &EtcdRestore, step: &Step) {
     match step {
         Step::Wait { .. } | Step::Done => {}
         Step::Fail {
+            reason, message, ..
+        }
+        | Step::Discard {
             reason, message, ..
         } => ctx.events.warning(&reference, reason, message).await,
         _ => ctx.events.normal(&reference, reason, &message).await,

@@ -68,6 +68,8 @@ pub struct Observed {
     pub plan: Option<RestorePlan>,
     pub revision_bumped: Option<bool>,
     pub restored_revision: Option<i64>,
+    /// The failure recorded by a [`Step::Discard`] (reason, message), while it is carried out.
+    pub failing: Option<(String, String)>,
     /// Where the snapshot is, and why it cannot be read when it cannot.
     pub source_url: String,
     pub source_problem: Option<String>,
@@ -105,6 +107,16 @@ pub enum Step {
         /// to its operator as it was (unpaused when this restore paused it).
         release: bool,
     },
+    /// A restore failing before the snapshot was verified first records why (`status.reason`),
+    /// then removes its staged claims and its restore pods (copies of the backup; a pod holds
+    /// its claim): no claim of the restore may remain under a name the cluster's operator could
+    /// give a new member once the cluster is given back.
+    Discard {
+        reason: String,
+        message: String,
+        claims: Vec<String>,
+        pods: Vec<String>,
+    },
     /// Create the EtcdCluster from `spec.newCluster`, paused and held by this restore.
     CreateCluster,
     /// `spec.paused: true` and this restore's annotation on the cluster.
@@ -117,7 +129,8 @@ pub enum Step {
     /// Create each member's claim (the restore's own until joined) and restore pod, which
     /// fetches and verifies the snapshot and restores it onto the claim.
     RestoreMembers(Vec<String>),
-    /// Record the snapshot every member's fetch verified: the cluster may now be touched.
+    /// Record the snapshot every member's fetch verified: the cluster may now be touched (so a
+    /// later failure no longer unpauses it).
     RecordSnapshot(VerifiedSnapshot),
     /// Delete old member pods (their claims keep the data).
     DeleteOldPods(Vec<String>),
@@ -157,6 +170,10 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     }
     let fail = |reason: &str, message: &str| fail(observed, reason, message);
     let url = &observed.source_url;
+    // A failure being carried out (recorded before the restore's pods and claims went).
+    if let (Some((reason, message)), None) = (&observed.failing, &observed.snapshot) {
+        return fail(reason, message);
+    }
     // 1. A source that cannot be read fails before anything is touched.
     if let (None, Some(problem)) = (&observed.snapshot, &observed.source_problem) {
         return fail("BadSource", problem);
@@ -242,6 +259,27 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
                 ),
             ),
         };
+    }
+    if let Some(plan) = &observed.plan
+        && observed.snapshot.is_none()
+    {
+        let restored =
+            |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
+        if plan.members.iter().all(restored)
+            && let failed @ (Step::Fail { .. } | Step::Discard { .. } | Step::Wait { .. }) =
+                verified_snapshot(observed, plan)
+        {
+            return failed;
+        }
+        // Planned only while held: someone unpaused or took the cluster (or it was given back
+        // and the failure not yet recorded). It is not paused again.
+        if !held {
+            return fail(
+                "ClusterReleased",
+                "the EtcdCluster was unpaused or taken over before every member verified the \
+                 backup; no member or volume of it was touched",
+            );
+        }
     }
     // 2. The cluster is paused and held by this restore, and its operator has let go.
     if !held {
@@ -436,6 +474,7 @@ pub fn phase_of(step: &Step, observed: &Observed) -> RestorePhase {
         Step::Succeed { .. } => RestorePhase::Succeeded,
         Step::Done => observed.phase.unwrap_or(RestorePhase::Pending),
         Step::RestoreMembers(_)
+        | Step::Discard { .. }
         | Step::RecordSnapshot(_)
         | Step::DeleteOldPods(_)
         | Step::DetachClaims(_)
@@ -458,12 +497,36 @@ pub fn phase_of(step: &Step, observed: &Observed) -> RestorePhase {
 }
 
 /// A failure; the cluster is given back when the snapshot was never verified (nothing of it
-/// was touched before that).
+/// was touched before that), once the restore's staged claims and running pods are gone.
 fn fail(observed: &Observed, reason: &str, message: &str) -> Step {
+    let release = observed.snapshot.is_none();
+    if release {
+        let planned: Vec<&String> = observed.plan.iter().flat_map(|p| &p.members).collect();
+        let claims: Vec<String> = observed.staged_claims.iter().cloned().collect();
+        let pods: Vec<String> = planned
+            .iter()
+            .filter(|m| observed.restore_pods.contains_key(**m))
+            .map(|m| m.to_string())
+            .collect();
+        if !claims.is_empty() || !pods.is_empty() {
+            return Step::Discard {
+                reason: reason.into(),
+                message: message.into(),
+                claims,
+                pods,
+            };
+        }
+        if planned.iter().any(|m| observed.terminating.contains(*m)) {
+            return wait(format!(
+                "{reason}: {message}; waiting for the restore's claims to go before giving the \
+                 cluster back"
+            ));
+        }
+    }
     Step::Fail {
         reason: reason.into(),
         message: message.into(),
-        release: observed.snapshot.is_none(),
+        release,
     }
 }
 
@@ -597,6 +660,7 @@ mod tests {
         };
         assert_eq!(later.members, ["c-10", "c-11", "c-12"]);
         o.terminating.clear();
+        o.staged_claims.clear();
         o.cluster = None;
         assert!(
             matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "ClusterNotFound")
@@ -626,11 +690,12 @@ mod tests {
         // made again.
         o.staged_claims.remove("c-3");
         assert_eq!(plan(&names(), &o), Step::RestoreMembers(vec!["c-3".into()]));
-        // The source went bad meanwhile (its Secret deleted): no pod is made without it.
+        // The source went bad meanwhile (its Secret deleted): no pod is made without it, and
+        // the restore's claims and running pods go before the cluster is given back.
         o.source_problem = Some("Secret aws not found in ns".into());
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "BadSource"
+            Step::Discard { reason, .. } if reason == "BadSource"
         ));
         // All fetched the same verified snapshot: it is recorded, and nothing stopped before.
         let mut o = restoring(fetched(REPORT));
@@ -641,9 +706,27 @@ mod tests {
         );
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "BackupChanged"
+            Step::Discard { reason, pods, .. } if reason == "BackupChanged" && pods == members()
         ));
         o.restore_pods.insert("c-4".into(), fetched("no report"));
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Discard { reason, .. } if reason == "BackupInvalid"
+        ));
+        // The cause recorded, the claims and pods gone: the failure is recorded and the cluster
+        // given back; with the cluster already given back it is not paused again.
+        o.failing = Some(("BackupInvalid".into(), "no report".into()));
+        o.staged_claims.clear();
+        o.restore_pods.clear();
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+        ));
+        o.cluster = Some(ClusterView {
+            paused: false,
+            restore: None,
+            ..cluster()
+        });
         assert!(matches!(
             plan(&names(), &o),
             Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
@@ -655,18 +738,38 @@ mod tests {
         let mut o = restoring(PodRun::Running);
         o.restore_pods
             .insert("c-3".into(), failed("fetch", "sha256 trailer mismatch"));
-        let Step::Fail {
+        // First the cause is recorded and the restore's claims and pods go.
+        let Step::Discard {
             reason,
             message,
-            release,
+            claims,
+            pods,
         } = plan(&names(), &o)
         else {
-            panic!("a failed fetch fails the restore")
+            panic!("a failed fetch discards the restore's claims first")
+        };
+        assert_eq!(reason, "BackupInvalid");
+        assert!(message.contains("sha256 trailer mismatch") && message.contains("c-3"));
+        assert!(message.contains("no member or volume of the cluster was touched"));
+        assert_eq!(claims, members());
+        assert_eq!(pods, members());
+        assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
+        // Being deleted: waited for, so no claim of the restore is left under a member name.
+        // The recorded cause carries the failure on without the pods.
+        o.failing = Some((reason, message));
+        o.staged_claims.clear();
+        o.restore_pods.clear();
+        o.terminating = members().into_iter().collect();
+        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        o.terminating.clear();
+        let Step::Fail {
+            reason, release, ..
+        } = plan(&names(), &o)
+        else {
+            panic!("then the failure is recorded")
         };
         assert_eq!(reason, "BackupInvalid");
         assert!(release, "nothing was touched: the cluster is given back");
-        assert!(message.contains("sha256 trailer mismatch") && message.contains("c-3"));
-        assert!(message.contains("no member or volume of the cluster was touched"));
         // Killed after giving the cluster back, before recording the failure: not paused again.
         o.cluster = Some(ClusterView {
             paused: false,
@@ -675,14 +778,38 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { release: true, .. }
+            Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
+        // A restore tool that fails: the same, with its own reason.
+        let mut o = restoring(PodRun::Running);
         o.restore_pods
             .insert("c-3".into(), failed("restore", "no space left on device"));
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "RestoreFailed"
+            Step::Discard { reason, .. } if reason == "RestoreFailed"
         ));
+    }
+
+    #[test]
+    fn a_cluster_unpaused_before_the_backup_was_verified_is_not_paused_again() {
+        let mut o = restoring(PodRun::Running);
+        o.cluster = Some(ClusterView {
+            paused: false,
+            ..cluster()
+        });
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Discard { reason, .. } if reason == "ClusterReleased"
+        ));
+        o.staged_claims.clear();
+        o.restore_pods.clear();
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: true, .. } if reason == "ClusterReleased"
+        ));
+        // Once the snapshot is recorded the cluster is the restore's to finish: paused again.
+        o.snapshot = Some(snapshot());
+        assert_eq!(plan(&names(), &o), Step::PauseCluster);
     }
 
     #[test]

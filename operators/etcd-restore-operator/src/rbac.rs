@@ -32,8 +32,10 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "delete"),
     ("", "pods/log", "get"),
     // controller.rs: member claims: listed, new ones created (the restore's), joined to the
-    // cluster and old ones detached (patch) and, after success, deleted (policy Delete).
+    // cluster, old ones read and detached (patch); staged ones deleted when a failed restore
+    // gives the cluster back, old ones after success (policy Delete).
     ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "get"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "patch"),
     ("", "persistentvolumeclaims", "delete"),

@@ -31,6 +31,15 @@ pub fn describe(step: &Step) -> (&'static str, String) {
                 s.revision
             ),
         ),
+        Step::Discard {
+            reason, message, ..
+        } => (
+            "Discarding",
+            format!(
+                "{reason}: {message}; removing the restore's claims and running pods before \
+                 giving the cluster back"
+            ),
+        ),
         Step::CreateCluster => ("CreatingCluster", "creating the EtcdCluster, paused".into()),
         Step::PauseCluster => ("PausingCluster", "pausing the EtcdCluster".into()),
         Step::Wait { reason } => ("Waiting", reason.clone()),
@@ -138,6 +147,9 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
     }
     let failure = match step {
         Step::Fail {
+            reason, message, ..
+        }
+        | Step::Discard {
             reason, message, ..
         } => Some(format!("{reason}: {message}")),
         _ => previous.reason.clone(),

@@ -102,6 +102,15 @@ async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
     let status = done.status.unwrap();
     assert!(!status.succeeded);
     assert!(status.snapshot.is_none(), "a bad backup is never recorded");
+    // None of its claims is left under a name the cluster's operator may give a member.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), ns);
+    let staged = ListParams::default().labels(&format!("etcd_restore={CLUSTER}"));
+    let left = claims.list(&staged).await.unwrap().items;
+    assert!(
+        left.is_empty(),
+        "{:?}",
+        left.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+    );
     // Given back as it was: running, neither held nor paused.
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), ns);
     let cluster = clusters.get(CLUSTER).await.unwrap();

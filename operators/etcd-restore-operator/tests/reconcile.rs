@@ -404,13 +404,50 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
         "state": {"terminated": {"exitCode": 3, "message": "sha256 trailer mismatch"}}}]});
     let world = restoring([
         json!({"phase": "Running"}),
-        bad_fetch,
+        bad_fetch.clone(),
         json!({"phase": "Running"}),
     ]);
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    // The only write to the cluster: the lock goes, and the pause this restore made. No pod or
-    // claim is deleted.
+    // First the cause is recorded (the pods that show it are about to go), then the
+    // restore's own objects go: its pods, then its claims. Nothing of the cluster is written.
+    let record = expect_status_patch(&mut api, &world.restore).await;
+    let recorded_reason = record.body["status"]["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        recorded_reason.starts_with("BackupInvalid: ") && recorded_reason.contains("c-4"),
+        "{recorded_reason}"
+    );
+    for path in [
+        format!("{NS}/pods/c-3-restore"),
+        format!("{NS}/pods/c-4-restore"),
+        format!("{NS}/pods/c-5-restore"),
+        format!("{NS}/persistentvolumeclaims/c-3"),
+        format!("{NS}/persistentvolumeclaims/c-4"),
+        format!("{NS}/persistentvolumeclaims/c-5"),
+    ] {
+        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| json!({}))
+            .await;
+    }
+    let status = expect_report(&mut api, &world.restore).await;
+    assert_eq!(status["phase"], "Restoring");
+    assert_eq!(status["conditions"][1]["reason"], "Discarding");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+
+    // They are gone, the cause is in status: the only write to the cluster is the release
+    // (the lock goes, and the pause this restore made).
+    let world = World {
+        restore: restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
+            "phase": "Restoring", "reason": recorded_reason}))),
+        staged: vec![],
+        own_pods: vec![],
+        ..world
+    };
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
     let cluster = held_cluster();
     let release = api
         .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
@@ -421,7 +458,10 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
                                             "etcd.database.coreos.com/paused-by-restore": null}},
                "spec": {"paused": false}})
     );
-    let status = expect_report(&mut api, &world.restore).await;
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    // The same Warning as the discard's: the recorder counts it into that event's series.
+    let event = api.expect(StatusCode::OK, |_| json!({})).await;
+    assert!(event.path.contains("/events"), "{event:?}");
     assert_eq!(status["phase"], "Failed");
     let reason = status["reason"].as_str().unwrap();
     assert!(reason.starts_with("BackupInvalid"), "{reason}");
@@ -439,12 +479,13 @@ async fn a_cluster_the_user_had_paused_stays_paused_when_given_back() {
     let bad_tool = json!({"phase": "Failed", "containerStatuses": [{
         "name": "restore", "image": "etcd", "imageID": "", "ready": false, "restartCount": 0,
         "state": {"terminated": {"exitCode": 1, "message": "no space left on device"}}}]});
-    let mut world = restoring([
-        bad_tool,
-        json!({"phase": "Running"}),
-        json!({"phase": "Running"}),
-    ]);
+    let mut world = restoring([bad_tool.clone(), json!({}), json!({})]);
     world.cluster["metadata"]["annotations"] = json!({"etcd.database.coreos.com/restore": "r-uid"});
+    // Its cause recorded, the restore's claims and pods already discarded.
+    world.restore = restore(recorded(json!({"plan": plan(None), "phase": "Restoring",
+        "reason": "RestoreFailed: restoring member c-3 failed: no space left on device"})));
+    world.staged = vec![];
+    world.own_pods = vec![];
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     let cluster = world.cluster.clone();
@@ -504,6 +545,16 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
             .await;
         assert!(log.query.contains("container=fetch"), "{}", log.query);
     }
+    // Intent first: the cluster is no longer "paused by the restore", so any later failure
+    // (or a later restore's) leaves it paused.
+    let cluster = held_cluster();
+    let intent = api
+        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+    assert_eq!(
+        intent.body,
+        json!({"metadata": {"annotations": {"etcd.database.coreos.com/paused-by-restore": null}}})
+    );
     let record = expect_status_patch(&mut api, &world.restore).await;
     assert_eq!(
         record.body["status"]["snapshot"],
@@ -533,6 +584,45 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
 }
 
 #[tokio::test]
+async fn old_claims_are_detached_not_deleted_once_their_pods_are_gone() {
+    let (ctx, mut api) = context();
+    let mut world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+    ]);
+    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
+        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    world.member_pods = vec![];
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let path = format!("{NS}/persistentvolumeclaims/c-0");
+    let mut owned = claim("c-0");
+    owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdCluster", "name": "c", "uid": "c-uid", "controller": true}]);
+    api.expect_call(Method::GET, &path, StatusCode::OK, |_| owned)
+        .await;
+    let detach = api
+        .expect_call(Method::PATCH, &path, StatusCode::OK, |_| claim("c-0"))
+        .await;
+    let meta = &detach.body["metadata"];
+    assert_eq!(meta["labels"].get("etcd_cluster"), Some(&Value::Null));
+    assert_eq!(
+        meta["labels"]["etcd.database.coreos.com/detached-from"],
+        "c"
+    );
+    assert_eq!(
+        meta["ownerReferences"],
+        json!([]),
+        "the cluster no longer owns it"
+    );
+    let status = expect_report(&mut api, &world.restore).await;
+    assert_eq!(status["conditions"][1]["reason"], "DetachingOldVolumes");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
 async fn the_restored_claims_join_the_cluster_once_the_old_ones_are_detached() {
     let (ctx, mut api) = context();
     let mut world = restoring([
@@ -555,7 +645,7 @@ async fn the_restored_claims_join_the_cluster_once_the_old_ones_are_detached() {
         let labels = &join.body["metadata"]["labels"];
         assert_eq!(labels["app"], "etcd");
         assert_eq!(labels["etcd_cluster"], "c");
-        assert!(labels["etcd_restore"].is_null());
+        assert_eq!(labels.get("etcd_restore"), Some(&Value::Null), "{labels}");
         assert_eq!(join.body["metadata"]["ownerReferences"][0]["uid"], "c-uid");
     }
     let status = expect_report(&mut api, &world.restore).await;
