@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Endpoints, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, LogParams};
 use kube::runtime::wait::await_condition;
@@ -66,6 +66,15 @@ async fn logs(kube: &KubeTestbed, ns: &str, pod: &str) -> String {
         .logs(pod, &LogParams::default())
         .await
         .unwrap()
+}
+
+/// Whether `kubectl exec POD -- ARGS` succeeds.
+fn try_exec(kube: &KubeTestbed, ns: &str, pod: &str, args: &[&str]) -> bool {
+    testbed::cluster::kubectl(&kube.kubeconfig)
+        .args(["--namespace", ns, "exec", pod, "--"])
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// `kubectl exec POD -- ARGS`: stdout and stderr (etcdctl 3.4 reports health on stderr), or a
@@ -162,6 +171,41 @@ async fn etcd_pods_form_a_cluster_by_headless_dns_names() {
         ],
     );
     assert!(health.contains("is healthy"), "{health}");
+    // The ClusterIP answers once its endpoints list the three ready pods and kube-proxy has
+    // programmed them (an endpoints update can conflict and come a moment after readiness):
+    // wait for the endpoints, then for the first read through the Service, bounded.
+    let endpoints: Api<Endpoints> = Api::namespaced(kube.client.clone(), &ns);
+    wait_until(&endpoints, "etcd-client", "3 ready endpoints", 60, |e| {
+        let ready = e
+            .subsets
+            .iter()
+            .flatten()
+            .flat_map(|s| s.addresses.iter().flatten());
+        ready.count() == 3
+    })
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !try_exec(
+        &kube,
+        &ns,
+        "etcd-1",
+        &[
+            "etcdctl",
+            "--endpoints",
+            "http://etcd-client:2379",
+            "--command-timeout",
+            "2s",
+            "endpoint",
+            "health",
+        ],
+    ) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the etcd-client Service never answered through its ClusterIP"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let value = exec(
         &kube,
         &ns,
