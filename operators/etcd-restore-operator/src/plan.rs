@@ -225,6 +225,8 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     // A member that could not be restored fails the restore (also when a crash came between
     // giving the cluster back and recording the failure: it is not paused again).
     let started = |m: &String| observed.member_pods.contains_key(m);
+    let restored =
+        |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
     if let Some(plan) = &observed.plan
         && let Some((member, container, message)) = plan.members.iter().find_map(|m| match observed
             .restore_pods
@@ -263,8 +265,6 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     if let Some(plan) = &observed.plan
         && observed.snapshot.is_none()
     {
-        let restored =
-            |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
         if plan.members.iter().all(restored)
             && let failed @ (Step::Fail { .. } | Step::Discard { .. } | Step::Wait { .. }) =
                 verified_snapshot(observed, plan)
@@ -308,8 +308,6 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         }
         return Step::RestoreMembers(to_restore);
     }
-    let restored =
-        |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
     let running = plan
         .members
         .iter()

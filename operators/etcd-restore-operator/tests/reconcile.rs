@@ -396,6 +396,18 @@ fn restoring(runs: [Value; 3]) -> World {
     }
 }
 
+/// Every member restored and the snapshot they verified recorded; old member c-0 still running.
+fn verified_world() -> World {
+    let mut world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+    ]);
+    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
+        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    world
+}
+
 #[tokio::test]
 async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untouched() {
     let (ctx, mut api) = context();
@@ -566,9 +578,7 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
     api.expect_silence().await;
 
     // Recorded: now old c-0 stops (its claim keeps the data).
-    let mut world = world;
-    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
-        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    let world = verified_world();
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     api.expect_call(
@@ -586,13 +596,7 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
 #[tokio::test]
 async fn old_claims_are_detached_not_deleted_once_their_pods_are_gone() {
     let (ctx, mut api) = context();
-    let mut world = restoring([
-        json!({"phase": "Succeeded"}),
-        json!({"phase": "Succeeded"}),
-        json!({"phase": "Succeeded"}),
-    ]);
-    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
-        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    let mut world = verified_world();
     world.member_pods = vec![];
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
@@ -625,13 +629,7 @@ async fn old_claims_are_detached_not_deleted_once_their_pods_are_gone() {
 #[tokio::test]
 async fn the_restored_claims_join_the_cluster_once_the_old_ones_are_detached() {
     let (ctx, mut api) = context();
-    let mut world = restoring([
-        json!({"phase": "Succeeded"}),
-        json!({"phase": "Succeeded"}),
-        json!({"phase": "Succeeded"}),
-    ]);
-    world.restore = restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
-        "phase": "Restoring", "snapshot": verified(), "source": "s3://bucket/etcd.backup"})));
+    let mut world = verified_world();
     world.member_pods = vec![];
     world.claims = vec![];
     world.detached = vec![claim("c-0")];
