@@ -436,8 +436,14 @@ fn plan_reachable(
         }
     }
 
-    // 5. Leftovers: pods and claims of members etcd does not have.
-    for name in pods.keys().chain(claims.iter()) {
+    // 5. Leftovers: pods and claims of members etcd does not have. Pods already being deleted
+    //    are left to go (after a restore they are the replaced members, whose claims were
+    //    detached and must stay).
+    let staying = pods
+        .iter()
+        .filter(|(_, state)| **state != PodState::Terminating)
+        .map(|(name, _)| name);
+    for name in staying.chain(claims.iter()) {
         if by_name(name).is_none() && names.ordinal(name).is_some() {
             return Step::DeleteMemberResources {
                 member: name.clone(),
@@ -487,9 +493,11 @@ fn plan_reachable(
             .unwrap_or(&members[0]);
         return remove(victim, "scaling down to the cluster's size");
     }
+    // Pods of members etcd no longer has that are being deleted do not hold this up.
+    let leaving = |name: &str, p: &PodState| *p == PodState::Terminating && by_name(name).is_none();
     if let Some((name, _)) = pods
         .iter()
-        .find(|(_, p)| !matches!(p, PodState::Running { ready: true }))
+        .find(|(n, p)| !matches!(p, PodState::Running { ready: true }) && !leaving(n, p))
     {
         return Step::Wait {
             reason: format!("member {name} is not ready"),

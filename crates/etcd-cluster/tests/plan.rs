@@ -476,3 +476,27 @@ fn a_learner_no_longer_wanted_or_unable_to_start_is_removed_not_waited_for() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn pods_of_replaced_members_being_deleted_are_left_to_go() {
+    // After a restore: members c-3..c-5 run; the replaced members' pods are still being
+    // deleted (their claims were detached, kept out of the cluster's selector).
+    let mut o = healthy(0);
+    o.members = Some((3..6).map(|i| voter(i + 1, &format!("c-{i}"))).collect());
+    for i in 3..6 {
+        o.pods.insert(format!("c-{i}"), READY);
+        o.claims.insert(format!("c-{i}"));
+    }
+    for i in 0..3 {
+        o.pods.insert(format!("c-{i}"), PodState::Terminating);
+    }
+    assert_eq!(plan(&names(), 3, &o), Step::Converged);
+    // One that is not being deleted is a leftover, as before.
+    o.pods.insert("c-0".into(), READY);
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::DeleteMemberResources {
+            member: "c-0".into()
+        }
+    );
+}

@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::{EtcdCluster, EtcdClusterSpec, PodPolicy};
+use backup_api::{EtcdCluster, EtcdClusterSpec};
 use etcd_cluster::ClusterNames;
 use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm, PodAntiAffinity, Service,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -76,7 +79,12 @@ pub fn label_selector(cluster: &str) -> String {
     format!("{APP_LABEL}=etcd,{CLUSTER_LABEL}={cluster}")
 }
 
-fn member_labels(spec: &EtcdClusterSpec, cluster: &str, member: &str) -> BTreeMap<String, String> {
+/// The labels of `member`'s pod: the user's `pod.labels`, then the selector and the member's name.
+pub fn member_labels(
+    spec: &EtcdClusterSpec,
+    cluster: &str,
+    member: &str,
+) -> BTreeMap<String, String> {
     let mut labels = spec
         .pod
         .as_ref()
@@ -228,7 +236,7 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
             "volumes": volumes,
             "nodeSelector": policy.node_selector.clone(),
             "tolerations": policy.tolerations.clone(),
-            "affinity": affinity(&policy, &cluster.name_any()),
+            "affinity": member_affinity(cluster),
             "securityContext": policy.security_context.clone(),
         }
     });
@@ -243,19 +251,32 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
     pod
 }
 
-/// `pod.affinity` as given; else, with coreos's deprecated `antiAffinity: true`, no two members
-/// of this cluster on one node (as coreos did: required, by hostname).
-fn affinity(policy: &PodPolicy, cluster: &str) -> serde_json::Value {
-    match (&policy.affinity, policy.anti_affinity) {
-        (Some(affinity), _) => json!(affinity),
-        (None, Some(true)) => {
-            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {CLUSTER_LABEL: cluster}},
-                "topologyKey": "kubernetes.io/hostname",
-            }]}})
-        }
-        (None, _) => serde_json::Value::Null,
+/// Where members may run: `pod.affinity` as given; else, with coreos's deprecated
+/// `antiAffinity: true`, no two members of this cluster on one node (as coreos did: required, by
+/// hostname); else anywhere (`None`).
+pub fn member_affinity(cluster: &EtcdCluster) -> Option<Affinity> {
+    let policy = cluster.spec.pod.as_ref()?;
+    if let Some(affinity) = &policy.affinity {
+        return Some(affinity.clone());
     }
+    if policy.anti_affinity != Some(true) {
+        return None;
+    }
+    let apart = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(selector(&cluster.name_any())),
+            ..Default::default()
+        }),
+        topology_key: "kubernetes.io/hostname".to_string(),
+        ..Default::default()
+    };
+    Some(Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![apart]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
 }
 
 /// The headless peer Service `<cluster>` (publishes members before they are ready, so peers

@@ -15,7 +15,7 @@ use etcd_cluster::{
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -41,6 +41,11 @@ pub enum Error {
     Etcd(#[from] etcd_client::Error),
     #[error("no member answers to carry out {0}")]
     NoMember(&'static str),
+    #[error(
+        "claim {0} exists but is not this cluster's (no etcd_cluster label for it): the member \
+         is not started on data that may belong to something else; rename or delete that claim"
+    )]
+    ForeignClaim(String),
 }
 
 pub struct Context {
@@ -143,10 +148,14 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         .list(&selector)
         .await?
         .items;
+    // Every etcd claim of the namespace: this cluster's, and the names of those detached from
+    // it (or left by an earlier cluster of this name), which new members must not take.
+    let etcd_claims = ListParams::default().labels(&format!("{}=etcd", build::APP_LABEL));
     let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
-        .list(&selector)
+        .list(&etcd_claims)
         .await?
         .items;
+    let (claims, taken) = observe::split_claims(&names, claims);
     adopt::adopt(&ctx, &cluster, &pods, &claims).await?;
     let pods = observe::member_pods(&pods);
     let access = Access {
@@ -158,7 +167,10 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
         claims: live_claims.keys().cloned().collect(),
-        reserved: observe::terminating_claims(&claims),
+        reserved: observe::terminating_claims(&claims)
+            .into_iter()
+            .chain(taken)
+            .collect(),
         crashing: pods
             .iter()
             .filter_map(|p| Some((p.name.clone(), p.crash_loop()?)))
@@ -393,13 +405,19 @@ async fn execute(
         }
         Step::DeleteMemberResources { member } => {
             delete_pod(ctx, &ns, member).await?;
-            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            ignore_missing(
-                claims
-                    .delete(member, &DeleteParams::default())
-                    .await
-                    .map(|_| ()),
-            )?;
+            // Only the claim observed as this cluster's, by uid: a claim of that name detached
+            // meanwhile (a restore keeping the old volumes) is not touched.
+            if let Some(uid) = claims.get(member).and_then(|c| c.uid.clone()) {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                let this_claim = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                ignore_missing(api.delete(member, &this_claim).await.map(|_| ()))?;
+            }
             event(
                 ctx,
                 cluster,
@@ -461,12 +479,19 @@ async fn create_member(
     let ns = cluster.namespace().unwrap_or_default();
     if let Some(claim) = build::claim(cluster, member, version) {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-        ignore_exists(
-            claims
-                .create(&PostParams::default(), &claim)
-                .await
-                .map(|_| ()),
-        )?;
+        match claims.create(&PostParams::default(), &claim).await {
+            Ok(_) => {}
+            // Made by an earlier run of this step, or not this cluster's: then the member is
+            // not started on it (it holds other data: a detached volume, a user's claim).
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = claims.get(member).await?;
+                let cluster_label = existing.labels().get(build::CLUSTER_LABEL);
+                if cluster_label != Some(&cluster.name_any()) {
+                    return Err(Error::ForeignClaim(member.to_string()));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let mut pod = build::pod(cluster, member, bootstrap, version);
     if let Some(from) = upgraded_from {
@@ -520,18 +545,29 @@ pub(crate) fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Erro
 }
 
 /// A client for any member that answers (etcd forwards membership changes to the leader).
+/// A voting member to carry out a membership change, the leader when it answers: a learner
+/// refuses these requests ("rpc not supported for learner"), and after a member with ordinal
+/// 10 joins, pods no longer list in ordinal order, so the newest learner may come first.
 async fn any_member(access: &Access, pods: &[MemberPod]) -> Result<etcd_client::Client, Error> {
-    for (name, ip) in pods
-        .iter()
-        .filter_map(|p| Some((&p.name, p.ip.as_deref()?)))
-    {
-        if let Ok(mut client) = access.connect(name, ip).await
-            && client.status().await.is_ok()
-        {
-            return Ok(client);
+    let mut voter = None;
+    for (name, ip) in observe::answering(pods) {
+        let Ok(mut client) = access.connect(name, ip).await else {
+            continue;
+        };
+        match client.status().await {
+            Ok(status) if status.is_learner() => {}
+            Ok(status)
+                if status
+                    .header()
+                    .is_some_and(|h| h.member_id() == status.leader()) =>
+            {
+                return Ok(client);
+            }
+            Ok(_) => voter = voter.or(Some(client)),
+            Err(_) => {}
         }
     }
-    Err(Error::NoMember("the membership change"))
+    voter.ok_or(Error::NoMember("the membership change"))
 }
 
 async fn patch_status(

@@ -10,7 +10,7 @@ use etcd_cluster::{ClusterNames, ContainerFailure, Member, PodState};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
-use crate::build::{MEMBER_LABEL, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
+use crate::build::{CLUSTER_LABEL, MEMBER_LABEL, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
 use crate::tls::ClientTls;
 
 /// Dial and request timeout for each member.
@@ -148,6 +148,8 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
 /// What a member's claim records about its data (annotations).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClaimRecord {
+    /// The claim's uid: a deletion is made on this very claim only.
+    pub uid: Option<String>,
     /// The etcd version its data was last run with.
     pub version: Option<String>,
     /// The version an unfinished in-place upgrade moved it from.
@@ -162,12 +164,32 @@ pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, ClaimRe
         .filter_map(|c| {
             let member = c.labels().get(MEMBER_LABEL)?.clone();
             let record = ClaimRecord {
+                uid: c.uid(),
                 version: c.annotations().get(VERSION_ANNOTATION).cloned(),
                 upgraded_from: c.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
             };
             Some((member, record))
         })
         .collect()
+}
+
+/// Splits the claims labelled `app=etcd` into this cluster's (carrying its selector) and the
+/// names of the rest that are named like its members: claims detached from it by a restore
+/// (kept volumes of replaced members) or left by an earlier cluster of the same name. A new
+/// member must never be named after one, or it would start on that volume's old data.
+pub fn split_claims(
+    names: &ClusterNames,
+    claims: Vec<PersistentVolumeClaim>,
+) -> (Vec<PersistentVolumeClaim>, BTreeSet<String>) {
+    let (ours, others): (Vec<_>, Vec<_>) = claims
+        .into_iter()
+        .partition(|c| c.labels().get(CLUSTER_LABEL).map(String::as_str) == Some(&names.cluster));
+    let taken = others
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| names.ordinal(n).is_some())
+        .collect();
+    (ours, taken)
 }
 
 /// Member names of claims being deleted: still taken.
@@ -211,12 +233,17 @@ impl Access {
 /// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
 /// whose view is current (a member cut off from the others may hold an old one).
 /// Also says whether the list is the leader's.
+/// Pods etcd is asked through, by name and IP: not those being deleted, which after a restore
+/// are the replaced members, still serving the cluster they belonged to.
+pub fn answering(pods: &[MemberPod]) -> impl Iterator<Item = (&str, &str)> {
+    pods.iter()
+        .filter(|p| p.state != PodState::Terminating)
+        .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
+}
+
 pub async fn members(access: &Access, pods: &[MemberPod]) -> (Option<Vec<Member>>, bool) {
     let names = &access.names;
-    let reachable: Vec<(&str, &str)> = pods
-        .iter()
-        .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
-        .collect();
+    let reachable: Vec<(&str, &str)> = answering(pods).collect();
     let statuses: BTreeMap<&str, StatusResponse> =
         futures::future::join_all(reachable.iter().map(|(name, ip)| async move {
             let mut client = access.connect(name, ip).await.ok()?;
@@ -281,5 +308,30 @@ mod tests {
             without_backoff(message),
             "back-off restarting failed container=etcd pod=c-1_ns(uid)"
         );
+    }
+
+    #[test]
+    fn claims_detached_from_the_cluster_are_not_its_own_but_their_names_stay_taken() {
+        let claim = |name: &str, labels: &str| -> PersistentVolumeClaim {
+            serde_saphyr::from_str(&format!(
+                "metadata: {{name: {name}, uid: u-{name}, labels: {labels}}}"
+            ))
+            .unwrap()
+        };
+        let claims = vec![
+            claim("c-3", "{app: etcd, etcd_cluster: c, etcd_node: c-3}"),
+            // Kept by a restore: detached, same member label.
+            claim(
+                "c-0",
+                "{app: etcd, etcd_node: c-0, etcd.database.coreos.com/detached-from: c}",
+            ),
+            // Another cluster's members.
+            claim("c-x-0", "{app: etcd, etcd_cluster: c-x, etcd_node: c-x-0}"),
+        ];
+        let (ours, taken) = split_claims(&ClusterNames::new("c", "ns", None), claims);
+        let ours = live_claims(&ours);
+        assert_eq!(ours.keys().collect::<Vec<_>>(), ["c-3"]);
+        assert_eq!(ours["c-3"].uid.as_deref(), Some("u-c-3"));
+        assert_eq!(taken, BTreeSet::from(["c-0".to_string()]));
     }
 }

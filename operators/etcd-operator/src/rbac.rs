@@ -20,8 +20,10 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "create"),
     ("", "pods", "delete"),
     ("", "pods", "patch"),
-    // controller.rs: member claims (patched by upgrade.rs and adopt.rs).
+    // controller.rs: member claims (patched by upgrade.rs and adopt.rs); get: whose is a
+    // claim that already exists under a new member's name.
     ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "get"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "delete"),
     ("", "persistentvolumeclaims", "patch"),

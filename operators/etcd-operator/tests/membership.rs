@@ -4,6 +4,7 @@
 //!
 //! - a member added but never started has no name (the planner's `started`);
 //! - a learner cannot be promoted before it runs and has caught up, and can be once it has;
+//! - a learner reports itself as one in its status, and refuses a promotion asked through it;
 //! - a voter added but never started (a phantom of an add that "timed out") still counts as a
 //!   voter, and etcd refuses every further add until it is gone, learner or not ("unhealthy
 //!   cluster"): why the planner removes phantoms first and drops a recorded add while a member
@@ -90,7 +91,17 @@ async fn learner_add_promote_remove_and_a_phantom_member() {
 
     // Started with `existing` and every member: it gets its name and, caught up, is promoted.
     let initial = format!("{}={},c-1={peer}", seed.name, seed.peer_url);
-    let _joiner = Etcd::join("c-1", &peer, &initial).await.unwrap();
+    let joiner = Etcd::join("c-1", &peer, &initial).await.unwrap();
+    // A learner says so in its status and refuses membership changes asked through it: the
+    // operator sends them to a voter (the leader first).
+    let mut through_learner = joiner.client().await.unwrap();
+    assert!(through_learner.status().await.unwrap().is_learner());
+    let refused = through_learner.member_promote(id).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("not supported for learner"),
+        "{refused}"
+    );
+    assert!(!client.status().await.unwrap().is_learner());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match client.member_promote(id).await {
