@@ -54,6 +54,11 @@ pub fn pod_run(pod: &Pod) -> PodRun {
             (c.name.clone(), message)
         })
     });
+    let started = containers.iter().any(|c| {
+        c.state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+    });
     match (status.phase.as_deref(), failure) {
         (_, Some((container, message))) => PodRun::Failed { container, message },
         (Some("Succeeded"), None) => PodRun::Succeeded {
@@ -63,7 +68,8 @@ pub fn pod_run(pod: &Pod) -> PodRun {
             container: String::new(),
             message: status.message.unwrap_or_else(|| "the pod failed".into()),
         },
-        _ => PodRun::Running,
+        _ if started => PodRun::Running,
+        _ => PodRun::Waiting,
     }
 }
 
@@ -113,8 +119,14 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_fails_on_a_non_zero_exit_or_a_stuck_container() {
-        assert_eq!(pod_run(&pod("{phase: Pending}")), PodRun::Running);
+    fn a_pod_waits_runs_or_fails_on_a_non_zero_exit_or_a_stuck_container() {
+        // Nothing started yet (its claim not even mounted), then its fetch running.
+        assert_eq!(pod_run(&pod("{phase: Pending}")), PodRun::Waiting);
+        let fetching = pod(
+            "{phase: Pending, initContainerStatuses: [{name: fetch, image: i, imageID: '', ready: false,\
+              restartCount: 0, state: {running: {}}}]}",
+        );
+        assert_eq!(pod_run(&fetching), PodRun::Running);
         assert_eq!(
             pod_run(&pod("{phase: Succeeded}")),
             PodRun::Succeeded {

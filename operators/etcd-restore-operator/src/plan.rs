@@ -19,6 +19,8 @@ use etcd_cluster::restore::REVISION_BUMP;
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodRun {
+    /// No container started yet (its volumes are not mounted: nothing was written).
+    Waiting,
     Running,
     /// Exited 0; its fetch's report (read only until the snapshot is recorded).
     Succeeded {
@@ -262,6 +264,28 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             ),
         };
     }
+    // A claim deleted (by hand) under a restore pod that has run: that member's restore is
+    // lost, and running it again could restore a different object; the restore fails with the
+    // cause instead of waiting for a member that can never start.
+    let has_claim = |m: &String| observed.claims.contains(m) || observed.staged_claims.contains(m);
+    let waiting = |m: &String| observed.restore_pods.get(m) == Some(&PodRun::Waiting);
+    if let Some(plan) = &observed.plan
+        && let Some(member) = plan.members.iter().find(|m| {
+            !started(m) && observed.restore_pods.contains_key(*m) && !waiting(m) && !has_claim(m)
+        })
+    {
+        let touched = match observed.snapshot {
+            None => "no member or volume of the cluster was touched",
+            Some(_) => "the cluster stays paused and the old volumes are kept",
+        };
+        return fail(
+            "ClaimLost",
+            &format!(
+                "the claim {member} that member {member} was restored onto was deleted during \
+                 the restore; {touched}; delete and re-create the EtcdRestore to retry"
+            ),
+        );
+    }
     if let Some(plan) = &observed.plan
         && observed.snapshot.is_none()
     {
@@ -294,12 +318,11 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     };
     // 4. Every member fetches, verifies and restores the snapshot onto a claim of its own,
     //    while the old members still run.
-    let has_claim = |m: &String| observed.claims.contains(m) || observed.staged_claims.contains(m);
     let to_restore: Vec<String> = plan
         .members
         .iter()
         .filter(|m| !started(m))
-        .filter(|m| !observed.restore_pods.contains_key(*m) || !has_claim(m))
+        .filter(|m| !observed.restore_pods.contains_key(*m) || (waiting(m) && !has_claim(m)))
         .cloned()
         .collect();
     if !to_restore.is_empty() {
@@ -684,10 +707,36 @@ mod tests {
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
         let mut o = restoring(PodRun::Running);
         assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
-        // A claim that vanished (made while an old one of that name was being deleted) is
-        // made again.
+        // A claim that vanished before its pod started (made while an old one of that name was
+        // being deleted) is made again.
+        o.restore_pods.insert("c-3".into(), PodRun::Waiting);
         o.staged_claims.remove("c-3");
         assert_eq!(plan(&names(), &o), Step::RestoreMembers(vec!["c-3".into()]));
+        // Under a pod that ran, its restore is lost: the restore fails with the cause and gives
+        // the cluster back, instead of waiting for a member that cannot start.
+        o.restore_pods.insert("c-3".into(), fetched(REPORT));
+        let Step::Discard {
+            reason,
+            message,
+            pods,
+            ..
+        } = plan(&names(), &o)
+        else {
+            panic!("a lost claim fails the restore")
+        };
+        assert_eq!(reason, "ClaimLost");
+        assert!(
+            message.contains("no member or volume of the cluster was touched"),
+            "{message}"
+        );
+        assert_eq!(pods, members());
+        o.restore_pods.insert("c-3".into(), PodRun::Running);
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Discard { reason, .. } if reason == "ClaimLost"
+        ));
+        o.restore_pods.insert("c-3".into(), PodRun::Running);
+        o.staged_claims.insert("c-3".into());
         // The source went bad meanwhile (its Secret deleted): no pod is made without it, and
         // the restore's claims and running pods go before the cluster is given back.
         o.source_problem = Some("Secret aws not found in ns".into());
@@ -825,6 +874,13 @@ mod tests {
         o.staged_claims.clear();
         o.claims = members().into_iter().collect();
         assert_eq!(plan(&names(), &o), Step::StartMembers(members()));
+        // A restored claim deleted before its member started: the cluster stays paused.
+        o.claims.remove("c-3");
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: false, .. } if reason == "ClaimLost"
+        ));
+        o.claims.insert("c-3".into());
         // Restarted after starting one member: only the others are started.
         o.member_pods.insert("c-2".into(), false);
         assert_eq!(

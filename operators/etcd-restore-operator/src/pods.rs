@@ -20,8 +20,10 @@ use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ObjectMeta;
+use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -126,7 +128,7 @@ pub fn restore_pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     });
     let spec = json!({"initContainers": [fetch], "containers": [tool], "volumes": volumes});
-    let pod = pod(restore, cluster, &restore_pod_name(member), spec);
+    let pod = pod(restore, cluster, member, spec);
     (pod, command)
 }
 
@@ -189,9 +191,9 @@ fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
     (volumes, mounts)
 }
 
-/// A run-once pod of `restore`, scheduled like the cluster's members (node selector,
-/// tolerations, security context), owned by the EtcdRestore.
-fn pod(restore: &EtcdRestore, cluster: &EtcdCluster, name: &str, spec: Value) -> Pod {
+/// The run-once pod of `restore` for `member`, scheduled like that member (node selector,
+/// tolerations, affinity, security context), owned by the EtcdRestore.
+fn pod(restore: &EtcdRestore, cluster: &EtcdCluster, member: &str, spec: Value) -> Pod {
     let policy = cluster.spec.pod.clone().unwrap_or_default();
     let mut spec = spec;
     spec["restartPolicy"] = json!("Never");
@@ -199,16 +201,76 @@ fn pod(restore: &EtcdRestore, cluster: &EtcdCluster, name: &str, spec: Value) ->
     spec["enableServiceLinks"] = json!(false);
     spec["nodeSelector"] = json!(policy.node_selector);
     spec["tolerations"] = json!(policy.tolerations);
+    spec["affinity"] = json!(restore_affinity(restore, cluster, member));
     spec["securityContext"] = json!(policy.security_context);
     let mut pod: Pod = serde_json::from_value(json!({"spec": spec})).expect("a valid pod");
     pod.metadata = ObjectMeta {
-        name: Some(name.to_string()),
+        name: Some(restore_pod_name(member)),
         namespace: restore.namespace(),
         labels: Some(labels(restore)),
         owner_references: restore.controller_owner_ref(&()).map(|o| vec![o]),
         ..Default::default()
     };
     pod
+}
+
+/// Where the restore pod of `member` may run: where the member may. On node-local volumes the
+/// claim it restores onto fixes the member's node, so these pods must be placed as the members
+/// would be. Node affinity and terms about other pods apply as given; a pod (anti-)affinity term
+/// that selects the members selects this restore's pods instead: the old members still run
+/// (and are gone in a disaster), so kept as is it would repel the restore pods from every node
+/// that holds a member, or attract them to none.
+fn restore_affinity(
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+    member: &str,
+) -> Option<Affinity> {
+    let mut affinity = build::member_affinity(cluster)?;
+    let member = build::member_labels(&cluster.spec, &cluster.name_any(), member);
+    let namespace = cluster.namespace().unwrap_or_default();
+    // Pod affinity and anti-affinity hold their terms alike: required ones, and preferred ones
+    // with a weight.
+    let together = affinity.pod_affinity.as_mut().map(|a| {
+        (
+            &mut a.required_during_scheduling_ignored_during_execution,
+            &mut a.preferred_during_scheduling_ignored_during_execution,
+        )
+    });
+    let apart = affinity.pod_anti_affinity.as_mut().map(|a| {
+        (
+            &mut a.required_during_scheduling_ignored_during_execution,
+            &mut a.preferred_during_scheduling_ignored_during_execution,
+        )
+    });
+    for (required, preferred) in [together, apart].into_iter().flatten() {
+        let weighted = preferred
+            .iter_mut()
+            .flatten()
+            .map(|w| &mut w.pod_affinity_term);
+        let terms = required.iter_mut().flatten().chain(weighted);
+        for term in terms.filter(|t| selects(t, &member, &namespace)) {
+            *term = PodAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(labels(restore)),
+                    ..Default::default()
+                }),
+                topology_key: std::mem::take(&mut term.topology_key),
+                ..Default::default()
+            };
+        }
+    }
+    Some(affinity)
+}
+
+/// Whether `term` selects a pod with `labels` in `namespace` (no selector selects nothing; a
+/// selector that cannot be parsed is left to the API server to refuse).
+fn selects(term: &PodAffinityTerm, labels: &BTreeMap<String, String>, namespace: &str) -> bool {
+    let in_namespace = match &term.namespaces {
+        Some(names) if !names.is_empty() => names.iter().any(|n| n == namespace),
+        _ => true,
+    };
+    let selector = term.label_selector.clone().map(Selector::try_from);
+    in_namespace && matches!(selector, Some(Ok(s)) if s.matches(labels))
 }
 
 #[cfg(test)]
@@ -419,5 +481,83 @@ mod tests {
             true
         );
         assert_eq!(pod["spec"]["initContainers"][0]["env"], json!([]));
+    }
+
+    /// The affinity of `member`'s restore pod when the cluster's pod policy is `policy` (YAML).
+    fn affinity_for(policy: &str) -> Value {
+        let mut cluster = cluster("3.5.16");
+        let policy: Value = serde_saphyr::from_str(policy).unwrap();
+        let mut pod = serde_json::to_value(&cluster.spec.pod).unwrap();
+        json_patch::merge(&mut pod, &policy);
+        cluster.spec.pod = serde_json::from_value(pod).unwrap();
+        let restore = restore();
+        let source = from_spec(&restore.spec).unwrap();
+        let (pod, _) = restore_pod(&restore, &cluster, "c-4", &plan("3.5.16"), "i", &source);
+        yaml(&pod)["spec"]["affinity"].clone()
+    }
+
+    #[test]
+    fn restore_pods_are_kept_apart_as_the_members_would_be() {
+        // No placement asked: none given.
+        assert_eq!(affinity_for("{}"), Value::Null);
+        // coreos's antiAffinity: one member per node, so one restore pod per node (its claim
+        // fixes where the member runs), and the old members do not repel them.
+        assert_eq!(
+            affinity_for("{antiAffinity: true}"),
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "etcd-restore", "etcd_restore": "c"}},
+                "topologyKey": "kubernetes.io/hostname",
+            }]}})
+        );
+    }
+
+    #[test]
+    fn terms_selecting_the_members_select_the_restore_pods_and_the_rest_apply_as_given() {
+        let node = json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}});
+        let heavy = json!({"labelSelector": {"matchLabels": {"app": "heavy"}},
+            "topologyKey": "kubernetes.io/hostname"});
+        let elsewhere = json!({"labelSelector": {"matchLabels": {"etcd_cluster": "c"}},
+            "namespaces": ["other"], "topologyKey": "kubernetes.io/hostname"});
+        let policy = json!({"labels": {"team": "db"}, "affinity": {
+            "nodeAffinity": node,
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [heavy, elsewhere, {
+                    "labelSelector": {"matchExpressions": [
+                        {"key": "etcd_cluster", "operator": "In", "values": ["c"]}]},
+                    "namespaces": ["ns"],
+                    "matchLabelKeys": ["etcd_node"],
+                    "topologyKey": "kubernetes.io/hostname"}],
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50,
+                    "podAffinityTerm": {"labelSelector": {"matchLabels": {"team": "db"}},
+                        "topologyKey": "topology.kubernetes.io/zone"}}],
+            },
+            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10,
+                "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "etcd"}},
+                    "topologyKey": "topology.kubernetes.io/region"}}]},
+        }});
+        let affinity = affinity_for(&policy.to_string());
+        let restore_pods = json!({"matchLabels": {"app": "etcd-restore", "etcd_restore": "c"}});
+        assert_eq!(affinity["nodeAffinity"], node);
+        let apart = &affinity["podAntiAffinity"];
+        let required = &apart["requiredDuringSchedulingIgnoredDuringExecution"];
+        // About other pods, or members of another namespace: as given.
+        assert_eq!(required[0], heavy);
+        assert_eq!(required[1], elsewhere);
+        // About the members (by expression, by the user's pod label): the restore's pods.
+        assert_eq!(
+            required[2],
+            json!({"labelSelector": restore_pods, "topologyKey": "kubernetes.io/hostname"})
+        );
+        let preferred = &apart["preferredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(preferred["weight"], 50);
+        assert_eq!(preferred["podAffinityTerm"]["labelSelector"], restore_pods);
+        assert_eq!(
+            preferred["podAffinityTerm"]["topologyKey"],
+            "topology.kubernetes.io/zone"
+        );
+        let together =
+            &affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(together["podAffinityTerm"]["labelSelector"], restore_pods);
     }
 }

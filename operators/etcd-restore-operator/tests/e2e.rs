@@ -2,7 +2,9 @@
 //! their shipped manifests (RBAC checked live): a 3-member EtcdCluster (claims, etcd 3.5) with
 //! 2,000 keys, a coreos one-shot EtcdBackup to Garage; restores of a corrupted object, a
 //! missing object and with wrong credentials fail with the cause (in the new members' fetches)
-//! and give the running cluster back untouched, unpaused; then every member pod and claim is deleted (quorum gone), the coreos EtcdRestore
+//! and give the running cluster back untouched, unpaused; a restore over the live cluster
+//! replaces its members and keeps their volumes detached; then every member pod and claim is
+//! deleted (quorum gone), the coreos EtcdRestore
 //! succeeds only with 3 ready members holding every key at a bumped revision, and the EtcdCluster
 //! operator takes the cluster over and scales it to 5.
 
@@ -82,15 +84,21 @@ async fn client_of(pod: &Pod) -> etcd_client::Client {
 
 /// Runs `restore` (the coreos example, s3 block replaced) until it has failed; returns its
 /// reason. Deletes it afterwards, so the next restore of the cluster can be made.
-async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
-    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), ns);
+/// The coreos example EtcdRestore of `CLUSTER` from `s3`, with `spec` fields added.
+async fn create_restore(restores: &Api<EtcdRestore>, s3: Value, spec: Value) {
     let mut restore = example("etcd-restore.yaml");
     restore["spec"]["s3"] = s3;
+    json_patch::merge(&mut restore["spec"], &spec);
     let restore: EtcdRestore = serde_json::from_value(restore).unwrap();
     restores
         .create(&PostParams::default(), &restore)
         .await
         .unwrap();
+}
+
+async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), ns);
+    create_restore(&restores, s3, json!({})).await;
     let failed = |r: &EtcdRestore| {
         r.status
             .as_ref()
@@ -140,8 +148,13 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     let mut cluster = example("example-etcd-cluster.yaml");
     cluster["spec"]["repository"] = json!("localhost/etcd");
     cluster["spec"]["version"] = json!("3.5.16");
+    // Members spread over nodes where they can be (this bed has one): the restore pods get the
+    // same spread among themselves, not away from the live members.
     cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}});
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"etcd_cluster": CLUSTER}}}}]}}});
     let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
     clusters
@@ -253,9 +266,63 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
             .is_none()
     );
 
-    // Disaster: every claim, then every pod, deleted.
+    // A restore over the live cluster, keeping the old volumes: a key written after the backup
+    // is gone, every backed-up key is back on new members, and the old claims are only
+    // detached (the operator's shipped RBAC reads and patches them).
     let members = ListParams::default().labels(&format!("etcd_cluster={CLUSTER}"));
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
+    let old_claims: BTreeSet<String> = claims
+        .list(&members)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(old_claims.len(), 3);
+    etcd.put("/registry/after-the-backup", "v", None)
+        .await
+        .unwrap();
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    create_restore(&restores, s3(key, "aws"), json!({"oldVolumes": "Keep"})).await;
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    let done = wait_until(&restores, CLUSTER, "the live restore", 300, finished)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    let replaced = member_pods(&kube, &ns).await;
+    assert_eq!(replaced.len(), 3);
+    let count_only = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    for pod in &replaced {
+        assert!(!before.contains(&pod.uid().unwrap()), "{}", pod.name_any());
+        let mut etcd = client_of(pod).await;
+        let keys = etcd.get("/registry/", Some(count_only.clone())).await;
+        assert_eq!(keys.unwrap().count() as usize, KEYS, "{}", pod.name_any());
+    }
+    for name in &old_claims {
+        let claim = claims.get(name).await.unwrap();
+        assert_eq!(
+            claim.labels().get("etcd.database.coreos.com/detached-from"),
+            Some(&CLUSTER.to_string()),
+            "{name}"
+        );
+        assert!(!claim.labels().contains_key("etcd_cluster"), "{name}");
+    }
+    restores
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(&clusters, CLUSTER, "3 ready members", 120, converged(3))
+        .await
+        .unwrap();
+
+    // Disaster: every claim, then every pod, deleted.
     claims
         .delete_collection(&DeleteParams::default(), &members)
         .await
@@ -275,19 +342,7 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     .unwrap();
 
     // The coreos EtcdRestore, from the good backup.
-    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
-    let mut restore = example("etcd-restore.yaml");
-    restore["spec"]["s3"] = s3(key, "aws");
-    let restore: EtcdRestore = serde_json::from_value(restore).unwrap();
-    restores
-        .create(&PostParams::default(), &restore)
-        .await
-        .unwrap();
-    let finished = |r: &EtcdRestore| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
-    };
+    create_restore(&restores, s3(key, "aws"), json!({})).await;
     let done = wait_until(&restores, CLUSTER, "the restore to finish", 300, finished)
         .await
         .unwrap();
