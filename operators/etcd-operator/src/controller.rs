@@ -9,8 +9,8 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    EtcdVersion, Intent, Observed, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade, settled,
-    starting_version,
+    EtcdVersion, Intent, Observed, PodState, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade,
+    settled, starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{
@@ -148,21 +148,31 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         .list(&selector)
         .await?
         .items;
-    // Every etcd claim of the namespace: this cluster's, and the names of those detached from
-    // it (or left by an earlier cluster of this name), which new members must not take.
-    let etcd_claims = ListParams::default().labels(&format!("{}=etcd", build::APP_LABEL));
+    // Every claim of the namespace: this cluster's, and the names of the others named like its
+    // members (detached by a restore, left by an earlier cluster of this name, a user's), which
+    // new members must not take.
     let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
-        .list(&etcd_claims)
+        .list(&ListParams::default())
         .await?
         .items;
     let (claims, taken) = observe::split_claims(&names, claims);
     adopt::adopt(&ctx, &cluster, &pods, &claims).await?;
-    let pods = observe::member_pods(&pods);
+    let mut pods = observe::member_pods(&pods);
     let access = Access {
         names: names.clone(),
         tls: client_tls,
     };
     let (members, leader_list) = observe::members(&access, &pods).await;
+    // Pods being deleted that etcd does not list are gone for the cluster (after a restore, the
+    // replaced members): nothing waits for them, counts them or takes their version.
+    if let Some(members) = &members {
+        pods.retain(|p| {
+            p.state != PodState::Terminating
+                || members
+                    .iter()
+                    .any(|m| m.name.as_deref() == Some(p.name.as_str()))
+        });
+    }
     let live_claims = observe::live_claims(&claims);
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
@@ -405,18 +415,19 @@ async fn execute(
         }
         Step::DeleteMemberResources { member } => {
             delete_pod(ctx, &ns, member).await?;
-            // Only the claim observed as this cluster's, by uid: a claim of that name detached
-            // meanwhile (a restore keeping the old volumes) is not touched.
-            if let Some(uid) = claims.get(member).and_then(|c| c.uid.clone()) {
+            // Only the claim observed as this cluster's, unchanged since (uid and
+            // resourceVersion): one detached meanwhile (relabelled by a restore keeping the old
+            // volumes) is not touched; the delete fails and the next reconcile sees it detached.
+            if let Some(claim) = claims.get(member) {
                 let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-                let this_claim = DeleteParams {
+                let unchanged = DeleteParams {
                     preconditions: Some(Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
+                        uid: claim.uid.clone(),
+                        resource_version: claim.resource_version.clone(),
                     }),
                     ..Default::default()
                 };
-                ignore_missing(api.delete(member, &this_claim).await.map(|_| ()))?;
+                ignore_missing(api.delete(&claim.name, &unchanged).await.map(|_| ()))?;
             }
             event(
                 ctx,
@@ -544,7 +555,6 @@ pub(crate) fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Erro
     }
 }
 
-/// A client for any member that answers (etcd forwards membership changes to the leader).
 /// A voting member to carry out a membership change, the leader when it answers: a learner
 /// refuses these requests ("rpc not supported for learner"), and after a member with ordinal
 /// 10 joins, pods no longer list in ordinal order, so the newest learner may come first.

@@ -10,7 +10,9 @@ use etcd_cluster::{ClusterNames, ContainerFailure, Member, PodState};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
-use crate::build::{CLUSTER_LABEL, MEMBER_LABEL, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
+use crate::build::{
+    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION,
+};
 use crate::tls::ClientTls;
 
 /// Dial and request timeout for each member.
@@ -148,8 +150,11 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
 /// What a member's claim records about its data (annotations).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClaimRecord {
-    /// The claim's uid: a deletion is made on this very claim only.
+    /// The claim as observed (name, uid, resourceVersion): a deletion is made on this very
+    /// claim, unchanged, only.
+    pub name: String,
     pub uid: Option<String>,
+    pub resource_version: Option<String>,
     /// The etcd version its data was last run with.
     pub version: Option<String>,
     /// The version an unfinished in-place upgrade moved it from.
@@ -164,7 +169,9 @@ pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, ClaimRe
         .filter_map(|c| {
             let member = c.labels().get(MEMBER_LABEL)?.clone();
             let record = ClaimRecord {
+                name: c.name_any(),
                 uid: c.uid(),
+                resource_version: c.resource_version(),
                 version: c.annotations().get(VERSION_ANNOTATION).cloned(),
                 upgraded_from: c.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
             };
@@ -173,17 +180,18 @@ pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, ClaimRe
         .collect()
 }
 
-/// Splits the claims labelled `app=etcd` into this cluster's (carrying its selector) and the
-/// names of the rest that are named like its members: claims detached from it by a restore
-/// (kept volumes of replaced members) or left by an earlier cluster of the same name. A new
-/// member must never be named after one, or it would start on that volume's old data.
+/// Splits a namespace's claims into this cluster's (carrying its selector) and the names of the
+/// rest that are named like its members: claims detached from it by a restore (kept volumes of
+/// replaced members), left by an earlier cluster of the same name, or anyone's. A new member
+/// must never be named after one, or it would start on that volume's data.
 pub fn split_claims(
     names: &ClusterNames,
     claims: Vec<PersistentVolumeClaim>,
 ) -> (Vec<PersistentVolumeClaim>, BTreeSet<String>) {
-    let (ours, others): (Vec<_>, Vec<_>) = claims
-        .into_iter()
-        .partition(|c| c.labels().get(CLUSTER_LABEL).map(String::as_str) == Some(&names.cluster));
+    let (ours, others): (Vec<_>, Vec<_>) = claims.into_iter().partition(|c| {
+        c.labels().get(APP_LABEL).map(String::as_str) == Some("etcd")
+            && c.labels().get(CLUSTER_LABEL) == Some(&names.cluster)
+    });
     let taken = others
         .iter()
         .map(|c| c.name_any())
@@ -229,18 +237,20 @@ impl Access {
     }
 }
 
-/// etcd's member list as the planner sees it, or `None` when no member answers. Every member pod
-/// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
-/// whose view is current (a member cut off from the others may hold an old one).
-/// Also says whether the list is the leader's.
 /// Pods etcd is asked through, by name and IP: not those being deleted, which after a restore
-/// are the replaced members, still serving the cluster they belonged to.
+/// are the replaced members, still serving the cluster they belonged to (its member list
+/// would make the new members look like leftovers). A member being deleted counts as not
+/// healthy meanwhile.
 pub fn answering(pods: &[MemberPod]) -> impl Iterator<Item = (&str, &str)> {
     pods.iter()
         .filter(|p| p.state != PodState::Terminating)
         .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
 }
 
+/// etcd's member list as the planner sees it, or `None` when no member answers. Every member pod
+/// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
+/// whose view is current (a member cut off from the others may hold an old one).
+/// Also says whether the list is the leader's.
 pub async fn members(access: &Access, pods: &[MemberPod]) -> (Option<Vec<Member>>, bool) {
     let names = &access.names;
     let reachable: Vec<(&str, &str)> = answering(pods).collect();
@@ -320,6 +330,8 @@ mod tests {
         };
         let claims = vec![
             claim("c-3", "{app: etcd, etcd_cluster: c, etcd_node: c-3}"),
+            // Anyone's claim named like a member.
+            claim("c-7", "{}"),
             // Kept by a restore: detached, same member label.
             claim(
                 "c-0",
@@ -332,6 +344,9 @@ mod tests {
         let ours = live_claims(&ours);
         assert_eq!(ours.keys().collect::<Vec<_>>(), ["c-3"]);
         assert_eq!(ours["c-3"].uid.as_deref(), Some("u-c-3"));
-        assert_eq!(taken, BTreeSet::from(["c-0".to_string()]));
+        assert_eq!(
+            taken,
+            BTreeSet::from(["c-0".to_string(), "c-7".to_string()])
+        );
     }
 }

@@ -224,3 +224,62 @@ async fn a_cluster_of_the_other_scope_is_not_touched_at_all() {
     assert_eq!(task.await.unwrap(), Action::await_change());
     api.expect_silence().await;
 }
+
+#[tokio::test]
+async fn a_member_is_never_started_on_an_existing_claim_that_is_not_the_clusters() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = cluster(json!({}), None);
+    let obj = serde_json::to_value(&c).unwrap();
+    let task = {
+        let (c, ctx) = (c.clone(), ctx.clone());
+        tokio::spawn(async move { controller::reconcile(Arc::new(c), ctx).await })
+    };
+    expect_observation_of_an_empty_world(&mut api, &c).await;
+    api.expect_call(
+        Method::PATCH,
+        &format!("{CLUSTER}/status"),
+        StatusCode::OK,
+        |_| obj.clone(),
+    )
+    .await;
+    // The seed's claim name is taken (made after the list was read): by a volume a restore
+    // detached from an earlier cluster of this name.
+    let claim_path = "/api/v1/namespaces/ns/persistentvolumeclaims";
+    api.expect_call(Method::POST, claim_path, StatusCode::CONFLICT, |_| {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+               "reason": "AlreadyExists", "message": "persistentvolumeclaims \"c-0\" already exists"})
+    })
+    .await;
+    api.expect_call(
+        Method::GET,
+        &format!("{claim_path}/c-0"),
+        StatusCode::OK,
+        |_| {
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                   "metadata": {"name": "c-0", "namespace": "ns", "uid": "old",
+                       "labels": {"app": "etcd", "etcd_node": "c-0",
+                                  "etcd.database.coreos.com/detached-from": "c"}}})
+        },
+    )
+    .await;
+    // No pod is created on it; a Warning and the status say why.
+    let event = api.expect_event("ns").await;
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"].as_str().unwrap().contains("claim c-0 exists"),
+        "{event}"
+    );
+    let status = expect_status(&mut api, &obj).await;
+    assert!(
+        status.to_string().contains("is not this cluster's"),
+        "{status}"
+    );
+    let result = task.await.unwrap();
+    assert!(
+        result
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("claim c-0 exists")),
+        "{:?}",
+        result.map(|_| ())
+    );
+}

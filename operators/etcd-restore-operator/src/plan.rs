@@ -264,15 +264,23 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             ),
         };
     }
-    // A claim deleted (by hand) under a restore pod that has run: that member's restore is
-    // lost, and running it again could restore a different object; the restore fails with the
-    // cause instead of waiting for a member that can never start.
+    // A claim deleted (by hand) under a restore pod that has run, or, once the snapshot is
+    // recorded, a restore pod deleted before its member started: that member's restore is
+    // lost, and running it again could restore a different object (a new fetch is no longer
+    // compared); the restore fails with the cause instead of waiting for a member that can
+    // never start.
     let has_claim = |m: &String| observed.claims.contains(m) || observed.staged_claims.contains(m);
     let waiting = |m: &String| observed.restore_pods.get(m) == Some(&PodRun::Waiting);
+    let lost = |m: &&String| {
+        !started(m)
+            && match observed.restore_pods.get(*m) {
+                None => observed.snapshot.is_some(),
+                Some(PodRun::Waiting) => false,
+                Some(_) => !has_claim(m),
+            }
+    };
     if let Some(plan) = &observed.plan
-        && let Some(member) = plan.members.iter().find(|m| {
-            !started(m) && observed.restore_pods.contains_key(*m) && !waiting(m) && !has_claim(m)
-        })
+        && let Some(member) = plan.members.iter().find(lost)
     {
         let touched = match observed.snapshot {
             None => "no member or volume of the cluster was touched",
@@ -281,8 +289,8 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         return fail(
             "ClaimLost",
             &format!(
-                "the claim {member} that member {member} was restored onto was deleted during \
-                 the restore; {touched}; delete and re-create the EtcdRestore to retry"
+                "the claim or restore pod of member {member} was deleted before the member \
+                 started; {touched}; delete and re-create the EtcdRestore to retry"
             ),
         );
     }
@@ -854,7 +862,13 @@ mod tests {
             plan(&names(), &o),
             Step::Fail { reason, release: true, .. } if reason == "ClusterReleased"
         ));
-        // Once the snapshot is recorded the cluster is the restore's to finish: paused again.
+        // Once the snapshot is recorded (every member restored) the cluster is the restore's
+        // to finish: paused again.
+        let mut o = restoring(fetched(REPORT));
+        o.cluster = Some(ClusterView {
+            paused: false,
+            ..cluster()
+        });
         o.snapshot = Some(snapshot());
         assert_eq!(plan(&names(), &o), Step::PauseCluster);
     }
@@ -874,13 +888,20 @@ mod tests {
         o.staged_claims.clear();
         o.claims = members().into_iter().collect();
         assert_eq!(plan(&names(), &o), Step::StartMembers(members()));
-        // A restored claim deleted before its member started: the cluster stays paused.
+        // A restored claim, or a restore pod, deleted before its member started: the cluster
+        // stays paused.
         o.claims.remove("c-3");
         assert!(matches!(
             plan(&names(), &o),
             Step::Fail { reason, release: false, .. } if reason == "ClaimLost"
         ));
         o.claims.insert("c-3".into());
+        let run = o.restore_pods.remove("c-3").unwrap();
+        assert!(matches!(
+            plan(&names(), &o),
+            Step::Fail { reason, release: false, .. } if reason == "ClaimLost"
+        ));
+        o.restore_pods.insert("c-3".into(), run);
         // Restarted after starting one member: only the others are started.
         o.member_pods.insert("c-2".into(), false);
         assert_eq!(

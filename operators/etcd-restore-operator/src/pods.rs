@@ -20,8 +20,10 @@ use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
-use k8s_openapi::api::core::v1::{Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::core::v1::{
+    Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
@@ -216,47 +218,98 @@ fn pod(restore: &EtcdRestore, cluster: &EtcdCluster, member: &str, spec: Value) 
 
 /// Where the restore pod of `member` may run: where the member may. On node-local volumes the
 /// claim it restores onto fixes the member's node, so these pods must be placed as the members
-/// would be. Node affinity and terms about other pods apply as given; a pod (anti-)affinity term
-/// that selects the members selects this restore's pods instead: the old members still run
-/// (and are gone in a disaster), so kept as is it would repel the restore pods from every node
-/// that holds a member, or attract them to none.
+/// would be. Node affinity and terms about other pods apply as given. A pod (anti-)affinity
+/// term that selects the members selects this restore's pods instead: the old members still
+/// run (and are gone in a disaster), so kept as is it would repel the restore pods from every
+/// node that holds a member, or attract them to none. An anti-affinity term that may also
+/// select other clusters' members (say `app: etcd`) keeps doing so, without this cluster's.
 fn restore_affinity(
     restore: &EtcdRestore,
     cluster: &EtcdCluster,
     member: &str,
 ) -> Option<Affinity> {
     let mut affinity = build::member_affinity(cluster)?;
-    let member = build::member_labels(&cluster.spec, &cluster.name_any(), member);
+    let name = cluster.name_any();
+    let member = build::member_labels(&cluster.spec, &name, member);
     let namespace = cluster.namespace().unwrap_or_default();
-    // Pod affinity and anti-affinity hold their terms alike: required ones, and preferred ones
-    // with a weight.
-    let together = affinity.pod_affinity.as_mut().map(|a| {
-        (
-            &mut a.required_during_scheduling_ignored_during_execution,
-            &mut a.preferred_during_scheduling_ignored_during_execution,
-        )
-    });
-    let apart = affinity.pod_anti_affinity.as_mut().map(|a| {
-        (
-            &mut a.required_during_scheduling_ignored_during_execution,
-            &mut a.preferred_during_scheduling_ignored_during_execution,
-        )
-    });
-    for (required, preferred) in [together, apart].into_iter().flatten() {
-        let weighted = preferred
+    let of_members = |t: &PodAffinityTerm| selects(t, &member, &namespace);
+    let of_restore_pods = |t: &PodAffinityTerm| PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(labels(restore)),
+            ..Default::default()
+        }),
+        topology_key: t.topology_key.clone(),
+        ..Default::default()
+    };
+    // Only this cluster's pods: its label pinned by the selector.
+    let this_cluster_only = |t: &PodAffinityTerm| {
+        let pinned = t
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref());
+        pinned.and_then(|l| l.get(build::CLUSTER_LABEL)) == Some(&name)
+    };
+    // Apart from the members: apart from the restore's pods instead (in place), and when the
+    // term selects others' pods too, it stays without this cluster's and the restore pods' term
+    // is returned to be added.
+    let apart = |t: &mut PodAffinityTerm| -> Option<PodAffinityTerm> {
+        let restore_term = of_restore_pods(t);
+        if this_cluster_only(t) {
+            *t = restore_term;
+            return None;
+        }
+        let selector = t.label_selector.get_or_insert_default();
+        selector
+            .match_expressions
+            .get_or_insert_default()
+            .push(LabelSelectorRequirement {
+                key: build::CLUSTER_LABEL.to_string(),
+                operator: "NotIn".to_string(),
+                values: Some(vec![name.clone()]),
+            });
+        Some(restore_term)
+    };
+    if let Some(a) = affinity.pod_affinity.as_mut() {
+        let weighted = a
+            .preferred_during_scheduling_ignored_during_execution
             .iter_mut()
             .flatten()
             .map(|w| &mut w.pod_affinity_term);
-        let terms = required.iter_mut().flatten().chain(weighted);
-        for term in terms.filter(|t| selects(t, &member, &namespace)) {
-            *term = PodAffinityTerm {
-                label_selector: Some(LabelSelector {
-                    match_labels: Some(labels(restore)),
-                    ..Default::default()
-                }),
-                topology_key: std::mem::take(&mut term.topology_key),
-                ..Default::default()
-            };
+        let terms = a
+            .required_during_scheduling_ignored_during_execution
+            .iter_mut()
+            .flatten();
+        for term in terms.chain(weighted).filter(|t| of_members(t)) {
+            *term = of_restore_pods(term);
+        }
+    }
+    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
+        if let Some(required) = a
+            .required_during_scheduling_ignored_during_execution
+            .as_mut()
+        {
+            let added: Vec<PodAffinityTerm> = (required.iter_mut())
+                .filter(|t| of_members(t))
+                .filter_map(apart)
+                .collect();
+            required.extend(added);
+        }
+        if let Some(preferred) = a
+            .preferred_during_scheduling_ignored_during_execution
+            .as_mut()
+        {
+            let added: Vec<WeightedPodAffinityTerm> = (preferred.iter_mut())
+                .filter(|w| of_members(&w.pod_affinity_term))
+                .filter_map(|w| {
+                    let weight = w.weight;
+                    let pod_affinity_term = apart(&mut w.pod_affinity_term)?;
+                    Some(WeightedPodAffinityTerm {
+                        weight,
+                        pod_affinity_term,
+                    })
+                })
+                .collect();
+            preferred.extend(added);
         }
     }
     Some(affinity)
@@ -519,45 +572,74 @@ mod tests {
             "topologyKey": "kubernetes.io/hostname"});
         let elsewhere = json!({"labelSelector": {"matchLabels": {"etcd_cluster": "c"}},
             "namespaces": ["other"], "topologyKey": "kubernetes.io/hostname"});
+        let by_cluster = json!({"labelSelector": {"matchLabels": {"etcd_cluster": "c"}},
+            "topologyKey": "kubernetes.io/hostname"});
+        let any_etcd = json!({"labelSelector": {"matchLabels": {"app": "etcd"}},
+            "topologyKey": "kubernetes.io/hostname"});
         let policy = json!({"labels": {"team": "db"}, "affinity": {
             "nodeAffinity": node,
             "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [heavy, elsewhere, {
-                    "labelSelector": {"matchExpressions": [
-                        {"key": "etcd_cluster", "operator": "In", "values": ["c"]}]},
-                    "namespaces": ["ns"],
-                    "matchLabelKeys": ["etcd_node"],
-                    "topologyKey": "kubernetes.io/hostname"}],
+                "requiredDuringSchedulingIgnoredDuringExecution":
+                    [heavy, elsewhere, by_cluster, any_etcd],
                 "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50,
                     "podAffinityTerm": {"labelSelector": {"matchLabels": {"team": "db"}},
                         "topologyKey": "topology.kubernetes.io/zone"}}],
             },
             "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10,
-                "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "etcd"}},
+                "podAffinityTerm": {"labelSelector": {"matchExpressions": [
+                        {"key": "etcd_cluster", "operator": "In", "values": ["c"]}]},
+                    "namespaces": ["ns"], "matchLabelKeys": ["etcd_node"],
                     "topologyKey": "topology.kubernetes.io/region"}}]},
         }});
         let affinity = affinity_for(&policy.to_string());
         let restore_pods = json!({"matchLabels": {"app": "etcd-restore", "etcd_restore": "c"}});
+        let not_this_cluster =
+            json!([{"key": "etcd_cluster", "operator": "NotIn", "values": ["c"]}]);
+        let hostname = "kubernetes.io/hostname";
         assert_eq!(affinity["nodeAffinity"], node);
         let apart = &affinity["podAntiAffinity"];
         let required = &apart["requiredDuringSchedulingIgnoredDuringExecution"];
         // About other pods, or members of another namespace: as given.
         assert_eq!(required[0], heavy);
         assert_eq!(required[1], elsewhere);
-        // About the members (by expression, by the user's pod label): the restore's pods.
+        // About this cluster's members only: about the restore's pods instead.
         assert_eq!(
             required[2],
-            json!({"labelSelector": restore_pods, "topologyKey": "kubernetes.io/hostname"})
+            json!({"labelSelector": restore_pods, "topologyKey": hostname})
         );
-        let preferred = &apart["preferredDuringSchedulingIgnoredDuringExecution"][0];
-        assert_eq!(preferred["weight"], 50);
-        assert_eq!(preferred["podAffinityTerm"]["labelSelector"], restore_pods);
+        // About every etcd: still apart from other clusters' members (not this one's old
+        // members), and from the restore's other pods.
         assert_eq!(
-            preferred["podAffinityTerm"]["topologyKey"],
+            required[3],
+            json!({"labelSelector": {"matchLabels": {"app": "etcd"},
+                "matchExpressions": not_this_cluster}, "topologyKey": hostname})
+        );
+        assert_eq!(
+            required[4],
+            json!({"labelSelector": restore_pods, "topologyKey": hostname})
+        );
+        assert_eq!(required.as_array().unwrap().len(), 5);
+        // By the user's pod label, preferred: the same, with its weight.
+        let preferred = &apart["preferredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(
+            preferred[0]["podAffinityTerm"]["labelSelector"]["matchExpressions"],
+            not_this_cluster
+        );
+        assert_eq!(preferred[1]["weight"], 50);
+        assert_eq!(
+            preferred[1]["podAffinityTerm"]["labelSelector"],
+            restore_pods
+        );
+        assert_eq!(
+            preferred[1]["podAffinityTerm"]["topologyKey"],
             "topology.kubernetes.io/zone"
         );
+        // Together with the members (by expression): with the restore's pods.
         let together =
             &affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
-        assert_eq!(together["podAffinityTerm"]["labelSelector"], restore_pods);
+        assert_eq!(
+            together["podAffinityTerm"],
+            json!({"labelSelector": restore_pods, "topologyKey": "topology.kubernetes.io/region"})
+        );
     }
 }
