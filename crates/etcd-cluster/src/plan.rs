@@ -493,11 +493,10 @@ fn plan_reachable(
             .unwrap_or(&members[0]);
         return remove(victim, "scaling down to the cluster's size");
     }
-    // Pods of members etcd no longer has that are being deleted do not hold this up.
-    let leaving = |name: &str, p: &PodState| *p == PodState::Terminating && by_name(name).is_none();
+    // Pods still being deleted hold this up too: converged means they are gone.
     if let Some((name, _)) = pods
         .iter()
-        .find(|(n, p)| !matches!(p, PodState::Running { ready: true }) && !leaving(n, p))
+        .find(|(_, p)| !matches!(p, PodState::Running { ready: true }))
     {
         return Step::Wait {
             reason: format!("member {name} is not ready"),

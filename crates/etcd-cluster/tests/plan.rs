@@ -490,6 +490,16 @@ fn pods_of_replaced_members_being_deleted_are_left_to_go() {
     for i in 0..3 {
         o.pods.insert(format!("c-{i}"), PodState::Terminating);
     }
+    // Waited for (converged means they are gone), never deleted as leftovers with their
+    // claims' names.
+    assert!(
+        matches!(plan(&names(), 3, &o), Step::Wait { ref reason } if reason.contains("c-0")),
+        "{:?}",
+        plan(&names(), 3, &o)
+    );
+    for i in 0..3 {
+        o.pods.remove(&format!("c-{i}"));
+    }
     assert_eq!(plan(&names(), 3, &o), Step::Converged);
     // One that is not being deleted is a leftover, as before.
     o.pods.insert("c-0".into(), READY);

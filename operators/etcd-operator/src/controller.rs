@@ -9,8 +9,8 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    EtcdVersion, Intent, Observed, PodState, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade,
-    settled, starting_version,
+    EtcdVersion, Intent, Observed, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade, settled,
+    starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{
@@ -157,22 +157,12 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
         .items;
     let (claims, taken) = observe::split_claims(&names, claims);
     adopt::adopt(&ctx, &cluster, &pods, &claims).await?;
-    let mut pods = observe::member_pods(&pods);
+    let pods = observe::member_pods(&pods);
     let access = Access {
         names: names.clone(),
         tls: client_tls,
     };
     let (members, leader_list) = observe::members(&access, &pods).await;
-    // Pods being deleted that etcd does not list are gone for the cluster (after a restore, the
-    // replaced members): nothing waits for them, counts them or takes their version.
-    if let Some(members) = &members {
-        pods.retain(|p| {
-            p.state != PodState::Terminating
-                || members
-                    .iter()
-                    .any(|m| m.name.as_deref() == Some(p.name.as_str()))
-        });
-    }
     let live_claims = observe::live_claims(&claims);
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),

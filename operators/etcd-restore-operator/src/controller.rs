@@ -116,12 +116,12 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     let members = ListParams::default().labels(&build::label_selector(&cluster_name));
     let member_pods = pod_api.list(&members).await?.items;
     let claims = claim_api.list(&members).await?.items;
-    let detached = ListParams::default().labels(&format!("{DETACHED_LABEL}={cluster_name}"));
-    let detached_claims: BTreeSet<String> = claim_api
-        .list(&detached)
-        .await?
-        .items
+    // Every claim of the namespace: those detached from the cluster earlier, and the names a new
+    // member must not take, whoever's claims they are.
+    let every_claim = claim_api.list(&ListParams::default()).await?.items;
+    let detached_claims: BTreeSet<String> = every_claim
         .iter()
+        .filter(|c| c.labels().get(DETACHED_LABEL) == Some(&cluster_name))
         .map(|c| c.name_any())
         .collect();
     // Claims made for restores of this name, not yet given to the cluster.
@@ -204,6 +204,7 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
             .map(|c| c.name_any())
             .collect(),
         detached_claims,
+        all_claims: every_claim.iter().map(|c| c.name_any()).collect(),
         staged_claims: staged_claims
             .iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())

@@ -83,6 +83,9 @@ pub struct Observed {
     pub claims: BTreeSet<String>,
     /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
     pub detached_claims: BTreeSet<String>,
+    /// Every claim of the namespace, whoever's (a user's named like a member included): a new
+    /// member is never named after one, or it would be restored onto it.
+    pub all_claims: BTreeSet<String>,
     /// Claims made for restores of this name and not yet joined to the cluster (labelled as
     /// the restore's pods), not being deleted: their names stay taken.
     pub staged_claims: BTreeSet<String>,
@@ -468,6 +471,7 @@ fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) ->
     used.extend(observed.detached_claims.iter().cloned());
     used.extend(observed.staged_claims.iter().cloned());
     used.extend(observed.terminating.iter().cloned());
+    used.extend(observed.all_claims.iter().cloned());
     let highest = used.iter().filter_map(|n| names.ordinal(n)).max();
     let first = highest.map_or(0, |h| h + 1);
     let members = (0..cluster.size as u32)
@@ -688,6 +692,13 @@ mod tests {
             panic!()
         };
         assert_eq!(later.members, ["c-10", "c-11", "c-12"]);
+        // So are those of anyone's claims named like members.
+        o.all_claims = ["c-12".to_string(), "data".to_string()].into();
+        let Step::RecordPlan(later) = plan(&names(), &o) else {
+            panic!()
+        };
+        assert_eq!(later.members, ["c-13", "c-14", "c-15"]);
+        o.all_claims.clear();
         o.terminating.clear();
         o.staged_claims.clear();
         o.cluster = None;
