@@ -408,22 +408,26 @@ async fn execute(
             // Only the claim observed as this cluster's, unchanged since (uid and
             // resourceVersion): one detached meanwhile (relabelled by a restore keeping the old
             // volumes) is not touched; the delete fails and the next reconcile sees it detached.
-            if let Some(claim) = claims.get(member) {
-                let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-                let unchanged = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: claim.uid.clone(),
-                        resource_version: claim.resource_version.clone(),
-                    }),
-                    ..Default::default()
-                };
-                ignore_missing(api.delete(&claim.name, &unchanged).await.map(|_| ()))?;
-            }
+            let deleted = match claims.get(member) {
+                Some(claim) => {
+                    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                    let unchanged = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: claim.uid.clone(),
+                            resource_version: claim.resource_version.clone(),
+                        }),
+                        ..Default::default()
+                    };
+                    ignore_missing(api.delete(&claim.name, &unchanged).await.map(|_| ()))?;
+                    "pod and claim"
+                }
+                None => "pod",
+            };
             event(
                 ctx,
                 cluster,
                 "MemberDeleted",
-                &format!("deleted pod and claim of {member}, no longer a member"),
+                &format!("deleted {deleted} of {member}, no longer a member"),
             )
             .await;
         }
