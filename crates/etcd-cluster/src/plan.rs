@@ -183,14 +183,17 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
         ..
     } = observed;
     if let Some(Intent::Seed { member }) = intent {
-        return if pods.contains_key(member) {
-            Step::Wait {
-                reason: format!("seed member {member} is starting"),
-            }
-        } else {
-            Step::Seed {
+        return match pods.get(member) {
+            // Evicted before it answered: its pod is made again, on its claim.
+            Some(PodState::Failed) => Step::DeletePod {
                 member: member.clone(),
-            }
+            },
+            Some(_) => Step::Wait {
+                reason: format!("seed member {member} is starting"),
+            },
+            None => Step::Seed {
+                member: member.clone(),
+            },
         };
     }
     if pods.is_empty() && claims.is_empty() {
@@ -206,13 +209,23 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
         };
     }
     // Members whose pods were deleted restart on their claims; the data says who they are.
-    if observed.persistent
-        && let Some(member) = claims.iter().find(|c| !pods.contains_key(*c))
-    {
-        return Step::StartMember {
-            member: member.clone(),
-            initial_cluster: claims.iter().cloned().collect(),
-        };
+    // Failed pods (evicted, say) are deleted first, as with quorum (rule 1): nothing else
+    // would ever bring back a cluster whose every pod was evicted.
+    if observed.persistent {
+        if let Some(member) = claims.iter().find(|c| !pods.contains_key(*c)) {
+            return Step::StartMember {
+                member: member.clone(),
+                initial_cluster: claims.iter().cloned().collect(),
+            };
+        }
+        if let Some(member) = claims
+            .iter()
+            .find(|c| pods.get(*c) == Some(&PodState::Failed))
+        {
+            return Step::DeletePod {
+                member: member.clone(),
+            };
+        }
     }
     if pods
         .values()
@@ -220,6 +233,23 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
     {
         return Step::Wait {
             reason: "no member answers yet; members are starting".into(),
+        };
+    }
+    // Pods being deleted (every node drained, say) are not asked; with their claims kept, the
+    // members restart on them once the pods are gone.
+    let leaving: Vec<&str> = pods
+        .iter()
+        .filter(|(name, state)| {
+            **state == PodState::Terminating && observed.persistent && claims.contains(*name)
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !leaving.is_empty() {
+        return Step::Wait {
+            reason: format!(
+                "no member answers; the pods of {} are being deleted and restart on their claims once gone",
+                leaving.join(", ")
+            ),
         };
     }
     Step::QuorumLost {

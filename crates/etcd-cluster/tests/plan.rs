@@ -510,3 +510,61 @@ fn pods_of_replaced_members_being_deleted_are_left_to_go() {
         }
     );
 }
+
+#[test]
+fn a_cluster_whose_every_pod_was_evicted_or_drained_comes_back_on_its_claims() {
+    // No member answers: every pod was evicted (phase Failed), the claims are kept.
+    let mut o = healthy(3);
+    o.members = None;
+    o.leader_list = false;
+    for pod in o.pods.values_mut() {
+        *pod = PodState::Failed;
+    }
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::DeletePod {
+            member: "c-0".into()
+        }
+    );
+    // Every pod being deleted (all nodes drained): waited for, not reported as lost.
+    for pod in o.pods.values_mut() {
+        *pod = PodState::Terminating;
+    }
+    match plan(&names(), 3, &o) {
+        Step::Wait { reason } => assert!(reason.contains("c-0, c-1, c-2"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // Once they are gone, the members restart on their claims.
+    o.pods.clear();
+    assert!(
+        matches!(plan(&names(), 3, &o), Step::StartMember { ref member, .. } if member == "c-0")
+    );
+    // Without claims (emptyDir) the data went with the pods: that is reported.
+    let mut empty_dir = healthy(3);
+    empty_dir.members = None;
+    empty_dir.persistent = false;
+    empty_dir.claims.clear();
+    for pod in empty_dir.pods.values_mut() {
+        *pod = PodState::Terminating;
+    }
+    assert!(matches!(
+        plan(&names(), 3, &empty_dir),
+        Step::QuorumLost { .. }
+    ));
+    // A seed evicted before it answered is made again.
+    let seed = Observed {
+        pods: BTreeMap::from([("c-0".to_string(), PodState::Failed)]),
+        claims: BTreeSet::from(["c-0".to_string()]),
+        intent: Some(Intent::Seed {
+            member: "c-0".into(),
+        }),
+        persistent: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        plan(&names(), 3, &seed),
+        Step::DeletePod {
+            member: "c-0".into()
+        }
+    );
+}

@@ -283,9 +283,73 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
     let options = etcd_client::GetOptions::new()
         .with_serializable()
         .with_prefix();
-    let kvs = member.get("key-", Some(options)).await.unwrap();
+    let kvs = member.get("key-", Some(options.clone())).await.unwrap();
     assert_eq!(kvs.kvs().len(), 50, "the member restarted without its data");
     assert_eq!(member.member_list().await.unwrap().members().len(), 3);
+
+    // Every member pod deleted at once (all nodes drained): quorum is gone only while they
+    // are, and each member comes back on its claim with the data. No member answers while the
+    // pods are being deleted; that is waited for, not reported as a lost quorum.
+    let before: Vec<_> = pods
+        .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| (p.metadata.name.unwrap(), p.metadata.uid))
+        .collect();
+    for (member, _) in &before {
+        pods.delete(member, &DeleteParams::default()).await.unwrap();
+    }
+    for (member, old_uid) in before {
+        let back = move |p: &Pod| {
+            p.metadata.uid != old_uid
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        wait_until(&pods, &member, "every member back after a drain", 240, back)
+            .await
+            .unwrap();
+    }
+    wait_until(
+        &clusters,
+        name,
+        "3 ready members after a drain",
+        240,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    for member in member_pods(&kube, &ns).await {
+        let mut client = member_client(&kube, &ns, &member).await;
+        let kvs = client.get("key-", Some(options.clone())).await.unwrap();
+        assert_eq!(kvs.kvs().len(), 50, "{member} came back without its data");
+    }
+    let events = events(&kube, &ns).await;
+    // The operator started each one again (identical events are counted in one object).
+    for member in member_pods(&kube, &ns).await {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("MemberStarted")
+                    && e.note
+                        .as_deref()
+                        .unwrap_or("")
+                        .contains(&format!("pod {member} "))),
+            "no MemberStarted event for {member}"
+        );
+    }
+    let lost: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("QuorumLost"))
+        .map(|e| e.note.clone())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "a drain was reported as a lost quorum: {lost:?}"
+    );
     kube.delete_namespace(&ns).await.unwrap();
 }
 
