@@ -17,6 +17,7 @@ use etcd_operator::tls::{self, Dereferenced, TlsSecrets};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -115,18 +116,24 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let members = ListParams::default().labels(&build::label_selector(&cluster_name));
     let member_pods = pod_api.list(&members).await?.items;
-    let claims = claim_api.list(&members).await?.items;
-    // Every claim of the namespace: those detached from the cluster earlier, and the names a new
-    // member must not take, whoever's claims they are.
+    // Every claim of the namespace, read once (one consistent view): the cluster's, those
+    // detached from it earlier, those made for restores of this name and not yet given to the
+    // cluster, and the names a new member must not take, whoever's claims they are.
     let every_claim = claim_api.list(&ListParams::default()).await?.items;
+    let labelled = |labels: BTreeMap<String, String>| {
+        let selector = Selector::from_iter(labels);
+        every_claim
+            .iter()
+            .filter(move |c| selector.matches(c.labels()))
+    };
+    let claims: Vec<&PersistentVolumeClaim> = labelled(build::selector(&cluster_name)).collect();
+    let staged_claims: Vec<&PersistentVolumeClaim> = labelled(pods::own_labels(&name)).collect();
     let detached_claims: BTreeSet<String> = every_claim
         .iter()
         .filter(|c| c.labels().get(DETACHED_LABEL) == Some(&cluster_name))
         .map(|c| c.name_any())
         .collect();
-    // Claims made for restores of this name, not yet given to the cluster.
     let own = ListParams::default().labels(&pods::label_selector(&name));
-    let staged_claims = claim_api.list(&own).await?.items;
     // This restore's pods; those of an earlier restore of the same name (deleted, its pods
     // not yet collected) are deleted and not read: their names are needed again.
     let uid = restore.uid().unwrap_or_default();
@@ -144,6 +151,12 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         .into_iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
         .map(|p| (p.name_any(), p))
+        .collect();
+    // Where they were scheduled: a pod made late keeps off those nodes when the pods must be
+    // one per node (the scheduler no longer counts finished ones).
+    let restore_nodes: BTreeMap<String, String> = own_pods
+        .iter()
+        .filter_map(|(name, p)| Some((name.clone(), p.spec.as_ref()?.node_name.clone()?)))
         .collect();
     let plan_recorded = recorded.plan.clone();
     let planned_members: Vec<String> = plan_recorded
@@ -243,6 +256,7 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         &restore,
         cluster.as_ref(),
         source.as_ref().ok(),
+        &restore_nodes,
         &step,
     )
     .await;
@@ -349,11 +363,13 @@ async fn member_health(
 }
 
 /// Executes one step.
+/// `restore_nodes`: the nodes this restore's pods were scheduled to, by pod name.
 async fn execute(
     ctx: &Context,
     restore: &EtcdRestore,
     cluster: Option<&EtcdCluster>,
     source: Option<&Source>,
+    restore_nodes: &BTreeMap<String, String>,
     step: &Step,
 ) -> Result<(), Error> {
     let ns = restore.namespace().unwrap_or_default();
@@ -488,8 +504,20 @@ async fn execute(
                 if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
                     create(&claim_api, &claim).await?;
                 }
-                let (pod, _) =
-                    pods::restore_pod(restore, cluster, member, &plan, &ctx.backup_image, source);
+                let own_pod = pods::restore_pod_name(member);
+                let sibling_nodes: Vec<String> = (restore_nodes.iter())
+                    .filter(|(pod, _)| **pod != own_pod)
+                    .map(|(_, node)| node.clone())
+                    .collect();
+                let (pod, _) = pods::restore_pod(
+                    restore,
+                    cluster,
+                    member,
+                    &plan,
+                    &ctx.backup_image,
+                    source,
+                    &sibling_nodes,
+                );
                 create(&pod_api, &pod).await?;
             }
         }

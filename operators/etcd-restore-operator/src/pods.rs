@@ -21,7 +21,8 @@ use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
 use k8s_openapi::api::core::v1::{
-    Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm, WeightedPodAffinityTerm,
+    Affinity, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaim, Pod,
+    PodAffinityTerm, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
@@ -37,6 +38,8 @@ pub const APP: &str = "etcd-restore";
 pub const RESTORE_LABEL: &str = "etcd_restore";
 /// Where the fetched snapshot lands (a scratch volume, gone with the pod).
 pub const SNAPSHOT_DIR: &str = "/var/etcd-restore";
+/// The node label the scheduler's per-node topology uses.
+const HOSTNAME_TOPOLOGY: &str = "kubernetes.io/hostname";
 const AWS_DIR: &str = "/etc/etcd-restore/aws";
 const CA_DIR: &str = "/etc/etcd-restore/s3-ca";
 
@@ -76,14 +79,20 @@ pub fn join_patch(cluster: &EtcdCluster, member: &str, version: &str) -> Option<
 }
 
 fn labels(restore: &EtcdRestore) -> BTreeMap<String, String> {
+    own_labels(&restore.name_any())
+}
+
+/// The labels of the pods and staged claims of restores named `restore`.
+pub fn own_labels(restore: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app".to_string(), APP.to_string()),
-        (RESTORE_LABEL.to_string(), restore.name_any()),
+        (RESTORE_LABEL.to_string(), restore.to_string()),
     ])
 }
 
 /// The pod that restores `member` of `plan` onto its claim (which must exist: the pod mounts it
-/// by the member's name, as the member pod will).
+/// by the member's name, as the member pod will). `sibling_nodes`: the nodes this restore's
+/// other pods were scheduled to (see [`off_sibling_nodes`]).
 pub fn restore_pod(
     restore: &EtcdRestore,
     cluster: &EtcdCluster,
@@ -91,6 +100,7 @@ pub fn restore_pod(
     plan: &RestorePlan,
     image: &str,
     source: &Source,
+    sibling_nodes: &[String],
 ) -> (Pod, RestoreCommand) {
     let version = EtcdVersion::parse(&plan.version).expect("a recorded version parses");
     let snapshot = format!("{SNAPSHOT_DIR}/snapshot.db");
@@ -130,7 +140,7 @@ pub fn restore_pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     });
     let spec = json!({"initContainers": [fetch], "containers": [tool], "volumes": volumes});
-    let pod = pod(restore, cluster, member, spec);
+    let pod = pod(restore, cluster, member, spec, sibling_nodes);
     (pod, command)
 }
 
@@ -195,15 +205,23 @@ fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
 
 /// The run-once pod of `restore` for `member`, scheduled like that member (node selector,
 /// tolerations, affinity, security context), owned by the EtcdRestore.
-fn pod(restore: &EtcdRestore, cluster: &EtcdCluster, member: &str, spec: Value) -> Pod {
+fn pod(
+    restore: &EtcdRestore,
+    cluster: &EtcdCluster,
+    member: &str,
+    spec: Value,
+    sibling_nodes: &[String],
+) -> Pod {
     let policy = cluster.spec.pod.clone().unwrap_or_default();
+    let affinity = restore_affinity(restore, cluster, member)
+        .map(|a| off_sibling_nodes(a, restore, sibling_nodes));
     let mut spec = spec;
     spec["restartPolicy"] = json!("Never");
     spec["automountServiceAccountToken"] = json!(false);
     spec["enableServiceLinks"] = json!(false);
     spec["nodeSelector"] = json!(policy.node_selector);
     spec["tolerations"] = json!(policy.tolerations);
-    spec["affinity"] = json!(restore_affinity(restore, cluster, member));
+    spec["affinity"] = json!(affinity);
     spec["securityContext"] = json!(policy.security_context);
     let mut pod: Pod = serde_json::from_value(json!({"spec": spec})).expect("a valid pod");
     pod.metadata = ObjectMeta {
@@ -315,6 +333,54 @@ fn restore_affinity(
     Some(affinity)
 }
 
+/// Keeps a restore pod off the nodes its siblings were scheduled to when the restore pods must
+/// be one per node (a required anti-affinity per hostname): the scheduler no longer counts a
+/// finished pod, so a pod made late (after an operator restart, say) could land beside one,
+/// and its member, held to that node by a node-local claim, could then never start beside the
+/// other member. Other topologies (zones) are left to the scheduler.
+fn off_sibling_nodes(
+    mut affinity: Affinity,
+    restore: &EtcdRestore,
+    sibling_nodes: &[String],
+) -> Affinity {
+    let namespace = restore.namespace().unwrap_or_default();
+    let one_per_node = affinity
+        .pod_anti_affinity
+        .as_ref()
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| {
+            terms.iter().any(|t| {
+                t.topology_key == HOSTNAME_TOPOLOGY && selects(t, &labels(restore), &namespace)
+            })
+        });
+    if !one_per_node || sibling_nodes.is_empty() {
+        return affinity;
+    }
+    let off = NodeSelectorRequirement {
+        key: "metadata.name".to_string(),
+        operator: "NotIn".to_string(),
+        values: Some(sibling_nodes.to_vec()),
+    };
+    let required = affinity
+        .node_affinity
+        .get_or_insert_default()
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_default();
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    // Terms are alternatives: each must keep off those nodes.
+    for term in &mut required.node_selector_terms {
+        term.match_fields.get_or_insert_default().push(off.clone());
+    }
+    affinity
+}
+
 /// Whether `term` selects a pod with `labels` in `namespace` (no selector selects nothing; a
 /// selector that cannot be parsed is left to the API server to refuse).
 fn selects(term: &PodAffinityTerm, labels: &BTreeMap<String, String>, namespace: &str) -> bool {
@@ -376,6 +442,7 @@ mod tests {
             &plan("3.5.16"),
             "localhost/etcd-backup:dev",
             &source,
+            &[],
         );
         let pod = yaml(&pod);
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "r-uid");
@@ -449,6 +516,7 @@ mod tests {
             &plan("3.5.16"),
             "localhost/etcd-backup:dev",
             &source,
+            &[],
         );
         assert!(command.bumps_revision);
         let pod = yaml(&pod);
@@ -501,6 +569,7 @@ mod tests {
             &plan("3.4.23"),
             "i",
             &source,
+            &[],
         );
         assert!(!command.bumps_revision);
         assert_eq!(
@@ -523,6 +592,7 @@ mod tests {
             &plan("3.5.16"),
             "i",
             &source,
+            &[],
         );
         let pod = yaml(&pod);
         assert_eq!(
@@ -538,6 +608,11 @@ mod tests {
 
     /// The affinity of `member`'s restore pod when the cluster's pod policy is `policy` (YAML).
     fn affinity_for(policy: &str) -> Value {
+        affinity_beside(policy, &[])
+    }
+
+    /// As [`affinity_for`], with this restore's other pods scheduled to `sibling_nodes`.
+    fn affinity_beside(policy: &str, sibling_nodes: &[&str]) -> Value {
         let mut cluster = cluster("3.5.16");
         let policy: Value = serde_saphyr::from_str(policy).unwrap();
         let mut pod = serde_json::to_value(&cluster.spec.pod).unwrap();
@@ -545,7 +620,16 @@ mod tests {
         cluster.spec.pod = serde_json::from_value(pod).unwrap();
         let restore = restore();
         let source = from_spec(&restore.spec).unwrap();
-        let (pod, _) = restore_pod(&restore, &cluster, "c-4", &plan("3.5.16"), "i", &source);
+        let nodes: Vec<String> = sibling_nodes.iter().map(|n| n.to_string()).collect();
+        let (pod, _) = restore_pod(
+            &restore,
+            &cluster,
+            "c-4",
+            &plan("3.5.16"),
+            "i",
+            &source,
+            &nodes,
+        );
         yaml(&pod)["spec"]["affinity"].clone()
     }
 
@@ -561,6 +645,54 @@ mod tests {
                 "labelSelector": {"matchLabels": {"app": "etcd-restore", "etcd_restore": "c"}},
                 "topologyKey": "kubernetes.io/hostname",
             }]}})
+        );
+    }
+
+    #[test]
+    fn a_restore_pod_made_late_keeps_off_the_nodes_its_finished_siblings_used() {
+        let off = json!({"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]});
+        // One per node: the siblings' nodes are excluded (the scheduler ignores finished pods).
+        let affinity = affinity_beside("{antiAffinity: true}", &["n1", "n2"]);
+        assert_eq!(
+            affinity["nodeAffinity"],
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [off]}]}})
+        );
+        // The user's node terms are alternatives: each one keeps off them too.
+        let policy = json!({"affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]},
+                    {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["nvme"]}]},
+                ]}},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"etcd_cluster": "c"}},
+                "topologyKey": "kubernetes.io/hostname"}]},
+        }});
+        let affinity = affinity_beside(&policy.to_string(), &["n1", "n2"]);
+        let terms = &affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+        assert_eq!(terms.as_array().unwrap().len(), 2);
+        for term in terms.as_array().unwrap() {
+            assert_eq!(term["matchFields"], json!([off]), "{term}");
+            assert_eq!(term["matchExpressions"][0]["key"], "disk");
+        }
+        // Only a preference, or apart per zone: left to the scheduler.
+        let preferred = json!({"affinity": {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+                "podAffinityTerm": {"labelSelector": {"matchLabels": {"etcd_cluster": "c"}},
+                    "topologyKey": "kubernetes.io/hostname"}}]}}});
+        let zones = json!({"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"etcd_cluster": "c"}},
+                "topologyKey": "topology.kubernetes.io/zone"}]}}});
+        for policy in [preferred, zones] {
+            let affinity = affinity_beside(&policy.to_string(), &["n1"]);
+            assert_eq!(affinity["nodeAffinity"], Value::Null, "{policy}");
+        }
+        // The first pods: nothing to keep off.
+        assert_eq!(
+            affinity_beside("{antiAffinity: true}", &[])["nodeAffinity"],
+            Value::Null
         );
     }
 
