@@ -11,8 +11,10 @@
 //!    that member down).
 //! 2. Finish the recorded change; an add etcd has not seen yet is dropped while a member is
 //!    unhealthy (etcd would refuse it, and healing must not wait behind it).
-//! 3. Never act destructively without quorum: fewer healthy voters than a majority is
-//!    [`Step::QuorumLost`], and nothing is removed or deleted.
+//! 3. Never act destructively without quorum: with fewer healthy voters than a majority,
+//!    nothing is removed or deleted. It is waited for while every unhealthy voter is coming
+//!    back on its data (its pod starting, or being deleted, as in a drain), else it is
+//!    [`Step::QuorumLost`].
 //! 4. Heal: a member whose data is gone (no claim, or emptyDir), or that keeps crashing on its
 //!    data while the others hold quorum, is removed, to be replaced by a new member under a new
 //!    name (the healthy majority holds every committed write).
@@ -20,6 +22,11 @@
 //! 6. Promote a caught-up learner; wait for unhealthy members (the kubelet restarts them).
 //! 7. Scale one member at a time, only when every member is healthy: add as a learner; remove
 //!    an unhealthy member first, never the leader when there is another choice.
+//!
+//! When no member answers: the recorded seed is made (its failed pod deleted); an empty world
+//! is seeded, or reported lost once the cluster was created; members restart on their claims
+//! (missing pods made, failed ones deleted to be made again); pods starting, and pods with claims being deleted, are waited
+//! for; anything else is [`Step::QuorumLost`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -125,7 +132,7 @@ pub enum Step {
     },
     /// Delete the pod and the claim of a member etcd no longer has.
     DeleteMemberResources { member: String },
-    /// Delete a failed pod so that it is recreated (on its claim).
+    /// Delete a failed pod so that it is made again (on its claim, if it has one).
     DeletePod { member: String },
     /// The recorded change is done (or moot): clear it.
     ClearIntent,
@@ -184,7 +191,8 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
     } = observed;
     if let Some(Intent::Seed { member }) = intent {
         return match pods.get(member) {
-            // Evicted before it answered: its pod is made again, on its claim.
+            // Evicted before it answered: its pod is made again (on its data, when it has a
+            // claim: etcd then ignores the bootstrap flags).
             Some(PodState::Failed) => Step::DeletePod {
                 member: member.clone(),
             },
@@ -208,20 +216,22 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
             member: names.next_member(used.iter().map(String::as_str)),
         };
     }
-    // Members whose pods were deleted restart on their claims; the data says who they are.
-    // Failed pods (evicted, say) are deleted first, as with quorum (rule 1): nothing else
-    // would ever bring back a cluster whose every pod was evicted.
+    // As rule 1 with quorum: members whose pods were deleted restart on their claims (the data
+    // says who they are), and failed pods (evicted, say) are deleted to be made again: nothing
+    // else would bring back a cluster whose every pod was evicted. Not a member being removed.
+    let removing = match intent {
+        Some(Intent::Remove { member, .. }) => member.as_deref(),
+        _ => None,
+    };
     if observed.persistent {
-        if let Some(member) = claims.iter().find(|c| !pods.contains_key(*c)) {
+        let restartable = || claims.iter().filter(|c| Some(c.as_str()) != removing);
+        if let Some(member) = restartable().find(|c| !pods.contains_key(*c)) {
             return Step::StartMember {
                 member: member.clone(),
                 initial_cluster: claims.iter().cloned().collect(),
             };
         }
-        if let Some(member) = claims
-            .iter()
-            .find(|c| pods.get(*c) == Some(&PodState::Failed))
-        {
+        if let Some(member) = restartable().find(|c| pods.get(*c) == Some(&PodState::Failed)) {
             return Step::DeletePod {
                 member: member.clone(),
             };
@@ -401,10 +411,37 @@ fn plan_reachable(
         None => {}
     }
 
-    // 3. Quorum: nothing below runs without it.
+    // 3. Quorum: nothing below runs without it. When every unhealthy voter is coming back on
+    //    its data (its pod starting or being deleted, as after a drain), that is waited for:
+    //    none of them is dead.
     let voters: Vec<&Member> = members.iter().filter(|m| !m.learner).collect();
     let healthy_voters = voters.iter().filter(|m| m.healthy).count();
     if healthy_voters < voters.len() / 2 + 1 {
+        let returning = |m: &&&Member| {
+            m.name.as_deref().is_some_and(|name| {
+                has_data(name)
+                    && !observed.crashing.contains_key(name)
+                    && matches!(
+                        pods.get(name),
+                        Some(
+                            PodState::Pending
+                                | PodState::Running { ready: false }
+                                | PodState::Terminating
+                        )
+                    )
+            })
+        };
+        let down: Vec<&&Member> = voters.iter().filter(|m| !m.healthy).collect();
+        if down.iter().all(returning) {
+            let down: Vec<String> = down.iter().map(|m| display(m)).collect();
+            return Step::Wait {
+                reason: format!(
+                    "{healthy_voters} of {} voting members healthy; {} restarting on their data",
+                    voters.len(),
+                    down.join(", ")
+                ),
+            };
+        }
         return Step::QuorumLost {
             dead: voters
                 .iter()

@@ -568,3 +568,54 @@ fn a_cluster_whose_every_pod_was_evicted_or_drained_comes_back_on_its_claims() {
         }
     );
 }
+
+#[test]
+fn quorum_lost_while_members_restart_on_their_data_is_waited_for_not_reported_dead() {
+    // After a drain: c-0 is back, c-1 and c-2 start again on their claims.
+    let mut o = healthy(3);
+    for name in ["c-1", "c-2"] {
+        member(&mut o, name).healthy = false;
+    }
+    o.pods.insert("c-1".into(), PodState::Pending);
+    o.pods.insert("c-2".into(), PodState::Terminating);
+    match plan(&names(), 3, &o) {
+        Step::Wait { reason } => assert!(reason.contains("c-1, c-2"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // One that keeps crashing on its data, or runs ready yet does not answer, is not coming
+    // back by itself: reported.
+    let mut crashing = o.clone();
+    crashing.crashing.insert("c-2".into(), "exit 1".into());
+    let mut ready = o.clone();
+    ready.pods.insert("c-2".into(), READY);
+    // One whose claim is gone has no data to come back on.
+    let mut no_claim = o.clone();
+    no_claim.claims.remove("c-2");
+    for o in [crashing, ready, no_claim] {
+        assert!(
+            matches!(plan(&names(), 3, &o), Step::QuorumLost { ref dead, .. } if dead.len() == 2),
+            "{:?}",
+            plan(&names(), 3, &o)
+        );
+    }
+}
+
+#[test]
+fn a_member_being_removed_is_not_restarted_when_no_member_answers() {
+    let mut o = healthy(3);
+    o.members = None;
+    o.leader_list = false;
+    o.intent = Some(Intent::Remove {
+        member: Some("c-0".into()),
+        id: 1,
+        reason: "scaling down".into(),
+    });
+    o.pods.remove("c-0");
+    o.pods.insert("c-1".into(), PodState::Failed);
+    assert_eq!(
+        plan(&names(), 3, &o),
+        Step::DeletePod {
+            member: "c-1".into()
+        }
+    );
+}

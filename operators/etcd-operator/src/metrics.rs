@@ -51,7 +51,7 @@ impl Default for Metrics {
         let quorum_lost = Family::<ClusterLabels, Gauge>::default();
         registry.register(
             "quorum_lost",
-            "1 while fewer healthy voting members than a majority",
+            "1 while fewer healthy voting members than a majority, or none answers",
             quorum_lost.clone(),
         );
         let membership_changes = Family::<ChangeLabels, Counter>::default();
@@ -108,7 +108,7 @@ impl Metrics {
             .set(members.iter().filter(|m| m.healthy).count() as i64);
         self.quorum_lost
             .get_or_create(&labels)
-            .set(matches!(step, Step::QuorumLost { .. }) as i64);
+            .set(crate::status::quorum_lost(observed, step) as i64);
         let kind = match step {
             Step::Seed { .. } => "seed",
             Step::AddLearner { .. } => "add",

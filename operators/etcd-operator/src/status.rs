@@ -144,6 +144,19 @@ fn condition(
     new
 }
 
+/// Whether the cluster has no quorum now: reported as lost by the planner, none of the members
+/// of a created cluster answers, or fewer voters are healthy than a majority (also while
+/// members come back on their data: the cluster is down meanwhile).
+pub fn quorum_lost(observed: &Observed, step: &Step) -> bool {
+    let voters: Vec<_> = (observed.members.iter().flatten())
+        .filter(|m| !m.learner)
+        .collect();
+    let healthy = voters.iter().filter(|m| m.healthy).count();
+    matches!(step, Step::QuorumLost { .. })
+        || observed.members.is_none() && observed.bootstrapped
+        || observed.members.is_some() && healthy < voters.len() / 2 + 1
+}
+
 pub fn report(
     cluster: &EtcdCluster,
     observed: &Observed,
@@ -177,6 +190,14 @@ pub fn report(
                 "{reason}; dead: {}; restore with an EtcdRestore",
                 dead.join(", ")
             ),
+        ),
+        // Once created, a cluster none of whose members answers is down (all pods drained,
+        // say), however sure it is to come back.
+        _ if observed.members.is_none() && observed.bootstrapped => (
+            false,
+            "QuorumLost",
+            "no member answers; waiting for members to come back, else restore with an EtcdRestore"
+                .to_string(),
         ),
         _ if observed.members.is_none() => (
             false,
@@ -412,6 +433,44 @@ pub fn invalid(cluster: &EtcdCluster, problem: &str) -> Value {
 mod tests {
     use super::*;
     use etcd_cluster::Member;
+
+    #[test]
+    fn quorum_is_lost_while_members_come_back_and_while_none_of_a_created_cluster_answers() {
+        let voter = |id: u64, healthy: bool| Member {
+            id,
+            name: Some(format!("c-{id}")),
+            started: true,
+            learner: false,
+            healthy,
+            leader: false,
+        };
+        let wait = Step::Wait {
+            reason: "restarting".into(),
+        };
+        let with = |members: Option<Vec<Member>>, bootstrapped: bool| Observed {
+            members,
+            bootstrapped,
+            ..Default::default()
+        };
+        let one_of_three = with(
+            Some(vec![voter(1, true), voter(2, false), voter(3, false)]),
+            true,
+        );
+        let two_of_three = with(
+            Some(vec![voter(1, true), voter(2, true), voter(3, false)]),
+            true,
+        );
+        assert!(quorum_lost(&one_of_three, &wait));
+        assert!(!quorum_lost(&two_of_three, &wait));
+        assert!(quorum_lost(&with(None, true), &wait));
+        // Not created yet: the seed is starting.
+        assert!(!quorum_lost(&with(None, false), &wait));
+        let lost = Step::QuorumLost {
+            dead: vec![],
+            reason: "gone".into(),
+        };
+        assert!(quorum_lost(&with(None, false), &lost));
+    }
 
     #[test]
     fn an_unchanged_world_gives_the_same_status_so_the_write_is_a_no_op() {

@@ -287,9 +287,10 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
     assert_eq!(kvs.kvs().len(), 50, "the member restarted without its data");
     assert_eq!(member.member_list().await.unwrap().members().len(), 3);
 
-    // Every member pod deleted at once (all nodes drained): quorum is gone only while they
-    // are, and each member comes back on its claim with the data. No member answers while the
-    // pods are being deleted; that is waited for, not reported as a lost quorum.
+    // Every member pod deleted at once (all nodes drained): quorum is gone until they are back,
+    // and each member comes back on its claim with the data. The cluster is reported down
+    // meanwhile, but no member is called dead (nor is a restore asked for).
+    let drained_at = k8s_openapi::jiff::Timestamp::now();
     let before: Vec<_> = pods
         .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
         .await
@@ -328,27 +329,38 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
         assert_eq!(kvs.kvs().len(), 50, "{member} came back without its data");
     }
     let events = events(&kube, &ns).await;
-    // The operator started each one again (identical events are counted in one object).
+    // When an event was last made: identical ones are counted in one object (a series).
+    let last_seen = |e: &k8s_openapi::api::events::v1::Event| {
+        let series = e.series.as_ref().map(|s| s.last_observed_time.0);
+        series.or(e.event_time.as_ref().map(|t| t.0))
+    };
+    let since_drain = |reason: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| last_seen(e).is_some_and(|t| t >= drained_at))
+            .map(|e| e.note.clone().unwrap_or_default())
+            .collect()
+    };
+    // The operator started each one again.
+    let started = since_drain("MemberStarted");
     for member in member_pods(&kube, &ns).await {
         assert!(
-            events
+            started
                 .iter()
-                .any(|e| e.reason.as_deref() == Some("MemberStarted")
-                    && e.note
-                        .as_deref()
-                        .unwrap_or("")
-                        .contains(&format!("pod {member} "))),
-            "no MemberStarted event for {member}"
+                .any(|n| n.contains(&format!("pod {member} "))),
+            "{member} was not started again after the drain: {started:?}"
         );
     }
-    let lost: Vec<_> = events
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("QuorumLost"))
-        .map(|e| e.note.clone())
-        .collect();
+    let lost = since_drain("QuorumLost");
     assert!(
-        lost.is_empty(),
-        "a drain was reported as a lost quorum: {lost:?}"
+        !lost.is_empty(),
+        "the drained cluster was not reported down"
+    );
+    assert!(
+        lost.iter()
+            .all(|n| n.contains("waiting for members to come back") && !n.contains("dead")),
+        "a member coming back was reported dead: {lost:?}"
     );
     kube.delete_namespace(&ns).await.unwrap();
 }

@@ -146,22 +146,19 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     for pod in &stale {
         delete(&pod_api, &pod.name_any()).await?;
     }
+    let plan_recorded = recorded.plan.clone();
+    let planned_members: Vec<String> = plan_recorded
+        .iter()
+        .flat_map(|p| p.members.clone())
+        .collect();
+    // The nodes each member's restore is tied to, pods being deleted included: a pod made late
+    // keeps off its siblings' when the pods must be one per node.
+    let restore_nodes = pods::restore_nodes(&planned_members, &own_pods, &staged_claims);
     // Pods being deleted count as gone (a discarded restore waits for its claims instead).
     let own_pods: BTreeMap<String, Pod> = own_pods
         .into_iter()
         .filter(|p| p.meta().deletion_timestamp.is_none())
         .map(|p| (p.name_any(), p))
-        .collect();
-    // Where they were scheduled: a pod made late keeps off those nodes when the pods must be
-    // one per node (the scheduler no longer counts finished ones).
-    let restore_nodes: BTreeMap<String, String> = own_pods
-        .iter()
-        .filter_map(|(name, p)| Some((name.clone(), p.spec.as_ref()?.node_name.clone()?)))
-        .collect();
-    let plan_recorded = recorded.plan.clone();
-    let planned_members: Vec<String> = plan_recorded
-        .iter()
-        .flat_map(|p| p.members.clone())
         .collect();
     let mut restore_pods: BTreeMap<String, PodRun> = planned_members
         .iter()
@@ -363,13 +360,13 @@ async fn member_health(
 }
 
 /// Executes one step.
-/// `restore_nodes`: the nodes this restore's pods were scheduled to, by pod name.
+/// `restore_nodes`: the nodes each member's restore is tied to ([`pods::restore_nodes`]).
 async fn execute(
     ctx: &Context,
     restore: &EtcdRestore,
     cluster: Option<&EtcdCluster>,
     source: Option<&Source>,
-    restore_nodes: &BTreeMap<String, String>,
+    restore_nodes: &BTreeMap<String, BTreeSet<String>>,
     step: &Step,
 ) -> Result<(), Error> {
     let ns = restore.namespace().unwrap_or_default();
@@ -504,11 +501,7 @@ async fn execute(
                 if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
                     create(&claim_api, &claim).await?;
                 }
-                let own_pod = pods::restore_pod_name(member);
-                let sibling_nodes: Vec<String> = (restore_nodes.iter())
-                    .filter(|(pod, _)| **pod != own_pod)
-                    .map(|(_, node)| node.clone())
-                    .collect();
+                let sibling_nodes = pods::sibling_nodes(restore_nodes, member);
                 let (pod, _) = pods::restore_pod(
                     restore,
                     cluster,

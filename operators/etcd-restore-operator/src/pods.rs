@@ -13,7 +13,7 @@
 //!   containers of the member pod would run the restore again whenever the kubelet recreates
 //!   the pod sandbox, over live data.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
 use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
@@ -333,6 +333,48 @@ fn restore_affinity(
     Some(affinity)
 }
 
+/// The claim annotation naming the node a claim's volume was provisioned for (set by the
+/// scheduler for `WaitForFirstConsumer` storage: node-local volumes).
+const SELECTED_NODE_ANNOTATION: &str = "volume.kubernetes.io/selected-node";
+
+/// The nodes each member's restore is tied to: where its restore pod was scheduled (one being
+/// deleted too) and the node its staged claim's volume was provisioned for.
+pub fn restore_nodes(
+    members: &[String],
+    own_pods: &[Pod],
+    staged_claims: &[&PersistentVolumeClaim],
+) -> BTreeMap<String, BTreeSet<String>> {
+    members
+        .iter()
+        .map(|member| {
+            let pod = own_pods
+                .iter()
+                .find(|p| p.name_any() == restore_pod_name(member));
+            let pod_node = pod.and_then(|p| p.spec.as_ref()?.node_name.clone());
+            let claim = staged_claims.iter().find(|c| c.name_any() == *member);
+            let claim_node =
+                claim.and_then(|c| c.annotations().get(SELECTED_NODE_ANNOTATION).cloned());
+            let nodes = pod_node.into_iter().chain(claim_node).collect();
+            (member.clone(), nodes)
+        })
+        .collect()
+}
+
+/// The nodes `member`'s restore pod keeps off ([`off_sibling_nodes`]): its siblings', but not
+/// one its own claim is already tied to (it could not run anywhere else).
+pub fn sibling_nodes(
+    restore_nodes: &BTreeMap<String, BTreeSet<String>>,
+    member: &str,
+) -> Vec<String> {
+    let own = restore_nodes.get(member).cloned().unwrap_or_default();
+    let siblings: BTreeSet<&String> = (restore_nodes.iter())
+        .filter(|(m, _)| m.as_str() != member)
+        .flat_map(|(_, nodes)| nodes)
+        .filter(|n| !own.contains(*n))
+        .collect();
+    siblings.into_iter().cloned().collect()
+}
+
 /// Keeps a restore pod off the nodes its siblings were scheduled to when the restore pods must
 /// be one per node (a required anti-affinity per hostname): the scheduler no longer counts a
 /// finished pod, so a pod made late (after an operator restart, say) could land beside one,
@@ -359,11 +401,14 @@ fn off_sibling_nodes(
     if !one_per_node || sibling_nodes.is_empty() {
         return affinity;
     }
-    let off = NodeSelectorRequirement {
-        key: "metadata.name".to_string(),
-        operator: "NotIn".to_string(),
-        values: Some(sibling_nodes.to_vec()),
-    };
+    // A node field requirement takes exactly one value (the API server's rule): one per node.
+    let off: Vec<NodeSelectorRequirement> = (sibling_nodes.iter())
+        .map(|node| NodeSelectorRequirement {
+            key: "metadata.name".to_string(),
+            operator: "NotIn".to_string(),
+            values: Some(vec![node.clone()]),
+        })
+        .collect();
     let required = affinity
         .node_affinity
         .get_or_insert_default()
@@ -376,7 +421,9 @@ fn off_sibling_nodes(
     }
     // Terms are alternatives: each must keep off those nodes.
     for term in &mut required.node_selector_terms {
-        term.match_fields.get_or_insert_default().push(off.clone());
+        term.match_fields
+            .get_or_insert_default()
+            .extend(off.iter().cloned());
     }
     affinity
 }
@@ -650,13 +697,16 @@ mod tests {
 
     #[test]
     fn a_restore_pod_made_late_keeps_off_the_nodes_its_finished_siblings_used() {
-        let off = json!({"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n2"]});
+        let off = json!([
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]},
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n2"]},
+        ]);
         // One per node: the siblings' nodes are excluded (the scheduler ignores finished pods).
         let affinity = affinity_beside("{antiAffinity: true}", &["n1", "n2"]);
         assert_eq!(
             affinity["nodeAffinity"],
             json!({"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchFields": [off]}]}})
+                "nodeSelectorTerms": [{"matchFields": off}]}})
         );
         // The user's node terms are alternatives: each one keeps off them too.
         let policy = json!({"affinity": {
@@ -673,7 +723,7 @@ mod tests {
         let terms = &affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
         assert_eq!(terms.as_array().unwrap().len(), 2);
         for term in terms.as_array().unwrap() {
-            assert_eq!(term["matchFields"], json!([off]), "{term}");
+            assert_eq!(term["matchFields"], off, "{term}");
             assert_eq!(term["matchExpressions"][0]["key"], "disk");
         }
         // Only a preference, or apart per zone: left to the scheduler.
@@ -694,6 +744,33 @@ mod tests {
             affinity_beside("{antiAffinity: true}", &[])["nodeAffinity"],
             Value::Null
         );
+    }
+
+    #[test]
+    fn siblings_nodes_come_from_their_pods_and_claims_but_never_the_members_own() {
+        let pod = |member: &str, node: &str, deleting: bool| -> Pod {
+            let deleted = deleting.then_some("2026-11-25T10:00:00Z");
+            serde_json::from_value(json!({
+                "metadata": {"name": restore_pod_name(member), "deletionTimestamp": deleted},
+                "spec": {"containers": [], "nodeName": node},
+            }))
+            .unwrap()
+        };
+        let claim = |member: &str, node: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": member,
+                "annotations": {"volume.kubernetes.io/selected-node": node}}}))
+            .unwrap()
+        };
+        let members: Vec<String> = ["c-3", "c-4", "c-5", "c-6"].map(String::from).into();
+        // c-3 ran on n1 (its pod being deleted); c-4's volume is on n2, its pod gone; c-5's
+        // volume is on n1 too (placed beside c-3 before), its pod gone; c-6 has nothing yet.
+        let pods = [pod("c-3", "n1", true)];
+        let (c3, c4, c5) = (claim("c-3", "n1"), claim("c-4", "n2"), claim("c-5", "n1"));
+        let nodes = restore_nodes(&members, &pods, &[&c3, &c4, &c5]);
+        assert_eq!(sibling_nodes(&nodes, "c-6"), ["n1", "n2"]);
+        assert_eq!(sibling_nodes(&nodes, "c-4"), ["n1"]);
+        // Its own volume is on n1: it can run nowhere else, so n1 is not excluded.
+        assert_eq!(sibling_nodes(&nodes, "c-5"), ["n2"]);
     }
 
     #[test]
