@@ -12,9 +12,9 @@
 //! 2. Finish the recorded change; an add etcd has not seen yet is dropped while a member is
 //!    unhealthy (etcd would refuse it, and healing must not wait behind it).
 //! 3. Never act destructively without quorum: with fewer healthy voters than a majority,
-//!    nothing is removed or deleted. It is waited for while every unhealthy voter is coming
-//!    back on its data (its pod starting, or being deleted, as in a drain), else it is
-//!    [`Step::QuorumLost`].
+//!    nothing is removed or deleted. It is waited for while every unhealthy voter can come
+//!    back on its data (it has its claim and does not keep crashing on it: its pod starting,
+//!    or being deleted as in a drain), else it is [`Step::QuorumLost`].
 //! 4. Heal: a member whose data is gone (no claim, or emptyDir), or that keeps crashing on its
 //!    data while the others hold quorum, is removed, to be replaced by a new member under a new
 //!    name (the healthy majority holds every committed write).
@@ -411,25 +411,17 @@ fn plan_reachable(
         None => {}
     }
 
-    // 3. Quorum: nothing below runs without it. When every unhealthy voter is coming back on
-    //    its data (its pod starting or being deleted, as after a drain), that is waited for:
-    //    none of them is dead.
+    // 3. Quorum: nothing below runs without it. When every unhealthy voter can come back on
+    //    its data, that is waited for: none of them is dead.
     let voters: Vec<&Member> = members.iter().filter(|m| !m.learner).collect();
     let healthy_voters = voters.iter().filter(|m| m.healthy).count();
     if healthy_voters < voters.len() / 2 + 1 {
+        // Its data is there and it does not keep crashing on it: its pod is starting, being
+        // deleted (rule 1 makes it again), or running through an election.
         let returning = |m: &&&Member| {
-            m.name.as_deref().is_some_and(|name| {
-                has_data(name)
-                    && !observed.crashing.contains_key(name)
-                    && matches!(
-                        pods.get(name),
-                        Some(
-                            PodState::Pending
-                                | PodState::Running { ready: false }
-                                | PodState::Terminating
-                        )
-                    )
-            })
+            m.name
+                .as_deref()
+                .is_some_and(|name| has_data(name) && !observed.crashing.contains_key(name))
         };
         let down: Vec<&&Member> = voters.iter().filter(|m| !m.healthy).collect();
         if down.iter().all(returning) {
