@@ -25,8 +25,8 @@
 //!
 //! When no member answers: the recorded seed is made (its failed pod deleted); an empty world
 //! is seeded, or reported lost once the cluster was created; members restart on their claims
-//! (missing pods made, failed ones deleted to be made again); pods starting, and pods with claims being deleted, are waited
-//! for; anything else is [`Step::QuorumLost`].
+//! (missing pods made, failed ones deleted to be made again); pods starting, and pods with
+//! claims being deleted, are waited for; anything else is [`Step::QuorumLost`].
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -81,8 +81,12 @@ impl Events {
     async fn write(&self, event: &Event, reference: &ObjectReference) -> Result<(), kube::Error> {
         let note = event.note.clone().map(truncate_note);
         let key = format!(
-            "{reference:?}|{:?}|{}|{}|{:?}|{note:?}",
-            event.type_, event.reason, event.action, event.secondary
+            "{}|{}|{:?}|{}|{}|{note:?}",
+            identity(reference),
+            event.secondary.as_ref().map(identity).unwrap_or_default(),
+            event.type_,
+            event.reason,
+            event.action,
         );
         let now = Timestamp::now();
         let repeat = {
@@ -159,6 +163,20 @@ impl Events {
             ..Default::default()
         }
     }
+}
+
+/// Which object a reference names, whatever its resourceVersion (it changes with every status
+/// write: an event repeated after one is still a repeat).
+fn identity(reference: &ObjectReference) -> String {
+    let ObjectReference {
+        api_version,
+        kind,
+        namespace,
+        name,
+        uid,
+        ..
+    } = reference;
+    format!("{api_version:?}/{kind:?}/{namespace:?}/{name:?}/{uid:?}")
 }
 
 /// When an Event object was last seen: its series' last, else its own time.

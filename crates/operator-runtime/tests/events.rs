@@ -26,6 +26,15 @@ async fn each_note_is_its_own_event_and_repeats_are_counted() {
     events
         .normal(&reference, "MemberStarted", "started pod c-0")
         .await;
+    // The same object after a write (a new resourceVersion): still a repeat.
+    let mut changed = object.clone();
+    changed.data = Some([("k".to_string(), "v".to_string())].into());
+    let changed = maps
+        .replace("subject", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_ne!(changed.resource_version(), object.resource_version());
+    let reference: ObjectReference = changed.object_ref(&());
     events
         .normal(&reference, "MemberStarted", "started pod c-1")
         .await;
