@@ -96,7 +96,9 @@ impl Events {
         };
         let namespace = reference.namespace.as_deref().unwrap_or("default");
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
-        let written = match repeat {
+        // A repeat goes into the series of the Event written before, unless that one is gone
+        // meanwhile (events expire): then, as any other, it is a new Event.
+        let counted = match repeat {
             Some(mut object) => {
                 let count = object.series.as_ref().map_or(2, |s| s.count + 1);
                 object.series = Some(EventSeries {
@@ -108,16 +110,15 @@ impl Events {
                     .patch(&name, &PatchParams::default(), &Patch::Merge(&object))
                     .await
                 {
-                    Ok(_) => object,
-                    // Gone meanwhile (events expire): a new one.
-                    Err(kube::Error::Api(e)) if e.code == 404 => {
-                        let object = self.new_event(event, note, reference, now);
-                        api.create(&PostParams::default(), &object).await?;
-                        object
-                    }
+                    Ok(_) => Some(object),
+                    Err(kube::Error::Api(e)) if e.code == 404 => None,
                     Err(e) => return Err(e),
                 }
             }
+            None => None,
+        };
+        let written = match counted {
+            Some(object) => object,
             None => {
                 let object = self.new_event(event, note, reference, now);
                 api.create(&PostParams::default(), &object).await?;

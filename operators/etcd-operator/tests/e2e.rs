@@ -114,6 +114,17 @@ async fn member_pods(kube: &KubeTestbed, ns: &str) -> Vec<String> {
     names
 }
 
+/// A pod of that name made again (not the one with `old_uid`) and ready.
+fn made_again_and_ready(old_uid: Option<String>) -> impl Fn(&Pod) -> bool + Send + 'static {
+    move |p: &Pod| {
+        p.metadata.uid != old_uid
+            && p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }
+}
+
 /// `minAvailable` of the cluster's PodDisruptionBudget.
 async fn min_available(kube: &KubeTestbed, ns: &str) -> i64 {
     let resource = etcd_operator::controller::disruption_budget_api(&kube.client).await;
@@ -254,19 +265,12 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
     pods.delete(&victim, &DeleteParams::default())
         .await
         .unwrap();
-    let back = move |p: &Pod| {
-        p.metadata.uid != old_uid
-            && p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    };
     wait_until(
         &pods,
         &victim,
         "the deleted member back and ready",
         240,
-        back,
+        made_again_and_ready(old_uid),
     )
     .await
     .unwrap();
@@ -303,13 +307,7 @@ async fn creates_scales_and_heals_a_pvc_backed_cluster_keeping_its_data() {
         pods.delete(member, &DeleteParams::default()).await.unwrap();
     }
     for (member, old_uid) in before {
-        let back = move |p: &Pod| {
-            p.metadata.uid != old_uid
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        };
+        let back = made_again_and_ready(old_uid);
         wait_until(&pods, &member, "every member back after a drain", 240, back)
             .await
             .unwrap();
