@@ -87,8 +87,11 @@ pub struct NewCluster {
     /// Number of members (1..7).
     #[schemars(range(min = 1, max = 7))]
     pub size: i32,
-    /// etcd version, e.g. `3.5.16`.
-    #[schemars(length(min = 1, max = 64))]
+    /// etcd version, MAJOR.MINOR.PATCH (a leading `v` is ignored), e.g. `3.5.16`.
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^v?[0-9]+\.[0-9]+\.[0-9]+$")
+    )]
     pub version: String,
     /// Image repository (default `quay.io/coreos/etcd`, as coreos).
     #[serde(default, skip_serializing_if = "Option::is_none")]

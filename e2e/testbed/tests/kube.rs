@@ -245,6 +245,46 @@ async fn invalid_backups_are_rejected_by_the_schema() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
+/// A new cluster's version must be MAJOR.MINOR.PATCH: the restore tool and its flags follow it.
+#[tokio::test]
+async fn a_restore_of_a_new_cluster_with_an_invalid_version_is_rejected() {
+    let kube = testbed().await;
+    let ns = kube.namespace("invalid-restores").await.unwrap();
+    let restores = api(&kube, &ns, "EtcdRestore");
+    let restore = |version: &str| {
+        object(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+            "metadata": {"name": "c"},
+            "spec": {"etcdCluster": {"name": "c"}, "backupStorageType": "S3",
+                     "s3": {"path": "bucket/etcd.backup", "awsSecret": "aws"},
+                     "newCluster": {"size": 3, "version": version, "storage": "1Gi"}}
+        }))
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    for bad in ["3.5", "latest", "3.5.16-rc.1"] {
+        let error = api_error(restores.create(&dry_run, &restore(bad)).await);
+        assert_eq!(
+            (error.code, error.reason.as_str()),
+            (422, "Invalid"),
+            "{bad}"
+        );
+        assert!(
+            error
+                .message
+                .contains("spec.newCluster.version: Invalid value"),
+            "{bad}: {:?}",
+            error.message
+        );
+    }
+    for good in ["3.5.16", "v3.4.23"] {
+        restores.create(&dry_run, &restore(good)).await.unwrap();
+    }
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
 #[tokio::test]
 async fn status_subresource_and_printer_columns() {
     let kube = testbed().await;

@@ -490,13 +490,22 @@ async fn finalize(
                 Ok(keys) => {
                     tracing::info!(name = %backup.name_any(), deleted = keys.len(), "deletion policy Delete: backups removed")
                 }
-                // The S3 Secret went first (a namespace being deleted): waiting for it longer
-                // than the bound would block the namespace for good. The backups are kept.
-                Err(RunError::Secret(SecretError::Missing(secret)))
-                    if deleting_for(backup, (ctx.clock)()) > ctx.finalizer_timeout =>
+                // The S3 Secret went first (a namespace being deleted), or the backups can
+                // never be reached from here (no credentials, an unusable Secret, the local
+                // volume not mounted): waiting longer than the bound would block the deletion,
+                // and a namespace's, for good. The backups are kept.
+                Err(e)
+                    if cannot_succeed_by_waiting(&e)
+                        && deleting_for(backup, (ctx.clock)()) > ctx.finalizer_timeout =>
                 {
+                    let why = match &e {
+                        RunError::Secret(SecretError::Missing(secret)) => {
+                            format!("the S3 Secret {secret:?} is gone")
+                        }
+                        other => other.to_string(),
+                    };
                     let cause = format!(
-                        "the S3 Secret {secret:?} is gone, so nothing could be deleted (waited {} s)",
+                        "{why}, so nothing could be deleted (waited {} s)",
                         ctx.finalizer_timeout.as_secs()
                     );
                     tracing::warn!(name = %backup.name_any(), %cause, "deletion policy Delete: backups kept");
@@ -523,6 +532,16 @@ async fn finalize(
     }
     set_finalizer(backup.meta(), false, &ctx.client).await?;
     Ok(Action::await_change())
+}
+
+/// Whether deleting the backups failed for a cause that only a person can fix (the storage
+/// Secret or the operator's volume), not for one that may pass (S3 or the API unreachable).
+fn cannot_succeed_by_waiting(error: &RunError) -> bool {
+    match error {
+        RunError::Secret(SecretError::Read { .. }) => false,
+        RunError::Secret(_) | RunError::LocalVolume(_) => true,
+        _ => false,
+    }
 }
 
 /// How long the object has been waiting for its deletion.

@@ -1,10 +1,12 @@
 //! One backup run: snapshot to S3 through etcd-snapshot's verified streaming path, then
 //! retention. Free of Kubernetes, so it is tested against real etcd and S3.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use backup_storage::{Location, Precondition, StorageError, Store, UploadOptions};
-use etcd_snapshot::{EtcdConnection, ObjectName, SaveOptions, SaveReport};
+use etcd_snapshot::{EtcdConnection, ObjectName, Progress, SaveOptions, SaveReport};
 
 use crate::local::{self, LocalVolume, LocalVolumeError};
 use crate::plan::{BackupPlan, Target};
@@ -109,8 +111,57 @@ pub async fn run_backup(
     resolved: Resolved,
     owner: &str,
 ) -> Result<Outcome, RunError> {
-    let store = Store::open(location, &resolved.s3).await?;
     let base = &location.key();
+    // `timeoutInSecond` bounds the whole backup, the S3 calls before the snapshot too (a hung
+    // server would otherwise hold the run for the SDK's attempts, 10 minutes each).
+    let (store, report) = match plan.deadline {
+        None => save(plan, location, base, resolved, owner, None).await?,
+        Some(deadline) => {
+            let received = Arc::new(AtomicU64::new(0));
+            let run = save(
+                plan,
+                location,
+                base,
+                resolved,
+                owner,
+                Some(received.clone()),
+            );
+            match tokio::time::timeout(deadline, run).await {
+                Ok(saved) => saved?,
+                // Dropping the run drops its upload, which aborts it.
+                Err(_) => {
+                    return Err(RunError::Snapshot(etcd_snapshot::Error::DeadlineExceeded {
+                        seconds: deadline.as_secs(),
+                        bytes: received.load(Ordering::Relaxed),
+                    }));
+                }
+            }
+        }
+    };
+
+    let pruned = match plan.max_backups {
+        Some(keep) if !plan.trigger.is_one_shot() => {
+            retention::prune(&store, base, owner, keep, &report.key)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        _ => Ok(Vec::new()),
+    };
+    Ok(Outcome { report, pruned })
+}
+
+/// Opens the store, removes this EtcdBackup's abandoned uploads, checks the object may be
+/// written, and saves the snapshot. `received` follows the bytes streamed, for a deadline's
+/// message.
+async fn save(
+    plan: &BackupPlan,
+    location: &Location,
+    base: &str,
+    resolved: Resolved,
+    owner: &str,
+    received: Option<Arc<AtomicU64>>,
+) -> Result<(Store, SaveReport), RunError> {
+    let store = Store::open(location, &resolved.s3).await?;
     // Only uploads this EtcdBackup could have started: its own key and scheduled names.
     let owned = |key: &str| etcd_snapshot::naming::is_backup_of(base, key);
     match store
@@ -118,15 +169,20 @@ pub async fn run_backup(
         .await
     {
         Ok(0) => {}
-        Ok(n) => tracing::info!(removed = n, %location, "removed abandoned multipart uploads"),
-        Err(e) => tracing::warn!(error = %e, %location, "could not list abandoned uploads"),
+        Ok(n) => {
+            tracing::info!(removed = n, location = %store.location(base), "removed abandoned multipart uploads")
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, location = %store.location(base), "could not list abandoned uploads")
+        }
     }
 
     let name = plan.object_name(base);
     let precondition = match &name {
         ObjectName::Exact(key) => refuse_foreign_object(&store, key, owner).await?,
-        // New, unique names (revision and time).
-        ObjectName::Scheduled(_) => None,
+        // A new name (revision and time): an object already there was written by someone
+        // else (another EtcdBackup with the same path, the same second), and stays.
+        ObjectName::Scheduled(_) => Some(Precondition::Absent),
     };
     let mut connection = EtcdConnection::new(plan.endpoints.clone());
     connection.tls = resolved.tls;
@@ -142,25 +198,21 @@ pub async fn run_backup(
         .upload
         .metadata
         .insert(OWNER_METADATA_KEY.into(), owner.into());
-    let report = match etcd_snapshot::save(&connection, &store, &options).await {
+    if let Some(received) = received {
+        options.progress = Some(Arc::new(move |p: Progress| {
+            received.store(p.received, Ordering::Relaxed)
+        }));
+    }
+    match etcd_snapshot::save(&connection, &store, &options).await {
         Err(etcd_snapshot::Error::Storage(StorageError::PreconditionFailed { url })) => {
-            return Err(RunError::NotOwned {
+            Err(RunError::NotOwned {
                 url,
-                why: "another writer put an object there after it was checked".into(),
-            });
+                why: "another writer put an object there before the commit".into(),
+            })
         }
-        other => other?,
-    };
-
-    let pruned = match plan.max_backups {
-        Some(keep) if !plan.trigger.is_one_shot() => {
-            retention::prune(&store, base, owner, keep, &report.key)
-                .await
-                .map_err(|e| e.to_string())
-        }
-        _ => Ok(Vec::new()),
-    };
-    Ok(Outcome { report, pruned })
+        Ok(report) => Ok((store, report)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The `Delete` deletion policy: removes what this EtcdBackup wrote.

@@ -321,13 +321,7 @@ async fn a_missing_s3_secret_releases_the_finalizer_after_the_bound() {
     let spec = json!({"etcdEndpoints": ["https://e:2379"], "storageType": "S3",
         "deletionPolicy": "Delete", "clientTLSSecret": "etcd-client-tls",
         "s3": {"path": "mybucket/etcd.backup", "awsSecret": "aws"}});
-    let deleted = |seconds_ago: i64| {
-        let mut obj = backup(spec.clone(), None);
-        obj.metadata.finalizers = Some(vec![FINALIZER.into()]);
-        let at = now() - chrono::Duration::seconds(seconds_ago);
-        obj.metadata.deletion_timestamp = Some(crate::status::time(at));
-        obj
-    };
+    let deleted = |seconds_ago: i64| deleted_since(&spec, seconds_ago);
 
     // Just deleted: the Secret may still come back; a Warning, and the reconcile fails (retried
     // with backoff). The TLS Secret is not read: the only call is the S3 Secret's.
@@ -345,18 +339,59 @@ async fn a_missing_s3_secret_releases_the_finalizer_after_the_bound() {
     let old = deleted(301);
     let task = start(guard(old.clone()), &ctx);
     api.expect_secret_missing("aws").await;
+    kept_and_released(&mut api, &old, r#"the S3 Secret "aws" is gone"#).await;
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
+/// A Delete-policy EtcdBackup with our finalizer, deleted `seconds_ago`.
+fn deleted_since(spec: &serde_json::Value, seconds_ago: i64) -> backup_api::EtcdBackup {
+    let mut obj = backup(spec.clone(), None);
+    obj.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    let at = now() - chrono::Duration::seconds(seconds_ago);
+    obj.metadata.deletion_timestamp = Some(crate::status::time(at));
+    obj
+}
+
+/// The backups were kept (a `BackupsKept` Warning naming `cause`) and the finalizer released.
+async fn kept_and_released(api: &mut ApiServer, obj: &backup_api::EtcdBackup, cause: &str) {
     let event = api.expect_event().await;
     assert_eq!(
         (event["type"].as_str(), event["reason"].as_str()),
         (Some("Warning"), Some("BackupsKept"))
     );
     let note = event["note"].as_str().unwrap();
-    assert!(note.contains(r#"the S3 Secret "aws" is gone"#), "{note}");
+    assert!(note.contains(cause), "the cause is named: {note}");
     let call = api
-        .expect(StatusCode::OK, |_| serde_json::to_value(&old).unwrap())
+        .expect(StatusCode::OK, |_| serde_json::to_value(obj).unwrap())
         .await;
     assert_eq!(call.method, Method::PATCH);
     assert_eq!(call.body["metadata"]["finalizers"], json!([]));
+}
+
+/// A Delete-policy EtcdBackup without `awsSecret`, on an operator that lends no credentials of
+/// its own: its backups can never be reached, and waiting does not change that. Within the
+/// bound the failure is reported and retried; past it the backups are kept, said so, and the
+/// finalizer released (its namespace would otherwise never go).
+#[tokio::test]
+async fn no_credentials_release_the_finalizer_after_the_bound() {
+    let (ctx, mut api) = context();
+    assert!(!ctx.allow_ambient_credentials);
+    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "S3",
+        "deletionPolicy": "Delete", "s3": {"path": "mybucket/etcd.backup"}});
+    let deleted = |seconds_ago: i64| deleted_since(&spec, seconds_ago);
+
+    let task = {
+        let (obj, ctx) = (guard(deleted(10)), ctx.clone());
+        tokio::spawn(async move { reconcile(obj, ctx).await })
+    };
+    let event = api.expect_event().await;
+    assert_eq!(event["reason"], "DeleteBackupsFailed");
+    assert!(task.await.unwrap().is_err());
+
+    let old = deleted(301);
+    let task = start(guard(old.clone()), &ctx);
+    kept_and_released(&mut api, &old, "no AWS keys").await;
     assert_eq!(task.await.unwrap(), Action::await_change());
     api.expect_silence().await;
 }

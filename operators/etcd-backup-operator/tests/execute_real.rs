@@ -427,6 +427,77 @@ async fn a_one_shot_never_overwrites_what_appeared_while_it_ran() {
 
     let err = run.await.unwrap().unwrap_err();
     assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
-    assert!(err.to_string().contains("after it was checked"), "{err}");
+    assert!(err.to_string().contains("before the commit"), "{err}");
     assert_eq!(std::fs::read(&target).unwrap(), b"another writer's file");
+}
+
+/// A scheduled name already taken (another EtcdBackup with the same path, in the same second)
+/// is never overwritten: the run fails with the cause and the other object stays as it was.
+#[tokio::test]
+async fn a_scheduled_name_taken_by_another_writer_is_not_overwritten() {
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    etcd.put("/k", "v").await.unwrap();
+    let store = store(&garage).await;
+    let plan = plan(
+        &etcd,
+        &garage,
+        "etcd.taken",
+        json!({"backupIntervalInSecond": 60}),
+    );
+    let connection = etcd_snapshot::EtcdConnection::new(plan.endpoints.clone());
+    let revision = etcd_snapshot::select_member(&connection)
+        .await
+        .unwrap()
+        .revision;
+    // Every name the run can pick in the next 30 seconds holds another writer's object.
+    let now = chrono::Utc::now();
+    let taken: Vec<String> = (0..30)
+        .map(|s| {
+            let at = now + chrono::Duration::seconds(s);
+            etcd_snapshot::naming::scheduled_name("etcd.taken", revision, at)
+        })
+        .collect();
+    for key in &taken {
+        store
+            .put_small(key, "theirs".into(), "text/plain")
+            .await
+            .unwrap();
+    }
+
+    let err = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
+    for key in &taken {
+        let object = store.head(key).await.unwrap().unwrap();
+        assert_eq!(object.size, 6, "{key} was overwritten");
+    }
+    assert_eq!(keys(&store, "etcd.taken").await.len(), taken.len());
+}
+
+/// `timeoutInSecond` bounds the whole run, also the S3 calls before the snapshot: an S3
+/// server that stops answering (SIGSTOP) before the run fails it at the deadline, not after
+/// the SDK's 10-minute attempts.
+#[tokio::test]
+async fn the_deadline_covers_the_calls_before_the_snapshot() {
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    etcd.put("/k", "v").await.unwrap();
+    let plan = plan(&etcd, &garage, "etcd.hung", json!({"timeoutInSecond": 3}));
+    let pid = garage.pid().unwrap().to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let started = std::time::Instant::now();
+    let target = location(&plan);
+    let run = run_backup(&plan, &target, resolved(&plan, &garage), UID);
+    let result = tokio::time::timeout(std::time::Duration::from_secs(60), run).await;
+    signal("-CONT");
+    let err = result.expect("the run ended by its deadline").unwrap_err();
+    assert_eq!(err.reason(), "Timeout", "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }

@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
-use etcd_cluster::ClusterNames;
 use etcd_cluster::restore::REVISION_BUMP;
+use etcd_cluster::{ClusterNames, EtcdVersion};
 
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,6 +203,18 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             "NotPersistent",
             "the EtcdCluster has no pod.persistentVolumeClaimSpec: restored members need claims \
              (restoring into emptyDir members is not supported)",
+        );
+    }
+    // The restore tool and its flags follow the version (the recorded plan's, once there is
+    // one): one that does not parse is refused before the cluster is paused.
+    let version = observed
+        .plan
+        .as_ref()
+        .map_or(&cluster.version, |p| &p.version);
+    if let Err(e) = EtcdVersion::parse(version) {
+        return fail(
+            "InvalidVersion",
+            &format!("{e}; no member or volume of the cluster was touched"),
         );
     }
     let held = cluster.paused && cluster.restore.as_deref() == Some(observed.uid.as_str());
@@ -714,6 +726,26 @@ mod tests {
         assert!(
             matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "NotPersistent")
         );
+    }
+
+    #[test]
+    fn a_version_that_does_not_parse_fails_before_the_cluster_is_paused() {
+        let invalid = |step: &Step| {
+            matches!(step, Step::Fail { reason, message, .. }
+                if reason == "InvalidVersion" && message.contains("MAJOR.MINOR.PATCH"))
+        };
+        let mut o = start();
+        o.cluster.as_mut().unwrap().version = "3.5".into();
+        assert!(invalid(&plan(&names(), &o)), "{:?}", plan(&names(), &o));
+        // A plan recorded with such a version (by an operator without this check) too, before
+        // any restore pod is made from it.
+        let mut o = start();
+        o.cluster = Some(cluster());
+        o.plan = Some(RestorePlan {
+            version: "latest".into(),
+            ..recorded_plan()
+        });
+        assert!(invalid(&plan(&names(), &o)), "{:?}", plan(&names(), &o));
     }
 
     #[test]

@@ -22,12 +22,11 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     // source: backupRef reads the EtcdBackup's newest verified backup.
     ("etcd.database.coreos.com", "etcdbackups", "get"),
-    // controller.rs: the restore pods (created, read, their fetch logs) and the member
+    // controller.rs: the restore pods (created, listed, their fetch logs) and the member
     // pods (listed, old ones deleted, restored ones created). main.rs: both watched (owns(),
     // and member pods turning ready).
     ("", "pods", "list"),
     ("", "pods", "watch"),
-    ("", "pods", "get"),
     ("", "pods", "create"),
     ("", "pods", "delete"),
     ("", "pods/log", "get"),

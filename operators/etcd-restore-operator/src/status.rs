@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 
 use crate::plan::Step;
 
-/// The annotation by which a restore holds its EtcdCluster (the restore's uid); the second
-/// restore of a cluster is refused while a live one holds it.
+/// The annotation by which a restore holds its EtcdCluster (the restore's uid). A second
+/// restore of a cluster cannot exist at the same time (an EtcdRestore is named like its
+/// cluster); one re-created under the same name takes the cluster over.
 pub const RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/restore";
 /// Set with the pause when the restore paused a running cluster: a restore that fails before
 /// touching any member unpauses it again (one the user had paused, or the restore created,

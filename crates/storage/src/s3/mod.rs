@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use aws_config::profile::ProfileFileCredentialsProvider;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
@@ -42,7 +43,9 @@ pub enum S3Credentials {
         session_token: Option<String>,
     },
     /// Contents of AWS shared files, as in the coreos Secret (keys `credentials` and `config`).
-    /// Without `credentials`, the default chain supplies the keys (e.g. the node's IAM role).
+    /// With `credentials`, the keys come from these files only (none there is an error, never
+    /// the environment's or the machine's identity). Without it, the default chain supplies the
+    /// keys (e.g. the node's IAM role).
     SharedFiles {
         credentials: Option<String>,
         config: Option<String>,
@@ -197,11 +200,24 @@ impl S3Store {
                     files =
                         files.with_contents(EnvConfigFileKind::Credentials, credentials.clone());
                 }
+                let files = files.build();
                 if config.is_some() || credentials.is_some() {
-                    loader = loader.profile_files(files.build());
+                    loader = loader.profile_files(files.clone());
                 }
                 if let Some(profile) = profile {
                     loader = loader.profile_name(profile);
+                }
+                // With a `credentials` file, keys come from these files only. The default chain
+                // would go on to the environment, web identity and the instance profile when
+                // the file holds no keys (or before it, for environment keys): the identity
+                // of whoever runs this, not of the Secret's owner.
+                if credentials.is_some() {
+                    let mut provider =
+                        ProfileFileCredentialsProvider::builder().profile_files(files);
+                    if let Some(profile) = profile {
+                        provider = provider.profile_name(profile);
+                    }
+                    loader = loader.credentials_provider(provider.build());
                 }
             }
         }

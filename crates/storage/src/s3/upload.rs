@@ -217,6 +217,7 @@ impl S3Upload {
     }
 
     async fn finish(&mut self) -> Result<ObjectInfo> {
+        self.check_precondition().await?;
         let etag = if self.upload_id.is_none() {
             self.put_whole().await?
         } else {
@@ -315,6 +316,29 @@ impl S3Upload {
             }
         }
         Ok(out.e_tag().map(str::to_string))
+    }
+
+    /// The precondition, checked just before the commit: servers without conditional writes
+    /// (Garage) ignore `If-None-Match` and `If-Match`, and would replace the object. Where the
+    /// server has them, they also close the moment between this check and the commit.
+    async fn check_precondition(&self) -> Result<()> {
+        let Some(precondition) = &self.options.precondition else {
+            return Ok(());
+        };
+        let stored = self.store.head(&self.key).await?;
+        let holds = match precondition {
+            Precondition::Absent => stored.is_none(),
+            Precondition::Unchanged(etag) => {
+                stored.is_some_and(|o| o.etag.as_deref() == Some(etag.as_str()))
+            }
+        };
+        if holds {
+            Ok(())
+        } else {
+            Err(StorageError::PreconditionFailed {
+                url: self.store.url(&self.key),
+            })
+        }
     }
 
     fn if_none_match(&self) -> Option<String> {
