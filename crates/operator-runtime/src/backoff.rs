@@ -31,6 +31,12 @@ impl PerObject {
         failing.remove(key);
     }
 
+    /// Keeps only the keys for which `keep` holds (the others' objects are gone).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        failing.retain(|key, _| keep(key));
+    }
+
     /// Objects with a failure on record.
     pub fn len(&self) -> usize {
         self.failing.lock().unwrap_or_else(|e| e.into_inner()).len()

@@ -44,19 +44,23 @@ async fn tool_killed_mid_stream_leaves_no_object() {
     let url = format!("s3://{}/killed.xbstream", garage.bucket);
     let mut a = source.backup_to(&url, &["--tool-arg=--throttle=1"]);
     a.extend(s3_args.clone());
-    let child = command(&a, &env)
+    let mut child = command(&a, &env)
+        .env("RUST_LOG", "info,backup_storage=debug")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let tool = child_named(child.id().unwrap(), "mariadb-backup").await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed once parts are on their way: there is an upload to leave behind.
+    let mut log = testbed::cli::StderrLog::of(&mut child);
+    log.wait_for("multipart upload started", Duration::from_secs(60))
+        .await;
     std::process::Command::new("kill")
         .args(["-9", &tool.to_string()])
         .status()
         .unwrap();
     let out = child.wait_with_output().await.unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = log.read_to_end().await.to_string();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("mariadb-backup failed (signal: 9"),

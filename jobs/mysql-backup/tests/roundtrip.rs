@@ -48,6 +48,22 @@ async fn s3_backup_plain_and_zstd_restore_to_a_server_with_the_same_rows() {
         .await
         .expect("garage (e2e/install-deps.sh)");
     let (s3_args, env) = garage.cli_args();
+    // The backups read their keys from a shared credentials file, whose loading the AWS SDK
+    // logs at info with the key ID, and log with the runner's own filter (no RUST_LOG).
+    let files = tempfile::tempdir().unwrap();
+    let credentials = files.path().join("credentials");
+    std::fs::write(
+        &credentials,
+        format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            garage.access_key, garage.secret_key
+        ),
+    )
+    .unwrap();
+    let file_env = [(
+        "AWS_SHARED_CREDENTIALS_FILE".to_string(),
+        credentials.display().to_string(),
+    )];
     let source = Mariadb::fresh(1);
     source.write_sample();
     let expected = source.sample_digest();
@@ -55,7 +71,17 @@ async fn s3_backup_plain_and_zstd_restore_to_a_server_with_the_same_rows() {
         let url = format!("s3://{}/mysql/shop-{compress}.xbstream", garage.bucket);
         let mut a = source.backup_to(&url, &["--compress", compress]);
         a.extend(s3_args.clone());
-        let backup = run(&a, &env).await.ok();
+        let output = command(&a, &file_env)
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .unwrap();
+        let backup = Run::from(output).ok();
+        assert!(
+            backup.stderr.contains("INFO"),
+            "logs at info:\n{}",
+            backup.stderr
+        );
         // The log names no credential.
         assert!(
             !backup.stderr.contains(&garage.access_key),

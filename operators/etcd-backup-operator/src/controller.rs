@@ -108,6 +108,22 @@ impl Context {
             .remove(uid);
         self.metrics.forget(object);
     }
+
+    /// The same for every EtcdBackup not in the cache after a relist (deleted while the watch
+    /// was down): `exists` by UID, `listed` by namespace and name (metric series).
+    pub fn forget_unless(
+        &self,
+        exists: impl Fn(&str) -> bool,
+        listed: impl Fn(&ObjectLabels) -> bool,
+    ) {
+        self.runs.cancel_unless(&exists);
+        self.backoff.retain(&exists);
+        self.reported_invalid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| exists(uid));
+        self.metrics.forget_unless(listed);
+    }
 }
 
 pub async fn reconcile(

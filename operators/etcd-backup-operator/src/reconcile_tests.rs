@@ -659,3 +659,19 @@ async fn a_failing_object_backs_off_until_it_reconciles_and_is_forgotten_when_de
     let metrics = ctx.metrics.encode();
     assert!(!metrics.contains(r#"name="b""#), "{metrics}");
 }
+
+/// After a relist, what was kept about objects deleted while the watch was down goes (their
+/// retry state and unwritten results); what is kept about the others stays.
+#[tokio::test]
+async fn a_relist_forgets_objects_deleted_meanwhile() {
+    let (ctx, _api) = context();
+    for uid in ["kept", "gone"] {
+        ctx.backoff.next_delay(uid);
+        let result = backup_api::EtcdBackupStatus::default();
+        ctx.runs.mark_finished(uid, now(), Some(result));
+    }
+    ctx.forget_unless(|uid| uid == "kept", |_| true);
+    assert_eq!(ctx.backoff.len(), 1);
+    assert!(ctx.runs.unwritten("kept").is_some());
+    assert!(ctx.runs.unwritten("gone").is_none());
+}

@@ -61,10 +61,10 @@ pub async fn run(
                     .iter()
                     .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
                     .collect();
-                gone_ctx.runs.cancel_unless(|uid| uids.contains(uid));
-                gone_ctx
-                    .metrics
-                    .forget_unless(|o| names.contains(&(o.namespace.clone(), o.name.clone())));
+                gone_ctx.forget_unless(
+                    |uid| uids.contains(uid),
+                    |o| names.contains(&(o.namespace.clone(), o.name.clone())),
+                );
                 health.set_ready(true);
             }
             _ => {}

@@ -120,8 +120,10 @@ impl Runs {
         }
     }
 
-    /// Stops runs of objects for which `exists` is false (deleted while the watch was down).
+    /// Stops runs of objects for which `exists` is false (deleted while the watch was down),
+    /// and drops what was kept of their finished runs.
     pub fn cancel_unless(&self, exists: impl Fn(&str) -> bool) {
+        self.finished_map().retain(|uid, _| exists(uid));
         for (uid, token) in self.lock().iter() {
             if !exists(uid) {
                 token.cancel();
