@@ -72,6 +72,8 @@ pub struct Context {
     /// Lend the operator's own AWS identity to EtcdBackups without keys of their own (the
     /// deployment's explicit choice; off by default).
     pub allow_ambient_credentials: bool,
+    /// How long a shutdown waits for the aborts of cancelled runs' uploads.
+    pub shutdown_timeout: Duration,
 }
 
 impl Context {
@@ -94,6 +96,7 @@ impl Context {
             backoff: PerObject::default(),
             finalizer_timeout: Duration::from_secs(300),
             allow_ambient_credentials: false,
+            shutdown_timeout: Duration::from_secs(20),
         }
     }
 

@@ -40,6 +40,10 @@ struct Args {
     /// otherwise write wherever that identity can.
     #[arg(long, env = "ALLOW_AMBIENT_CREDENTIALS", default_value_t = false)]
     allow_ambient_credentials: bool,
+    /// Seconds a shutdown waits for cancelled runs' uploads to be aborted on the server; keep
+    /// it under the pod's `terminationGracePeriodSeconds` (30 in deploy/).
+    #[arg(long, env = "SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20)]
+    shutdown_timeout_seconds: u64,
 }
 
 #[tokio::main]
@@ -71,6 +75,7 @@ async fn main() -> Result<()> {
     ctx.local_volume = local_volume;
     ctx.finalizer_timeout = std::time::Duration::from_secs(args.finalizer_timeout_seconds);
     ctx.allow_ambient_credentials = args.allow_ambient_credentials;
+    ctx.shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout_seconds);
     let ctx = Arc::new(ctx);
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),

@@ -103,14 +103,11 @@ fn watcher(
     watcher::watcher(api, config)
 }
 
-/// How long shutdown may take: the runs' wind-down and their uploads' aborts, inside the
-/// Deployment's 30 s `terminationGracePeriodSeconds`.
-const SHUTDOWN_LIMIT: Duration = Duration::from_secs(20);
-
 /// Cancelled runs drop their uploads, which abort in the background: wait until the runs are
 /// gone and every abort reached the server (bounded), so a rollout leaves no parts behind.
 async fn wind_down(ctx: &Context) {
-    let deadline = tokio::time::Instant::now() + SHUTDOWN_LIMIT;
+    // Inside the pod's grace period (`--shutdown-timeout-seconds`).
+    let deadline = tokio::time::Instant::now() + ctx.shutdown_timeout;
     while ctx.runs.count() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

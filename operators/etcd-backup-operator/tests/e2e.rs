@@ -703,12 +703,29 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
             .is_some_and(|(_, m)| m.contains("etcd_backup_running 1"))
     })
     .await;
-    let pid = op.child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    // S3 stops answering: the abort that the shutdown sends has to wait for it.
+    let signal = |name: &str, pid: &str| {
+        let kill = std::process::Command::new("kill")
+            .args([name, pid])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+    };
+    let garage_pid = garage.pid().unwrap().to_string();
+    signal("-STOP", &garage_pid);
+    signal("-TERM", &op.child.id().unwrap().to_string());
+    wait_for("the run to be cancelled", 30, || async {
+        std::fs::read_to_string(&op.log).is_ok_and(|log| log.contains("backup cancelled"))
+    })
+    .await;
+    // Longer than the fixed 2 s the shutdown used to give the aborts: still waiting for them.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let exited = op.child.try_wait().unwrap();
+    signal("-CONT", &garage_pid);
+    assert!(
+        exited.is_none(),
+        "it exited before its abort reached S3: {exited:?}"
+    );
     let exit = tokio::time::timeout(Duration::from_secs(30), op.child.wait())
         .await
         .expect("the operator did not stop within 30 s of SIGTERM")
