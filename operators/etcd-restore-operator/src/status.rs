@@ -3,6 +3,7 @@
 
 use backup_api::condition::{self, PROGRESSING, READY};
 use backup_api::{EtcdRestore, RestorePhase};
+use etcd_cluster::EtcdVersion;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
@@ -19,6 +20,11 @@ pub const RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/restore";
 pub const PAUSED_BY_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/paused-by-restore";
 /// Label on the claims of replaced members: the cluster they were detached from.
 pub const DETACHED_LABEL: &str = "etcd.database.coreos.com/detached-from";
+
+/// Said when the restore tool of the cluster's version cannot move the revision forward.
+const NOT_BUMPED: &str = "; the revision is not bumped (this etcd version's restore tool cannot; \
+    3.4.27+ and 3.5.10+ can): restart the clients that watch this cluster (e.g. Kubernetes API \
+    servers) after the restore, or their caches may miss changes";
 
 /// What a step means to the user: the `Progressing` reason and message.
 pub fn describe(step: &Step) -> (&'static str, String) {
@@ -44,10 +50,14 @@ pub fn describe(step: &Step) -> (&'static str, String) {
         Step::CreateCluster => ("CreatingCluster", "creating the EtcdCluster, paused".into()),
         Step::PauseCluster => ("PausingCluster", "pausing the EtcdCluster".into()),
         Step::Wait { reason } => ("Waiting", reason.clone()),
-        Step::RecordPlan(p) => (
-            "Planned",
-            format!("restoring into new members {}", p.members.join(", ")),
-        ),
+        Step::RecordPlan(p) => {
+            let bumps = EtcdVersion::parse(&p.version).is_ok_and(|v| v.restore_can_bump_revision());
+            let note = if bumps { "" } else { NOT_BUMPED };
+            (
+                "Planned",
+                format!("restoring into new members {}{note}", p.members.join(", ")),
+            )
+        }
         Step::DeleteOldPods(p) => (
             "StoppingOldMembers",
             format!(
@@ -104,7 +114,10 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
         (None, false) => None,
     };
     let duration = end.as_ref().map_or(now, |t| t.0).duration_since(start.0);
-    let (reason, message) = describe(step);
+    let (reason, mut message) = describe(step);
+    if matches!(step, Step::Succeed { .. }) && previous.revision_bumped == Some(false) {
+        message.push_str(NOT_BUMPED);
+    }
     let mut conditions = previous.conditions.clone();
     let now_time = Time(now);
     let ready = match step {
@@ -228,6 +241,33 @@ mod tests {
         );
         assert_eq!(status["succeeded"], true);
         assert_eq!(status["conditions"][0]["status"], "True");
+        let message = status["conditions"][0]["message"].as_str().unwrap();
+        assert!(!message.contains("not bumped"), "{message}");
         assert_eq!(format_duration(3723.0), "1h2m3s");
+    }
+
+    #[test]
+    fn a_revision_that_could_not_be_bumped_is_said() {
+        let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
+        let mut r = restore();
+        r.status = Some(backup_api::EtcdRestoreStatus {
+            revision_bumped: Some(false),
+            ..Default::default()
+        });
+        let step = Step::Succeed { revision: 7 };
+        let status = report(&r, &step, RestorePhase::Succeeded, now);
+        let message = status["conditions"][0]["message"].as_str().unwrap();
+        assert!(message.contains("revision is not bumped"), "{message}");
+        let plan = |version: &str| backup_api::RestorePlan {
+            members: vec!["c-3".into()],
+            token: "t".into(),
+            version: version.into(),
+            detached_claims: vec![],
+            handed_over: None,
+        };
+        let (_, old) = describe(&Step::RecordPlan(plan("3.4.23")));
+        assert!(old.contains("restart the clients"), "{old}");
+        let (_, new) = describe(&Step::RecordPlan(plan("3.5.16")));
+        assert!(!new.contains("not bumped"), "{new}");
     }
 }

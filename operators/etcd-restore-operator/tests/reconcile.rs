@@ -441,7 +441,13 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
         api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| json!({}))
             .await;
     }
-    let status = expect_report(&mut api, &world.restore).await;
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let event = api.expect_event("ns").await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("BackupInvalid")),
+        "{event}"
+    );
     assert_eq!(status["phase"], "Restoring");
     assert_eq!(status["conditions"][1]["reason"], "Discarding");
     reconcile.await.unwrap();
@@ -503,7 +509,13 @@ async fn a_cluster_the_user_had_paused_stays_paused_when_given_back() {
         .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
         .await;
     assert!(release.body.get("spec").is_none(), "{}", release.body);
-    let status = expect_report(&mut api, &world.restore).await;
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let event = api.expect_event("ns").await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("RestoreFailed")),
+        "{event}"
+    );
     assert!(
         status["reason"]
             .as_str()
