@@ -431,15 +431,20 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
-/// The restore operator as a process on this machine (so it can be killed), watching `ns`.
+/// The restore operator as a process on this machine (so it can be killed), watching `ns`, as
+/// the ServiceAccount `deploy/` installs: with exactly its RBAC.
 struct RestoreOperator(std::process::Child);
 
 impl RestoreOperator {
     fn start(kube: &KubeTestbed, ns: &str) -> RestoreOperator {
+        let kubeconfig =
+            std::env::temp_dir().join(format!("{ns}-etcd-restore-operator.kubeconfig"));
+        kube.write_service_account_kubeconfig(ns, "etcd-restore-operator", &kubeconfig)
+            .unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_etcd-restore-operator"))
             .args(["--namespace", ns, "--listen", "127.0.0.1:0"])
             .args(["--backup-image", "localhost/etcd-backup:dev"])
-            .env("KUBECONFIG", &kube.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,etcd_restore_operator=debug")
             .stdin(std::process::Stdio::null())
             .spawn()
