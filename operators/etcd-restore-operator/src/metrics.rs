@@ -104,3 +104,30 @@ fn labels(namespace: &str, name: &str) -> RestoreLabels {
         name: name.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restore_is_in_progress_then_counted_once_with_its_duration() {
+        let metrics = Metrics::default();
+        metrics.running("ns", "c");
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"etcd_restore_in_progress{namespace="ns",name="c"} 1"#),
+            "{text}"
+        );
+        metrics.finish("ns", "c", true, 25.5);
+        metrics.finish("ns", "d", false, 3.0);
+        let text = metrics.encode();
+        for line in [
+            r#"etcd_restore_in_progress{namespace="ns",name="c"} 0"#,
+            r#"etcd_restore_duration_seconds{namespace="ns",name="c"} 25.5"#,
+            r#"etcd_restore_finished_total{namespace="ns",name="c",result="succeeded"} 1"#,
+            r#"etcd_restore_finished_total{namespace="ns",name="d",result="failed"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+    }
+}

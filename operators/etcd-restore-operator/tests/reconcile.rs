@@ -56,6 +56,14 @@ fn held_cluster() -> Value {
     })
 }
 
+/// The same cluster running: not paused, not held.
+fn running_cluster() -> Value {
+    let mut cluster = held_cluster();
+    cluster["metadata"]["annotations"] = json!({});
+    cluster["spec"]["paused"] = json!(false);
+    cluster
+}
+
 /// The status as recorded, plus `extra`.
 fn recorded(extra: Value) -> Value {
     let mut status = json!({"phase": "Preparing", "startTime": "2026-11-24T03:00:00Z"});
@@ -328,9 +336,7 @@ async fn a_hand_over_recorded_before_a_crash_is_finished_without_asking_etcd_aga
 #[tokio::test]
 async fn after_the_hand_over_old_volumes_go_then_success() {
     let (ctx, mut api) = context();
-    let mut cluster = held_cluster();
-    cluster["spec"]["paused"] = json!(false);
-    cluster["metadata"]["annotations"] = json!({});
+    let cluster = running_cluster();
     let world = handed_over(cluster);
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
@@ -673,4 +679,89 @@ async fn a_finished_restore_woken_by_its_members_asks_nothing() {
         api.expect_silence().await;
         assert_eq!(reconcile.await.unwrap(), Action::await_change(), "{phase}");
     }
+}
+
+/// A running cluster: first it is paused and held (the restore's UID), nothing else written;
+/// resumed before its operator reported the pause, the restore only waits.
+#[tokio::test]
+async fn a_running_cluster_is_paused_and_held_before_anything_else() {
+    let (ctx, mut api) = context();
+    let mut running = running_cluster();
+    running["status"]["controlPaused"] = json!(false);
+    let world = World {
+        restore: restore(recorded(json!({}))),
+        cluster: running,
+        member_pods: vec![],
+        claims: vec![claim("c-0"), claim("c-1"), claim("c-2")],
+        others: vec![],
+        staged: vec![],
+        own_pods: vec![],
+    };
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let cluster = held_cluster();
+    let pause = api
+        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+    assert_eq!(
+        pause.body,
+        json!({"metadata": {"annotations": {"etcd.database.coreos.com/restore": "r-uid",
+                                            "etcd.database.coreos.com/paused-by-restore": "true"}},
+               "spec": {"paused": true}})
+    );
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let event = api.expect_event("ns").await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Normal"), Some("PausingCluster"))
+    );
+    assert_eq!(status["phase"], "Preparing");
+    assert!(status.get("plan").is_none(), "{status}");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+
+    // Paused and held, but its operator has not reported the pause: no write but the status.
+    let mut not_seen = held_cluster();
+    not_seen["status"]["controlPaused"] = json!(false);
+    let world = World {
+        cluster: not_seen,
+        ..world
+    };
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    assert_eq!(status["conditions"][1]["reason"], "Waiting", "{status}");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// A cluster version the restore tool cannot be chosen for fails the restore before the
+/// cluster is paused: the only writes are the restore's status and a Warning.
+#[tokio::test]
+async fn an_unparsable_cluster_version_fails_without_touching_the_cluster() {
+    let (ctx, mut api) = context();
+    let mut running = running_cluster();
+    running["spec"]["version"] = json!("3.5");
+    let world = World {
+        restore: restore(recorded(json!({}))),
+        cluster: running,
+        member_pods: vec![],
+        claims: vec![claim("c-0")],
+        others: vec![],
+        staged: vec![],
+        own_pods: vec![],
+    };
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let event = api.expect_event("ns").await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("InvalidVersion"))
+    );
+    assert_eq!(status["phase"], "Failed");
+    let reason = status["reason"].as_str().unwrap();
+    assert!(reason.starts_with("InvalidVersion: "), "{reason}");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
 }
