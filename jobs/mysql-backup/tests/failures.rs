@@ -87,6 +87,11 @@ async fn tool_killed_mid_stream_leaves_no_object() {
         &garage.bucket,
     ]);
     assert!(
+        uploads.status.success(),
+        "{}",
+        String::from_utf8_lossy(&uploads.stderr)
+    );
+    assert!(
         !String::from_utf8_lossy(&uploads.stdout).contains("killed"),
         "{}",
         String::from_utf8_lossy(&uploads.stdout)
@@ -302,7 +307,7 @@ async fn serve_answers_busy_to_a_second_client() {
     let addr = format!("127.0.0.1:{}", testbed::free_port());
     let mut a = args(&["serve", "--listen", &addr, "--tool-arg=--throttle=1"]);
     a.extend(source.backup_args());
-    let _serve = command(&a, &[])
+    let serve = command(&a, &[])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -317,7 +322,8 @@ async fn serve_answers_busy_to_a_second_client() {
     let first = command(&args(&["pull", "--from", &addr, "--to", &first_url]), &[])
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The serve process starts the tool only once the first client holds its one slot.
+    child_named(serve.id().unwrap(), "mariadb-backup").await;
     let second = run(
         &args(&[
             "pull",
