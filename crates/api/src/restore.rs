@@ -90,7 +90,7 @@ pub struct NewCluster {
     /// etcd version, MAJOR.MINOR.PATCH (a leading `v` is ignored), e.g. `3.5.16`.
     #[schemars(
         length(min = 1, max = 64),
-        regex(pattern = r"^v?[0-9]+\.[0-9]+\.[0-9]+$")
+        regex(pattern = r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
     )]
     pub version: String,
     /// Image repository (default `quay.io/coreos/etcd`, as coreos).

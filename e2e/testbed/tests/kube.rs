@@ -264,7 +264,7 @@ async fn a_restore_of_a_new_cluster_with_an_invalid_version_is_rejected() {
         dry_run: true,
         ..Default::default()
     };
-    for bad in ["3.5", "latest", "3.5.16-rc.1"] {
+    for bad in ["3.5", "latest", "3.5.16-rc.1", "03.5.16"] {
         let error = api_error(restores.create(&dry_run, &restore(bad)).await);
         assert_eq!(
             (error.code, error.reason.as_str()),

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
+use backup_storage::StorageError;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -554,11 +555,19 @@ async fn finalize(
 }
 
 /// Whether deleting the backups failed for a cause that only a person can fix (the storage
-/// Secret or the operator's volume), not for one that may pass (S3 or the API unreachable).
-fn cannot_succeed_by_waiting(error: &RunError) -> bool {
+/// Secret, keys S3 refuses or does not find, no such bucket, the operator's volume), not for
+/// one that may pass (S3 or the API unreachable).
+pub(crate) fn cannot_succeed_by_waiting(error: &RunError) -> bool {
     match error {
         RunError::Secret(SecretError::Read { .. }) => false,
         RunError::Secret(_) | RunError::LocalVolume(_) => true,
+        RunError::Storage(e) => matches!(
+            e,
+            StorageError::NoCredentials { .. }
+                | StorageError::Credentials { .. }
+                | StorageError::AccessDenied { .. }
+                | StorageError::NoSuchBucket { .. }
+        ),
         _ => false,
     }
 }

@@ -675,3 +675,36 @@ async fn a_relist_forgets_objects_deleted_meanwhile() {
     assert!(ctx.runs.unwritten("kept").is_some());
     assert!(ctx.runs.unwritten("gone").is_none());
 }
+
+/// Which failures of the Delete policy release the finalizer after the bound: those only a
+/// person can fix, not those that may pass.
+#[test]
+fn only_causes_a_person_must_fix_end_the_wait() {
+    use crate::controller::cannot_succeed_by_waiting;
+    use crate::execute::RunError;
+    use crate::secrets::SecretError;
+    use backup_storage::StorageError;
+    let no_keys = StorageError::NoCredentials {
+        message: "no keys in the profile".into(),
+    };
+    let no_bucket = StorageError::NoSuchBucket { bucket: "b".into() };
+    for permanent in [
+        RunError::Secret(SecretError::Missing("aws".into())),
+        RunError::Secret(SecretError::NoCredentials("no awsSecret".into())),
+        RunError::Storage(no_keys),
+        RunError::Storage(no_bucket),
+    ] {
+        assert!(cannot_succeed_by_waiting(&permanent), "{permanent}");
+    }
+    let unreachable = StorageError::Unreachable {
+        endpoint: "https://s3".into(),
+        message: "connection refused".into(),
+    };
+    let read = SecretError::Read {
+        secret: "aws".into(),
+        message: "the API server is down".into(),
+    };
+    for passing in [RunError::Storage(unreachable), RunError::Secret(read)] {
+        assert!(!cannot_succeed_by_waiting(&passing), "{passing}");
+    }
+}

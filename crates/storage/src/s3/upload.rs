@@ -11,6 +11,8 @@
 //! `max_in_flight + 1` buffers in all: allocating a fresh 8 MiB buffer per part lets the
 //! allocator keep freed ones around and memory creep up with the object size.
 
+use std::collections::BTreeMap;
+
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedMultipartUpload, CompletedPart};
 use bytes::{Bytes, BytesMut};
@@ -217,11 +219,28 @@ impl S3Upload {
     }
 
     async fn finish(&mut self) -> Result<ObjectInfo> {
-        self.check_precondition().await?;
-        let etag = if self.upload_id.is_none() {
-            self.put_whole().await?
+        let committed = if self.upload_id.is_none() {
+            match self.check_precondition().await {
+                Ok(()) => self.put_whole().await,
+                Err(e) => Err(e),
+            }
         } else {
-            self.complete().await?
+            self.complete().await
+        };
+        let etag = match committed {
+            // The SDK retries a commit whose answer was lost; on a server with conditional
+            // writes the retry then meets the object the first attempt stored. That one is
+            // this upload's if it has its size and exactly its metadata (owner, revision,
+            // start time), and the commit succeeded.
+            Err(StorageError::PreconditionFailed { url }) => {
+                match self.store.head(&self.key).await? {
+                    Some(stored) if is_this_upload(&stored, self.bytes, &self.options.metadata) => {
+                        None
+                    }
+                    _ => return Err(StorageError::PreconditionFailed { url }),
+                }
+            }
+            other => other?,
         };
         let stored = self.store.head(&self.key).await?;
         let stored_size = stored.as_ref().map(|o| o.size);
@@ -281,6 +300,8 @@ impl S3Upload {
         while !self.in_flight.is_empty() {
             self.collect_one().await?;
         }
+        // Checked once every part is stored, right before the commit: the narrowest window.
+        self.check_precondition().await?;
         let mut parts = std::mem::take(&mut self.completed);
         parts.sort_by_key(|p| p.part_number());
         let sent: Option<Vec<u32>> = parts
@@ -325,7 +346,15 @@ impl S3Upload {
         let Some(precondition) = &self.options.precondition else {
             return Ok(());
         };
-        let stored = self.store.head(&self.key).await?;
+        let stored = match self.store.head(&self.key).await {
+            Ok(stored) => stored,
+            // Without s3:ListBucket, AWS answers a HEAD of a missing key with 403: unknown
+            // here, so the server's conditional write (`If-None-Match`) decides alone.
+            Err(StorageError::AccessDenied { .. }) if *precondition == Precondition::Absent => {
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         let holds = match precondition {
             Precondition::Absent => stored.is_none(),
             Precondition::Unchanged(etag) => {
@@ -465,5 +494,41 @@ impl Drop for S3Upload {
                 }
             });
         }
+    }
+}
+
+/// Whether `stored` is the object this upload wrote: its size and every metadata entry the
+/// upload set (the owner, and for backups the revision and start time).
+fn is_this_upload(stored: &ObjectInfo, bytes: u64, metadata: &BTreeMap<String, String>) -> bool {
+    stored.size == bytes
+        && metadata
+            .iter()
+            .all(|(k, v)| stored.metadata.get(k) == Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retried_commit_recognises_only_its_own_object() {
+        let ours: BTreeMap<String, String> = [
+            ("etcd-backup-uid".to_string(), "u1".to_string()),
+            ("etcd-revision".to_string(), "42".to_string()),
+        ]
+        .into();
+        let stored = |size: u64, metadata: &BTreeMap<String, String>| ObjectInfo {
+            key: "k".into(),
+            size,
+            last_modified: None,
+            etag: None,
+            metadata: metadata.clone(),
+        };
+        assert!(is_this_upload(&stored(10, &ours), 10, &ours));
+        assert!(!is_this_upload(&stored(11, &ours), 10, &ours));
+        let mut theirs = ours.clone();
+        theirs.insert("etcd-revision".into(), "41".into());
+        assert!(!is_this_upload(&stored(10, &theirs), 10, &ours));
+        assert!(!is_this_upload(&stored(10, &BTreeMap::new()), 10, &ours));
     }
 }
