@@ -711,6 +711,24 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
             .unwrap();
         assert!(kill.success());
     };
+    // Once the multipart upload exists there is something to abort (before it, a cancelled
+    // run leaves nothing on the server and may exit at once).
+    let s3 = match store(&garage).await {
+        backup_storage::Store::S3(s3) => s3.client().clone(),
+        backup_storage::Store::Local(_) => unreachable!(),
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = s3.list_multipart_uploads().bucket(&garage.bucket).send();
+        if !listed.await.unwrap().uploads().is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no multipart upload started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let garage_pid = garage.pid().unwrap().to_string();
     signal("-STOP", &garage_pid);
     signal("-TERM", &op.child.id().unwrap().to_string());
