@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
-use backup_storage::StorageError;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -515,7 +514,7 @@ async fn finalize(
                 // volume not mounted): waiting longer than the bound would block the deletion,
                 // and a namespace's, for good. The backups are kept.
                 Err(e)
-                    if cannot_succeed_by_waiting(&e)
+                    if e.cannot_succeed_by_waiting()
                         && deleting_for(backup, (ctx.clock)()) > ctx.finalizer_timeout =>
                 {
                     let why = match &e {
@@ -552,24 +551,6 @@ async fn finalize(
     }
     set_finalizer(backup.meta(), false, &ctx.client).await?;
     Ok(Action::await_change())
-}
-
-/// Whether deleting the backups failed for a cause that only a person can fix (the storage
-/// Secret, keys S3 refuses or does not find, no such bucket, the operator's volume), not for
-/// one that may pass (S3 or the API unreachable).
-pub(crate) fn cannot_succeed_by_waiting(error: &RunError) -> bool {
-    match error {
-        RunError::Secret(SecretError::Read { .. }) => false,
-        RunError::Secret(_) | RunError::LocalVolume(_) => true,
-        RunError::Storage(e) => matches!(
-            e,
-            StorageError::NoCredentials { .. }
-                | StorageError::Credentials { .. }
-                | StorageError::AccessDenied { .. }
-                | StorageError::NoSuchBucket { .. }
-        ),
-        _ => false,
-    }
 }
 
 /// How long the object has been waiting for its deletion.

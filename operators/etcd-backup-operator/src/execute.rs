@@ -71,6 +71,24 @@ impl RunError {
             RunError::Cancelled(_) => "Cancelled",
         }
     }
+
+    /// Whether this failure has a cause that only a person can fix (the storage Secret, keys S3
+    /// refuses or does not find, no such bucket, the operator's volume), not one that may pass
+    /// (S3 or the API server unreachable). Bounds the wait of the Delete finalizer.
+    pub fn cannot_succeed_by_waiting(&self) -> bool {
+        match self {
+            RunError::Secret(SecretError::Read { .. }) => false,
+            RunError::Secret(_) | RunError::LocalVolume(_) => true,
+            RunError::Storage(e) => matches!(
+                e,
+                StorageError::NoCredentials { .. }
+                    | StorageError::Credentials { .. }
+                    | StorageError::AccessDenied { .. }
+                    | StorageError::NoSuchBucket { .. }
+            ),
+            _ => false,
+        }
+    }
 }
 
 fn storage_reason(e: &StorageError) -> &'static str {

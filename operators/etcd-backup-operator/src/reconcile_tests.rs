@@ -680,7 +680,6 @@ async fn a_relist_forgets_objects_deleted_meanwhile() {
 /// person can fix, not those that may pass.
 #[test]
 fn only_causes_a_person_must_fix_end_the_wait() {
-    use crate::controller::cannot_succeed_by_waiting;
     use crate::execute::RunError;
     use crate::secrets::SecretError;
     use backup_storage::StorageError;
@@ -694,7 +693,7 @@ fn only_causes_a_person_must_fix_end_the_wait() {
         RunError::Storage(no_keys),
         RunError::Storage(no_bucket),
     ] {
-        assert!(cannot_succeed_by_waiting(&permanent), "{permanent}");
+        assert!(permanent.cannot_succeed_by_waiting(), "{permanent}");
     }
     let unreachable = StorageError::Unreachable {
         endpoint: "https://s3".into(),
@@ -705,6 +704,6 @@ fn only_causes_a_person_must_fix_end_the_wait() {
         message: "the API server is down".into(),
     };
     for passing in [RunError::Storage(unreachable), RunError::Secret(read)] {
-        assert!(!cannot_succeed_by_waiting(&passing), "{passing}");
+        assert!(!passing.cannot_succeed_by_waiting(), "{passing}");
     }
 }

@@ -189,6 +189,18 @@ async fn expect_report(api: &mut MockApi, restore: &Value) -> Value {
     call.body["status"].clone()
 }
 
+/// The status report and its event, which must be of `type_` with `reason`.
+async fn expect_report_of(api: &mut MockApi, restore: &Value, type_: &str, reason: &str) -> Value {
+    let status = expect_status_patch(api, restore).await.body["status"].clone();
+    let event = api.expect_event("ns").await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some(type_), Some(reason)),
+        "{event}"
+    );
+    status
+}
+
 /// A merge patch of the restore's status, answered with the restore.
 async fn expect_status_patch(api: &mut MockApi, restore: &Value) -> mock_api::Call {
     let restore = restore.clone();
@@ -447,13 +459,7 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
         api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| json!({}))
             .await;
     }
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
-    let event = api.expect_event("ns").await;
-    assert_eq!(
-        (event["type"].as_str(), event["reason"].as_str()),
-        (Some("Warning"), Some("BackupInvalid")),
-        "{event}"
-    );
+    let status = expect_report_of(&mut api, &world.restore, "Warning", "BackupInvalid").await;
     assert_eq!(status["phase"], "Restoring");
     assert_eq!(status["conditions"][1]["reason"], "Discarding");
     reconcile.await.unwrap();
@@ -515,13 +521,7 @@ async fn a_cluster_the_user_had_paused_stays_paused_when_given_back() {
         .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
         .await;
     assert!(release.body.get("spec").is_none(), "{}", release.body);
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
-    let event = api.expect_event("ns").await;
-    assert_eq!(
-        (event["type"].as_str(), event["reason"].as_str()),
-        (Some("Warning"), Some("RestoreFailed")),
-        "{event}"
-    );
+    let status = expect_report_of(&mut api, &world.restore, "Warning", "RestoreFailed").await;
     assert!(
         status["reason"]
             .as_str()
@@ -715,12 +715,7 @@ async fn a_running_cluster_is_paused_and_held_before_anything_else() {
                                             "etcd.database.coreos.com/paused-by-restore": "true"}},
                "spec": {"paused": true}})
     );
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
-    let event = api.expect_event("ns").await;
-    assert_eq!(
-        (event["type"].as_str(), event["reason"].as_str()),
-        (Some("Normal"), Some("PausingCluster"))
-    );
+    let status = expect_report_of(&mut api, &world.restore, "Normal", "PausingCluster").await;
     assert_eq!(status["phase"], "Preparing");
     assert!(status.get("plan").is_none(), "{status}");
     reconcile.await.unwrap();
@@ -759,12 +754,7 @@ async fn an_unparsable_cluster_version_fails_without_touching_the_cluster() {
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
-    let event = api.expect_event("ns").await;
-    assert_eq!(
-        (event["type"].as_str(), event["reason"].as_str()),
-        (Some("Warning"), Some("InvalidVersion"))
-    );
+    let status = expect_report_of(&mut api, &world.restore, "Warning", "InvalidVersion").await;
     assert_eq!(status["phase"], "Failed");
     let reason = status["reason"].as_str().unwrap();
     assert!(reason.starts_with("InvalidVersion: "), "{reason}");
