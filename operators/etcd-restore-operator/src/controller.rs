@@ -208,6 +208,16 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         source_problem: source.as_ref().err().cloned(),
         cluster: cluster.as_ref().map(cluster_view),
         member_pods: ready,
+        member_problems: member_pods
+            .iter()
+            .filter(|p| p.meta().deletion_timestamp.is_none())
+            .filter_map(|p| Some((p.name_any(), observe::member_problem(p)?)))
+            .collect(),
+        member_pods_going: member_pods
+            .iter()
+            .filter(|p| p.meta().deletion_timestamp.is_some())
+            .map(|p| p.name_any())
+            .collect(),
         claims: claims
             .iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())
@@ -270,7 +280,9 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     }
     executed?;
     Ok(match step {
-        Step::Wait { .. } | Step::Discard { .. } => Action::requeue(BUSY),
+        Step::Wait { .. } | Step::MembersUnhealthy(_) | Step::Discard { .. } => {
+            Action::requeue(BUSY)
+        }
         Step::Fail { .. } | Step::Succeed { .. } | Step::Done => Action::await_change(),
         _ => Action::requeue(CHANGED),
     })
@@ -381,7 +393,10 @@ async fn execute(
     match step {
         // A failed restore keeps its pods and staged claims (their logs say what went wrong;
         // deleting the EtcdRestore deletes them).
-        Step::Done | Step::Wait { .. } | Step::Fail { release: false, .. } => {}
+        Step::Done
+        | Step::Wait { .. }
+        | Step::MembersUnhealthy(_)
+        | Step::Fail { release: false, .. } => {}
         Step::Fail { release: true, .. } => {
             if let Some(cluster) = cluster {
                 release(&clusters, cluster, &uid).await?;
@@ -483,8 +498,8 @@ async fn execute(
                 .patch_status(&name, &PatchParams::default(), &merge(patch))
                 .await?;
         }
-        Step::DeleteOldPods(old) => {
-            for pod in old {
+        Step::DeleteOldPods(pods) | Step::RestartMembers(pods) => {
+            for pod in pods {
                 delete(&pod_api, pod).await?;
             }
         }
@@ -693,6 +708,11 @@ async fn announce(ctx: &Context, restore: &EtcdRestore, step: &Step) {
         | Step::Discard {
             reason, message, ..
         } => ctx.events.warning(&reference, reason, message).await,
+        Step::MembersUnhealthy(message) => {
+            ctx.events
+                .warning(&reference, "MembersUnhealthy", message)
+                .await
+        }
         _ => ctx.events.normal(&reference, reason, &message).await,
     }
 }

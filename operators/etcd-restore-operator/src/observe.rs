@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use etcd_operator::observe::Access;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
-use crate::plan::{Health, PodRun};
+use crate::plan::{Health, MemberProblem, PodRun};
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
 const STUCK: [&str; 5] = [
@@ -71,6 +71,44 @@ pub fn pod_run(pod: &Pod) -> PodRun {
         _ if started => PodRun::Running,
         _ => PodRun::Waiting,
     }
+}
+
+/// Why a member pod (`restartPolicy: Always`) is not running, when the kubelet says: it ended
+/// (evicted, or its node shut down) or a container keeps failing or cannot start.
+pub fn member_problem(pod: &Pod) -> Option<MemberProblem> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() == Some("Failed") {
+        let why = [status.reason.as_deref(), status.message.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(": ");
+        return Some(MemberProblem::Ended(if why.is_empty() {
+            "the pod failed".into()
+        } else {
+            why
+        }));
+    }
+    let containers = status.init_container_statuses.iter().flatten();
+    containers
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref()?;
+            (reason == "CrashLoopBackOff" || STUCK.contains(&reason)).then(|| {
+                let last = c
+                    .last_state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .map(|t| format!(", last exit {}", t.exit_code))
+                    .unwrap_or_default();
+                MemberProblem::Stuck(format!(
+                    "{}: {reason}{last}: {}",
+                    c.name,
+                    waiting.message.as_deref().unwrap_or("")
+                ))
+            })
+        })
 }
 
 /// Each member's revision (when it answers without errors) and the voters in the member list.
@@ -152,5 +190,35 @@ mod tests {
             matches!(pod_run(&stuck), PodRun::Failed { container, message }
                 if container == "restore" && message.contains("ErrImagePull"))
         );
+    }
+
+    #[test]
+    fn a_member_pod_ended_or_stuck_is_told_apart_from_one_still_starting() {
+        let evicted = pod("{phase: Failed, reason: Evicted, message: 'low on memory'}");
+        assert_eq!(
+            member_problem(&evicted),
+            Some(MemberProblem::Ended("Evicted: low on memory".into()))
+        );
+        let crashing = pod(
+            "{phase: Running, containerStatuses: [{name: etcd, image: i, imageID: '', ready: false,\
+              restartCount: 4, state: {waiting: {reason: CrashLoopBackOff, message: 'back-off 40s'}},\
+              lastState: {terminated: {exitCode: 1}}}]}",
+        );
+        assert_eq!(
+            member_problem(&crashing),
+            Some(MemberProblem::Stuck(
+                "etcd: CrashLoopBackOff, last exit 1: back-off 40s".into()
+            ))
+        );
+        let creating = pod(
+            "{phase: Pending, containerStatuses: [{name: etcd, image: i, imageID: '', ready: false,\
+              restartCount: 0, state: {waiting: {reason: ContainerCreating}}}]}",
+        );
+        assert_eq!(member_problem(&creating), None);
+        let not_ready = pod(
+            "{phase: Running, containerStatuses: [{name: etcd, image: i, imageID: '', ready: false,\
+              restartCount: 0, state: {running: {}}}]}",
+        );
+        assert_eq!(member_problem(&not_ready), None);
     }
 }

@@ -79,6 +79,10 @@ pub struct Observed {
     pub cluster: Option<ClusterView>,
     /// The cluster's member pods (`app=etcd,etcd_cluster=<name>`), with whether they are ready.
     pub member_pods: BTreeMap<String, bool>,
+    /// Member pods in trouble the restore must act on or report.
+    pub member_problems: BTreeMap<String, MemberProblem>,
+    /// Member pods being deleted (not in `member_pods`).
+    pub member_pods_going: BTreeSet<String>,
     /// Its claims attached to it (same labels), not being deleted.
     pub claims: BTreeSet<String>,
     /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
@@ -99,6 +103,17 @@ pub struct Observed {
     pub delete_old_volumes: bool,
     /// Can create the cluster when it does not exist (`spec.newCluster`).
     pub can_create_cluster: bool,
+}
+
+/// A member pod the kubelet does not run, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemberProblem {
+    /// It will not run again (phase Failed: evicted, or its node shut down). Its claim keeps
+    /// the restored data, so the member can simply be started again.
+    Ended(String),
+    /// A container keeps failing or cannot start (crash loop, image pull): it may pass, and
+    /// the user must know.
+    Stuck(String),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +160,11 @@ pub enum Step {
     JoinClaims(Vec<String>),
     /// Create the member pods (and Services) on the restored claims.
     StartMembers(Vec<String>),
+    /// Delete member pods that will not run again; they are started again on their claims.
+    RestartMembers(Vec<String>),
+    /// Restored members are not running, for a reason the kubelet gives: a Warning says why,
+    /// and the restore keeps waiting (the cluster stays paused, the old volumes kept).
+    MembersUnhealthy(String),
     /// Record the hand-over and the revision served, then unpause the cluster, clear its
     /// stale membership record and release the lock.
     HandOver {
@@ -274,7 +294,8 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
                 "RestoreFailed",
                 &format!(
                     "restoring member {member} failed; the cluster stays paused and the old \
-                     volumes are kept: {message}"
+                     volumes are kept; delete and re-create the EtcdRestore to retry (that \
+                     deletes its pods: save their logs first): {message}"
                 ),
             ),
         };
@@ -397,6 +418,14 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     if !to_join.is_empty() {
         return Step::JoinClaims(to_join);
     }
+    // A member pod being deleted (to be started again) is made once it is gone.
+    if let Some(going) = plan
+        .members
+        .iter()
+        .find(|m| observed.member_pods_going.contains(*m))
+    {
+        return wait(format!("waiting for the old pod of member {going} to go"));
+    }
     let to_start: Vec<String> = plan
         .members
         .iter()
@@ -406,16 +435,45 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     if !to_start.is_empty() {
         return Step::StartMembers(to_start);
     }
+    let ended: Vec<String> = plan
+        .members
+        .iter()
+        .filter(|m| {
+            matches!(
+                observed.member_problems.get(*m),
+                Some(MemberProblem::Ended(_))
+            )
+        })
+        .cloned()
+        .collect();
+    if !ended.is_empty() {
+        return Step::RestartMembers(ended);
+    }
     // 6. Every member healthy, a voter, serving at least the snapshot's revision.
-    let not_ready = plan
+    let not_ready: Vec<&String> = plan
         .members
         .iter()
         .filter(|m| observed.member_pods.get(*m) != Some(&true))
-        .count();
-    if not_ready > 0 {
-        return wait(format!(
-            "{not_ready} of {} restored members not ready",
+        .collect();
+    if !not_ready.is_empty() {
+        let progress = format!(
+            "{} of {} restored members not ready",
+            not_ready.len(),
             plan.members.len()
+        );
+        let stuck: Vec<String> = not_ready
+            .iter()
+            .filter_map(|m| match observed.member_problems.get(*m) {
+                Some(MemberProblem::Stuck(why)) => Some(format!("{m}: {why}")),
+                _ => None,
+            })
+            .collect();
+        if stuck.is_empty() {
+            return wait(progress);
+        }
+        return Step::MembersUnhealthy(format!(
+            "{progress} ({}); still waiting: the cluster stays paused and the old volumes are kept",
+            stuck.join("; ")
         ));
     }
     let Some(health) = &observed.health else {
@@ -525,7 +583,10 @@ pub fn phase_of(step: &Step, observed: &Observed) -> RestorePhase {
         | Step::DetachClaims(_)
         | Step::JoinClaims(_)
         | Step::StartMembers(_) => RestorePhase::Restoring,
-        Step::HandOver { .. } | Step::DeleteOldClaims(_) => RestorePhase::Verifying,
+        Step::HandOver { .. }
+        | Step::DeleteOldClaims(_)
+        | Step::RestartMembers(_)
+        | Step::MembersUnhealthy(_) => RestorePhase::Verifying,
         _ => match &observed.plan {
             None => RestorePhase::Preparing,
             Some(plan)
@@ -605,6 +666,15 @@ mod tests {
             size: 3,
             version: "3.5.16".into(),
             persistent: true,
+        }
+    }
+
+    /// The cluster unpaused and released by the hand-over.
+    fn given_back() -> ClusterView {
+        ClusterView {
+            paused: false,
+            restore: None,
+            ..cluster()
         }
     }
 
@@ -962,12 +1032,7 @@ mod tests {
 
     #[test]
     fn success_only_once_every_member_is_a_healthy_voter_at_the_snapshots_revision() {
-        let mut o = start();
-        o.snapshot = Some(snapshot());
-        o.cluster = Some(cluster());
-        o.plan = Some(recorded_plan());
-        o.claims = members().into_iter().collect();
-        o.detached_claims = ["c-1".to_string()].into();
+        let mut o = started();
         o.revision_bumped = Some(true);
         o.member_pods = members().into_iter().map(|m| (m, true)).collect();
         o.member_pods.insert("c-4".into(), false);
@@ -1003,11 +1068,7 @@ mod tests {
         o.restored_revision = Some(bumped);
         o.health = None;
         assert_eq!(plan(&names(), &o), Step::HandOver { revision: bumped });
-        o.cluster = Some(ClusterView {
-            paused: false,
-            restore: None,
-            ..cluster()
-        });
+        o.cluster = Some(given_back());
         assert_eq!(
             plan(&names(), &o),
             Step::DeleteOldClaims(vec!["c-1".into()])
@@ -1016,5 +1077,82 @@ mod tests {
         assert_eq!(plan(&names(), &o), Step::Succeed { revision: bumped });
         o.phase = Some(RestorePhase::Succeeded);
         assert_eq!(plan(&names(), &o), Step::Done);
+    }
+
+    /// Started members on their restored claims, not ready yet.
+    fn started() -> Observed {
+        let mut o = start();
+        o.snapshot = Some(snapshot());
+        o.cluster = Some(cluster());
+        o.plan = Some(recorded_plan());
+        o.claims = members().into_iter().collect();
+        o.detached_claims = ["c-1".to_string()].into();
+        o.restore_pods = members()
+            .into_iter()
+            .map(|m| (m, fetched(REPORT)))
+            .collect();
+        o.member_pods = members().into_iter().map(|m| (m, false)).collect();
+        o
+    }
+
+    #[test]
+    fn a_member_pod_that_will_not_run_again_is_started_again_on_its_claim() {
+        let mut o = started();
+        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        o.member_problems.insert(
+            "c-3".into(),
+            MemberProblem::Ended("Evicted: the node was low on memory".into()),
+        );
+        assert_eq!(plan(&names(), &o), Step::RestartMembers(vec!["c-3".into()]));
+        assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Verifying);
+        // Being deleted: waited for (a pod of that name cannot be made yet), then made again.
+        o.member_problems.clear();
+        o.member_pods.remove("c-3");
+        o.member_pods_going.insert("c-3".into());
+        let Step::Wait { reason } = plan(&names(), &o) else {
+            panic!("waits for the old pod to go")
+        };
+        assert!(reason.contains("c-3"), "{reason}");
+        o.member_pods_going.clear();
+        assert_eq!(plan(&names(), &o), Step::StartMembers(vec!["c-3".into()]));
+    }
+
+    #[test]
+    fn members_that_keep_failing_are_reported_and_waited_for() {
+        let mut o = started();
+        o.member_pods.insert("c-2".into(), true);
+        o.member_problems.insert(
+            "c-4".into(),
+            MemberProblem::Stuck("etcd: CrashLoopBackOff, last exit 1: back-off 40s".into()),
+        );
+        let Step::MembersUnhealthy(message) = plan(&names(), &o) else {
+            panic!("a crash loop is reported")
+        };
+        assert!(
+            message.starts_with("2 of 3 restored members not ready (c-4: etcd: CrashLoopBackOff"),
+            "{message}"
+        );
+        assert!(message.contains("the cluster stays paused"), "{message}");
+        assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Verifying);
+        // It passed: no report, and on to the health check.
+        o.member_problems.clear();
+        o.member_pods = members().into_iter().map(|m| (m, true)).collect();
+        assert!(matches!(plan(&names(), &o), Step::Wait { reason } if reason.contains("asking")));
+    }
+
+    #[test]
+    fn claims_detached_by_an_earlier_restore_are_kept_by_a_later_one() {
+        let mut o = started();
+        // c-0 was detached by a restore before this one: not in this plan.
+        o.detached_claims.insert("c-0".into());
+        o.plan.as_mut().unwrap().handed_over = Some(true);
+        o.restored_revision = Some(600);
+        o.cluster = Some(given_back());
+        assert_eq!(
+            plan(&names(), &o),
+            Step::DeleteOldClaims(vec!["c-1".into()])
+        );
+        o.detached_claims.remove("c-1");
+        assert_eq!(plan(&names(), &o), Step::Succeed { revision: 600 });
     }
 }

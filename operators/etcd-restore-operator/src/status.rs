@@ -87,6 +87,15 @@ pub fn describe(step: &Step) -> (&'static str, String) {
             ),
         ),
         Step::StartMembers(m) => ("StartingMembers", format!("starting {}", m.join(", "))),
+        Step::RestartMembers(m) => (
+            "RestartingMembers",
+            format!(
+                "member pods {} will not run again (evicted, or their node shut down): starting \
+                 them again on their restored volumes",
+                m.join(", ")
+            ),
+        ),
+        Step::MembersUnhealthy(message) => ("MembersUnhealthy", message.clone()),
         Step::HandOver { .. } => (
             "HandingOver",
             "every member is healthy; unpausing the EtcdCluster".into(),

@@ -761,3 +761,100 @@ async fn an_unparsable_cluster_version_fails_without_touching_the_cluster() {
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
+
+/// A member pod of the cluster, with `status`.
+fn member_pod(name: &str, status: Value) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"app": "etcd", "etcd_cluster": "c"}},
+           "status": status})
+}
+
+fn ready_member(name: &str) -> Value {
+    member_pod(
+        name,
+        json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+    )
+}
+
+/// The snapshot verified, the old member stopped and its claim detached, the restored claims
+/// joined and every member started: c-3 and c-5 ready, c-4 as `c4` says.
+fn started_world(c4: Value) -> World {
+    World {
+        member_pods: vec![
+            ready_member("c-3"),
+            member_pod("c-4", c4),
+            ready_member("c-5"),
+        ],
+        claims: vec![claim("c-3"), claim("c-4"), claim("c-5")],
+        others: vec![detached_claim("c-0")],
+        staged: vec![],
+        ..verified_world()
+    }
+}
+
+#[tokio::test]
+async fn an_evicted_member_pod_is_made_again_on_its_restored_claim() {
+    let (ctx, mut api) = context();
+    let world = started_world(json!({"phase": "Failed", "reason": "Evicted",
+                                     "message": "The node was low on resource: memory."}));
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    // Only the pod goes: its claim, which holds the restored data, stays.
+    api.expect_call(
+        Method::DELETE,
+        &format!("{NS}/pods/c-4"),
+        StatusCode::OK,
+        |_| json!({}),
+    )
+    .await;
+    let status = expect_report_of(&mut api, &world.restore, "Normal", "RestartingMembers").await;
+    assert_eq!(status["phase"], "Verifying");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+
+    // Gone: made again from the cluster's own pod template.
+    let world = started_world(json!({}));
+    let world = World {
+        member_pods: vec![ready_member("c-3"), ready_member("c-5")],
+        ..world
+    };
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    for service in ["c", "c-client"] {
+        let path = format!("{NS}/services/{service}");
+        api.expect_call(Method::PATCH, &path, StatusCode::OK, |_| json!({}))
+            .await;
+    }
+    let pod = api
+        .expect_call(
+            Method::POST,
+            &format!("{NS}/pods"),
+            StatusCode::CREATED,
+            |call| call.body.clone(),
+        )
+        .await;
+    assert_eq!(pod.body["metadata"]["name"], "c-4");
+    expect_report_of(&mut api, &world.restore, "Normal", "StartingMembers").await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_crash_looping_member_is_reported_in_a_warning_and_waited_for() {
+    let (ctx, mut api) = context();
+    let world = started_world(json!({"phase": "Running", "containerStatuses": [{
+        "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 5,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 1m20s"}},
+        "lastState": {"terminated": {"exitCode": 1}}}]}));
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    // Nothing is touched: the status and a Warning only.
+    let status = expect_report_of(&mut api, &world.restore, "Warning", "MembersUnhealthy").await;
+    assert_eq!(status["phase"], "Verifying");
+    let message = status["conditions"][1]["message"].as_str().unwrap();
+    assert!(
+        message.contains("c-4: etcd: CrashLoopBackOff, last exit 1: back-off 1m20s"),
+        "{message}"
+    );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
