@@ -137,6 +137,13 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     // This restore's pods; those of an earlier restore of the same name (deleted, its pods
     // not yet collected) are deleted and not read: their names are needed again.
     let uid = restore.uid().unwrap_or_default();
+    // Its detach step writes its uid on each claim it detaches.
+    let detached_by_this: BTreeSet<String> = every_claim
+        .iter()
+        .filter(|c| c.labels().get(DETACHED_LABEL) == Some(&cluster_name))
+        .filter(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid))
+        .map(|c| c.name_any())
+        .collect();
     let (own_pods, stale): (Vec<Pod>, Vec<Pod>) = pod_api
         .list(&own)
         .await?
@@ -223,6 +230,7 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
             .filter(|c| c.meta().deletion_timestamp.is_none())
             .map(|c| c.name_any())
             .collect(),
+        detached_by_this,
         detached_claims,
         all_claims: every_claim.iter().map(|c| c.name_any()).collect(),
         staged_claims: staged_claims

@@ -87,6 +87,9 @@ pub struct Observed {
     pub claims: BTreeSet<String>,
     /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
     pub detached_claims: BTreeSet<String>,
+    /// Those of them that carry this restore's uid (its detach step wrote it): the only claims
+    /// its `Delete` policy may delete.
+    pub detached_by_this: BTreeSet<String>,
     /// Every claim of the namespace, whoever's (a user's named like a member included): a new
     /// member is never named after one, or it would be restored onto it.
     pub all_claims: BTreeSet<String>,
@@ -251,7 +254,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         let leftovers: Vec<String> = plan
             .detached_claims
             .iter()
-            .filter(|c| observed.delete_old_volumes && observed.detached_claims.contains(*c))
+            .filter(|c| observed.delete_old_volumes && observed.detached_by_this.contains(*c))
             .cloned()
             .collect();
         if !leftovers.is_empty() {
@@ -766,6 +769,7 @@ mod tests {
         o.cluster = Some(cluster());
         // New names above every name in use; the surviving claim is recorded as detached.
         o.detached_claims = ["c-1".to_string()].into();
+        o.detached_by_this = o.detached_claims.clone();
         assert_eq!(plan(&names(), &o), Step::RecordPlan(recorded_plan()));
         // Names of claims still being deleted, or staged by an earlier restore, are in use too.
         o.terminating = ["c-7".to_string()].into();
@@ -997,6 +1001,7 @@ mod tests {
         assert_eq!(plan(&names(), &o), Step::DetachClaims(vec!["c-1".into()]));
         o.claims.clear();
         o.detached_claims = ["c-1".to_string()].into();
+        o.detached_by_this = o.detached_claims.clone();
         assert_eq!(plan(&names(), &o), Step::JoinClaims(members()));
         o.staged_claims.clear();
         o.claims = members().into_iter().collect();
@@ -1087,6 +1092,7 @@ mod tests {
         o.plan = Some(recorded_plan());
         o.claims = members().into_iter().collect();
         o.detached_claims = ["c-1".to_string()].into();
+        o.detached_by_this = o.detached_claims.clone();
         o.restore_pods = members()
             .into_iter()
             .map(|m| (m, fetched(REPORT)))
@@ -1143,8 +1149,11 @@ mod tests {
     #[test]
     fn claims_detached_by_an_earlier_restore_are_kept_by_a_later_one() {
         let mut o = started();
-        // c-0 was detached by a restore before this one: not in this plan.
+        // c-0 was detached by a restore before this one, and is not in this plan; c-2, in
+        // this plan, was detached by another restore (by hand, say): neither is deleted.
         o.detached_claims.insert("c-0".into());
+        o.detached_claims.insert("c-2".into());
+        o.plan.as_mut().unwrap().detached_claims.push("c-2".into());
         o.plan.as_mut().unwrap().handed_over = Some(true);
         o.restored_revision = Some(600);
         o.cluster = Some(given_back());
@@ -1153,6 +1162,7 @@ mod tests {
             Step::DeleteOldClaims(vec!["c-1".into()])
         );
         o.detached_claims.remove("c-1");
+        o.detached_by_this.remove("c-1");
         assert_eq!(plan(&names(), &o), Step::Succeed { revision: 600 });
     }
 }

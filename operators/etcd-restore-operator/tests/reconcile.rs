@@ -88,10 +88,11 @@ fn claim(name: &str) -> Value {
            "spec": {"accessModes": ["ReadWriteOnce"]}})
 }
 
-/// A replaced member's claim, detached from the cluster by an earlier restore step.
+/// A replaced member's claim, detached from the cluster by an earlier step of this restore.
 fn detached_claim(name: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "ns",
-                        "labels": {"app": "etcd", "etcd.database.coreos.com/detached-from": "c"}},
+                        "labels": {"app": "etcd", "etcd.database.coreos.com/detached-from": "c"},
+                        "annotations": {"etcd.database.coreos.com/restore": "r-uid"}},
            "spec": {"accessModes": ["ReadWriteOnce"]}})
 }
 
@@ -855,6 +856,27 @@ async fn a_crash_looping_member_is_reported_in_a_warning_and_waited_for() {
         message.contains("c-4: etcd: CrashLoopBackOff, last exit 1: back-off 1m20s"),
         "{message}"
     );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// Under `oldVolumes: Delete`, only claims this restore detached go: a planned one found
+/// detached by another restore (its uid on it) is kept.
+#[tokio::test]
+async fn only_claims_this_restore_detached_are_deleted() {
+    let (ctx, mut api) = context();
+    let mut world = handed_over(running_cluster());
+    world.others[0]["metadata"]["annotations"]["etcd.database.coreos.com/restore"] =
+        json!("another-uid");
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    for pod in ["c-3-restore", "c-4-restore", "c-5-restore"] {
+        let path = format!("{NS}/pods/{pod}");
+        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| finished_pod(pod))
+            .await;
+    }
+    let status = expect_report(&mut api, &world.restore).await;
+    assert_eq!(status["succeeded"], true);
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
