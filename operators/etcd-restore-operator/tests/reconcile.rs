@@ -190,6 +190,17 @@ async fn expect_report(api: &mut MockApi, restore: &Value) -> Value {
     call.body["status"].clone()
 }
 
+/// Success: the run-once pods go (their scratch volumes hold a copy of the database each),
+/// then the report.
+async fn expect_success(api: &mut MockApi, restore: &Value) -> Value {
+    for pod in ["c-3-restore", "c-4-restore", "c-5-restore"] {
+        let path = format!("{NS}/pods/{pod}");
+        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| finished_pod(pod))
+            .await;
+    }
+    expect_report(api, restore).await
+}
+
 /// The status report and its event, which must be of `type_` with `reason`.
 async fn expect_report_of(api: &mut MockApi, restore: &Value, type_: &str, reason: &str) -> Value {
     let status = expect_status_patch(api, restore).await.body["status"].clone();
@@ -373,13 +384,7 @@ async fn after_the_hand_over_old_volumes_go_then_success() {
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    // The run-once pods go (their scratch volumes hold a copy of the database each).
-    for pod in ["c-3-restore", "c-4-restore", "c-5-restore"] {
-        let path = format!("{NS}/pods/{pod}");
-        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| finished_pod(pod))
-            .await;
-    }
-    let status = expect_report(&mut api, &world.restore).await;
+    let status = expect_success(&mut api, &world.restore).await;
     assert_eq!(status["succeeded"], true);
     assert_eq!(status["phase"], "Succeeded");
     assert_eq!(status["conditions"][0]["type"], "Ready");
@@ -870,12 +875,7 @@ async fn only_claims_this_restore_detached_are_deleted() {
         json!("another-uid");
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    for pod in ["c-3-restore", "c-4-restore", "c-5-restore"] {
-        let path = format!("{NS}/pods/{pod}");
-        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| finished_pod(pod))
-            .await;
-    }
-    let status = expect_report(&mut api, &world.restore).await;
+    let status = expect_success(&mut api, &world.restore).await;
     assert_eq!(status["succeeded"], true);
     reconcile.await.unwrap();
     api.expect_silence().await;
