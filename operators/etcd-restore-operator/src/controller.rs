@@ -128,22 +128,19 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
     };
     let claims: Vec<&PersistentVolumeClaim> = labelled(build::selector(&cluster_name)).collect();
     let staged_claims: Vec<&PersistentVolumeClaim> = labelled(pods::own_labels(&name)).collect();
-    let detached_claims: BTreeSet<String> = every_claim
+    let uid = restore.uid().unwrap_or_default();
+    let detached: Vec<&PersistentVolumeClaim> =
+        labelled([(DETACHED_LABEL.to_string(), cluster_name.clone())].into()).collect();
+    let detached_claims: BTreeSet<String> = detached.iter().map(|c| c.name_any()).collect();
+    // Its detach step writes its uid on each claim it detaches.
+    let detached_by_this: BTreeSet<String> = detached
         .iter()
-        .filter(|c| c.labels().get(DETACHED_LABEL) == Some(&cluster_name))
+        .filter(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid))
         .map(|c| c.name_any())
         .collect();
     let own = ListParams::default().labels(&pods::label_selector(&name));
     // This restore's pods; those of an earlier restore of the same name (deleted, its pods
     // not yet collected) are deleted and not read: their names are needed again.
-    let uid = restore.uid().unwrap_or_default();
-    // Its detach step writes its uid on each claim it detaches.
-    let detached_by_this: BTreeSet<String> = every_claim
-        .iter()
-        .filter(|c| c.labels().get(DETACHED_LABEL) == Some(&cluster_name))
-        .filter(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid))
-        .map(|c| c.name_any())
-        .collect();
     let (own_pods, stale): (Vec<Pod>, Vec<Pod>) = pod_api
         .list(&own)
         .await?

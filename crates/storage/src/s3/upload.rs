@@ -220,10 +220,11 @@ impl S3Upload {
 
     async fn finish(&mut self) -> Result<ObjectInfo> {
         let committed = if self.upload_id.is_none() {
-            match self.check_precondition().await {
-                Ok(()) => self.put_whole().await,
-                Err(e) => Err(e),
+            async {
+                self.check_precondition().await?;
+                self.put_whole().await
             }
+            .await
         } else {
             self.complete().await
         };
