@@ -125,20 +125,80 @@ fn fetch_memory(garage: &Garage, key: &str) -> (f64, f64) {
     (peak as f64 / 1024.0, started.elapsed().as_secs_f64())
 }
 
-/// CPU seconds the whole machine has spent so far (user + nice + system + irq + softirq, from
-/// `/proc/stat`): what a measured section cost, whichever process did the work.
-fn machine_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let fields: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse().unwrap())
-        .collect();
-    // user nice system idle iowait irq softirq steal
-    (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / 100.0
+/// What the whole machine has done so far, whichever process did it: the difference of two
+/// readings is what a measured section cost, and says whether it waited for CPU or for disk.
+#[derive(Clone, Copy, Debug, Default)]
+struct Machine {
+    /// CPU seconds busy (user + nice + system + irq + softirq, `/proc/stat`).
+    busy: f64,
+    /// Of `busy`, the pods' (the kubelet's `kubepods` cgroup: fetch, restore tool, etcd).
+    pods: f64,
+    /// Seconds the CPUs were idle with disk reads or writes outstanding.
+    iowait: f64,
+    /// Bytes written to the block devices (`/proc/diskstats`).
+    written: f64,
+}
+
+impl Machine {
+    fn now() -> Machine {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap();
+        let cpu: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap())
+            .collect();
+        // user nice system idle iowait irq softirq steal, in USER_HZ (100 per second)
+        let busy = (cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6]) / 100.0;
+        let pods = std::fs::read_to_string("/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage")
+            .map_or(f64::NAN, |ns| ns.trim().parse::<f64>().unwrap() / 1e9);
+        // Whole disks only (partitions would count twice): the ones /sys/block lists, without
+        // loop and RAM devices. Field 10 is sectors written, of 512 bytes.
+        let disks = std::fs::read_to_string("/proc/diskstats").unwrap();
+        let written = disks
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| {
+                !f[2].starts_with("loop")
+                    && !f[2].starts_with("ram")
+                    && Path::new("/sys/block").join(f[2]).exists()
+            })
+            .map(|f| f[9].parse::<f64>().unwrap() * 512.0)
+            .sum();
+        Machine {
+            busy,
+            pods,
+            iowait: cpu[4] / 100.0,
+            written,
+        }
+    }
+
+    fn since(self, before: Machine) -> Machine {
+        Machine {
+            busy: self.busy - before.busy,
+            pods: self.pods - before.pods,
+            iowait: self.iowait - before.iowait,
+            written: self.written - before.written,
+        }
+    }
+
+    /// "CPU-s (of them pods), iowait s, GB written".
+    fn describe(&self) -> String {
+        format!(
+            "{:.1} CPU-s ({:.1} in pods), {:.1} s iowait, {:.2} GB written",
+            self.busy,
+            self.pods,
+            self.iowait,
+            self.written / 1e9
+        )
+    }
+}
+
+/// Writes every dirty page out (sync(1)), so that a section's disk writes are its own.
+fn sync() {
+    assert!(Command::new("sync").status().unwrap().success(), "sync");
 }
 
 #[tokio::main]
@@ -194,8 +254,10 @@ async fn main() {
         }
     }))
     .unwrap();
+    // Written data still in the page cache would be charged to the next section.
+    sync();
     let started = Instant::now();
-    let cpu_before = machine_cpu_seconds();
+    let machine_before = Machine::now();
     Api::<PersistentVolumeClaim>::namespaced(kube.client.clone(), &ns)
         .create(&PostParams::default(), &claim)
         .await
@@ -207,7 +269,9 @@ async fn main() {
         .await
         .unwrap();
     let by_hand_secs = started.elapsed().as_secs_f64();
-    let by_hand_cpu = machine_cpu_seconds() - cpu_before;
+    // The pod is done, but what it wrote may still be in the page cache: count its writeback.
+    sync();
+    let by_hand = Machine::now().since(machine_before);
 
     // 2. The EtcdRestore: 3 members into a new cluster.
     eprintln!("restoring 3 members with an EtcdRestore ...");
@@ -223,8 +287,9 @@ async fn main() {
     }))
     .unwrap();
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    sync();
     let started = Instant::now();
-    let cpu_before = machine_cpu_seconds();
+    let machine_before = Machine::now();
     restores
         .create(&PostParams::default(), &restore)
         .await
@@ -233,7 +298,7 @@ async fn main() {
     let phases = {
         let restores = restores.clone();
         tokio::spawn(async move {
-            let mut seen: Vec<(String, f64)> = Vec::new();
+            let mut seen: Vec<(String, f64, Machine)> = Vec::new();
             loop {
                 let phase = restores
                     .get_status("restored")
@@ -242,10 +307,10 @@ async fn main() {
                     .and_then(|r| r.status?.phase)
                     .map(|p| format!("{p:?}"));
                 if let Some(phase) = phase
-                    && seen.last().is_none_or(|(last, _)| *last != phase)
+                    && seen.last().is_none_or(|(last, _, _)| *last != phase)
                 {
                     let done = phase == "Succeeded" || phase == "Failed";
-                    seen.push((phase, started.elapsed().as_secs_f64()));
+                    seen.push((phase, started.elapsed().as_secs_f64(), Machine::now()));
                     if done {
                         return seen;
                     }
@@ -263,7 +328,7 @@ async fn main() {
         .await
         .unwrap();
     let restore_secs = started.elapsed().as_secs_f64();
-    let restore_cpu = machine_cpu_seconds() - cpu_before;
+    let restore = Machine::now().since(machine_before);
     let phases = phases.await.unwrap();
     let status = done.status.unwrap();
     assert!(status.succeeded, "{status:?}");
@@ -283,14 +348,22 @@ async fn main() {
         restore_secs / by_hand_secs
     );
     println!(
-        "| machine CPU-seconds: by hand, EtcdRestore (ratio) | {by_hand_cpu:.1}, {restore_cpu:.1} ({:.2}) |",
-        restore_cpu / by_hand_cpu
+        "| machine CPU-seconds: by hand, EtcdRestore (ratio) | {:.1}, {:.1} ({:.2}) |",
+        by_hand.busy,
+        restore.busy,
+        restore.busy / by_hand.busy
     );
-    let phases: Vec<String> = phases
-        .iter()
-        .map(|(p, t)| format!("{p} at {t:.1} s"))
-        .collect();
-    println!("| EtcdRestore phases first seen | {} |", phases.join(", "));
+    println!("| machine, by hand | {} |", by_hand.describe());
+    println!("| machine, EtcdRestore | {} |", restore.describe());
+    let mut from = (0.0, machine_before);
+    for (phase, at, machine) in &phases {
+        println!(
+            "| EtcdRestore, {:.1} to {at:.1} s (until {phase} is first seen) | {} |",
+            from.0,
+            machine.since(from.1).describe()
+        );
+        from = (*at, *machine);
+    }
     println!(
         "| restore operator: CPU, peak RSS | {:.2} s, {:.1} MiB |",
         usage.cpu_seconds,
