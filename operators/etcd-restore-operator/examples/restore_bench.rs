@@ -127,7 +127,7 @@ fn fetch_memory(garage: &Garage, key: &str) -> (f64, f64) {
 
 /// What the whole machine has done so far, whichever process did it: the difference of two
 /// readings is what a measured section cost, and says whether it waited for CPU or for disk.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Machine {
     /// CPU seconds busy (user + nice + system + irq + softirq, `/proc/stat`).
     busy: f64,
