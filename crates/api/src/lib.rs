@@ -25,7 +25,7 @@ pub use crd::{crds, strip_cel};
 pub use error::SpecError;
 pub use restore::{
     BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, NewCluster,
-    OldVolumesPolicy, RestorePhase, RestorePlan, VerifiedSnapshot,
+    OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium, VerifiedSnapshot,
 };
 pub use storage::{
     AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3Source, StorageType,

@@ -78,6 +78,12 @@ pub struct EtcdRestoreSpec {
     /// `etcd.database.coreos.com/detached-from`). Until then they are always kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_volumes: Option<OldVolumesPolicy>,
+    /// Where each member's restore pod keeps the fetched snapshot until the restore tool has
+    /// copied it onto the member's claim: `Disk` (default: an emptyDir on the node's disk) or
+    /// `Memory` (a memory-backed emptyDir: the node's disk is written once per member instead
+    /// of twice, but each restore pod holds the whole snapshot in RAM, counted as its memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch_medium: Option<ScratchMedium>,
 }
 
 /// A cluster to create for the restore: members, image and a claim per member.
@@ -121,6 +127,16 @@ pub enum OldVolumesPolicy {
     Delete,
     /// Keep them, detached from the cluster.
     Keep,
+}
+
+/// The medium of the restore pods' scratch volume (an emptyDir's `medium`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ScratchMedium {
+    /// The node's disk.
+    #[default]
+    Disk,
+    /// Memory (tmpfs).
+    Memory,
 }
 
 /// Reference to an `EtcdCluster` by name.

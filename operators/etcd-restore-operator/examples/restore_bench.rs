@@ -4,15 +4,22 @@
 //! 1. by hand, one member: a pod that fetches the snapshot with the `etcd-backup` image and
 //!    runs `etcdutl snapshot restore` on a claim (what a user otherwise does per member), from
 //!    `create` to the pod's success;
-//! 2. the EtcdRestore: 3 members restored from the same snapshot into a new cluster (the
+//! 2. the EtcdRestore: `members` (3) restored from the same snapshot into a new cluster (the
 //!    EtcdCluster and EtcdRestore operators running here), from `create` to `succeeded` (every
 //!    member fetching, verifying and restoring in parallel, started, healthy at the bumped
 //!    revision); as a ratio to 1;
 //! 3. memory: `etcd-backup fetch` peak RSS for the large and a small snapshot (flat with size).
 //!
+//! `scratch` (`Disk`, the default, or `Memory`) is where both keep the fetched snapshot: the
+//! EtcdRestore's `scratchMedium`, and the medium of the by-hand pod's emptyDir. `members`
+//! (default 3) is the restored cluster's size: with 1, the ratio is the restore's own cost
+//! beyond one member's fetch and restore (start, health, hand-over), what 3 members on 3 nodes
+//! would add to by hand, which this one-node bed cannot run side by side.
+//!
 //! ```sh
 //! cargo build --release -p etcd-backup -p etcd-operator -p etcd-restore-operator
-//! cargo run --release -p etcd-restore-operator --example restore_bench -- [size-mib] [small-mib]
+//! cargo run --release -p etcd-restore-operator --example restore_bench -- \
+//!     [size-mib] [small-mib] [scratch] [members]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -206,6 +213,13 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let size_mib: u64 = args.next().map_or(1024, |a| a.parse().unwrap());
     let small_mib: u64 = args.next().map_or(100, |a| a.parse().unwrap());
+    let scratch = args.next().unwrap_or_else(|| "Disk".into());
+    let scratch_dir = match scratch.as_str() {
+        "Disk" => json!({}),
+        "Memory" => json!({"medium": "Memory"}),
+        other => panic!("scratch is Disk or Memory, not {other}"),
+    };
+    let members: i32 = args.next().map_or(3, |a| a.parse().unwrap());
     let (etcd_operator, restore_operator) =
         (release("etcd-operator"), release("etcd-restore-operator"));
     let kube = KubeTestbed::with_kubelet().await.expect("the kubelet bed");
@@ -248,7 +262,7 @@ async fn main() {
                             "--data-dir", "/var/etcd/data"],
                 "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
                                  {"name": "data", "mountPath": "/var/etcd"}]}],
-            "volumes": [{"name": "snapshot", "emptyDir": {}},
+            "volumes": [{"name": "snapshot", "emptyDir": scratch_dir},
                         {"name": "aws", "secret": {"secretName": "aws"}},
                         {"name": "data", "persistentVolumeClaim": {"claimName": "by-hand"}}],
         }
@@ -273,8 +287,8 @@ async fn main() {
     sync();
     let by_hand = Machine::now().since(machine_before);
 
-    // 2. The EtcdRestore: 3 members into a new cluster.
-    eprintln!("restoring 3 members with an EtcdRestore ...");
+    // 2. The EtcdRestore: `members` members into a new cluster.
+    eprintln!("restoring {members} members with an EtcdRestore ...");
     let _cluster_operator = Process::start(&etcd_operator, &kube.kubeconfig, &ns);
     let operator = Process::start(&restore_operator, &kube.kubeconfig, &ns);
     let restore: EtcdRestore = serde_json::from_value(json!({
@@ -283,7 +297,8 @@ async fn main() {
         "spec": {"etcdCluster": {"name": "restored"}, "backupStorageType": "S3",
             "s3": {"path": format!("{}/bench/etcd.backup", garage.bucket), "awsSecret": "aws",
                    "endpoint": garage.endpoint, "forcePathStyle": true},
-            "newCluster": {"size": 3, "version": "3.5.16", "repository": "localhost/etcd", "storage": storage}},
+            "newCluster": {"size": members, "version": "3.5.16", "repository": "localhost/etcd", "storage": storage},
+            "scratchMedium": scratch},
     }))
     .unwrap();
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
@@ -340,9 +355,12 @@ async fn main() {
         db as f64 / 1e6,
         small_db as f64 / 1e6
     );
+    println!("scratch volume of the fetched snapshot: {scratch}; members restored: {members}");
     println!("| measure | value |\n|---|---|");
     println!("| by hand, one member: fetch + etcdutl restore in a pod | {by_hand_secs:.1} s |");
-    println!("| EtcdRestore, 3 members: create -> succeeded (healthy) | {restore_secs:.1} s |");
+    println!(
+        "| EtcdRestore, {members} members: create -> succeeded (healthy) | {restore_secs:.1} s |"
+    );
     println!(
         "| ratio EtcdRestore / by hand | {:.2} |",
         restore_secs / by_hand_secs

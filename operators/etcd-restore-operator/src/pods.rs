@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
-use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
+use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
@@ -90,6 +90,15 @@ pub fn own_labels(restore: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// The scratch emptyDir the snapshot is fetched into: on the node's disk unless the restore
+/// asks for memory.
+fn scratch_volume(restore: &EtcdRestore) -> Value {
+    match restore.spec.scratch_medium.unwrap_or_default() {
+        ScratchMedium::Disk => json!({}),
+        ScratchMedium::Memory => json!({"medium": "Memory"}),
+    }
+}
+
 /// The pod that restores `member` of `plan` onto its claim (which must exist: the pod mounts it
 /// by the member's name, as the member pod will). `sibling_nodes`: the nodes this restore's
 /// other pods were scheduled to (see [`off_sibling_nodes`]).
@@ -114,7 +123,7 @@ pub fn restore_pod(
         DATA_DIR,
     );
     let (mut volumes, mut mounts) = source_volumes(source);
-    volumes.push(json!({"name": "snapshot", "emptyDir": {}}));
+    volumes.push(json!({"name": "snapshot", "emptyDir": scratch_volume(restore)}));
     mounts.push(json!({"name": "snapshot", "mountPath": SNAPSHOT_DIR}));
     let fetch = json!({
         "name": "fetch",
@@ -478,12 +487,11 @@ mod tests {
         serde_json::to_value(pod).unwrap()
     }
 
-    #[test]
-    fn the_fetch_runs_etcd_backup_with_the_secret_and_no_token() {
-        let restore = restore();
+    /// Member c-4's restore pod, 3.5.16, from `restore`'s own source.
+    fn restore_pod_of(restore: &EtcdRestore) -> Value {
         let source = from_spec(&restore.spec).unwrap();
         let (pod, _) = restore_pod(
-            &restore,
+            restore,
             &cluster("3.5.16"),
             "c-4",
             &plan("3.5.16"),
@@ -491,7 +499,12 @@ mod tests {
             &source,
             &[],
         );
-        let pod = yaml(&pod);
+        yaml(&pod)
+    }
+
+    #[test]
+    fn the_fetch_runs_etcd_backup_with_the_secret_and_no_token() {
+        let pod = restore_pod_of(&restore());
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "r-uid");
         assert_eq!(pod["metadata"]["labels"]["app"], "etcd-restore");
         assert_eq!(pod["spec"]["restartPolicy"], "Never");
@@ -519,6 +532,36 @@ mod tests {
             "/etc/etcd-restore/aws/credentials"
         );
         assert_eq!(pod["spec"]["volumes"][0]["secret"]["secretName"], "aws");
+    }
+
+    #[test]
+    fn the_snapshot_is_fetched_to_the_nodes_disk_unless_memory_is_asked_for() {
+        let scratch = |medium: Option<ScratchMedium>| {
+            let mut restore = restore();
+            restore.spec.scratch_medium = medium;
+            let pod = restore_pod_of(&restore);
+            let volumes = pod["spec"]["volumes"].as_array().unwrap().clone();
+            let snapshot = volumes.iter().find(|v| v["name"] == "snapshot").unwrap();
+            // Both the fetch and the restore tool see it where the tool reads the snapshot.
+            for container in [
+                &pod["spec"]["initContainers"][0],
+                &pod["spec"]["containers"][0],
+            ] {
+                let mounts = container["volumeMounts"].as_array().unwrap();
+                assert!(
+                    mounts
+                        .iter()
+                        .any(|m| m["name"] == "snapshot" && m["mountPath"] == SNAPSHOT_DIR)
+                );
+            }
+            snapshot["emptyDir"].clone()
+        };
+        assert_eq!(scratch(None), json!({}));
+        assert_eq!(scratch(Some(ScratchMedium::Disk)), json!({}));
+        assert_eq!(
+            scratch(Some(ScratchMedium::Memory)),
+            json!({"medium": "Memory"})
+        );
     }
 
     #[test]

@@ -598,10 +598,12 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         json!({"backupStorageType": "Local",
         "local": {"path": "etcd.db", "persistentVolumeClaim": "backups"}}),
     );
+    // This one keeps the fetched snapshot in memory (tmpfs) instead of on the node's disk.
     let by_ref = restore(
         "copy-ref",
         1,
-        json!({"backupStorageType": "S3", "backupRef": {"name": "nightly"}}),
+        json!({"backupStorageType": "S3", "backupRef": {"name": "nightly"},
+               "scratchMedium": "Memory"}),
     );
     restores
         .create(&PostParams::default(), &local)
@@ -621,7 +623,7 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         .unwrap();
     let first = planned.status.unwrap().plan.unwrap().members[0].clone();
     let restoring = format!("{first}-restore");
-    wait_until(&pods, &restoring, "a member's restore pod", 120, |_| true)
+    let local_pod = wait_until(&pods, &restoring, "a member's restore pod", 120, |_| true)
         .await
         .unwrap();
     drop(operator);
@@ -631,6 +633,29 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         "killed before the members' fetches verified the snapshot"
     );
     let _operator = RestoreOperator::start(&kube, &ns);
+    // copy-ref's restore pod keeps the fetched snapshot in memory, copy-local's on the node's
+    // disk (read before they succeed: success deletes the restore pods).
+    let planned = |r: &EtcdRestore| r.status.as_ref().is_some_and(|s| s.plan.is_some());
+    let planned = wait_until(&restores, "copy-ref", "the plan recorded", 120, planned)
+        .await
+        .unwrap();
+    let member = planned.status.unwrap().plan.unwrap().members[0].clone();
+    let ref_pod = wait_until(
+        &pods,
+        &format!("{member}-restore"),
+        "its restore pod",
+        120,
+        |_| true,
+    )
+    .await
+    .unwrap();
+    let scratch_medium = |pod: Pod| {
+        let volumes = pod.spec.unwrap().volumes.unwrap();
+        let scratch = volumes.into_iter().find(|v| v.name == "snapshot").unwrap();
+        scratch.empty_dir.unwrap().medium
+    };
+    assert_eq!(scratch_medium(ref_pod).as_deref(), Some("Memory"));
+    assert_eq!(scratch_medium(local_pod), None);
     let finished = |r: &EtcdRestore| {
         r.status
             .as_ref()
