@@ -64,8 +64,11 @@ impl Context {
     }
 }
 
-/// Look again soon while something runs; at once after a step changed something.
-const CHANGED: Duration = Duration::from_millis(500);
+/// Look again soon while something runs; at once after a step changed something: its own
+/// status write does not wake the controller (spec changes only), and every reconcile reads
+/// the world from the API server, not a cache. (500 ms here added 1 to 1.5 s to every
+/// restore, between its steps.) 50 ms keeps a step that changed nothing from spinning.
+const CHANGED: Duration = Duration::from_millis(50);
 const BUSY: Duration = Duration::from_secs(2);
 
 /// The restore a member pod's change may concern: the one named like its cluster.
