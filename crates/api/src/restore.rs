@@ -78,10 +78,7 @@ pub struct EtcdRestoreSpec {
     /// `etcd.database.coreos.com/detached-from`). Until then they are always kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_volumes: Option<OldVolumesPolicy>,
-    /// Where each member's restore pod keeps the fetched snapshot until the restore tool has
-    /// copied it onto the member's claim: `Disk` (default: an emptyDir on the node's disk) or
-    /// `Memory` (a memory-backed emptyDir: the node's disk is written once per member instead
-    /// of twice, but each restore pod holds the whole snapshot in RAM, counted as its memory).
+    /// The medium of the restore pods' scratch volume (see [`ScratchMedium`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch_medium: Option<ScratchMedium>,
 }
@@ -129,7 +126,10 @@ pub enum OldVolumesPolicy {
     Keep,
 }
 
-/// The medium of the restore pods' scratch volume (an emptyDir's `medium`).
+/// Where each member's restore pod keeps the fetched snapshot until the restore tool has copied
+/// it onto the member's claim: `Disk` (default: an emptyDir on the node's disk) or `Memory` (a
+/// memory-backed emptyDir: the node's disk is written once per member instead of twice, but each
+/// restore pod holds the whole snapshot in RAM meanwhile, counted as its memory use).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum ScratchMedium {
     /// The node's disk.
