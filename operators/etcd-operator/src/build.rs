@@ -34,8 +34,8 @@ pub const DATA_DIR: &str = "/var/etcd/data";
 pub const METRICS_PORT: u16 = 8080;
 
 /// Every member's readiness: etcd's `/health` every second, because each new member
-/// (scaling, healing, a restore) waits for it and a slow probe delays all of them (a restore's
-/// last member turned ready up to 2 s after it was healthy with 2 s); 16 failures in a row
+/// (scaling, healing, a restore) waits for it and a slow probe delays all of them (every 2 s,
+/// a restored member turned ready up to 2 s after etcd was healthy); 16 failures in a row
 /// (16 s or more) make it unready, as 3 x 5 s did before.
 pub fn readiness_probe() -> serde_json::Value {
     json!({

@@ -41,7 +41,7 @@ pub fn pod_run(pod: &Pod) -> PodRun {
                     why
                 }
             );
-            return Some((c.name.clone(), message));
+            return Some((c.name.clone(), Some(done.exit_code), message));
         }
         let waiting = state.waiting.as_ref()?;
         let reason = waiting.reason.as_deref()?;
@@ -51,7 +51,7 @@ pub fn pod_run(pod: &Pod) -> PodRun {
                 c.name,
                 waiting.message.clone().unwrap_or_default()
             );
-            (c.name.clone(), message)
+            (c.name.clone(), None, message)
         })
     });
     let started = containers.iter().any(|c| {
@@ -60,12 +60,17 @@ pub fn pod_run(pod: &Pod) -> PodRun {
             .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
     });
     match (status.phase.as_deref(), failure) {
-        (_, Some((container, message))) => PodRun::Failed { container, message },
+        (_, Some((container, exit_code, message))) => PodRun::Failed {
+            container,
+            exit_code,
+            message,
+        },
         (Some("Succeeded"), None) => PodRun::Succeeded {
             output: String::new(),
         },
         (Some("Failed"), None) => PodRun::Failed {
             container: String::new(),
+            exit_code: None,
             message: status.message.unwrap_or_else(|| "the pod failed".into()),
         },
         _ if started => PodRun::Running,
@@ -179,6 +184,7 @@ mod tests {
             pod_run(&failed),
             PodRun::Failed {
                 container: "fetch".into(),
+                exit_code: Some(3),
                 message: "fetch exited 3: sha256 mismatch".into()
             }
         );
@@ -187,7 +193,7 @@ mod tests {
               restartCount: 0, state: {waiting: {reason: ErrImagePull, message: 'not found'}}}]}",
         );
         assert!(
-            matches!(pod_run(&stuck), PodRun::Failed { container, message }
+            matches!(pod_run(&stuck), PodRun::Failed { container, exit_code: None, message }
                 if container == "restore" && message.contains("ErrImagePull"))
         );
     }

@@ -16,6 +16,11 @@ use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
 use etcd_cluster::restore::REVISION_BUMP;
 use etcd_cluster::{ClusterNames, EtcdVersion};
 
+/// `etcd-backup`'s exit codes: the data failed verification, and any other failure (the
+/// object missing, refused or unreachable, the scratch volume full).
+const FETCH_DATA_BAD: i32 = 3;
+const FETCH_FAILED: i32 = 1;
+
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodRun {
@@ -31,6 +36,8 @@ pub enum PodRun {
         /// The container that failed: `fetch` (the backup could not be read or verified) or
         /// the restore tool.
         container: String,
+        /// Its exit code, when it ran and exited (not when it could not start).
+        exit_code: Option<i32>,
         message: String,
     },
 }
@@ -268,32 +275,51 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     let restored =
         |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
     if let Some(plan) = &observed.plan
-        && let Some((member, container, message)) = plan.members.iter().find_map(|m| match observed
-            .restore_pods
-            .get(m)
-        {
-            Some(PodRun::Failed { container, message }) if !started(m) => {
-                Some((m, container, message))
-            }
-            _ => None,
-        })
+        && let Some((member, container, exit_code, message)) =
+            plan.members
+                .iter()
+                .find_map(|m| match observed.restore_pods.get(m) {
+                    Some(PodRun::Failed {
+                        container,
+                        exit_code,
+                        message,
+                    }) if !started(m) => Some((m, container, *exit_code, message)),
+                    _ => None,
+                })
     {
-        return match (&observed.snapshot, container.as_str()) {
-            (None, "fetch") => fail(
+        return match (&observed.snapshot, container.as_str(), exit_code) {
+            (None, "fetch", Some(FETCH_DATA_BAD)) => fail(
                 "BackupInvalid",
                 &format!(
                     "the backup {url} failed verification in member {member}'s fetch; no member \
                      or volume of the cluster was touched: {message}"
                 ),
             ),
-            (None, _) => fail(
+            (None, "fetch", Some(FETCH_FAILED)) => fail(
+                "BackupInvalid",
+                &format!(
+                    "member {member}'s fetch could not read the backup {url} (see why below); no \
+                     member or volume of the cluster was touched: {message}"
+                ),
+            ),
+            // Killed (a memory limit, with `scratchMedium: Memory` the snapshot counts against
+            // it; an eviction) or stopped: nothing was said about the backup itself.
+            (None, "fetch", _) => fail(
+                "FetchFailed",
+                &format!(
+                    "member {member}'s fetch of {url} was stopped before it finished, so the \
+                     backup was neither read whole nor judged; no member or volume of the \
+                     cluster was touched: {message}"
+                ),
+            ),
+            (None, _, _) => fail(
                 "RestoreFailed",
                 &format!(
                     "restoring member {member} failed; no member or volume of the cluster was \
                      touched: {message}"
                 ),
             ),
-            (Some(_), _) => fail(
+            (Some(_), _, _) => fail(
                 "RestoreFailed",
                 &format!(
                     "restoring member {member} failed; the cluster stays paused and the old \
@@ -732,9 +758,10 @@ mod tests {
         }
     }
 
-    fn failed(container: &str, message: &str) -> PodRun {
+    fn failed(container: &str, exit_code: i32, message: &str) -> PodRun {
         PodRun::Failed {
             container: container.into(),
+            exit_code: Some(exit_code),
             message: message.into(),
         }
     }
@@ -909,7 +936,7 @@ mod tests {
     fn a_backup_that_fails_any_members_fetch_gives_the_cluster_back_untouched() {
         let mut o = restoring(PodRun::Running);
         o.restore_pods
-            .insert("c-3".into(), failed("fetch", "sha256 trailer mismatch"));
+            .insert("c-3".into(), failed("fetch", 3, "sha256 trailer mismatch"));
         // First the cause is recorded and the restore's claims and pods go.
         let Step::Discard {
             reason,
@@ -952,10 +979,32 @@ mod tests {
             plan(&names(), &o),
             Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
+        // A fetch that could not read the backup (exit 1) fails it too, saying so; one that
+        // was killed (exit 137: a memory limit, say) said nothing about the backup.
+        let fetch_failed = |exit_code: i32, message: &str| {
+            let mut o = restoring(PodRun::Running);
+            o.restore_pods
+                .insert("c-3".into(), failed("fetch", exit_code, message));
+            match plan(&names(), &o) {
+                Step::Discard {
+                    reason, message, ..
+                } => (reason, message),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (reason, message) = fetch_failed(1, "fetch exited 1: NoSuchKey");
+        assert_eq!(reason, "BackupInvalid");
+        assert!(message.contains("could not read the backup") && message.contains("NoSuchKey"));
+        assert!(!message.contains("failed verification"), "{message}");
+        let (reason, message) = fetch_failed(137, "fetch exited 137: OOMKilled");
+        assert_eq!(reason, "FetchFailed");
+        assert!(message.contains("neither read whole nor judged") && message.contains("OOMKilled"));
         // A restore tool that fails: the same, with its own reason.
         let mut o = restoring(PodRun::Running);
-        o.restore_pods
-            .insert("c-3".into(), failed("restore", "no space left on device"));
+        o.restore_pods.insert(
+            "c-3".into(),
+            failed("restore", 1, "no space left on device"),
+        );
         assert!(matches!(
             plan(&names(), &o),
             Step::Discard { reason, .. } if reason == "RestoreFailed"
@@ -1028,7 +1077,7 @@ mod tests {
         );
         // A failure once the old members were stopped keeps the cluster paused.
         o.restore_pods
-            .insert("c-4".into(), failed("restore", "the pod was evicted"));
+            .insert("c-4".into(), failed("restore", 137, "the pod was evicted"));
         assert!(matches!(
             plan(&names(), &o),
             Step::Fail { reason, release: false, .. } if reason == "RestoreFailed"

@@ -228,8 +228,11 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     let reason = failed_restore(&kube, &ns, s3(corrupt, "aws")).await;
     assert!(reason.starts_with("BackupInvalid"), "{reason}");
     assert!(reason.to_lowercase().contains("mismatch"), "{reason}");
+    assert!(reason.contains("failed verification"), "{reason}");
+    // A missing object was never verified, and the reason says it could not be read.
     let reason = failed_restore(&kube, &ns, s3("restore-e2e/missing.backup", "aws")).await;
     assert!(reason.starts_with("BackupInvalid"), "{reason}");
+    assert!(reason.contains("could not read the backup"), "{reason}");
     let mut wrong = secrets.get("aws").await.unwrap();
     wrong.metadata = kube::api::ObjectMeta {
         name: Some("wrong-aws".into()),
