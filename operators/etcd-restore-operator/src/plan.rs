@@ -298,8 +298,8 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             (None, "fetch", Some(FETCH_FAILED)) => fail(
                 "BackupInvalid",
                 &format!(
-                    "member {member}'s fetch could not read the backup {url} (see why below); no \
-                     member or volume of the cluster was touched: {message}"
+                    "member {member}'s fetch could not read the backup {url}; no member or \
+                     volume of the cluster was touched: {message}"
                 ),
             ),
             // Killed (a memory limit, with `scratchMedium: Memory` the snapshot counts against
