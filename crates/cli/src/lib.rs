@@ -12,6 +12,12 @@ use clap::{Args, ValueEnum};
 
 pub use interrupt::{Interrupt, exit_after, until_interrupted};
 
+/// Exit code of a run that failed for any reason but the data (unreachable, refused, missing).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code of a backup that failed verification, so callers (scripts, the restore operator)
+/// can tell "the data is bad" from "the network was down".
+pub const EXIT_DATA_BAD: u8 = 3;
+
 /// S3 settings beyond the standard AWS environment (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_SHARED_CREDENTIALS_FILE`,
 /// `AWS_CONFIG_FILE`, web identity, instance profile), which is read as usual.

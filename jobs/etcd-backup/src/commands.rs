@@ -19,7 +19,11 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
         e.downcast_ref::<etcd_snapshot::Error>()
             .is_some_and(|e| e.is_integrity())
     });
-    if integrity { 3 } else { 1 }
+    if integrity {
+        backup_cli::EXIT_DATA_BAD
+    } else {
+        backup_cli::EXIT_FAILED
+    }
 }
 
 pub async fn run(cli: Cli) -> Result<()> {

@@ -16,10 +16,10 @@ use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
 use etcd_cluster::restore::REVISION_BUMP;
 use etcd_cluster::{ClusterNames, EtcdVersion};
 
-/// `etcd-backup`'s exit codes: the data failed verification, and any other failure (the
+/// `etcd-backup fetch`'s exit codes: the data failed verification, and any other failure (the
 /// object missing, refused or unreachable, the scratch volume full).
-const FETCH_DATA_BAD: i32 = 3;
-const FETCH_FAILED: i32 = 1;
+const FETCH_DATA_BAD: i32 = backup_cli::EXIT_DATA_BAD as i32;
+const FETCH_FAILED: i32 = backup_cli::EXIT_FAILED as i32;
 
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
