@@ -25,12 +25,12 @@ if [[ $(id -u) != 0 ]]; then
 fi
 
 cat <<'NOTE'
-First run on a fresh machine: about 35 minutes (Garage built from source ~15 min, Kubernetes 1.20
-built from Debian's source package ~6 min, the release build ~10 min); later runs about 5 minutes,
-most of it waiting for the cron schedule's two backups.
+First run on a fresh machine: about 40 minutes (Garage built from source ~15 min, Kubernetes 1.37,
+etcd and containerd built from their Go modules ~10 min, the release build ~10 min); later runs
+about 5 minutes, most of it waiting for the cron schedule's two backups.
 NOTE
 e2e/install-deps.sh
-e2e/apiserver/build.sh
+e2e/cluster/build.sh
 echo "== building the release binaries (the bed makes one image from each)"
 cargo build --release --locked -p etcd-backup -p etcd-backup-operator -p etcd-operator \
   -p etcd-restore-operator -p testbed --bin etcd-backup --bin etcd-backup-operator \

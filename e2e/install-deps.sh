@@ -15,11 +15,13 @@ packages+=(mariadb-server mariadb-backup mariadb-client)
 # The image checks (testbed::image): chroot is in coreutils; openssl is the program that needs a
 # library distroless/cc lacks.
 packages+=(openssl)
-# The Kubernetes bed with a kubelet (e2e/cluster/up.sh): container runtime, CNI plugins, the
-# pause process (catatonit) and a shell for images (busybox), cluster DNS (dnsmasq), kube-proxy's
-# iptables and conntrack, umoci to write OCI images without a registry or daemon.
-packages+=(containerd runc containernetworking-plugins catatonit busybox-static dnsmasq-base iptables
-  iproute2 conntrack umoci)
+# The Kubernetes bed with a kubelet (e2e/cluster/up.sh; Kubernetes, etcd and containerd 2 are
+# built from Go modules by e2e/cluster/build.sh): runc for containerd, CNI plugins, the pause
+# process (catatonit) and a shell for images (busybox), cluster DNS (dnsmasq), kube-proxy's
+# iptables and conntrack, umoci to write OCI images without a registry or daemon; curl for the
+# beds' readiness checks.
+packages+=(runc containernetworking-plugins catatonit busybox-static dnsmasq-base iptables
+  iproute2 conntrack umoci curl)
 # pip, to install the aws CLI below when it is missing.
 command -v aws >/dev/null || packages+=(python3-pip)
 missing=()
@@ -59,10 +61,9 @@ if [[ ! -x $promtool ]]; then
   installed+=(promtool)
 fi
 
-# The Kustomize render tests and the bed's installs need kustomize v4+ (kubectl 1.21+); the bed's
-# own kubectl 1.20 embeds v2.0.3, which cannot take a directory as a resource.
-if ! kubectl version --client 2>/dev/null | grep -qE '^Kustomize Version: v([4-9]|[1-9][0-9])'; then
-  echo "install-deps: no kubectl with kustomize v4 or later on PATH; the Kustomize tests will fail" >&2
+command -v go >/dev/null || echo "install-deps: no go command on PATH; e2e/cluster/build.sh needs Go 1.26 or later" >&2
+
+echo "install-deps: no kubectl with kustomize v4 or later on PATH; the Kustomize tests will fail" >&2
 fi
 
 echo "install-deps: ${installed[*]:-nothing to install}"

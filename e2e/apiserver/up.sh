@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Starts a real Kubernetes 1.20.2 control plane on 127.0.0.1 only: its own etcd, kube-apiserver
-# and kube-controller-manager (no kubelet: pods stay Pending), each on a free loopback port.
-# Binaries come from e2e/apiserver/build.sh.
+# Starts a real Kubernetes control plane (the kubelet bed's version: 1.37, or KUBE_VERSION=1.35)
+# on 127.0.0.1 only: its own etcd, kube-apiserver and kube-controller-manager (no kubelet: pods
+# stay Pending), each on a free loopback port. Binaries come from e2e/cluster/build.sh. Each test
+# process that needs only the API starts one of these: lighter than the machine's one kubelet bed,
+# and no test sees another process's objects.
 #
 #   up.sh [--watch-pid PID [--rm]] DIR
 #                                 start in DIR (created; certs, tokens, data, logs and pids go
@@ -11,15 +13,18 @@
 #                                 --rm then deletes DIR).
 #   up.sh --stop DIR              stop everything started in DIR and wait until it is gone.
 #
-#   KUBE_TESTBED_BIN      dir with the binaries (default: build.sh's cache, see there)
+#   KUBE_VERSION          1.37 (default) or 1.35
+#   KUBE_TESTBED_BIN      dir with the Kubernetes binaries (default: build.sh's cache)
 #   KUBE_TESTBED_TIMEOUT  seconds to wait for each server (default 120)
 #
 # The admin user (token in DIR/kubeconfig) is in system:masters; authorization is RBAC.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache=${KUBE_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/kube-1.20.2}
-bin=${KUBE_TESTBED_BIN:-$cache/bin}
+# shellcheck source=../cluster/versions.sh
+source "$here/../cluster/versions.sh"
+bin=$kube_bin
+etcd=$(etcd_bin "$control_plane_etcd")/etcd
 timeout=${KUBE_TESTBED_TIMEOUT:-120}
 servers=(kube-controller-manager kube-apiserver etcd) # stop order
 
@@ -76,14 +81,14 @@ esac
 mkdir -p "$1"
 dir=$(cd "$1" && pwd)
 
-for s in kube-apiserver kube-controller-manager; do
-  if [[ ! -x $bin/$s ]]; then
-    log "no $bin/$s: build it first with $here/build.sh (about 4 minutes, once)"
+for b in "$bin/kube-apiserver" "$bin/kube-controller-manager" "$etcd"; do
+  if [[ ! -x $b ]]; then
+    log "no $b: build it first with $here/../cluster/build.sh (once; cached)"
     exit 1
   fi
 done
-for tool in etcd openssl curl; do
-  command -v "$tool" >/dev/null || { log "$tool is missing: run $here/build.sh (it installs it)"; exit 1; }
+for tool in openssl curl; do
+  command -v "$tool" >/dev/null || { log "$tool is missing: run $here/../install-deps.sh"; exit 1; }
 done
 for name in "${servers[@]}"; do
   if pid=$(recorded_pid "$dir" "$name"); then
@@ -192,7 +197,7 @@ if [[ -n $watch_pid ]]; then
 fi
 
 log "etcd on 127.0.0.1:$etcd_port"
-start etcd etcd --name testbed --logger zap --data-dir "$dir/etcd-data" \
+start etcd "$etcd" --name testbed --logger zap --data-dir "$dir/etcd-data" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
   --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
@@ -202,7 +207,7 @@ wait_ready etcd '"health": ?"true"' "http://127.0.0.1:$etcd_port/health"
 log "kube-apiserver on $server"
 start kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0 \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
   --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
   --cert-dir "$dir/apiserver-certs" \
   --client-ca-file "$pki/ca.crt" --token-auth-file "$dir/tokens.csv" \
@@ -221,7 +226,7 @@ log "kube-controller-manager on 127.0.0.1:$kcm_port"
 start kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig "$dir/kcm.kubeconfig" \
   --authentication-kubeconfig "$dir/kcm.kubeconfig" --authorization-kubeconfig "$dir/kcm.kubeconfig" \
-  --leader-elect=false --port 0 --bind-address 127.0.0.1 --secure-port "$kcm_port" \
+  --leader-elect=false --bind-address 127.0.0.1 --secure-port "$kcm_port" \
   --cert-dir "$dir/kcm-certs" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --profiling=false

@@ -4,8 +4,10 @@
 # `imagePullPolicy: IfNotPresent`/`Never`:
 #
 #   localhost/pause:3.2                  catatonit -P (the sandbox image containerd is told about)
-#   localhost/etcd:v3.4.23               Debian 12's etcd, etcdctl (coreos tag scheme <repo>:v<version>)
-#   localhost/etcd:v3.5.16               Debian 13's etcd, etcdctl, etcdutl (fetched as .debs by name)
+#   localhost/etcd:v3.5.33, v3.6.16, v3.7.3   etcd, etcdctl, etcdutl built by build.sh from etcd's
+#                                        Go modules (versions.sh), coreos tag scheme <repo>:v<version>
+#   localhost/etcd:v3.4.23               Debian 12's etcd, etcdctl: 3.4 is end of life, kept for the
+#                                        upgrade-from-3.4 tests only
 #   localhost/<binary>:dev               one per project binary found in the binaries dir:
 #                                        etcd-operator, etcd-backup-operator, etcd-restore-operator,
 #                                        etcd-backup (distroless/cc's file set, as the Dockerfile)
@@ -13,40 +15,16 @@
 #   images.sh SOCKET WORKDIR [BINDIR]    BINDIR defaults to the workspace's target/debug
 #
 # The etcd images hold the program, the shared libraries `ldd` lists for it,
-# busybox as /bin/sh, /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle. The etcd .debs are
-# cached in ~/.cache/etcd-backup-suite/debs.
+# busybox as /bin/sh, /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.sh
+source "$here/versions.sh"
 [[ $# == 2 || $# == 3 ]] || { echo "usage: $0 SOCKET WORKDIR [BINDIR]" >&2; exit 2; }
 socket=$1 work=$2 bindir=${3:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
-debs=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/debs
 
 log() { echo "images.sh: $*" >&2; }
-
-# etcd 3.5.16 from Debian 13, unpacked once into $debs/etcd-3.5.16 (linked to glibc only).
-etcd35() {
-  local out=$debs/etcd-3.5.16
-  [[ -x $out/usr/bin/etcdutl && -x $out/usr/bin/etcd ]] && { echo "$out"; return; }
-  log "fetching etcd-server and etcd-client 3.5.16 from Debian 13"
-  local apt=$debs/apt-trixie
-  mkdir -p "$apt/lists/partial" "$apt/archives/partial"
-  printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: trixie' 'Components: main' \
-    'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' >"$apt/trixie.sources"
-  local opts=(-o APT::Sandbox::User=root -o "Dir::Etc::sourcelist=/dev/null" -o "Dir::Etc::sourceparts=$apt"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache::archives=$apt/archives" -o "APT::Get::List-Cleanup=0")
-  # Only the sources file named *.sources in $apt is read; the private lists dir keeps the
-  # machine's own package lists untouched.
-  apt-get "${opts[@]}" update -q >&2
-  rm -rf "$apt/debs" && mkdir -p "$apt/debs"
-  (cd "$apt/debs" && apt-get "${opts[@]}" download -q etcd-server=3.5.16\* etcd-client=3.5.16\* >&2)
-  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-  local deb
-  for deb in "$apt"/debs/*.deb; do dpkg-deb -x "$deb" "$out.tmp"; done
-  [[ -x $out.tmp/usr/bin/etcdutl ]] || { log "the 3.5.16 packages hold no etcdutl"; exit 1; }
-  rm -rf "$out" && mv "$out.tmp" "$out"
-  echo "$out"
-}
 
 # Copies each program into ROOT at /usr/local/bin (or PATH inside ROOT for "SRC:DEST") together
 # with the shared libraries it loads.
@@ -109,16 +87,19 @@ rm -rf "$root" && mkdir -p "$root/bin"
 cp /usr/bin/catatonit "$root/bin/catatonit"
 import_image pause 3.2 "$root" 65535 /bin/catatonit -P
 
-# etcd 3.4 (Debian 12) and 3.5 (Debian 13): the server runs as root in the pod, as upstream's.
+# etcd: the server runs as root in the image, as upstream's 3.5 images do; the operators' pods
+# choose the user (Pod Security "restricted" needs a non-root one).
 root=$work/rootfs/etcd-3.4
 base_rootfs "$root"
 add_programs "$root" /usr/bin/etcd:/usr/local/bin/etcd /usr/bin/etcdctl:/usr/local/bin/etcdctl
 import_image etcd v3.4.23 "$root" 0 /usr/local/bin/etcd
-etcd35=$(etcd35)
-root=$work/rootfs/etcd-3.5
-base_rootfs "$root"
-add_programs "$root" "$etcd35/usr/bin/etcd" "$etcd35/usr/bin/etcdctl" "$etcd35/usr/bin/etcdutl"
-import_image etcd v3.5.16 "$root" 0 /usr/local/bin/etcd
+for release in "${etcd_releases[@]}"; do
+  built=$(etcd_bin "$release")
+  root=$work/rootfs/etcd-$release
+  base_rootfs "$root"
+  add_programs "$root" "$built/etcd" "$built/etcdctl" "$built/etcdutl"
+  import_image etcd "$release" "$root" 0 /usr/local/bin/etcd
+done
 
 # The project's binaries that the build holds, each in its own image. The Dockerfile's distroless
 # targets get what their image holds: distroless/cc's runtime file set (distroless-cc-root.sh,

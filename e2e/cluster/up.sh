@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts a real single-node Kubernetes 1.20.2 whose kubelet runs pods, on this machine only:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd + runc, kubelet,
+# Starts a real single-node Kubernetes (1.37 by default, 1.35 with KUBE_VERSION=1.35; versions.sh)
+# whose kubelet runs pods, on this machine only, every part built from its Go module by build.sh:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd 2 + runc, kubelet,
 # kube-proxy (iptables), a CNI bridge 10.88.0.1/16 with no default route and no masquerade (no pod
 # traffic leaves the machine), dnsmasq as cluster DNS and the bed agent (DNS records for Services
 # and headless pods, a directory-backed default StorageClass). Images come from images.sh.
@@ -15,7 +16,8 @@
 #         Stops everything and leaves nothing behind: processes, containers, mounts, CNI netns,
 #         the bridge, KUBE-* iptables chains, kubepods cgroups; changed sysctls are restored.
 #
-#   KUBE_TESTBED_BIN       the Kubernetes binaries (default: e2e/apiserver/build.sh's cache)
+#   KUBE_VERSION           1.37 (default) or 1.35
+#   KUBE_TESTBED_BIN       the Kubernetes binaries (default: build.sh's cache)
 #   BED_BINARIES           project binaries for the localhost/<name>:dev images (default target/debug)
 #   BED_AGENT              the bed agent binary (default: BED_BINARIES/bed-agent, built if missing)
 #   KUBE_TESTBED_TIMEOUT   seconds to wait for each part (default 120)
@@ -26,8 +28,10 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${KUBE_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/kube-1.20.2}
-bin=${KUBE_TESTBED_BIN:-$cache/bin}
+# shellcheck source=versions.sh
+source "$here/versions.sh"
+bin=$kube_bin
+etcd=$(etcd_bin "$control_plane_etcd")/etcd
 binaries=${BED_BINARIES:-${CARGO_TARGET_DIR:-$repo/target}/debug}
 timeout=${KUBE_TESTBED_TIMEOUT:-120}
 machine_lock=/run/lock/etcd-backup-suite-bed.lock
@@ -235,10 +239,13 @@ rm -rf "$dir/etcd" "$dir/volumes" "$dir/kubelet" "$dir/cni" \
   || die "cannot remove the earlier bed's state in $dir (a mount left under it?)"
 
 # Preconditions, each with one line that says what to do.
-for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
-  [[ -x $bin/$b ]] || die "no $bin/$b: build it with $repo/e2e/apiserver/build.sh (7-11 minutes, once)"
+for b in "$bin"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl} "$etcd" \
+  "$containerd_bin"/{containerd,containerd-shim-runc-v2,ctr}; do
+  [[ -x $b ]] || die "no $b: build it with $repo/e2e/cluster/build.sh (once; cached)"
 done
-for tool in etcd containerd containerd-shim-runc-v2 runc ctr umoci dnsmasq iptables catatonit busybox openssl; do
+# containerd finds its shim on PATH; ctr is used by images.sh.
+export PATH=$containerd_bin:$PATH
+for tool in runc umoci dnsmasq iptables catatonit busybox openssl; do
   command -v "$tool" >/dev/null || die "$tool is missing: run $repo/e2e/install-deps.sh"
 done
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || die "CNI plugins missing: run $repo/e2e/install-deps.sh"
@@ -417,7 +424,7 @@ fi
 etcd_port='' etcd_peer_port='' kcm_port='' sched_port='' kubelet_port='' kubelet_healthz='' proxy_healthz='' proxy_metrics=''
 for v in etcd_port etcd_peer_port kcm_port sched_port kubelet_port kubelet_healthz proxy_healthz proxy_metrics; do free_port "$v"; done
 log "etcd on 127.0.0.1:$etcd_port"
-start etcd etcd --name testbed --data-dir "$dir/etcd" \
+start etcd "$etcd" --name testbed --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
   --initial-cluster "testbed=http://127.0.0.1:$etcd_peer_port" --initial-cluster-token testbed
@@ -425,7 +432,7 @@ wait_for etcd "etcd health" curl -sf "http://127.0.0.1:$etcd_port/health"
 
 log "kube-apiserver on $server"
 start kube-apiserver "$bin/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address "$gateway" --advertise-address "$gateway" --secure-port "$api_port" --insecure-port 0 \
+  --bind-address "$gateway" --advertise-address "$gateway" --secure-port "$api_port" \
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" --token-auth-file "$dir/tokens.csv" \
   --kubelet-client-certificate "$pki/kubelet-client.crt" --kubelet-client-key "$pki/kubelet-client.key" \
@@ -444,13 +451,13 @@ log "kube-controller-manager, kube-scheduler"
 start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$dir/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$dir/kube-controller-manager.kubeconfig" \
   --authorization-kubeconfig "$dir/kube-controller-manager.kubeconfig" \
-  --leader-elect=false --port 0 --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$dir/kcm-certs" \
+  --leader-elect=false --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$dir/kcm-certs" \
   --use-service-account-credentials --service-account-private-key-file "$pki/sa.key" \
   --root-ca-file "$pki/ca.crt" --cluster-cidr "$pod_cidr" --profiling=false
 start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$dir/kube-scheduler.kubeconfig" \
   --authentication-kubeconfig "$dir/kube-scheduler.kubeconfig" \
   --authorization-kubeconfig "$dir/kube-scheduler.kubeconfig" \
-  --leader-elect=false --port 0 --bind-address 127.0.0.1 --secure-port "$sched_port" --cert-dir "$dir/scheduler-certs" \
+  --leader-elect=false --bind-address 127.0.0.1 --secure-port "$sched_port" --cert-dir "$dir/scheduler-certs" \
   --profiling=false
 
 # 4. Cluster DNS: dnsmasq answers for cluster.local only (never forwards); the agent writes the
@@ -466,28 +473,32 @@ start bed-agent "$agent" --kubeconfig "$dir/kubeconfig" --dns-hosts "$dir/dns/cl
 # 5. containerd (own root, state, socket and runc root under DIR) and the images.
 ctrd=$dir/containerd
 mkdir -p "$ctrd" "$dir/cni/net.d"
+# containerd 2's configuration (schema version 3: the CRI plugin is split into image and runtime
+# sections; 1.x's io.containerd.grpc.v1.cri section would be ignored).
 cat >"$ctrd/config.toml" <<TOML
-version = 2
+version = 3
 root = "$ctrd/root"
 state = "$ctrd/state"
 [grpc]
   address = "$ctrd/containerd.sock"
 [ttrpc]
   address = "$ctrd/containerd.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/pause:3.2"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "localhost/pause:3.2"
+[plugins."io.containerd.cri.v1.runtime"]
   # runc cannot set oom_score_adj -998 without CAP_SYS_RESOURCE, which this machine lacks.
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$ctrd/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$dir/cni/net.d"
 TOML
 # The CNI bridge: a gateway for the service range only, no default route, no masquerade.
@@ -540,11 +551,13 @@ imageGCLowThresholdPercent: 99
 evictionHard: {nodefs.available: "1%", imagefs.available: "1%", memory.available: "100Mi", nodefs.inodesFree: "1%"}
 volumePluginDir: $dir/kubelet-plugins
 serializeImagePulls: false
+containerRuntimeEndpoint: unix://$ctrd/containerd.sock
+# This machine mounts cgroup v1 hierarchies (hybrid, an empty cgroup2 at /sys/fs/cgroup/unified);
+# the kubelet refuses to start on cgroup v1 unless told to accept it.
+failCgroupV1: false
 YAML
 log "kubelet (node $node at $gateway)"
 start kubelet "$bin/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/$node.kubeconfig" \
-  --container-runtime remote --container-runtime-endpoint "unix://$ctrd/containerd.sock" \
-  --pod-infra-container-image localhost/pause:3.2 \
   --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet-certs" \
   --hostname-override "$node" --node-ip "$gateway"
 cat >"$dir/kube-proxy.yaml" <<YAML

@@ -1,4 +1,4 @@
-//! The kubelet bed: a single-node Kubernetes 1.20.2 whose kubelet runs pods
+//! The kubelet bed: a single-node Kubernetes (1.37, or `KUBE_VERSION=1.35`) whose kubelet runs pods
 //! (`e2e/cluster/up.sh`), shared by every test of one `cargo test` (or `cargo nextest`) run.
 //!
 //! - [`KubeTestbed::with_kubelet`](crate::kube::KubeTestbed::with_kubelet) returns a client for
@@ -11,8 +11,8 @@
 //!   [`Garage::start_on(&host_address())`](crate::Garage::start_on) for backups made inside the
 //!   cluster.
 //! - Images are `localhost/<binary>:dev` for every project binary the test run built (the
-//!   directory of the running test executable, i.e. `target/debug`), `localhost/etcd:v3.4.23`,
-//!   `localhost/etcd:v3.5.16`, `localhost/pause:3.2`.
+//!   directory of the running test executable, i.e. `target/debug`), `localhost/etcd:v<version>`
+//!   for each etcd line in `e2e/cluster/versions.sh` and v3.4.23, `localhost/pause:3.2`.
 //! - [`FailureReport`] prints a namespace's events and pod logs when a test panics.
 
 use std::path::{Path, PathBuf};
@@ -133,7 +133,7 @@ pub fn assert_leader_and_no_refusals(kubeconfig: &Path, ns: &str, selector: &str
     );
 }
 
-/// `kubectl`: the bed's own 1.20.2 build when present, else the one on `PATH`.
+/// `kubectl`: the bed's own build when present, else the one on `PATH`.
 pub fn kubectl(kubeconfig: &Path) -> Command {
     let bed = crate::kube::bin_dir().join("kubectl");
     let mut command = Command::new(if bed.is_file() {
@@ -246,4 +246,30 @@ pub fn quorum_lost(c: &backup_api::EtcdCluster) -> bool {
             .flatten()
             .any(|c| c.type_ == "Available" && c.reason.as_deref() == Some("QuorumLost"))
     })
+}
+
+/// Makes a test's own pod spec (JSON) pass Pod Security "restricted", which the test namespaces
+/// enforce: non-root user 65532, seccomp `RuntimeDefault`, and in every container no privilege
+/// escalation and no capabilities. Fields the spec sets already are kept.
+pub fn restricted(spec: &mut serde_json::Value) {
+    use serde_json::json;
+    let pod = &mut spec["securityContext"];
+    for (key, value) in [
+        ("runAsNonRoot", json!(true)),
+        ("runAsUser", json!(65532)),
+        ("runAsGroup", json!(65532)),
+        ("fsGroup", json!(65532)),
+        ("seccompProfile", json!({"type": "RuntimeDefault"})),
+    ] {
+        if pod.get(key).is_none() {
+            pod[key] = value;
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        for container in spec[list].as_array_mut().into_iter().flatten() {
+            let context = &mut container["securityContext"];
+            context["allowPrivilegeEscalation"] = json!(false);
+            context["capabilities"] = json!({"drop": ["ALL"]});
+        }
+    }
 }

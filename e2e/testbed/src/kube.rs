@@ -1,8 +1,8 @@
-//! A real Kubernetes API server for tests: kube-apiserver and kube-controller-manager 1.20.2
-//! (built from Debian 12's `kubernetes` source package by `e2e/apiserver/build.sh`) with their own
-//! etcd, on 127.0.0.1 only, started by `e2e/apiserver/up.sh`. There is no kubelet: pods are
-//! created as objects and stay Pending; the controller manager runs garbage collection, Jobs,
-//! StatefulSets and the other built-in controllers.
+//! A real Kubernetes API server for tests: kube-apiserver and kube-controller-manager of the bed's
+//! version (1.37, or `KUBE_VERSION=1.35`; built from their Go modules by `e2e/cluster/build.sh`)
+//! with their own etcd, on 127.0.0.1 only, started by `e2e/apiserver/up.sh`. There is no kubelet:
+//! pods are created as objects and stay Pending; the controller manager runs garbage collection,
+//! Jobs, StatefulSets and the other built-in controllers.
 //!
 //! ```no_run
 //! # async fn t() -> anyhow::Result<()> {
@@ -25,17 +25,13 @@
 //!   a watcher behind that stops the servers (and removes their directory) once the test process
 //!   is gone, however it ends. `KUBE_TESTBED_KEEP=1` keeps the directory (logs, certs) for
 //!   debugging; its path is in [`KubeTestbed::dir`].
-//! - The binaries must have been built once with `e2e/apiserver/build.sh` (about 4 minutes on 2
-//!   cores, cached under `~/.cache/etcd-backup-suite/kube-1.20.2`, see the script for the env
-//!   variables); `start` fails with that advice when they are missing, or runs the build itself
-//!   when `KUBE_TESTBED_AUTO_BUILD=1`.
+//! - The binaries must have been built once with `e2e/cluster/build.sh` (cached under
+//!   `~/.cache/etcd-backup-suite`, see `e2e/cluster/versions.sh` for the env variables); `start`
+//!   fails with that advice when they are missing, or runs the build itself when
+//!   `KUBE_TESTBED_AUTO_BUILD=1`.
 //! - Each call of `start` returns a new [`kube::Client`] bound to the calling test's runtime
 //!   (a client must not outlive the tokio runtime that created it, and each `#[tokio::test]` has
 //!   its own).
-//! - Kubernetes 1.20 limits (see `shared/reference/test-apiserver-from-debian.md`): no CEL
-//!   (`install_crds` strips the `x-kubernetes-validations` rules on servers older than 1.25),
-//!   server-side apply of fields unknown to 1.20 fails with HTTP 500, no batch/v1 CronJob,
-//!   no policy/v1 PDB, no `watcher::Config::streaming_lists()`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,16 +47,22 @@ use tokio::sync::OnceCell;
 
 /// The scripts, shared with CI and developers.
 const SCRIPTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../apiserver");
+/// The versions and cache paths of the beds' upstream programs (sourced, not run).
+const VERSIONS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cluster/versions.sh");
+/// The build of those programs.
+const BUILD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cluster/build.sh");
 /// The committed CRDs.
 const CRDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds");
 /// Label put on every namespace made by [`KubeTestbed::namespace`], for cleaning up a real
 /// cluster: `kubectl delete namespace -l etcd-backup-suite/testbed=true`.
 pub const NAMESPACE_LABEL: &str = "etcd-backup-suite/testbed";
+/// The label that makes the API server enforce a Pod Security Standard in a namespace.
+pub const POD_SECURITY_LABEL: &str = "pod-security.kubernetes.io/enforce";
 /// Field manager of `install_crds`'s server-side apply.
 const MANAGER: &str = "testbed";
 
-/// A Kubernetes API server to test against: the shared 1.20.2 test bed, or `KUBECONFIG`'s
-/// cluster. Cloning shares the client.
+/// A Kubernetes API server to test against: the test process's own control plane, the machine's
+/// kubelet bed, or `KUBECONFIG`'s cluster. Cloning shares the client.
 #[derive(Clone)]
 pub struct KubeTestbed {
     /// A client for the admin user (`system:masters`), bound to the caller's tokio runtime.
@@ -83,8 +85,8 @@ static SHARED: OnceCell<Result<Shared, String>> = OnceCell::const_new();
 static WITH_KUBELET: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
 
 impl KubeTestbed {
-    /// `KUBECONFIG`'s cluster when that is set, otherwise the test process's own 1.20.2 control
-    /// plane, started on the first call.
+    /// `KUBECONFIG`'s cluster when that is set, otherwise the test process's own control plane,
+    /// started on the first call.
     pub async fn start() -> Result<KubeTestbed> {
         if let Some(path) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
             let kubeconfig = Kubeconfig::read().context("cannot read $KUBECONFIG")?;
@@ -189,7 +191,8 @@ impl KubeTestbed {
     }
 
     /// Creates a fresh namespace `<prefix>-<random>` (prefix cut to a valid DNS label) labelled
-    /// [`NAMESPACE_LABEL`]`=true` and returns its name. One per test keeps tests sharing a
+    /// [`NAMESPACE_LABEL`]`=true`, with Pod Security "restricted" enforced
+    /// ([`POD_SECURITY_LABEL`]), and returns its name. One per test keeps tests sharing a
     /// server apart.
     pub async fn namespace(&self, prefix: &str) -> Result<String> {
         let mut base: String = prefix
@@ -207,8 +210,13 @@ impl KubeTestbed {
             })
             .collect();
         let name = format!("{base}-{suffix}");
+        // Pod Security "restricted" enforced: what the operators make must pass it, as in the
+        // many clusters that enforce it.
         let namespace: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": name, "labels": { NAMESPACE_LABEL: "true" } }
+            "metadata": { "name": name, "labels": {
+                NAMESPACE_LABEL: "true",
+                POD_SECURITY_LABEL: "restricted",
+            } }
         }))?;
         Api::<Namespace>::all(self.client.clone())
             .create(&PostParams::default(), &namespace)
@@ -383,27 +391,29 @@ pub fn strip_key(value: &mut serde_json::Value, key: &str) {
     }
 }
 
-/// Where build.sh puts the binaries (the same defaults as the scripts).
+/// Where build.sh puts the Kubernetes binaries, as `versions.sh` says (one place for versions
+/// and paths: the scripts').
 pub(crate) fn bin_dir() -> PathBuf {
-    if let Some(bin) = std::env::var_os("KUBE_TESTBED_BIN") {
-        return bin.into();
+    let output = std::process::Command::new("bash")
+        .args(["-c", "source \"$1\" && echo \"$kube_bin\"", "versions"])
+        .arg(VERSIONS)
+        .output();
+    match output {
+        Ok(o) if o.status.success() => {
+            PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string())
+        }
+        // KUBE_VERSION names a version the bed does not build: versions.sh said which on
+        // stderr; the path that cannot exist makes `start` report it.
+        Ok(o) => PathBuf::from(format!(
+            "(no bin dir: {})",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => PathBuf::from(format!("(no bin dir: cannot run bash: {e})")),
     }
-    let cache = std::env::var_os("KUBE_TESTBED_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
-                })
-                .join("etcd-backup-suite/kube-1.20.2")
-        });
-    cache.join("bin")
 }
 
 /// Runs a script; its stdout, or an error with its stderr (which carries the servers' log tail).
-async fn script(args: &[&std::ffi::OsStr], name: &str) -> Result<String> {
-    let path = Path::new(SCRIPTS).join(name);
+async fn script(args: &[&std::ffi::OsStr], path: &Path) -> Result<String> {
     let output = tokio::process::Command::new(&path)
         .args(args)
         .stdin(std::process::Stdio::null())
@@ -429,13 +439,12 @@ async fn start_servers() -> Result<Shared> {
         .all(|b| bin.join(b).is_file());
     if !built {
         if std::env::var_os("KUBE_TESTBED_AUTO_BUILD").is_some_and(|v| v == "1") {
-            script(&[], "build.sh").await?;
+            script(&[], Path::new(BUILD)).await?;
         } else {
             bail!(
-                "no kube-apiserver/kube-controller-manager 1.20.2 in {}: build them once with \
-                 e2e/apiserver/build.sh (about 4 minutes on 2 cores; installs Debian packages), \
-                 set KUBE_TESTBED_AUTO_BUILD=1 to let the tests run it, or set KUBECONFIG to \
-                 test against an existing cluster",
+                "no kube-apiserver/kube-controller-manager in {}: build them once with \
+                 e2e/cluster/build.sh (Go; cached), set KUBE_TESTBED_AUTO_BUILD=1 to let the \
+                 tests run it, or set KUBECONFIG to test against an existing cluster",
                 bin.display()
             );
         }
@@ -451,7 +460,7 @@ async fn start_servers() -> Result<Shared> {
         args.push("--rm".as_ref());
     }
     args.push(dir.as_os_str());
-    let stdout = script(&args, "up.sh")
+    let stdout = script(&args, &Path::new(SCRIPTS).join("up.sh"))
         .await
         .with_context(|| format!("servers' directory: {}", dir.display()))?;
     let kubeconfig = stdout

@@ -1,9 +1,9 @@
 //! Real servers on loopback for tests, the demo and the benchmark: etcd (Debian's `etcd-server`),
-//! Garage (S3) and, in [`kube`](crate::kube), a Kubernetes 1.20 API server
+//! Garage (S3) and, in [`kube`](crate::kube), a Kubernetes API server
 //! (`e2e/apiserver/`). Each fixture gets free ports and its own temporary directory, so tests
 //! run in parallel; dropping a fixture kills its process and removes its files (the Kubernetes
 //! test bed is shared per test process, see [`kube`](crate::kube)). `e2e/install-deps.sh`
-//! installs the servers; `e2e/apiserver/build.sh` builds the Kubernetes ones.
+//! installs the servers; `e2e/cluster/build.sh` builds the Kubernetes ones.
 
 pub mod cli;
 pub mod cluster;

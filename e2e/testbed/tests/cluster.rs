@@ -46,9 +46,10 @@ fn succeeded(pod: &Pod) -> bool {
     phase(pod) == "Succeeded"
 }
 
-/// A pod that runs `script` in `/bin/sh` from the etcd 3.4 image once.
+/// A pod that runs `script` in `/bin/sh` from the etcd 3.4 image once, as the restricted
+/// namespace demands.
 fn shell_pod(name: &str, script: &str, volumes: Value, mounts: Value) -> Value {
-    json!({
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
@@ -58,7 +59,9 @@ fn shell_pod(name: &str, script: &str, volumes: Value, mounts: Value) -> Value {
             }],
             "volumes": volumes,
         }
-    })
+    });
+    testbed::cluster::restricted(&mut pod["spec"]);
+    pod
 }
 
 async fn logs(kube: &KubeTestbed, ns: &str, pod: &str) -> String {
@@ -136,7 +139,7 @@ async fn etcd_pods_form_a_cluster_by_headless_dns_names() {
                "spec": {"selector": {"app": "etcd"}, "ports": [{"name": "client", "port": 2379, "protocol": "TCP"}]}}),
     ];
     for i in 0..3 {
-        manifests.push(json!({
+        let mut pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("etcd-{i}"), "labels": {"app": "etcd"}},
             "spec": {
@@ -155,7 +158,9 @@ async fn etcd_pods_form_a_cluster_by_headless_dns_names() {
                     "readinessProbe": {"httpGet": {"path": "/health", "port": 2379}, "periodSeconds": 1},
                 }],
             }
-        }));
+        });
+        testbed::cluster::restricted(&mut pod["spec"]);
+        manifests.push(pod);
     }
     kube.apply(&manifests, &ns).await.unwrap();
     let mut ips = Vec::new();
@@ -215,29 +220,42 @@ async fn etcd_pods_form_a_cluster_by_headless_dns_names() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
+/// Each etcd line's image (built from etcd's Go modules) has its own etcdutl, which restores
+/// with `--bump-revision` and `--mark-compacted`.
 #[tokio::test]
-async fn the_etcd_35_image_restores_with_bump_revision() {
+async fn each_etcd_image_restores_with_bump_revision() {
     let kube = KubeTestbed::with_kubelet().await.unwrap();
-    let ns = kube.namespace("bed-etcd35").await.unwrap();
+    let ns = kube.namespace("bed-etcd-images").await.unwrap();
     let _report = kube.report_on_failure(&ns);
-    let mut pod = shell_pod(
-        "etcdutl",
-        "etcdutl version && etcdutl snapshot restore --help",
-        json!([]),
-        json!([]),
-    );
-    pod["spec"]["containers"][0]["image"] = json!("localhost/etcd:v3.5.16");
-    kube.apply(&[pod], &ns).await.unwrap();
-    wait_pod(&kube, &ns, "etcdutl", 120, |p| {
-        matches!(phase(p), "Succeeded" | "Failed")
-    })
-    .await;
-    let out = logs(&kube, &ns, "etcdutl").await;
-    assert!(out.contains("etcdutl version: 3.5.16"), "{out}");
-    assert!(
-        out.contains("--bump-revision") && out.contains("--mark-compacted"),
-        "{out}"
-    );
+    let versions = ["3.5.33", "3.6.16", "3.7.3"];
+    let pods: Vec<Value> = versions
+        .iter()
+        .map(|version| {
+            let mut pod = shell_pod(
+                &format!("etcdutl-{}", version.replace('.', "-")),
+                "etcdutl version && etcd --version && etcdutl snapshot restore --help",
+                json!([]),
+                json!([]),
+            );
+            pod["spec"]["containers"][0]["image"] = json!(format!("localhost/etcd:v{version}"));
+            pod
+        })
+        .collect();
+    kube.apply(&pods, &ns).await.unwrap();
+    for version in versions {
+        let name = format!("etcdutl-{}", version.replace('.', "-"));
+        wait_pod(&kube, &ns, &name, 120, |p| {
+            matches!(phase(p), "Succeeded" | "Failed")
+        })
+        .await;
+        let out = logs(&kube, &ns, &name).await;
+        assert!(out.contains(&format!("etcdutl version: {version}")), "{out}");
+        assert!(out.contains(&format!("etcd Version: {version}")), "{out}");
+        assert!(
+            out.contains("--bump-revision") && out.contains("--mark-compacted"),
+            "{out}"
+        );
+    }
     kube.delete_namespace(&ns).await.unwrap();
 }
 

@@ -9,9 +9,12 @@ use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
 use k8s_openapi::api::core::v1::{
     Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm, PodAntiAffinity, Service,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
+use operator_runtime::pod_security::{self, RunAs};
 use serde_json::json;
 
 use crate::tls::{PEER_DIR, SERVER_DIR, TlsSecrets};
@@ -23,6 +26,13 @@ pub const CLUSTER_LABEL: &str = "etcd_cluster";
 pub const MEMBER_LABEL: &str = "etcd_node";
 /// Annotation with the etcd version a pod runs.
 pub const VERSION_ANNOTATION: &str = "etcd.version";
+/// Annotation on a member's claim made by this operator (or a restore) since member pods run as
+/// a non-root user by default: its data is that user's. A claim without it was written by pods
+/// that ran as the image's user (root), and its member keeps that user (see
+/// [`operator_runtime::pod_security`]).
+pub const POD_SECURITY_ANNOTATION: &str = "etcd.pod-security";
+/// Its value.
+pub const RESTRICTED: &str = "restricted";
 /// Annotation with the version an in-place upgrade moved a pod from, until the upgrade is done
 /// (what a failed upgrade goes back to).
 pub const UPGRADED_FROM_ANNOTATION: &str = "etcd.version.upgraded-from";
@@ -126,10 +136,10 @@ pub fn claim(cluster: &EtcdCluster, member: &str, version: &str) -> Option<Persi
         .clone()?;
     let labels = member_labels(&cluster.spec, &cluster.name_any(), member);
     let mut metadata = owned_meta(cluster, member, labels);
-    metadata.annotations = Some(BTreeMap::from([(
-        VERSION_ANNOTATION.to_string(),
-        version.to_string(),
-    )]));
+    metadata.annotations = Some(BTreeMap::from([
+        (VERSION_ANNOTATION.to_string(), version.to_string()),
+        (POD_SECURITY_ANNOTATION.to_string(), RESTRICTED.to_string()),
+    ]));
     Some(PersistentVolumeClaim {
         metadata,
         spec: Some(spec),
@@ -137,9 +147,27 @@ pub fn claim(cluster: &EtcdCluster, member: &str, version: &str) -> Option<Persi
     })
 }
 
+/// Whom a member runs as: the non-root default, unless its claim holds data written as the
+/// image's user (a claim made before [`POD_SECURITY_ANNOTATION`]). `None`: no claim (emptyDir).
+pub fn run_as(claim: Option<&PersistentVolumeClaim>) -> RunAs {
+    match claim {
+        Some(c) if c.annotations().get(POD_SECURITY_ANNOTATION).map(String::as_str) != Some(RESTRICTED) => {
+            RunAs::ImageUser
+        }
+        _ => RunAs::NonRoot,
+    }
+}
+
 /// The member pod: etcd `version` with coreos's flags, restarted in place by the kubelet, data
-/// on the member's claim (or an emptyDir without a claim spec).
-pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: &str) -> Pod {
+/// on the member's claim (or an emptyDir without a claim spec), security settings that pass
+/// Pod Security "restricted" (`run_as` says whom it runs as, see [`run_as`]).
+pub fn pod(
+    cluster: &EtcdCluster,
+    member: &str,
+    bootstrap: &Bootstrap,
+    version: &str,
+    run_as: RunAs,
+) -> Pod {
     let names = names(cluster);
     let spec = &cluster.spec;
     let policy = spec.pod.clone().unwrap_or_default();
@@ -238,10 +266,18 @@ pub fn pod(cluster: &EtcdCluster, member: &str, bootstrap: &Bootstrap, version: 
             "nodeSelector": policy.node_selector.clone(),
             "tolerations": policy.tolerations.clone(),
             "affinity": member_affinity(cluster),
-            "securityContext": policy.security_context.clone(),
         }
     });
     let mut pod: Pod = serde_json::from_value(pod).expect("a valid pod");
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.security_context = Some(pod_security::pod_context(
+            policy.security_context.as_ref(),
+            run_as,
+        ));
+        for container in &mut spec.containers {
+            container.security_context = Some(pod_security::container_context());
+        }
+    }
     let mut meta = owned_meta(
         cluster,
         member,
@@ -305,21 +341,23 @@ pub fn services(cluster: &EtcdCluster) -> [Service; 2] {
 }
 
 /// The PodDisruptionBudget `<cluster>` that keeps quorum: voluntary evictions (node drains) may
-/// take a member only while a majority stays ready, so none for one or two members.
-/// `api_version` is `policy/v1` where the server has it, else `policy/v1beta1` (Kubernetes
-/// before 1.21), whose spec has the same two fields used here.
-pub fn disruption_budget(cluster: &EtcdCluster, api_version: &str) -> serde_json::Value {
+/// take a member only while a majority stays ready, so none for one or two members. `policy/v1`,
+/// which every supported Kubernetes serves (from 1.21; `policy/v1beta1` left in 1.25).
+pub fn disruption_budget(cluster: &EtcdCluster) -> PodDisruptionBudget {
     let name = cluster.name_any();
     let quorum = cluster.spec.size / 2 + 1;
-    json!({
-        "apiVersion": api_version,
-        "kind": "PodDisruptionBudget",
-        "metadata": owned_meta(cluster, &name, selector(&name)),
-        "spec": {
-            "minAvailable": quorum,
-            "selector": {"matchLabels": selector(&name)},
-        },
-    })
+    PodDisruptionBudget {
+        metadata: owned_meta(cluster, &name, selector(&name)),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(quorum)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(&name)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
 }
 
 #[cfg(test)]
@@ -359,6 +397,7 @@ spec:
                 initial_cluster: vec!["example-0".into(), "example-1".into()],
             },
             "3.4.22",
+            RunAs::NonRoot,
         );
         let labels = pod.metadata.labels.clone().unwrap();
         assert_eq!(labels["app"], "etcd");
@@ -413,6 +452,7 @@ spec:
                 token: "tok".into(),
             },
             "3.4.23",
+            RunAs::NonRoot,
         );
         let spec = pod.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
@@ -434,6 +474,7 @@ spec:
             "example-0",
             &Bootstrap::New { token: "t".into() },
             "3.4.23",
+            RunAs::NonRoot,
         );
         let spec = pod.spec.unwrap();
         let etcd = &spec.containers[0];
@@ -489,6 +530,7 @@ spec:
             "example-0",
             &Bootstrap::New { token: "t".into() },
             "3.4.23",
+            RunAs::NonRoot,
         );
         let args = plain.spec.unwrap().containers[0].args.clone().unwrap();
         assert!(
@@ -504,7 +546,7 @@ spec:
         let mut c = cluster(COREOS);
         c.spec.pod.as_mut().unwrap().anti_affinity = Some(true);
         let bootstrap = Bootstrap::New { token: "t".into() };
-        let spec = pod(&c, "example-0", &bootstrap, "3.4.23").spec.unwrap();
+        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot).spec.unwrap();
         let term = &spec
             .affinity
             .unwrap()
@@ -518,7 +560,7 @@ spec:
         // An explicit affinity wins, as in coreos.
         c.spec.pod.as_mut().unwrap().affinity =
             Some(serde_json::from_value(json!({"nodeAffinity": {}})).unwrap());
-        let spec = pod(&c, "example-0", &bootstrap, "3.4.23").spec.unwrap();
+        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot).spec.unwrap();
         let affinity = spec.affinity.unwrap();
         assert!(affinity.pod_anti_affinity.is_none() && affinity.node_affinity.is_some());
     }
@@ -526,8 +568,8 @@ spec:
     #[test]
     fn disruption_budget_keeps_a_majority() {
         let mut c = cluster(COREOS);
-        let pdb = disruption_budget(&c, "policy/v1beta1");
-        assert_eq!(pdb["apiVersion"], "policy/v1beta1");
+        let pdb = serde_json::to_value(disruption_budget(&c)).unwrap();
+        assert_eq!(pdb["apiVersion"], "policy/v1");
         assert_eq!(pdb["metadata"]["name"], "example");
         assert_eq!(pdb["metadata"]["ownerReferences"][0]["uid"], "uid-1");
         assert_eq!(pdb["spec"]["minAvailable"], 2);
@@ -537,10 +579,8 @@ spec:
         );
         for (size, min) in [(1, 1), (2, 2), (4, 3), (5, 3), (7, 4)] {
             c.spec.size = size;
-            assert_eq!(
-                disruption_budget(&c, "policy/v1")["spec"]["minAvailable"],
-                min
-            );
+            let spec = disruption_budget(&c).spec.unwrap();
+            assert_eq!(spec.min_available, Some(IntOrString::Int(min)));
         }
     }
 

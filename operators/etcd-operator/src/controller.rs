@@ -13,8 +13,9 @@ use etcd_cluster::{
     starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    Api, DeleteParams, ListParams, Patch,
     PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::controller::Action;
@@ -52,8 +53,6 @@ pub struct Context {
     pub client: kube::Client,
     pub events: Events,
     pub metrics: Arc<Metrics>,
-    /// PodDisruptionBudgets as this server serves them (see [`disruption_budget_api`]).
-    pub budgets: ApiResource,
     /// Which clusters are this operator's (the coreos scope annotation).
     pub scope: Scope,
 }
@@ -63,35 +62,15 @@ impl Context {
         client: kube::Client,
         instance: Option<String>,
         metrics: Arc<Metrics>,
-        budgets: ApiResource,
         scope: Scope,
     ) -> Context {
         Context {
             events: Events::new(client.clone(), MANAGER, instance),
             client,
             metrics,
-            budgets,
             scope,
         }
     }
-}
-
-/// `policy/v1` PodDisruptionBudgets where the server has them (Kubernetes 1.21+), else
-/// `policy/v1beta1`.
-pub async fn disruption_budget_api(client: &kube::Client) -> ApiResource {
-    let has_v1 = client
-        .list_api_group_resources("policy/v1")
-        .await
-        .is_ok_and(|list| {
-            list.resources
-                .iter()
-                .any(|r| r.name == "poddisruptionbudgets")
-        });
-    let version = if has_v1 { "v1" } else { "v1beta1" };
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    )
 }
 
 /// Requeue at once after a step that changed something (the next one often can follow), soon
@@ -139,8 +118,8 @@ pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<A
             .patch(&service.name_any(), &apply, &Patch::Apply(&service))
             .await?;
     }
-    let budget = build::disruption_budget(&cluster, &ctx.budgets.api_version);
-    Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ns, &ctx.budgets)
+    let budget = build::disruption_budget(&cluster);
+    Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), &ns)
         .patch(&name, &apply, &Patch::Apply(&budget))
         .await?;
     let selector = ListParams::default().labels(&build::label_selector(&name));
@@ -482,10 +461,12 @@ async fn create_member(
     upgraded_from: Option<String>,
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
+    // Whom the member runs as follows its claim's data (see build::run_as); no claim: emptyDir.
+    let mut claimed = None;
     if let Some(claim) = build::claim(cluster, member, version) {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
         match claims.create(&PostParams::default(), &claim).await {
-            Ok(_) => {}
+            Ok(made) => claimed = Some(made),
             // Made by an earlier run of this step, or not this cluster's: then the member is
             // not started on it (it holds other data: a detached volume, a user's claim).
             Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -494,11 +475,13 @@ async fn create_member(
                 if cluster_label != Some(&cluster.name_any()) {
                     return Err(Error::ForeignClaim(member.to_string()));
                 }
+                claimed = Some(existing);
             }
             Err(e) => return Err(e.into()),
         }
     }
-    let mut pod = build::pod(cluster, member, bootstrap, version);
+    let run_as = build::run_as(claimed.as_ref());
+    let mut pod = build::pod(cluster, member, bootstrap, version, run_as);
     if let Some(from) = upgraded_from {
         pod.annotations_mut()
             .insert(build::UPGRADED_FROM_ANNOTATION.into(), from);

@@ -57,10 +57,9 @@ async fn main() -> Result<()> {
     if let Some(selector) = args.runtime.watch_selector() {
         config = config.labels(selector);
     }
-    let budgets = controller::disruption_budget_api(&client).await;
     let scope = Scope::new(args.cluster_wide);
     let identity = Some(process.identity.clone());
-    let ctx = Arc::new(Context::new(client, identity, metrics, budgets, scope));
+    let ctx = Arc::new(Context::new(client, identity, metrics, scope));
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),
         cluster_wide = args.cluster_wide,

@@ -8,7 +8,9 @@ use std::process::{Child, Command, Stdio};
 
 use backup_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -127,10 +129,12 @@ fn made_again_and_ready(old_uid: Option<String>) -> impl Fn(&Pod) -> bool + Send
 
 /// `minAvailable` of the cluster's PodDisruptionBudget.
 async fn min_available(kube: &KubeTestbed, ns: &str) -> i64 {
-    let resource = etcd_operator::controller::disruption_budget_api(&kube.client).await;
-    let budgets: Api<DynamicObject> = Api::namespaced_with(kube.client.clone(), ns, &resource);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(kube.client.clone(), ns);
     let budget = budgets.get("example-etcd-cluster").await.unwrap();
-    budget.data["spec"]["minAvailable"].as_i64().unwrap()
+    match budget.spec.unwrap().min_available.unwrap() {
+        IntOrString::Int(n) => n.into(),
+        other => panic!("minAvailable {other:?}"),
+    }
 }
 
 /// Every event in `ns`.

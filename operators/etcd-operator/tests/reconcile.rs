@@ -9,7 +9,6 @@ use etcd_operator::controller::{self, Context};
 use etcd_operator::metrics::Metrics;
 use etcd_operator::scope::Scope;
 use http::{Method, StatusCode};
-use kube::api::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use testbed::mock_api::{self, MockApi};
@@ -18,12 +17,8 @@ const CLUSTER: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcd
 
 fn context(scope: Scope) -> (Arc<Context>, MockApi) {
     let (client, api) = mock_api::pair();
-    let budgets = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
     let metrics = Arc::new(Metrics::default());
-    let ctx = Context::new(client, Some("test-pod".into()), metrics, budgets, scope);
+    let ctx = Context::new(client, Some("test-pod".into()), metrics, scope);
     (Arc::new(ctx), api)
 }
 

@@ -3,6 +3,7 @@
 //! forget (the plan, the snapshot the members verified) is written to status before it is acted
 //! on.
 
+use operator_runtime::pod_security::RunAs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -562,7 +563,8 @@ async fn execute(
                 initial_cluster: plan.members.clone(),
             };
             for member in members {
-                let pod = build::pod(cluster, member, &bootstrap, &plan.version);
+                // On the claim this restore made and filled: the non-root user's data.
+                let pod = build::pod(cluster, member, &bootstrap, &plan.version, RunAs::NonRoot);
                 create(&pod_api, &pod).await?;
             }
         }

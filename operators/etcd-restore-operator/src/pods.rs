@@ -13,6 +13,7 @@
 //!   containers of the member pod would run the restore again whenever the kubelet recreates
 //!   the pod sandbox, over live data.)
 
+use operator_runtime::pod_security::{self, RunAs};
 use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
@@ -231,8 +232,19 @@ fn pod(
     spec["nodeSelector"] = json!(policy.node_selector);
     spec["tolerations"] = json!(policy.tolerations);
     spec["affinity"] = json!(affinity);
-    spec["securityContext"] = json!(policy.security_context);
     let mut pod: Pod = serde_json::from_value(json!({"spec": spec})).expect("a valid pod");
+    // Pod Security "restricted", like the member it restores; the claim is a fresh one, so its
+    // data is the non-root user's (see build::run_as).
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.security_context = Some(pod_security::pod_context(
+            policy.security_context.as_ref(),
+            RunAs::NonRoot,
+        ));
+        let init = spec.init_containers.iter_mut().flatten();
+        for container in spec.containers.iter_mut().chain(init) {
+            container.security_context = Some(pod_security::container_context());
+        }
+    }
     pod.metadata = ObjectMeta {
         name: Some(restore_pod_name(member)),
         namespace: restore.namespace(),
