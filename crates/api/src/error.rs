@@ -1,5 +1,5 @@
-//! Spec validation errors, for controllers that cannot rely on CEL (Kubernetes before 1.25, or
-//! CRDs installed through `strip_cel`).
+//! Spec validation errors. The controllers check what the CRDs' CEL rules check too: an object
+//! stored before a rule existed, or under an older CRD, still gets a clear condition.
 
 use crate::storage::{LocalSource, S3Path, S3PathError, S3Source, StorageType};
 

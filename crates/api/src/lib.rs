@@ -21,7 +21,7 @@ pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberSecret,
     MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
 };
-pub use crd::{crds, strip_cel};
+pub use crd::crds;
 pub use error::SpecError;
 pub use restore::{
     BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, NewCluster,

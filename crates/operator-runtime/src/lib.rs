@@ -4,7 +4,7 @@
 //! `coordination.k8s.io/v1` Lease ([`leader`]), and the start-up that ties them together with
 //! the flags every operator takes ([`process`]), Events about managed objects ([`events`]) and
 //! per-object retry backoff ([`backoff`]), and the security settings of the pods they make
-([`pod_security`]). Logging set-up is `backup_cli::init_logging`, shared
+//! ([`pod_security`]). Logging set-up is `backup_cli::init_logging`, shared
 //! with the jobs.
 
 pub mod backoff;

@@ -143,19 +143,14 @@ impl KubeTestbed {
     }
 
     /// Applies every `crds/*.yaml` (server-side apply, forced, so concurrent and repeated calls
-    /// are fine) and waits until each is Established. On servers without CEL (before 1.25) the
-    /// `x-kubernetes-validations` rules are stripped first: 1.20 rejects them.
+    /// are fine) and waits until each is Established.
     pub async fn install_crds(&self) -> Result<()> {
-        let strip = !self.has_cel().await?;
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let mut names = Vec::new();
         for path in crd_paths()? {
             let text = std::fs::read_to_string(&path)?;
-            let mut crd: serde_json::Value = serde_saphyr::from_str(&text)
+            let crd: serde_json::Value = serde_saphyr::from_str(&text)
                 .with_context(|| format!("{} is not YAML", path.display()))?;
-            if strip {
-                strip_key(&mut crd, "x-kubernetes-validations");
-            }
             let name = crd["metadata"]["name"]
                 .as_str()
                 .with_context(|| format!("{} has no metadata.name", path.display()))?
@@ -177,17 +172,6 @@ impl KubeTestbed {
                 .with_context(|| format!("waiting for CRD {name}"))?;
         }
         Ok(())
-    }
-
-    /// Whether the server evaluates CRD validation rules (CEL): Kubernetes 1.25 and later.
-    pub async fn has_cel(&self) -> Result<bool> {
-        let info = self.client.apiserver_version().await?;
-        let minor: u32 = info
-            .minor
-            .trim_end_matches('+')
-            .parse()
-            .with_context(|| format!("server minor version {:?}", info.minor))?;
-        Ok(info.major != "1" || minor >= 25)
     }
 
     /// Creates a fresh namespace `<prefix>-<random>` (prefix cut to a valid DNS label) labelled
@@ -377,18 +361,6 @@ pub async fn partitioned_kubeconfig(path: &Path) -> Result<(Kubeconfig, crate::p
         .map_err(|()| anyhow::anyhow!("cannot set the port"))?;
     cluster.server = Some(server.to_string());
     Ok((kubeconfig, partition))
-}
-
-/// Removes `key` from every object in `value`, recursively.
-pub fn strip_key(value: &mut serde_json::Value, key: &str) {
-    match value {
-        serde_json::Value::Object(map) => {
-            map.remove(key);
-            map.values_mut().for_each(|v| strip_key(v, key));
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strip_key(v, key)),
-        _ => {}
-    }
 }
 
 /// Where build.sh puts the Kubernetes binaries, as `versions.sh` says (one place for versions

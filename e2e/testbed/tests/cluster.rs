@@ -354,6 +354,7 @@ fn up(args: &[&str], user: Option<&str>) -> (i32, String) {
             let here = std::path::Path::new(UP).parent().unwrap();
             for (from, to) in [
                 (here.join("up.sh"), root.join("cluster/up.sh")),
+                (here.join("versions.sh"), root.join("cluster/versions.sh")),
                 (
                     here.join("../lib/processes.sh"),
                     root.join("lib/processes.sh"),

@@ -27,11 +27,11 @@ const BASE: &str = "s3://etcd-backups/example-etcd-cluster/etcd.backup";
 
 /// One etcd member behind the Service name the example uses.
 fn etcd_pod_and_service() -> (Pod, Value) {
-    let pod = serde_json::from_value(json!({
+    let mut pod = json!({
         "metadata": {"name": "etcd", "labels": {"app": "etcd"}},
         "spec": {
             "containers": [{
-                "name": "etcd", "image": "localhost/etcd:v3.5.16", "imagePullPolicy": "Never",
+                "name": "etcd", "image": "localhost/etcd:v3.5.33", "imagePullPolicy": "Never",
                 "command": ["/usr/local/bin/etcd", "--name=etcd", "--data-dir=/var/etcd/data",
                     "--listen-client-urls=http://0.0.0.0:2379",
                     "--advertise-client-urls=http://example-etcd-cluster-client:2379",
@@ -43,8 +43,10 @@ fn etcd_pod_and_service() -> (Pod, Value) {
             }],
             "volumes": [{"name": "data", "emptyDir": {}}],
         }
-    }))
-    .unwrap();
+    });
+    // The namespace enforces Pod Security "restricted".
+    testbed::cluster::restricted(&mut pod["spec"]);
+    let pod = serde_json::from_value(pod).unwrap();
     let service = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "example-etcd-cluster-client"},

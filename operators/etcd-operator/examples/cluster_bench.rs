@@ -28,7 +28,7 @@ use testbed::cluster::converged;
 use testbed::kube::{KubeTestbed, wait_until};
 use testbed::procstat;
 
-const IMAGE: &str = "localhost/etcd:v3.4.23";
+const IMAGE: &str = "localhost/etcd:v3.5.33";
 const CLAIM: &str = "64Mi";
 
 #[tokio::main]
@@ -187,7 +187,7 @@ fn cluster(name: &str, size: i32, paused: bool) -> EtcdCluster {
         "kind": "EtcdCluster",
         "metadata": {"name": name},
         "spec": {
-            "size": size, "repository": "localhost/etcd", "version": "3.4.23", "paused": paused,
+            "size": size, "repository": "localhost/etcd", "version": "3.5.33", "paused": paused,
             "pod": {
                 "ClusterDomain": ".cluster.local",
                 "persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": CLAIM}}},
@@ -231,8 +231,11 @@ fn statefulset(ns: &str) -> Vec<Value> {
                         ],
                         // The operator's probe, so both ways wait for readiness alike.
                         "readinessProbe": etcd_operator::build::readiness_probe(),
+                        "securityContext": operator_runtime::pod_security::container_context(),
                         "volumeMounts": [{"name": "data", "mountPath": "/var/etcd"}],
                     }],
+                    // The operator's defaults: the namespace enforces Pod Security "restricted".
+                    "securityContext": operator_runtime::pod_security::pod_context(None, operator_runtime::pod_security::RunAs::NonRoot),
                 },
             },
             "volumeClaimTemplates": [{

@@ -489,12 +489,12 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
         })
     };
 
-    set_version(&clusters, "3.5.16").await;
+    set_version(&clusters, "3.5.33").await;
     let upgraded = |c: &EtcdCluster| {
         converged(3)(c)
-            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.33")
     };
-    wait_until(&clusters, name, "every member on 3.5.16", 300, upgraded)
+    wait_until(&clusters, name, "every member on 3.5.33", 300, upgraded)
         .await
         .unwrap();
     stop.cancel();
@@ -511,14 +511,14 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
         let mut client = member_client(&kube, &ns, &pod).await;
         let status = client.status().await;
         let status = status.unwrap_or_else(|e| panic!("{pod} gives no status: {e:?}"));
-        assert_eq!(status.version(), "3.5.16", "{pod}");
+        assert_eq!(status.version(), "3.5.33", "{pod}");
         let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
             .image
             .clone();
-        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.16"));
+        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.33"));
         // The data's version, which a member restarting on it gets.
         let claim = claims.get(&pod).await.unwrap();
-        assert_eq!(claim.annotations()["etcd.version"], "3.5.16", "{pod}");
+        assert_eq!(claim.annotations()["etcd.version"], "3.5.33", "{pod}");
     }
 
     // A downgrade is refused with the cause, and no member is touched.
@@ -544,7 +544,7 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
             .clone();
         assert_eq!(
             image.as_deref(),
-            Some("localhost/etcd:v3.5.16"),
+            Some("localhost/etcd:v3.5.33"),
             "{pod} was touched"
         );
     }
@@ -572,7 +572,7 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
         let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
             .image
             .clone();
-        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.16"), "{pod}");
+        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.33"), "{pod}");
     }
     kube.delete_namespace(&ns).await.unwrap();
 }
@@ -1200,15 +1200,15 @@ async fn an_operator_killed_while_scaling_or_upgrading_finishes_after_a_restart(
     assert_eq!(member_pods(&kube, &ns).await.len(), 3);
 
     // Upgrade, killed once the first member has been moved.
-    set_version(&clusters, "3.5.16").await;
+    set_version(&clusters, "3.5.33").await;
     let upgrading = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("Upgrading");
     operator_killed_at(&kube, &ns, &clusters, "an upgrade step", upgrading).await;
     let _operator = Operator::start(&kube, &ns);
     let upgraded = |c: &EtcdCluster| {
         converged(3)(c)
-            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.33")
     };
-    wait_until(&clusters, name, "every member on 3.5.16", 300, upgraded)
+    wait_until(&clusters, name, "every member on 3.5.33", 300, upgraded)
         .await
         .unwrap();
     assert_eq!(client.member_list().await.unwrap().members().len(), 3);

@@ -247,7 +247,7 @@ async fn main() {
     }))
     .unwrap();
     let url = format!("s3://{}/bench/etcd.backup", garage.bucket);
-    let pod: Pod = serde_json::from_value(json!({
+    let mut pod = json!({
         "metadata": {"name": "by-hand"},
         "spec": {
             "restartPolicy": "Never",
@@ -257,7 +257,7 @@ async fn main() {
                         {"name": "AWS_CONFIG_FILE", "value": "/aws/config"}],
                 "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
                                  {"name": "aws", "mountPath": "/aws"}]}],
-            "containers": [{"name": "restore", "image": "localhost/etcd:v3.5.16",
+            "containers": [{"name": "restore", "image": "localhost/etcd:v3.5.33",
                 "command": ["/usr/local/bin/etcdutl", "snapshot", "restore", "/snapshot/snapshot.db",
                             "--data-dir", "/var/etcd/data"],
                 "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
@@ -266,8 +266,10 @@ async fn main() {
                         {"name": "aws", "secret": {"secretName": "aws"}},
                         {"name": "data", "persistentVolumeClaim": {"claimName": "by-hand"}}],
         }
-    }))
-    .unwrap();
+    });
+    // The namespace enforces Pod Security "restricted", as for the operator's pods.
+    testbed::cluster::restricted(&mut pod["spec"]);
+    let pod: Pod = serde_json::from_value(pod).unwrap();
     // Written data still in the page cache would be charged to the next section.
     sync();
     let started = Instant::now();
@@ -297,7 +299,7 @@ async fn main() {
         "spec": {"etcdCluster": {"name": "restored"}, "backupStorageType": "S3",
             "s3": {"path": format!("{}/bench/etcd.backup", garage.bucket), "awsSecret": "aws",
                    "endpoint": garage.endpoint, "forcePathStyle": true},
-            "newCluster": {"size": members, "version": "3.5.16", "repository": "localhost/etcd", "storage": storage},
+            "newCluster": {"size": members, "version": "3.5.33", "repository": "localhost/etcd", "storage": storage},
             "scratchMedium": scratch},
     }))
     .unwrap();

@@ -147,7 +147,7 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     // A 3-member cluster on claims, with keys.
     let mut cluster = example("example-etcd-cluster.yaml");
     cluster["spec"]["repository"] = json!("localhost/etcd");
-    cluster["spec"]["version"] = json!("3.5.16");
+    cluster["spec"]["version"] = json!("3.5.33");
     // Members spread over nodes where they can be (this bed has one): the restore pods get the
     // same spread among themselves, not away from the live members.
     cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
@@ -466,7 +466,7 @@ impl Drop for RestoreOperator {
 /// A run-once pod of the `etcd-backup` image with the claim `backups` at /var/lib/etcd-backup
 /// (how a CronJob writes Local backups without the operator); waits until it succeeded.
 async fn run_backup_pod(kube: &KubeTestbed, ns: &str, args: &[&str]) {
-    let pod: Pod = serde_json::from_value(json!({
+    let mut pod = json!({
         "metadata": {"name": "save"},
         "spec": {
             "restartPolicy": "Never",
@@ -474,8 +474,9 @@ async fn run_backup_pod(kube: &KubeTestbed, ns: &str, args: &[&str]) {
                 "volumeMounts": [{"name": "backups", "mountPath": "/var/lib/etcd-backup"}]}],
             "volumes": [{"name": "backups", "persistentVolumeClaim": {"claimName": "backups"}}],
         }
-    }))
-    .unwrap();
+    });
+    testbed::cluster::restricted(&mut pod["spec"]);
+    let pod: Pod = serde_json::from_value(pod).unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let done = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
@@ -515,7 +516,7 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     // A one-member source cluster with keys.
     let mut source = example("example-etcd-cluster.yaml");
     source["metadata"]["name"] = json!("source");
-    source["spec"] = json!({"size": 1, "repository": "localhost/etcd", "version": "3.5.16",
+    source["spec"] = json!({"size": 1, "repository": "localhost/etcd", "version": "3.5.33",
         "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "64Mi"}}}}});
     let source: EtcdCluster = serde_json::from_value(source).unwrap();
@@ -585,7 +586,7 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
     let restore = |name: &str, size: i32, source: Value| -> EtcdRestore {
         let mut spec = json!({"etcdCluster": {"name": name},
-            "newCluster": {"size": size, "version": "3.5.16", "repository": "localhost/etcd", "storage": "64Mi"}});
+            "newCluster": {"size": size, "version": "3.5.33", "repository": "localhost/etcd", "storage": "64Mi"}});
         for (k, v) in source.as_object().unwrap() {
             spec[k] = v.clone();
         }

@@ -122,8 +122,8 @@ async fn run(kube: &KubeTestbed, steps: &mut Steps, keep: bool) -> Result<()> {
 
     steps.next("installing the three operators from their images with the shipped manifests");
     // The all-in-one overlay users apply (`kubectl apply -k deploy/namespaced/`), moved to the
-    // demo's namespace with this build's images. The bed installed the CRDs (CEL rules stripped
-    // for its 1.20 API server) and made the namespace.
+    // demo's namespace with this build's images. The bed installed the CRDs and made the
+    // namespace, which enforces Pod Security "restricted" for the operators and their pods.
     let mut manifests = deploy_manifests(format!("{ROOT}/deploy/namespaced").as_ref(), &ns)?;
     manifests.retain(|d| d["kind"] != "CustomResourceDefinition" && d["kind"] != "Namespace");
     kube.apply(&manifests, &ns).await?;
@@ -138,10 +138,10 @@ async fn run(kube: &KubeTestbed, steps: &mut Steps, keep: bool) -> Result<()> {
     }
     show(kube, &ns, "deployments");
 
-    steps.next("1. the coreos example EtcdCluster: 3 members, a claim each, etcd 3.5.16");
+    steps.next("1. the coreos example EtcdCluster: 3 members, a claim each, etcd 3.5.33");
     let mut cluster = example("example-etcd-cluster.yaml")?;
     cluster["spec"]["repository"] = json!("localhost/etcd");
-    cluster["spec"]["version"] = json!("3.5.16");
+    cluster["spec"]["version"] = json!("3.5.33");
     cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}});
     let cluster: EtcdCluster = serde_json::from_value(cluster)?;
