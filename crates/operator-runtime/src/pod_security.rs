@@ -14,7 +14,9 @@
 //!   (hostPath, local, NFS): pods on such data keep the image's user ([`RunAs::ImageUser`]), with
 //!   everything else above.
 
-use k8s_openapi::api::core::v1::{Capabilities, PodSecurityContext, SeccompProfile, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
+};
 
 /// The user and group the pods run as unless the user chose one: distroless' `nonroot`.
 pub const NON_ROOT: i64 = 65532;
@@ -34,10 +36,12 @@ pub enum RunAs {
 /// reason, which the operators report.
 pub fn pod_context(user: Option<&PodSecurityContext>, run_as: RunAs) -> PodSecurityContext {
     let mut context = user.cloned().unwrap_or_default();
-    context.seccomp_profile.get_or_insert_with(|| SeccompProfile {
-        type_: "RuntimeDefault".to_string(),
-        ..Default::default()
-    });
+    context
+        .seccomp_profile
+        .get_or_insert_with(|| SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..Default::default()
+        });
     if run_as == RunAs::ImageUser {
         return context;
     }

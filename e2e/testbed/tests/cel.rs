@@ -42,10 +42,30 @@ fn restore(name: &str, storage: &str, block: Option<(&str, Value)>) -> Value {
 }
 
 fn cases() -> Vec<Case> {
-    let s3 = || ("s3", json!({"path": "bucket/etcd.backup", "awsSecret": "aws"}));
-    let abs = || ("abs", json!({"path": "container/etcd.backup", "absSecret": "abs"}));
-    let gcs = || ("gcs", json!({"path": "bucket/etcd.backup", "gcpSecret": "gcp"}));
-    let oss = || ("oss", json!({"path": "bucket/etcd.backup", "ossSecret": "oss"}));
+    let s3 = || {
+        (
+            "s3",
+            json!({"path": "bucket/etcd.backup", "awsSecret": "aws"}),
+        )
+    };
+    let abs = || {
+        (
+            "abs",
+            json!({"path": "container/etcd.backup", "absSecret": "abs"}),
+        )
+    };
+    let gcs = || {
+        (
+            "gcs",
+            json!({"path": "bucket/etcd.backup", "gcpSecret": "gcp"}),
+        )
+    };
+    let oss = || {
+        (
+            "oss",
+            json!({"path": "bucket/etcd.backup", "ossSecret": "oss"}),
+        )
+    };
     let local = |path: &str| ("local", json!({"path": path}));
     let mut cases = Vec::new();
     for (storage, block, message) in [
@@ -53,7 +73,11 @@ fn cases() -> Vec<Case> {
         ("ABS", abs(), "storageType ABS requires the abs block"),
         ("GCS", gcs(), "storageType GCS requires the gcs block"),
         ("OSS", oss(), "storageType OSS requires the oss block"),
-        ("Local", local("/backups/etcd.backup"), "storageType Local requires the local block"),
+        (
+            "Local",
+            local("/backups/etcd.backup"),
+            "storageType Local requires the local block",
+        ),
     ] {
         cases.push(Case {
             message,
@@ -77,7 +101,10 @@ fn cases() -> Vec<Case> {
         kind: "EtcdBackup",
         valid: backup(
             "Local",
-            Some(("local", json!({"path": "etcd/etcd.backup", "persistentVolumeClaim": "backups"}))),
+            Some((
+                "local",
+                json!({"path": "etcd/etcd.backup", "persistentVolumeClaim": "backups"}),
+            )),
         ),
         broken: backup("Local", Some(local("etcd/etcd.backup"))),
     });
@@ -87,7 +114,11 @@ fn cases() -> Vec<Case> {
         if operator {
             tls["operatorSecret"] = json!("operator");
         }
-        object("EtcdCluster", "c", json!({"size": 3, "TLS": {"static": tls}}))
+        object(
+            "EtcdCluster",
+            "c",
+            json!({"size": 3, "TLS": {"static": tls}}),
+        )
     };
     cases.push(Case {
         message: "operatorSecret and member.serverSecret must be set together",
@@ -105,7 +136,11 @@ fn cases() -> Vec<Case> {
         broken,
     });
     for (storage, block, message) in [
-        ("S3", s3(), "backupStorageType S3 requires the s3 block (or backupRef)"),
+        (
+            "S3",
+            s3(),
+            "backupStorageType S3 requires the s3 block (or backupRef)",
+        ),
         ("ABS", abs(), "backupStorageType ABS requires the abs block"),
         ("GCS", gcs(), "backupStorageType GCS requires the gcs block"),
         ("OSS", oss(), "backupStorageType OSS requires the oss block"),
@@ -201,7 +236,10 @@ async fn the_api_server_refuses_each_broken_rule_with_its_message() {
                     status.message
                 );
             }
-            other => panic!("{}: the broken object was not refused: {other:?}", case.message),
+            other => panic!(
+                "{}: the broken object was not refused: {other:?}",
+                case.message
+            ),
         }
         // The same object, valid, is accepted (so the refusal was that rule's).
         let valid: DynamicObject = serde_json::from_value(case.valid.clone()).unwrap();
@@ -218,9 +256,16 @@ async fn the_api_server_refuses_each_broken_rule_with_its_message() {
 
     // An EtcdRestore's spec cannot change once created.
     let restores = api(&kube, &ns, "EtcdRestore");
-    let created = restore("fixed", "S3", Some(("s3", json!({"path": "b/etcd.backup", "awsSecret": "aws"}))));
+    let created = restore(
+        "fixed",
+        "S3",
+        Some(("s3", json!({"path": "b/etcd.backup", "awsSecret": "aws"}))),
+    );
     let created: DynamicObject = serde_json::from_value(created).unwrap();
-    restores.create(&PostParams::default(), &created).await.unwrap();
+    restores
+        .create(&PostParams::default(), &created)
+        .await
+        .unwrap();
     let change = json!({"spec": {"s3": {"path": "b/other.backup"}}});
     match restores
         .patch("fixed", &PatchParams::default(), &Patch::Merge(&change))

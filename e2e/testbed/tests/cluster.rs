@@ -249,7 +249,10 @@ async fn each_etcd_image_restores_with_bump_revision() {
         })
         .await;
         let out = logs(&kube, &ns, &name).await;
-        assert!(out.contains(&format!("etcdutl version: {version}")), "{out}");
+        assert!(
+            out.contains(&format!("etcdutl version: {version}")),
+            "{out}"
+        );
         assert!(out.contains(&format!("etcd Version: {version}")), "{out}");
         assert!(
             out.contains("--bump-revision") && out.contains("--mark-compacted"),

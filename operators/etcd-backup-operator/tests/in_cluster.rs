@@ -32,13 +32,13 @@ fn etcd_manifests(ns: &str) -> Vec<Value> {
 /// The member, as the restricted test namespace admits it.
 fn member_pod(client: &str) -> Value {
     let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "example-etcd-cluster-0", "labels": {"app": "etcd"}},
-        "spec": {"containers": [{
-            "name": "etcd", "image": "localhost/etcd:v3.5.33", "imagePullPolicy": "Never",
-            "command": ["etcd", "--data-dir", "/tmp/data",
-                "--listen-client-urls", "http://0.0.0.0:2379", "--advertise-client-urls", client],
-            "readinessProbe": {"httpGet": {"path": "/health", "port": 2379}, "periodSeconds": 1},
-        }]}});
+    "metadata": {"name": "example-etcd-cluster-0", "labels": {"app": "etcd"}},
+    "spec": {"containers": [{
+        "name": "etcd", "image": "localhost/etcd:v3.5.33", "imagePullPolicy": "Never",
+        "command": ["etcd", "--data-dir", "/tmp/data",
+            "--listen-client-urls", "http://0.0.0.0:2379", "--advertise-client-urls", client],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 2379}, "periodSeconds": 1},
+    }]}});
     testbed::cluster::restricted(&mut pod["spec"]);
     pod
 }

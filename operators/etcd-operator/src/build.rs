@@ -151,7 +151,12 @@ pub fn claim(cluster: &EtcdCluster, member: &str, version: &str) -> Option<Persi
 /// image's user (a claim made before [`POD_SECURITY_ANNOTATION`]). `None`: no claim (emptyDir).
 pub fn run_as(claim: Option<&PersistentVolumeClaim>) -> RunAs {
     match claim {
-        Some(c) if c.annotations().get(POD_SECURITY_ANNOTATION).map(String::as_str) != Some(RESTRICTED) => {
+        Some(c)
+            if c.annotations()
+                .get(POD_SECURITY_ANNOTATION)
+                .map(String::as_str)
+                != Some(RESTRICTED) =>
+        {
             RunAs::ImageUser
         }
         _ => RunAs::NonRoot,
@@ -546,7 +551,9 @@ spec:
         let mut c = cluster(COREOS);
         c.spec.pod.as_mut().unwrap().anti_affinity = Some(true);
         let bootstrap = Bootstrap::New { token: "t".into() };
-        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot).spec.unwrap();
+        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot)
+            .spec
+            .unwrap();
         let term = &spec
             .affinity
             .unwrap()
@@ -560,9 +567,56 @@ spec:
         // An explicit affinity wins, as in coreos.
         c.spec.pod.as_mut().unwrap().affinity =
             Some(serde_json::from_value(json!({"nodeAffinity": {}})).unwrap());
-        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot).spec.unwrap();
+        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot)
+            .spec
+            .unwrap();
         let affinity = spec.affinity.unwrap();
         assert!(affinity.pod_anti_affinity.is_none() && affinity.node_affinity.is_some());
+    }
+
+    #[test]
+    fn member_pods_pass_pod_security_restricted_unless_their_data_predates_it() {
+        let mut c = cluster(COREOS);
+        let bootstrap = Bootstrap::New { token: "t".into() };
+        let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::NonRoot)
+            .spec
+            .unwrap();
+        let context = spec.security_context.unwrap();
+        assert_eq!(context.run_as_non_root, Some(true));
+        assert_eq!(context.run_as_user, Some(pod_security::NON_ROOT));
+        assert_eq!(context.fs_group, Some(pod_security::NON_ROOT));
+        assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        for container in &spec.containers {
+            let context = container.security_context.clone().unwrap();
+            assert_eq!(context.allow_privilege_escalation, Some(false));
+            assert_eq!(context.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+        }
+        // New claims are marked; a claim without the mark holds data written as the image's
+        // user, whose member keeps that user; no claim (emptyDir) is always fresh.
+        let new = claim(&c, "example-0", "3.5.33").unwrap();
+        assert_eq!(run_as(Some(&new)), RunAs::NonRoot);
+        let mut old = new.clone();
+        old.annotations_mut().remove(POD_SECURITY_ANNOTATION);
+        assert_eq!(run_as(Some(&old)), RunAs::ImageUser);
+        assert_eq!(run_as(None), RunAs::NonRoot);
+        let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::ImageUser)
+            .spec
+            .unwrap();
+        let context = spec.security_context.unwrap();
+        assert_eq!((context.run_as_user, context.run_as_non_root), (None, None));
+        assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        // The user's pod.securityContext wins field by field.
+        c.spec.pod.as_mut().unwrap().security_context =
+            Some(serde_json::from_value(json!({"runAsUser": 1000, "fsGroup": 1000})).unwrap());
+        let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::NonRoot)
+            .spec
+            .unwrap();
+        let context = spec.security_context.unwrap();
+        assert_eq!(
+            (context.run_as_user, context.fs_group),
+            (Some(1000), Some(1000))
+        );
+        assert_eq!(context.run_as_non_root, Some(true));
     }
 
     #[test]

@@ -14,10 +14,7 @@ use etcd_cluster::{
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{
-    Api, DeleteParams, ListParams, Patch,
-    PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use operator_runtime::events::Events;

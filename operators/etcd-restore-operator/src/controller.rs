@@ -3,7 +3,6 @@
 //! forget (the plan, the snapshot the members verified) is written to status before it is acted
 //! on.
 
-use operator_runtime::pod_security::RunAs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +22,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use operator_runtime::events::Events;
+use operator_runtime::pod_security::RunAs;
 use serde_json::json;
 use thiserror::Error;
 

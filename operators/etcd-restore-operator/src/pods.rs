@@ -13,7 +13,6 @@
 //!   containers of the member pod would run the restore again whenever the kubelet recreates
 //!   the pod sandbox, over live data.)
 
-use operator_runtime::pod_security::{self, RunAs};
 use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
@@ -29,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::api::ObjectMeta;
 use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
+use operator_runtime::pod_security::{self, RunAs};
 use serde_json::{Value, json};
 
 use crate::source::Source;
@@ -662,6 +662,22 @@ mod tests {
             .find(|v| v["name"] == "etcd-data")
             .unwrap();
         assert_eq!(claim["persistentVolumeClaim"]["claimName"], "c-4");
+        // Pod Security "restricted": the non-root user of the member it restores, every
+        // container locked down.
+        let context = &pod["spec"]["securityContext"];
+        assert_eq!(context["runAsNonRoot"], true);
+        assert_eq!(context["runAsUser"], 65532);
+        assert_eq!(context["seccompProfile"]["type"], "RuntimeDefault");
+        for container in [fetch, tool] {
+            assert_eq!(
+                container["securityContext"]["allowPrivilegeEscalation"],
+                false
+            );
+            assert_eq!(
+                container["securityContext"]["capabilities"]["drop"][0],
+                "ALL"
+            );
+        }
 
         // 3.4.23 has no --bump-revision and restores with etcdctl.
         let (pod, command) = restore_pod(
