@@ -63,7 +63,4 @@ fi
 
 command -v go >/dev/null || echo "install-deps: no go command on PATH; e2e/cluster/build.sh needs Go 1.26 or later" >&2
 
-echo "install-deps: no kubectl with kustomize v4 or later on PATH; the Kustomize tests will fail" >&2
-fi
-
 echo "install-deps: ${installed[*]:-nothing to install}"

@@ -1,8 +1,8 @@
 //! The shipped Kustomize bases and overlays, rendered by a real `kustomize` (`kubectl kustomize`),
 //! for the render tests and for installing the operators on the bed exactly as users do.
 //!
-//! Needs kustomize v4 or later (kubectl 1.21+): the bed's own kubectl 1.20 embeds kustomize
-//! v2.0.3, which cannot take a directory as a resource, so the `kubectl` on `PATH` is used.
+//! Needs kustomize v4 or later (kubectl 1.21+, which can take a directory as a resource): the
+//! bed's own `kubectl` (built by `e2e/cluster/build.sh`), else the one on `PATH`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,14 +87,20 @@ pub fn render_for_bed(dir: &Path, ns: &str) -> Result<Vec<Value>> {
     render(scratch.path())
 }
 
-/// A `kubectl` whose kustomize is v4 or later.
-fn kubectl() -> Result<&'static str> {
-    static FOUND: OnceLock<Result<(), String>> = OnceLock::new();
+/// A `kubectl` whose kustomize is v4 or later: the bed's when built, else the one on `PATH`.
+fn kubectl() -> Result<&'static Path> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {
-        let output = Command::new("kubectl")
+        let bed = crate::kube::bin_dir().join("kubectl");
+        let kubectl = if bed.is_file() {
+            bed
+        } else {
+            PathBuf::from("kubectl")
+        };
+        let output = Command::new(&kubectl)
             .args(["version", "--client"])
             .output()
-            .map_err(|e| format!("no kubectl on PATH ({e})"))?;
+            .map_err(|e| format!("cannot run {} ({e})", kubectl.display()))?;
         let text = String::from_utf8_lossy(&output.stdout);
         let version = text
             .lines()
@@ -105,15 +111,15 @@ fn kubectl() -> Result<&'static str> {
             .next()
             .and_then(|m| m.parse::<u32>().ok())
         {
-            Some(major) if major >= 4 => Ok(()),
+            Some(major) if major >= 4 => Ok(kubectl),
             _ => Err(format!(
-                "the kubectl on PATH has kustomize {version}; the render needs v4 or later \
-                 (kubectl 1.21+)"
+                "{} has kustomize {version}; the render needs v4 or later (kubectl 1.21+)",
+                kubectl.display()
             )),
         }
     });
     match found {
-        Ok(()) => Ok("kubectl"),
+        Ok(kubectl) => Ok(kubectl),
         Err(why) => bail!("{why}"),
     }
 }
