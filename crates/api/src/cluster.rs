@@ -132,7 +132,10 @@ pub struct PodPolicy {
     /// Image of the DNS-wait init container; coreos default `busybox:1.28.0-glibc`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busybox_image: Option<String>,
-    /// Pod security context.
+    /// Pod security context of the member and restore pods. Each field left unset gets the
+    /// default that passes Pod Security "restricted": `runAsNonRoot`, user, group and `fsGroup`
+    /// 65532 (`fsGroupChangePolicy: OnRootMismatch`), seccomp `RuntimeDefault`. A member whose
+    /// claim predates these defaults keeps the image's user (its data is that user's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
     /// How long the init container waits for the pod's DNS name; 0 waits forever.

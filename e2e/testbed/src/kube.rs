@@ -386,7 +386,7 @@ pub(crate) fn bin_dir() -> PathBuf {
 
 /// Runs a script; its stdout, or an error with its stderr (which carries the servers' log tail).
 async fn script(args: &[&std::ffi::OsStr], path: &Path) -> Result<String> {
-    let output = tokio::process::Command::new(&path)
+    let output = tokio::process::Command::new(path)
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)

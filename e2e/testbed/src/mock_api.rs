@@ -167,3 +167,34 @@ impl MockApi {
         }
     }
 }
+
+/// The requeue delay of a reconcile's Action in seconds, for error-policy tests (kube keeps it
+/// private; its Debug shows it).
+pub fn requeue_seconds(action: &kube::runtime::controller::Action) -> f64 {
+    let text = format!("{action:?}");
+    let delay = text
+        .split("Some(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .unwrap_or_else(|| panic!("no requeue in {text}"));
+    let (number, scale) = if let Some(ms) = delay.strip_suffix("ms") {
+        (ms, 1e-3)
+    } else if let Some(us) = delay.strip_suffix("µs") {
+        (us, 1e-6)
+    } else {
+        (delay.strip_suffix('s').expect("a Duration's Debug"), 1.0)
+    };
+    number.parse::<f64>().expect("a Duration's Debug") * scale
+}
+
+/// Asserts that `retry` (one more failure's requeue delay, in seconds) backs off: the first
+/// retry comes soon, and nine failures later the delay has grown to 10 s or more.
+pub fn assert_backs_off(mut retry: impl FnMut() -> f64) {
+    let first = retry();
+    let mut last = first;
+    for _ in 0..8 {
+        last = retry();
+    }
+    assert!(first <= 2.0, "first retry after {first} s");
+    assert!(last >= 10.0, "after 9 failures still {last} s");
+}

@@ -17,6 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
+use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
 use thiserror::Error;
 
@@ -52,6 +53,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Which clusters are this operator's (the coreos scope annotation).
     pub scope: Scope,
+    /// Retry delays of clusters whose reconcile keeps failing.
+    pub backoff: PerObject,
 }
 
 impl Context {
@@ -66,6 +69,7 @@ impl Context {
             client,
             metrics,
             scope,
+            backoff: PerObject::default(),
         }
     }
 }
@@ -79,6 +83,14 @@ const IDLE: Duration = Duration::from_secs(30);
 const MISSING_SECRET: Duration = Duration::from_secs(10);
 
 pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_once(cluster.clone(), ctx.clone()).await;
+    if result.is_ok() {
+        ctx.backoff.forget(&cluster.uid().unwrap_or_default());
+    }
+    result
+}
+
+async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
@@ -585,8 +597,11 @@ pub(crate) async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, not
         .await;
 }
 
+/// Retries a failed reconcile after a delay that grows with each failure of that cluster
+/// (kube's default backoff: 0.8 s doubling to 30 s, with jitter), and starts over after a success.
 pub fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(cluster = %cluster.name_any(), %error, "reconcile failed");
+    let delay = ctx.backoff.next_delay(&cluster.uid().unwrap_or_default());
+    tracing::warn!(cluster = %cluster.name_any(), %error, retry_in = ?delay, "reconcile failed");
     ctx.metrics.reconcile_errors.inc();
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(delay)
 }

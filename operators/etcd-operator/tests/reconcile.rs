@@ -278,3 +278,29 @@ async fn a_member_is_never_started_on_an_existing_claim_that_is_not_the_clusters
         result.map(|_| ())
     );
 }
+
+#[tokio::test]
+async fn failing_reconciles_back_off_per_cluster_and_start_over_after_a_success() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = cluster(json!({"paused": true}), None);
+    let failing = Arc::new(c.clone());
+    let error = controller::Error::NoMember("the test");
+    let retry = |cluster: &Arc<EtcdCluster>| {
+        mock_api::requeue_seconds(&controller::error_policy(
+            cluster.clone(),
+            &error,
+            ctx.clone(),
+        ))
+    };
+    mock_api::assert_backs_off(|| retry(&failing));
+    // Another cluster backs off on its own.
+    let mut other = c.clone();
+    other.metadata.uid = Some("uid-2".into());
+    assert!(retry(&Arc::new(other)) <= 2.0);
+    // A reconcile that succeeds starts this cluster over.
+    let value = serde_json::to_value(&c).unwrap();
+    let task = run(c, &ctx);
+    expect_status(&mut api, &value).await;
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    assert!(retry(&failing) <= 2.0);
+}

@@ -21,6 +21,7 @@ use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
+use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
 use operator_runtime::pod_security::RunAs;
 use serde_json::json;
@@ -47,6 +48,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The `etcd-backup` image the fetch containers run.
     pub backup_image: String,
+    /// Retry delays of restores whose reconcile keeps failing.
+    pub backoff: PerObject,
 }
 
 impl Context {
@@ -61,6 +64,7 @@ impl Context {
             client,
             metrics,
             backup_image,
+            backoff: PerObject::default(),
         }
     }
 }
@@ -84,6 +88,14 @@ pub fn restore_of_cluster(cluster: EtcdCluster) -> Option<ObjectRef<EtcdRestore>
 }
 
 pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_once(restore.clone(), ctx.clone()).await;
+    if result.is_ok() {
+        ctx.backoff.forget(&restore.uid().unwrap_or_default());
+    }
+    result
+}
+
+async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let name = restore.name_any();
     // A finished restore stays finished (a retry is a new object): member pods that change
@@ -276,6 +288,14 @@ pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<A
         &step,
     )
     .await;
+    // A terminal phase is recorded only once its step's effects are done (the cluster released,
+    // the run-once pods with their copies of the snapshot gone): a terminal phase stops every
+    // later reconcile, so a failed release or clean-up recorded as done would stay undone.
+    // Unrecorded, the step is planned and tried again.
+    let executed = match executed {
+        Err(error) if phase.is_terminal() => return Err(error),
+        other => other,
+    };
     let report = status::report(&restore, &step, phase, Timestamp::now());
     patch_status(&restores, &name, report.clone()).await?;
     announce(&ctx, &restore, &step).await;
@@ -736,10 +756,13 @@ fn report_seconds(report: &serde_json::Value) -> f64 {
     }
 }
 
+/// Retries a failed reconcile after a delay that grows with each failure of that restore
+/// (kube's default backoff: 0.8 s doubling to 30 s, with jitter), and starts over after a success.
 pub fn error_policy(restore: Arc<EtcdRestore>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(restore = %restore.name_any(), %error, "reconcile failed");
+    let delay = ctx.backoff.next_delay(&restore.uid().unwrap_or_default());
+    tracing::warn!(restore = %restore.name_any(), %error, retry_in = ?delay, "reconcile failed");
     ctx.metrics.reconcile_errors.inc();
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(delay)
 }
 
 #[cfg(test)]

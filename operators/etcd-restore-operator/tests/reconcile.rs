@@ -880,3 +880,112 @@ async fn only_claims_this_restore_detached_are_deleted() {
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
+
+#[tokio::test]
+async fn failing_reconciles_back_off_per_restore_and_start_over_after_a_success() {
+    let (ctx, mut api) = context();
+    let finished = restore(json!({"phase": "Succeeded"}));
+    let failing: Arc<EtcdRestore> = Arc::new(serde_json::from_value(finished.clone()).unwrap());
+    let error = controller::Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
+        "etcdrestores \"c\" is forbidden",
+        "Forbidden",
+    ))));
+    let retry = |restore: &Arc<EtcdRestore>| {
+        mock_api::requeue_seconds(&controller::error_policy(
+            restore.clone(),
+            &error,
+            ctx.clone(),
+        ))
+    };
+    mock_api::assert_backs_off(|| retry(&failing));
+    // Another restore backs off on its own.
+    let mut other = finished.clone();
+    other["metadata"]["uid"] = json!("r-uid-2");
+    assert!(retry(&Arc::new(serde_json::from_value(other).unwrap())) <= 2.0);
+    // A reconcile that succeeds (a finished restore: nothing to do) starts this one over.
+    let task = run(finished, &ctx);
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+    assert!(retry(&failing) <= 2.0);
+}
+
+/// A reconcile of `world` whose call `method path` the API server refuses (500): the reconcile
+/// fails and makes no further call (a status write it made instead would wait for its answer,
+/// and the test fails on the timeout).
+async fn refused_once(
+    world: &World,
+    ctx: &Arc<Context>,
+    api: &mut MockApi,
+    method: Method,
+    path: &str,
+) {
+    let restore: EtcdRestore = serde_json::from_value(world.restore.clone()).unwrap();
+    let ctx = ctx.clone();
+    let reconcile =
+        tokio::spawn(async move { controller::reconcile(Arc::new(restore), ctx).await });
+    world.serve(api).await;
+    let refusal = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "the server is restarting", "reason": "InternalError", "code": 500});
+    api.expect_call(method, path, StatusCode::INTERNAL_SERVER_ERROR, |_| refusal)
+        .await;
+    tokio::time::timeout(std::time::Duration::from_secs(10), reconcile)
+        .await
+        .expect("the reconcile made a call after the refused one")
+        .unwrap()
+        .expect_err("the refused call fails the reconcile");
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_release_that_fails_is_retried_not_recorded_as_failed() {
+    let (ctx, mut api) = context();
+    // The failed fetch's cause is recorded and the restore's own pods and claims are gone:
+    // what is left is giving the cluster back.
+    let reason = "BackupInvalid: member c-4's fetch: sha256 trailer mismatch";
+    let world = World {
+        restore: restore(recorded(json!({"plan": plan(None), "revisionBumped": true,
+            "phase": "Restoring", "reason": reason}))),
+        staged: vec![],
+        own_pods: vec![],
+        ..restoring([
+            json!({"phase": "Running"}),
+            json!({"phase": "Running"}),
+            json!({"phase": "Running"}),
+        ])
+    };
+    // The release is refused; nothing is recorded: the cluster is still held, so the restore
+    // must not look finished.
+    refused_once(&world, &ctx, &mut api, Method::PATCH, CLUSTER).await;
+
+    // The next reconcile releases it, then records the failure.
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let cluster = held_cluster();
+    api.expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    assert_eq!(status["phase"], "Failed");
+    api.expect(StatusCode::OK, |_| json!({})).await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_success_whose_clean_up_fails_is_retried_not_recorded() {
+    let (ctx, mut api) = context();
+    let world = World {
+        others: vec![],
+        ..handed_over(running_cluster())
+    };
+    // The run-once pods (each holds a copy of the snapshot) cannot be deleted yet.
+    let pod = format!("{NS}/pods/c-3-restore");
+    refused_once(&world, &ctx, &mut api, Method::DELETE, &pod).await;
+
+    // Retried: the pods go, then the success is recorded.
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let status = expect_success(&mut api, &world.restore).await;
+    assert_eq!(status["phase"], "Succeeded");
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
