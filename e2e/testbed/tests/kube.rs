@@ -1,5 +1,5 @@
-//! The CRDs and examples against a real API server: the Kubernetes 1.20.2 test bed (built by
-//! `e2e/apiserver/build.sh`), or `KUBECONFIG`'s cluster when that is set. All tests share one
+//! The CRDs and examples against a real API server: the test process's own control plane
+//! (`e2e/apiserver/up.sh`), or `KUBECONFIG`'s cluster when that is set. All tests share one
 //! server and each works in its own namespace.
 
 use std::path::{Path, PathBuf};

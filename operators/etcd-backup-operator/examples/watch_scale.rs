@@ -1,5 +1,5 @@
 //! Scale benchmark of the whole operator process: N scheduled EtcdBackups (default 1,000) in a
-//! real API server (the 1.20.2 test bed, or `KUBECONFIG`'s cluster), watched by the release
+//! real API server (the test process's own control plane, or `KUBECONFIG`'s cluster), watched by the release
 //! `etcd-backup-operator` binary. Complements `scale.rs`, which drives the scheduling core alone.
 //!
 //! ```sh

@@ -86,8 +86,8 @@ impl BackupPlan {
     }
 }
 
-/// Validates the spec (the CEL rules too, since 1.20 API servers cannot run them) and builds
-/// the plan.
+/// Validates the spec (the CEL rules too: an object stored before a rule existed still gets a
+/// clear condition) and builds the plan.
 pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
     spec.validate()?;
     let trigger = Trigger::parse(spec.schedule())?;

@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn no_status_has_nulls_the_crd_schema_rejects() {
-        // A 1.20 API server refused `conditions[].message: null` (found by the e2e test).
+        // The API server refuses `conditions[].message: null` (found by the e2e test).
         let now = at("2026-01-01T00:00:02Z");
         let statuses = [
             running(&Default::default(), Some(1), now),

@@ -1,11 +1,11 @@
 //! End to end: the `etcd-backup-operator` binary, run out-of-cluster against a real API server
-//! (the 1.20.2 test bed, or `KUBECONFIG`'s cluster), backs up a real etcd to a real S3 server
+//! (the test process's own control plane, or `KUBECONFIG`'s cluster), backs up a real etcd to a real S3 server
 //! (Garage) from the coreos example manifests, applied with only their placeholders filled in.
 //! The operator runs as the ServiceAccount of `deploy/namespaced/rbac.yaml` (by impersonation;
 //! one test uses `deploy/cluster-wide/rbac.yaml`), so every test also proves that the shipped
 //! least-privilege RBAC is enough.
 //!
-//! Needs the kube-apiserver binaries from `e2e/apiserver/build.sh` (which `e2e/test.sh` runs), or
+//! Needs the kube-apiserver binaries from `e2e/cluster/build.sh` (which `e2e/test.sh` runs), or
 //! `KUBECONFIG`: `cargo test -p etcd-backup-operator --test e2e`.
 
 use std::path::Path;

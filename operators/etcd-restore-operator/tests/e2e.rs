@@ -31,8 +31,7 @@ fn example(name: &str) -> Value {
 }
 
 /// The three operators from the all-in-one overlay (`deploy/namespaced/`), one replica each
-/// (failover is each operator's own test). The bed installed the CRDs (CEL rules stripped for its
-/// 1.20 API server) and made the namespace.
+/// (failover is each operator's own test). The bed installed the CRDs and made the namespace.
 async fn install_operators(kube: &KubeTestbed, ns: &str) {
     let all_in_one = format!("{OPERATORS}/../deploy/namespaced");
     let mut manifests = deploy_manifests(all_in_one.as_ref(), ns).unwrap();
