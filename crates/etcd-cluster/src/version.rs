@@ -29,9 +29,13 @@ pub enum VersionError {
     #[error("version {from} -> {to} changes the major version, which etcd does not support")]
     MajorChange { from: EtcdVersion, to: EtcdVersion },
     #[error(
-        "version {from} -> {to}: etcd requires every member on 3.5.32 or later before 3.6; upgrade to the latest 3.5 first"
+        "version {from} -> {to}: etcd requires every member on {minimum} or later before the next minor; upgrade to {minimum} (or a later patch) first"
     )]
-    Needs3532 { from: EtcdVersion, to: EtcdVersion },
+    NeedsPatch {
+        from: EtcdVersion,
+        to: EtcdVersion,
+        minimum: EtcdVersion,
+    },
 }
 
 impl EtcdVersion {
@@ -86,6 +90,18 @@ pub enum Upgrade {
     Minor,
 }
 
+/// The oldest patch of `from`'s minor that etcd's upgrade guide allows to move to the next minor:
+/// 3.5.32 before 3.6 (the zombie-member fix; earlier guidance named 3.5.20 and 3.5.26, the
+/// newest patch is the safe reading), 3.6.11 before 3.7. `None`: any patch.
+fn minimum_before_next_minor(from: &EtcdVersion) -> Option<EtcdVersion> {
+    let patch = match from.minor() {
+        (3, 5) => 32,
+        (3, 6) => 11,
+        _ => return None,
+    };
+    Some(EtcdVersion(semver::Version::new(3, from.0.minor, patch)))
+}
+
 /// Checks that etcd supports going from `from` to `to`.
 pub fn check_upgrade(from: &EtcdVersion, to: &EtcdVersion) -> Result<Upgrade, VersionError> {
     let (f, t) = (&from.0, &to.0);
@@ -101,10 +117,14 @@ pub fn check_upgrade(from: &EtcdVersion, to: &EtcdVersion) -> Result<Upgrade, Ve
     }
     match t.minor - f.minor {
         0 => Ok(Upgrade::Patch),
-        1 if (f.major, f.minor) == (3, 5) && !from.at_least(3, 5, 32) => {
-            Err(error(|from, to| VersionError::Needs3532 { from, to }))
-        }
-        1 => Ok(Upgrade::Minor),
+        1 => match minimum_before_next_minor(from) {
+            Some(minimum) if *from < minimum => Err(VersionError::NeedsPatch {
+                from: from.clone(),
+                to: to.clone(),
+                minimum,
+            }),
+            _ => Ok(Upgrade::Minor),
+        },
         _ => Err(VersionError::SkipsMinor {
             from: from.clone(),
             to: to.clone(),
@@ -152,10 +172,22 @@ mod tests {
             err.to_string(),
             "version 3.4.23 -> 3.6.0 skips a minor version; upgrade one minor at a time (3.4.23 -> 3.5.x -> ...)"
         );
-        assert!(matches!(
-            check_upgrade(&v("3.5.16"), &v("3.6.1")),
-            Err(VersionError::Needs3532 { .. })
-        ));
+        let err = check_upgrade(&v("3.5.16"), &v("3.6.1")).unwrap_err();
+        assert!(
+            matches!(&err, VersionError::NeedsPatch { minimum, .. } if minimum == &v("3.5.32")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("upgrade to 3.5.32"), "{err}");
+        // 3.6 -> 3.7 only from 3.6.11.
+        let err = check_upgrade(&v("3.6.10"), &v("3.7.3")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "version 3.6.10 -> 3.7.3: etcd requires every member on 3.6.11 or later before the next minor; upgrade to 3.6.11 (or a later patch) first"
+        );
+        assert_eq!(check_upgrade(&v("3.6.11"), &v("3.7.0")), Ok(Upgrade::Minor));
+        assert_eq!(check_upgrade(&v("3.6.16"), &v("3.7.3")), Ok(Upgrade::Minor));
+        // 3.4 -> 3.5 from any patch.
+        assert_eq!(check_upgrade(&v("3.4.0"), &v("3.5.33")), Ok(Upgrade::Minor));
         assert!(matches!(
             check_upgrade(&v("3.5.16"), &v("4.0.0")),
             Err(VersionError::MajorChange { .. })
