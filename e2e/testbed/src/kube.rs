@@ -364,8 +364,13 @@ pub async fn partitioned_kubeconfig(path: &Path) -> Result<(Kubeconfig, crate::p
 }
 
 /// Where build.sh puts the Kubernetes binaries, as `versions.sh` says (one place for versions
-/// and paths: the scripts').
+/// and paths: the scripts'). Asked once per process: every `kubectl` a test runs needs it.
 pub(crate) fn bin_dir() -> PathBuf {
+    static BIN_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN_DIR.get_or_init(read_bin_dir).clone()
+}
+
+fn read_bin_dir() -> PathBuf {
     let output = std::process::Command::new("bash")
         .args(["-c", "source \"$1\" && echo \"$kube_bin\"", "versions"])
         .arg(VERSIONS)
