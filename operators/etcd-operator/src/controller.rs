@@ -98,8 +98,14 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     if !ctx.scope.manages(&cluster) || cluster.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    // Everything below works on the cluster read fresh, not on the cache: the cache may not
+    // have this process's own last write yet (planning without it would repeat or undo that
+    // change), nor a restore's hand-over (a status written from it would bring back the
+    // membership change the hand-over cleared), nor a spec changed since it was validated.
+    let cluster = Arc::new(clusters.get_status(&name).await?);
     if cluster.spec.is_paused() {
-        patch_status(&clusters, &name, status::paused(&cluster)).await?;
+        let status = status::paused(&cluster);
+        patch_status(&clusters, &name, Some(&cluster), status).await?;
         return Ok(Action::await_change());
     }
     // Validate, then dereference the TLS Secrets: bad input gets a condition and a Warning,
@@ -116,9 +122,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         }
     };
 
-    // Observe. The recorded change is read fresh: the cache may not have this process's own
-    // last write yet, and planning without it would repeat or undo that change.
-    let cluster = Arc::new(clusters.get_status(&name).await?);
+    // Observe.
     let names = build::names(&cluster);
     let apply = PatchParams::apply(MANAGER).force();
     for service in build::services(&cluster) {
@@ -212,7 +216,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     ctx.metrics
         .observe(&ns, &name, cluster.spec.size, &observed, &step);
     announce(&ctx, &cluster, &report).await;
-    patch_status(&clusters, &name, report).await?;
+    patch_status(&clusters, &name, None, report).await?;
     outcome?;
     Ok(match step {
         _ if matches!(upgrade, Some(UpgradeStep::Failed { .. })) => Action::requeue(IDLE),
@@ -261,7 +265,7 @@ async fn report_invalid(
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let status = status::invalid(cluster, problem);
     announce(ctx, cluster, &status).await;
-    patch_status(&clusters, &cluster.name_any(), status).await?;
+    patch_status(&clusters, &cluster.name_any(), Some(cluster), status).await?;
     Ok(then)
 }
 
@@ -566,16 +570,24 @@ async fn any_member(access: &Access, pods: &[MemberPod]) -> Result<etcd_client::
     voter.ok_or(Error::NoMember("the membership change"))
 }
 
+/// Writes the status by server-side apply. With `unchanged_since` (a cluster as read), only if
+/// nothing changed the cluster since that read (its resource version is the precondition): a
+/// status that repeats the recorded membership change as read must not write it back over a
+/// restore's hand-over that cleared it in between; the conflict is retried from a fresh read.
 async fn patch_status(
     api: &Api<EtcdCluster>,
     name: &str,
+    unchanged_since: Option<&EtcdCluster>,
     status: serde_json::Value,
 ) -> Result<(), Error> {
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": "etcd.database.coreos.com/v1beta2",
         "kind": "EtcdCluster",
         "status": status,
     });
+    if let Some(read) = unchanged_since {
+        patch["metadata"] = serde_json::json!({"resourceVersion": read.resource_version()});
+    }
     api.patch_status(
         name,
         &PatchParams::apply(MANAGER).force(),

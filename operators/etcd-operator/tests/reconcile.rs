@@ -51,10 +51,9 @@ fn run(cluster: EtcdCluster, ctx: &Arc<Context>) -> tokio::task::JoinHandle<Acti
     })
 }
 
-/// The cluster read fresh (its recorded change), the Services and the disruption budget,
-/// then the (empty) pod and claim lists.
-async fn expect_observation_of_an_empty_world(api: &mut MockApi, obj: &EtcdCluster) {
-    let obj = serde_json::to_value(obj).unwrap();
+/// The cluster read fresh, as the API server has it now.
+async fn expect_fresh_read(api: &mut MockApi, obj: &Value) {
+    let obj = obj.clone();
     api.expect_call(
         Method::GET,
         &format!("{CLUSTER}/status"),
@@ -62,6 +61,12 @@ async fn expect_observation_of_an_empty_world(api: &mut MockApi, obj: &EtcdClust
         |_| obj,
     )
     .await;
+}
+
+/// The cluster read fresh (its recorded change), the Services and the disruption budget,
+/// then the (empty) pod and claim lists.
+async fn expect_observation_of_an_empty_world(api: &mut MockApi, obj: &EtcdCluster) {
+    expect_fresh_read(api, &serde_json::to_value(obj).unwrap()).await;
     let peer = api
         .expect_apply("/api/v1/namespaces/ns/services/c", "etcd-operator")
         .await;
@@ -176,19 +181,17 @@ async fn a_restart_after_the_seed_was_recorded_creates_that_same_seed_not_a_seco
     api.expect_silence().await;
 }
 
-#[tokio::test]
-async fn an_invalid_spec_is_reported_and_nothing_else_is_touched() {
+/// The cluster `cached` reconciled while the API server has `fresh`, whose spec is invalid:
+/// a Warning and a condition that name `problem`, then nothing else.
+async fn expect_invalid_spec_reported(cached: EtcdCluster, fresh: Value, problem: &str) {
     let (ctx, mut api) = context(Scope::new(false));
-    let c = serde_json::to_value(cluster(json!({"size": 9}), None)).unwrap();
-    let task = run(serde_json::from_value(c.clone()).unwrap(), &ctx);
+    let task = run(cached, &ctx);
+    expect_fresh_read(&mut api, &fresh).await;
     let event = api.expect_event("ns").await;
     assert_eq!(event["type"], "Warning");
     assert_eq!(event["reason"], "InvalidSpec");
-    assert!(
-        event["note"].as_str().unwrap().contains("size 9"),
-        "{event}"
-    );
-    let status = expect_status(&mut api, &c).await;
+    assert!(event["note"].as_str().unwrap().contains(problem), "{event}");
+    let status = expect_status(&mut api, &fresh).await;
     assert_eq!(status["status"]["phase"], "");
     let condition = &status["status"]["conditions"][0];
     assert_eq!(condition["reason"], "InvalidSpec");
@@ -199,10 +202,73 @@ async fn an_invalid_spec_is_reported_and_nothing_else_is_touched() {
 }
 
 #[tokio::test]
+async fn an_invalid_spec_is_reported_and_nothing_else_is_touched() {
+    let c = cluster(json!({"size": 9}), None);
+    expect_invalid_spec_reported(c.clone(), serde_json::to_value(c).unwrap(), "size 9").await;
+}
+
+/// The cache validated a spec that has changed since: the spec read fresh is the one checked
+/// (a reconcile once planned from the fresh object after validating the cached one, and
+/// panicked on `version: latest`).
+#[tokio::test]
+async fn a_spec_made_invalid_after_the_cache_saw_it_is_reported_not_planned() {
+    let cached = cluster(json!({}), None);
+    let fresh = serde_json::to_value(cluster(json!({"version": "latest"}), None)).unwrap();
+    expect_invalid_spec_reported(cached, fresh, "latest").await;
+}
+
+/// A restore's hand-over clears the recorded membership change (the one from before the
+/// disaster) just before it unpauses the cluster. A paused reconcile writes its status from the
+/// cluster read fresh, and only if it did not change since: never the cache's old record.
+#[tokio::test]
+async fn a_paused_status_never_writes_back_a_membership_change_a_hand_over_cleared() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let before = json!({"membershipChange": {"action": "Seed", "member": "c-0", "started": "2026-11-24T00:00:00Z"}});
+    let cached = cluster(json!({"paused": true}), Some(before));
+    let mut fresh = serde_json::to_value(cluster(json!({"paused": true}), None)).unwrap();
+    fresh["metadata"]["resourceVersion"] = json!("8");
+    let task = run(cached, &ctx);
+    expect_fresh_read(&mut api, &fresh).await;
+    let status = expect_status(&mut api, &fresh).await;
+    assert_eq!(
+        status["status"]["membershipChange"],
+        Value::Null,
+        "{status}"
+    );
+    assert_eq!(status["metadata"]["resourceVersion"], "8", "{status}");
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
+/// Changed between the read and the write: a conflict, retried from a new read, never forced.
+#[tokio::test]
+async fn a_paused_status_write_that_conflicts_is_retried_not_forced() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = serde_json::to_value(cluster(json!({"paused": true}), None)).unwrap();
+    let task = {
+        let (c, ctx) = (serde_json::from_value(c.clone()).unwrap(), ctx.clone());
+        tokio::spawn(async move { controller::reconcile(Arc::new(c), ctx).await })
+    };
+    expect_fresh_read(&mut api, &c).await;
+    let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+        "message": "the object has been modified; please apply your changes to the latest version and try again"});
+    api.expect_call(
+        Method::PATCH,
+        &format!("{CLUSTER}/status"),
+        StatusCode::CONFLICT,
+        |_| conflict,
+    )
+    .await;
+    assert!(task.await.unwrap().is_err());
+    api.expect_silence().await;
+}
+
+#[tokio::test]
 async fn a_paused_cluster_gets_only_its_status() {
     let (ctx, mut api) = context(Scope::new(false));
     let c = serde_json::to_value(cluster(json!({"paused": true}), None)).unwrap();
     let task = run(serde_json::from_value(c.clone()).unwrap(), &ctx);
+    expect_fresh_read(&mut api, &c).await;
     let status = expect_status(&mut api, &c).await;
     assert_eq!(status["status"]["controlPaused"], true);
     // Never null: the schema's enum refuses it (a restore creates its cluster paused).
@@ -300,6 +366,7 @@ async fn failing_reconciles_back_off_per_cluster_and_start_over_after_a_success(
     // A reconcile that succeeds starts this cluster over.
     let value = serde_json::to_value(&c).unwrap();
     let task = run(c, &ctx);
+    expect_fresh_read(&mut api, &value).await;
     expect_status(&mut api, &value).await;
     assert_eq!(task.await.unwrap(), Action::await_change());
     assert!(retry(&failing) <= 2.0);
