@@ -2,7 +2,8 @@
 # up.sh, images.sh and e2e/apiserver/up.sh; not run. Each version is built from its published Go
 # module with the go.mod/go.sum pinned in e2e/upstream/<name>-<version>/ (see build.sh).
 #
-#   KUBE_VERSION   the Kubernetes minor of the bed: 1.37 (default) or 1.35
+#   KUBE_VERSION          the Kubernetes minor of the bed: 1.37 (default) or 1.35
+#   ETCD_TESTBED_VERSION  the etcd tests run on loopback: v3.7.3 (default), v3.6.16 or v3.5.33
 
 KUBE_VERSION=${KUBE_VERSION:-1.37}
 case $KUBE_VERSION in
@@ -25,4 +26,7 @@ upstream_cache=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite
 kube_cache=${KUBE_TESTBED_CACHE:-$upstream_cache/kubernetes-$kube_release}
 kube_bin=${KUBE_TESTBED_BIN:-$kube_cache/bin}
 etcd_bin() { echo "$upstream_cache/etcd-$1/bin"; }
+# The etcd that tests run as a process on loopback (testbed::Etcd, the CLIs' tests): the newest
+# line, or ETCD_TESTBED_VERSION (one of etcd_releases).
+testbed_etcd_bin=$(etcd_bin "${ETCD_TESTBED_VERSION:-${etcd_releases[-1]}}")
 containerd_bin=$upstream_cache/containerd-$containerd_release/bin

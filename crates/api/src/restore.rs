@@ -239,6 +239,10 @@ pub struct VerifiedSnapshot {
     /// sha256 of the stored object, checked against its trailer and manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Version of the etcd member the backup was taken from, in the backup's manifest (none for
+    /// a snapshot without a manifest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
 }
 
 /// Recorded before the first member is made.

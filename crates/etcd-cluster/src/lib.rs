@@ -1,8 +1,10 @@
 //! EtcdCluster domain logic, free of Kubernetes and of any runtime: member naming and URLs
 //! ([`naming`]), supported version paths ([`version`]), the membership planner ([`plan`]) and
 //! the rolling-upgrade planner ([`upgrade`]) that the `etcd-operator` executes one step at a
-//! time, and each member's restore command for a restore from a snapshot ([`restore`]).
+//! time, each member's restore command for a restore from a snapshot ([`restore`]), and how each
+//! version spells the switches of etcd's data corruption checks ([`checks`]).
 
+pub mod checks;
 pub mod naming;
 pub mod plan;
 pub mod restore;

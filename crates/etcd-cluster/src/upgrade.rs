@@ -19,6 +19,9 @@ pub struct PodVersion {
     /// Its container has never started in this pod (restart count 0, failing on its image):
     /// nothing of its version touched the data.
     pub never_ran: bool,
+    /// Whether its etcd process has saved a raft snapshot since it started (its metrics say);
+    /// `None` where it was not asked (see [`must_flush_log`]).
+    pub saved_snapshot: Option<bool>,
 }
 
 impl PodVersion {
@@ -29,8 +32,19 @@ impl PodVersion {
             upgraded_from: None,
             failure: None,
             never_ran: false,
+            saved_snapshot: None,
         }
     }
+}
+
+/// Whether a member moving `from` -> `to` must first have saved a raft snapshot while running
+/// `from`. etcd 3.7 cannot read the v2 entries that 3.5 wrote to the log (it panics replaying
+/// them: "unmarshal should never fail"), and a member replays its log from its last snapshot.
+/// A member that ran 3.5 and then 3.6 keeps such entries until 3.6 saves a snapshot, which it
+/// does only every `--snapshot-count` (10,000) entries. etcd's 3.7 upgrade guide does not say
+/// so; it was met upgrading 3.5.33 -> 3.6.16 -> 3.7.3 here.
+pub fn must_flush_log(from: &EtcdVersion, to: &EtcdVersion) -> bool {
+    from.minor() == (3, 6) && to.minor() >= (3, 7)
 }
 
 /// Members moved by an upgrade that now run the target, ready: nothing to go back to for them
@@ -78,6 +92,10 @@ pub enum UpgradeStep {
     /// ran (or the member was made at a version whose image never ran): move it to `to` in
     /// place, on its untouched data.
     Revert { member: String, to: String },
+    /// `member` has not saved a snapshot since it started (see [`must_flush_log`]): make every
+    /// member save one, by writes that change nothing (a transaction whose condition is never
+    /// true still goes through the log), before it moves.
+    FlushLog { member: String },
 }
 
 /// A failed in-place upgrade, checked before membership planning (a member that does not run
@@ -212,6 +230,12 @@ pub fn plan_upgrade(
         .find(|(name, _)| !is_leader(name))
         .or_else(|| outdated.first())
         .expect("outdated is not empty");
+    let from = EtcdVersion::parse(&pod.version).expect("validated above");
+    if must_flush_log(&from, target) && pod.saved_snapshot != Some(true) {
+        return UpgradeStep::FlushLog {
+            member: (*member).clone(),
+        };
+    }
     UpgradeStep::Upgrade {
         member: (*member).clone(),
         from: pod.version.clone(),
@@ -286,6 +310,34 @@ mod tests {
         running.get_mut("c-0").unwrap().version = "3.5.16".into();
         assert_eq!(plan_upgrade(&target, &running, &m), UpgradeStep::Done);
         assert_eq!(current_version(&running).unwrap().to_string(), "3.5.16");
+    }
+
+    #[test]
+    fn a_member_moves_from_3_6_to_3_7_only_after_saving_a_snapshot_on_3_6() {
+        let target = EtcdVersion::parse("3.7.3").unwrap();
+        let mut running = pods(&[("c-0", "3.6.16"), ("c-1", "3.6.16"), ("c-2", "3.6.16")]);
+        let m = members("c-0");
+        // Not asked, or not yet saved: the log is flushed first.
+        let flush = UpgradeStep::FlushLog {
+            member: "c-1".into(),
+        };
+        assert_eq!(plan_upgrade(&target, &running, &m), flush);
+        running.get_mut("c-1").unwrap().saved_snapshot = Some(false);
+        assert_eq!(plan_upgrade(&target, &running, &m), flush);
+        running.get_mut("c-1").unwrap().saved_snapshot = Some(true);
+        assert_eq!(
+            plan_upgrade(&target, &running, &m),
+            UpgradeStep::Upgrade {
+                member: "c-1".into(),
+                from: "3.6.16".into()
+            }
+        );
+        // Other paths need nothing of the kind.
+        let v = |s| EtcdVersion::parse(s).unwrap();
+        assert!(must_flush_log(&v("3.6.16"), &v("3.7.0")));
+        assert!(!must_flush_log(&v("3.5.33"), &v("3.6.16")));
+        assert!(!must_flush_log(&v("3.6.11"), &v("3.6.16")));
+        assert!(!must_flush_log(&v("3.7.0"), &v("3.7.3")));
     }
 
     #[test]

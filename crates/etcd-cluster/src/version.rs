@@ -26,6 +26,10 @@ pub enum VersionError {
         to: EtcdVersion,
         next: String,
     },
+    #[error(
+        "etcd {0} is not supported: this operator runs etcd 3.5, 3.6 and 3.7 (3.4 only to upgrade from it); a cluster of the archived coreos operator moves by a backup and a restore: back it up with its unchanged coreos EtcdBackup, then restore that backup into a new EtcdCluster of a supported version with an EtcdRestore (docs/migrating-from-coreos.md)"
+    )]
+    Unsupported(EtcdVersion),
     #[error("version {from} -> {to} changes the major version, which etcd does not support")]
     MajorChange { from: EtcdVersion, to: EtcdVersion },
     #[error(
@@ -46,6 +50,15 @@ impl EtcdVersion {
             .filter(|v| v.pre.is_empty() && v.build.is_empty())
             .map(EtcdVersion)
             .ok_or_else(|| VersionError::NotSemver(text.to_string()))
+    }
+
+    /// A version parsed and supported: 3.4 (to upgrade from), 3.5, 3.6, 3.7 and later 3.x.
+    pub fn parse_supported(text: &str) -> Result<EtcdVersion, VersionError> {
+        let version = EtcdVersion::parse(text)?;
+        if version.minor() < (3, 4) || version.0.major != 3 {
+            return Err(VersionError::Unsupported(version));
+        }
+        Ok(version)
     }
 
     pub fn minor(&self) -> (u64, u64) {
@@ -149,6 +162,22 @@ mod tests {
                 matches!(EtcdVersion::parse(bad), Err(VersionError::NotSemver(_))),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn coreos_era_versions_are_refused_with_the_way_out() {
+        for old in ["3.2.13", "3.3.25", "2.3.8", "4.0.0"] {
+            let err = EtcdVersion::parse_supported(old).unwrap_err();
+            assert!(matches!(err, VersionError::Unsupported(_)), "{old}");
+            assert!(
+                err.to_string()
+                    .contains("restore that backup into a new EtcdCluster"),
+                "{err}"
+            );
+        }
+        for ok in ["3.4.23", "3.5.33", "3.6.16", "3.7.3"] {
+            assert_eq!(EtcdVersion::parse_supported(ok), Ok(v(ok)));
         }
     }
 

@@ -273,3 +273,14 @@ pub fn restricted(spec: &mut serde_json::Value) {
         }
     }
 }
+
+/// The IP of pod `name` (which must have one: started, not yet gone).
+pub async fn pod_ip(pods: &kube::Api<k8s_openapi::api::core::v1::Pod>, name: &str) -> String {
+    let pod = pods
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("pod {name}: {e}"));
+    pod.status
+        .and_then(|s| s.pod_ip)
+        .unwrap_or_else(|| panic!("pod {name} has no IP"))
+}

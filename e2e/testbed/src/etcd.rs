@@ -17,8 +17,9 @@ struct ClientTls {
     key: PathBuf,
 }
 
-/// One etcd member (Debian's `etcd`, 3.4) on loopback ports. `put` and `get_all` go through
-/// `etcdctl`, so checks do not share the client library of the code under test.
+/// One etcd member (the newest line the bed builds, see [`etcd_tool`]) on loopback ports. `put`
+/// and `get_all` go through `etcdctl`, so checks do not share the client library of the code
+/// under test.
 pub struct Etcd {
     /// `http://127.0.0.1:PORT`, or `https://…` for `start_tls`.
     pub endpoint: String,
@@ -87,7 +88,7 @@ impl Etcd {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let endpoint = format!("{scheme}://127.0.0.1:{}", free_port());
         let log = dir.path().join("etcd.log");
-        let mut command = Command::new("etcd");
+        let mut command = Command::new(etcd_tool("etcd"));
         command
             .args(["--name", name, "--logger", "zap"])
             .arg("--data-dir")
@@ -140,9 +141,12 @@ impl Etcd {
                 key: copy(&tls.client_key, "client.key")?,
             });
         }
-        let child = command
-            .spawn()
-            .context("cannot run etcd: install Debian's etcd-server (e2e/install-deps.sh)")?;
+        let child = command.spawn().with_context(|| {
+            format!(
+                "cannot run {:?}: build it with e2e/cluster/build.sh",
+                etcd_tool("etcd")
+            )
+        })?;
         let mut etcd = Etcd {
             endpoint,
             name: name.to_string(),
@@ -181,7 +185,7 @@ impl Etcd {
 
     /// `etcdctl` (API v3) aimed at this member, with the client certificate when TLS is on.
     pub fn etcdctl(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new("etcdctl");
+        let mut command = tokio::process::Command::new(etcd_tool("etcdctl"));
         command
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint))
@@ -328,20 +332,23 @@ fn base64_decode(text: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// `etcd`, `etcdctl` or `etcdutl` of the etcd that tests run on loopback: the newest line
+/// `e2e/cluster/build.sh` builds, or `ETCD_TESTBED_VERSION` (`e2e/cluster/versions.sh`).
+pub fn etcd_tool(name: &str) -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| crate::kube::versions_path("testbed_etcd_bin"))
+        .join(name)
+}
+
 /// Restores `snapshot` into `data_dir` (which must not exist yet) as member `name` at `peer_url`,
-/// with the stock tool and its hash check: `etcdutl` when installed (etcd 3.5+), otherwise
-/// `etcdctl` (Debian's 3.4).
+/// with the stock tool and its hash check (`etcdutl`).
 pub fn snapshot_restore(
     snapshot: &Path,
     data_dir: &Path,
     name: &str,
     peer_url: &str,
 ) -> Result<()> {
-    let etcdutl = Command::new("etcdutl")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let mut command = Command::new(if etcdutl { "etcdutl" } else { "etcdctl" });
+    let mut command = Command::new(etcd_tool("etcdutl"));
     let output = command
         .env("ETCDCTL_API", "3")
         .args(["snapshot", "restore"])
@@ -353,7 +360,7 @@ pub fn snapshot_restore(
         .args(["--initial-advertise-peer-urls", peer_url])
         .args(["--initial-cluster-token", "testbed-restored"])
         .output()
-        .context("cannot run etcdutl/etcdctl (e2e/install-deps.sh)")?;
+        .context("cannot run etcdutl (e2e/cluster/build.sh)")?;
     if !output.status.success() {
         bail!(
             "{command:?} failed: {}",

@@ -367,25 +367,31 @@ pub async fn partitioned_kubeconfig(path: &Path) -> Result<(Kubeconfig, crate::p
 /// and paths: the scripts'). Asked once per process: every `kubectl` a test runs needs it.
 pub(crate) fn bin_dir() -> PathBuf {
     static BIN_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN_DIR.get_or_init(read_bin_dir).clone()
+    BIN_DIR.get_or_init(|| versions_path("kube_bin")).clone()
 }
 
-fn read_bin_dir() -> PathBuf {
+/// A path `versions.sh` sets (`variable`), or one that cannot exist and says why, so that
+/// running what it names reports the cause.
+pub(crate) fn versions_path(variable: &str) -> PathBuf {
     let output = std::process::Command::new("bash")
-        .args(["-c", "source \"$1\" && echo \"$kube_bin\"", "versions"])
+        .args([
+            "-c",
+            &format!("source \"$1\" && echo \"${variable}\""),
+            "versions",
+        ])
         .arg(VERSIONS)
         .output();
     match output {
         Ok(o) if o.status.success() => {
             PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string())
         }
-        // KUBE_VERSION names a version the bed does not build: versions.sh said which on
-        // stderr; the path that cannot exist makes `start` report it.
+        // A version the bed does not build (KUBE_VERSION, ETCD_TESTBED_VERSION): versions.sh
+        // said which on stderr.
         Ok(o) => PathBuf::from(format!(
-            "(no bin dir: {})",
+            "(no {variable}: {})",
             String::from_utf8_lossy(&o.stderr).trim()
         )),
-        Err(e) => PathBuf::from(format!("(no bin dir: cannot run bash: {e})")),
+        Err(e) => PathBuf::from(format!("(no {variable}: cannot run bash: {e})")),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Real servers on loopback for tests, the demo and the benchmark: etcd (Debian's `etcd-server`),
+//! Real servers on loopback for tests, the demo and the benchmark: etcd (built by
+//! `e2e/cluster/build.sh`),
 //! Garage (S3) and, in [`kube`](crate::kube), a Kubernetes API server
 //! (`e2e/apiserver/`). Each fixture gets free ports and its own temporary directory, so tests
 //! run in parallel; dropping a fixture kills its process and removes its files (the Kubernetes
@@ -23,7 +24,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Mutex;
 
-pub use etcd::{Etcd, snapshot_restore};
+pub use etcd::{Etcd, etcd_tool, snapshot_restore};
 pub use garage::Garage;
 pub use tls::{ExtendedKeyUsagePurpose, TestCa, TlsFiles};
 
@@ -55,4 +56,18 @@ fn tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// `(status, response)` of a plain HTTP GET of `path` at `host:port` (an operator's or an
+/// etcd member's metrics port); `None` if it does not answer. HTTP/1.0, so that the body is not
+/// chunked: a chunk boundary may fall inside a metrics line.
+pub async fn http_get(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, response))
 }

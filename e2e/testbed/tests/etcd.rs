@@ -39,7 +39,7 @@ async fn tls_requires_a_client_certificate() {
     etcd.put("k", "v").await.unwrap();
 
     let get = |with_cert: bool| {
-        let mut c = tokio::process::Command::new("etcdctl");
+        let mut c = tokio::process::Command::new(testbed::etcd_tool("etcdctl"));
         c.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", etcd.endpoint))
             .args(["--dial-timeout=2s", "--command-timeout=3s", "--cacert"])

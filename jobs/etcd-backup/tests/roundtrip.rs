@@ -87,7 +87,7 @@ async fn snapshot_from_a_plain_etcdctl_save_verifies_without_manifest() {
     write_sample_keys(&etcd).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("etcdctl.db");
-    let status = std::process::Command::new("etcdctl")
+    let status = std::process::Command::new(testbed::etcd_tool("etcdctl"))
         .env("ETCDCTL_API", "3")
         .args([
             "--endpoints",

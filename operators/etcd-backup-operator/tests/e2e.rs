@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 use testbed::cli::without_ambient_aws;
 use testbed::kube::KubeTestbed;
 use testbed::{Etcd, Garage};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
 use common::{aws_files, store};
@@ -118,16 +117,7 @@ impl Operator {
 
     /// `(status, body)` of a GET on the operator's HTTP port.
     async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .ok()?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.ok()?;
-        let code = response.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, response))
+        testbed::http_get("127.0.0.1", self.port, path).await
     }
 
     fn is_running(&mut self) -> bool {

@@ -77,14 +77,7 @@ async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
         ready,
     )
     .await;
-    let ip = pods
-        .get("example-etcd-cluster-0")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .pod_ip
-        .unwrap();
+    let ip = testbed::cluster::pod_ip(&pods, "example-etcd-cluster-0").await;
     let mut etcd = etcd_client::Client::connect([format!("http://{ip}:2379")], None)
         .await
         .unwrap();

@@ -4,10 +4,11 @@
 use std::collections::BTreeMap;
 
 use backup_api::{EtcdCluster, EtcdClusterSpec};
-use etcd_cluster::ClusterNames;
+use etcd_cluster::checks::{self, Spelling};
 use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
+use etcd_cluster::{ClusterNames, EtcdVersion};
 use k8s_openapi::api::core::v1::{
-    Affinity, PersistentVolumeClaim, Pod, PodAffinityTerm, PodAntiAffinity, Service,
+    Affinity, EnvVar, PersistentVolumeClaim, Pod, PodAffinityTerm, PodAntiAffinity, Service,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -257,7 +258,7 @@ pub fn pod(
                 "image": spec.image_of(version),
                 "command": ["/usr/local/bin/etcd"],
                 "args": args,
-                "env": policy.etcd_env.clone().unwrap_or_default(),
+                "env": member_env(policy.etcd_env.clone().unwrap_or_default(), version),
                 "ports": [
                     {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
                     {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
@@ -291,6 +292,30 @@ pub fn pod(
     meta.annotations = pod.metadata.annotations.take();
     pod.metadata = meta;
     pod
+}
+
+/// The user's `etcdEnv`, then the variables that turn on etcd's data corruption checks in the
+/// spelling of `version` (see `etcd_cluster::checks`), unless the user's names one of them.
+fn member_env(mut env: Vec<EnvVar>, version: &str) -> Vec<EnvVar> {
+    let users_own = env
+        .iter()
+        .any(|e| checks::VARIABLES.contains(&e.name.as_str()));
+    let Ok(version) = EtcdVersion::parse(version) else {
+        return env;
+    };
+    if !users_own {
+        env.extend(
+            Spelling::of(&version)
+                .env()
+                .into_iter()
+                .map(|(name, value)| EnvVar {
+                    name: name.into(),
+                    value: Some(value.into()),
+                    ..Default::default()
+                }),
+        );
+    }
+    env
 }
 
 /// Where members may run: `pod.affinity` as given; else, with coreos's deprecated
@@ -465,6 +490,57 @@ spec:
         assert!(args.contains(&"--initial-cluster-token=tok".to_string()));
         assert!(spec.volumes.unwrap()[0].empty_dir.is_some());
         assert!(claim(&c, "example-0", "3.4.23").is_none());
+    }
+
+    #[test]
+    fn members_get_the_corruption_checks_in_their_versions_spelling_unless_the_user_sets_them() {
+        let env_of = |c: &EtcdCluster, version: &str| -> Vec<(String, String)> {
+            let pod = pod(
+                c,
+                "example-0",
+                &Bootstrap::New { token: "t".into() },
+                version,
+                RunAs::NonRoot,
+            );
+            let env = pod.spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap_or_default();
+            env.into_iter()
+                .map(|e| (e.name, e.value.unwrap_or_default()))
+                .collect()
+        };
+        let mut c = cluster(COREOS);
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            env_of(&c, "3.5.33"),
+            [
+                pair("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true"),
+                pair("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", "true"),
+            ]
+        );
+        let gates = [pair(
+            "ETCD_FEATURE_GATES",
+            "InitialCorruptCheck=true,CompactHashCheck=true",
+        )];
+        assert_eq!(env_of(&c, "3.7.3"), gates);
+        assert_eq!(env_of(&c, "3.6.16"), gates);
+        // The user's own variables first; their choice of a check variable stands alone.
+        c.spec.pod.as_mut().unwrap().etcd_env =
+            serde_saphyr::from_str("[{name: ETCD_QUOTA_BACKEND_BYTES, value: '1'}]").unwrap();
+        assert_eq!(
+            env_of(&c, "3.7.3")[0],
+            pair("ETCD_QUOTA_BACKEND_BYTES", "1")
+        );
+        assert_eq!(env_of(&c, "3.7.3")[1..], gates);
+        c.spec.pod.as_mut().unwrap().etcd_env = serde_saphyr::from_str(
+            "[{name: ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK, value: 'false'}]",
+        )
+        .unwrap();
+        assert_eq!(
+            env_of(&c, "3.6.16"),
+            [pair("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "false")]
+        );
     }
 
     #[test]

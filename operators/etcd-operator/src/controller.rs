@@ -178,7 +178,8 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Plan one step, execute it, report. A failed upgrade is looked at first: its member
     // holds everything else up until it runs again.
     let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
-    let versions = upgrade::pod_versions(&cluster, &pods);
+    let mut versions = upgrade::pod_versions(&cluster, &pods);
+    upgrade::ask_snapshots(&target, &pods, &mut versions).await;
     let settled = settled(&target, &versions);
     if !settled.is_empty() {
         upgrade::settle(&ctx, &cluster, &settled).await?;
@@ -202,7 +203,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         _ => None,
     };
     if let Some(upgrade) = &upgrade {
-        outcome = upgrade::execute(&ctx, &cluster, upgrade).await;
+        outcome = upgrade::execute(&ctx, &cluster, &access, &pods, upgrade).await;
         ctx.metrics.observe_upgrade(&ns, &name, upgrade);
     }
     let report = status::report(
@@ -223,7 +224,11 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         Step::Converged
             if matches!(
                 upgrade,
-                Some(UpgradeStep::Upgrade { .. } | UpgradeStep::Wait { .. })
+                Some(
+                    UpgradeStep::Upgrade { .. }
+                        | UpgradeStep::Wait { .. }
+                        | UpgradeStep::FlushLog { .. }
+                )
             ) =>
         {
             Action::requeue(BUSY)
@@ -240,7 +245,7 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
     if !(1..=7).contains(&size) {
         return Err(format!("size {size} is outside 1..7"));
     }
-    EtcdVersion::parse(cluster.spec.version()).map_err(|e| e.to_string())?;
+    EtcdVersion::parse_supported(cluster.spec.version()).map_err(|e| e.to_string())?;
     TlsSecrets::of(&cluster.spec).validate()
 }
 
@@ -343,7 +348,9 @@ async fn execute(
                 member: member.clone(),
             }))
             .await?;
-            let mut client = any_member(access, pods).await?;
+            let mut client = observe::any_member(access, pods)
+                .await
+                .ok_or(Error::NoMember("the membership change"))?;
             let learner = Some(MemberAddOptions::new().with_is_learner());
             let added = client
                 .member_add([access.names.peer_url(member)], learner)
@@ -371,7 +378,9 @@ async fn execute(
             .await;
         }
         Step::Promote { member, id } => {
-            let mut client = any_member(access, pods).await?;
+            let mut client = observe::any_member(access, pods)
+                .await
+                .ok_or(Error::NoMember("the membership change"))?;
             client.member_promote(*id).await?;
             event(
                 ctx,
@@ -388,7 +397,9 @@ async fn execute(
                 reason: reason.clone(),
             }))
             .await?;
-            let mut client = any_member(access, pods).await?;
+            let mut client = observe::any_member(access, pods)
+                .await
+                .ok_or(Error::NoMember("the membership change"))?;
             if !etcd_asks_to_wait(client.member_remove(*id).await)? {
                 let who = member.clone().unwrap_or_else(|| format!("{id:x}"));
                 let note = format!("removed {who} from etcd: {reason}");
@@ -543,31 +554,6 @@ pub(crate) fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Erro
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         other => Ok(other?),
     }
-}
-
-/// A voting member to carry out a membership change, the leader when it answers: a learner
-/// refuses these requests ("rpc not supported for learner"), and after a member with ordinal
-/// 10 joins, pods no longer list in ordinal order, so the newest learner may come first.
-async fn any_member(access: &Access, pods: &[MemberPod]) -> Result<etcd_client::Client, Error> {
-    let mut voter = None;
-    for (name, ip) in observe::answering(pods) {
-        let Ok(mut client) = access.connect(name, ip).await else {
-            continue;
-        };
-        match client.status().await {
-            Ok(status) if status.is_learner() => {}
-            Ok(status)
-                if status
-                    .header()
-                    .is_some_and(|h| h.member_id() == status.leader()) =>
-            {
-                return Ok(client);
-            }
-            Ok(_) => voter = voter.or(Some(client)),
-            Err(_) => {}
-        }
-    }
-    voter.ok_or(Error::NoMember("the membership change"))
 }
 
 /// Writes the status by server-side apply. With `unchanged_since` (a cluster as read), only if

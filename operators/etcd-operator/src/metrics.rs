@@ -131,6 +131,7 @@ impl Metrics {
         let kind = match step {
             UpgradeStep::Upgrade { .. } => "upgrade",
             UpgradeStep::Revert { .. } => "revert",
+            UpgradeStep::FlushLog { .. } => "flush-log",
             UpgradeStep::Failed { .. } => "failed",
             UpgradeStep::Refused(_) => "refused",
             UpgradeStep::Wait { .. } | UpgradeStep::Done => return,

@@ -5,13 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, StatusResponse, TlsOptions};
+use etcd_cluster::checks::Spelling;
 use etcd_cluster::naming::CLIENT_PORT;
 use etcd_cluster::{ClusterNames, ContainerFailure, Member, PodState};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
 use crate::build::{
-    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION,
+    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, METRICS_PORT, UPGRADED_FROM_ANNOTATION,
+    VERSION_ANNOTATION,
 };
 use crate::tls::ClientTls;
 
@@ -38,6 +40,8 @@ pub struct MemberPod {
     /// The kubelet's current crash back-off, in seconds: it doubles with each consecutive
     /// crash (10, 20, 40, ...) and starts over once the container has run for 10 minutes.
     pub backoff_seconds: Option<u64>,
+    /// How its environment spells the corruption checks (`None`: not ours).
+    pub check_spelling: Option<Spelling>,
 }
 
 /// A back-off this long means at least three crashes in a row (10 s, 20 s, 40 s), whatever
@@ -130,7 +134,14 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
             let etcd = status
                 .and_then(|s| s.container_statuses.as_ref())
                 .and_then(|c| c.iter().find(|c| c.name == "etcd"));
+            let env_names = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.containers.iter().filter(|c| c.name == "etcd"))
+                .flat_map(|c| c.env.iter().flatten())
+                .map(|e| e.name.as_str());
             Some(MemberPod {
+                check_spelling: Spelling::of_env(env_names),
                 running_image: etcd.map(|c| c.image.clone()),
                 upgraded_from: pod.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
                 failure: etcd.and_then(container_failure),
@@ -245,6 +256,54 @@ pub fn answering(pods: &[MemberPod]) -> impl Iterator<Item = (&str, &str)> {
     pods.iter()
         .filter(|p| p.state != PodState::Terminating)
         .filter_map(|p| Some((p.name.as_str(), p.ip.as_deref()?)))
+}
+
+/// A voting member to carry out a membership change, the leader when it answers: a learner
+/// refuses these requests ("rpc not supported for learner"), and after a member with ordinal
+/// 10 joins, pods no longer list in ordinal order, so the newest learner may come first.
+pub async fn any_member(access: &Access, pods: &[MemberPod]) -> Option<Client> {
+    let mut voter = None;
+    for (name, ip) in answering(pods) {
+        let Ok(mut client) = access.connect(name, ip).await else {
+            continue;
+        };
+        match client.status().await {
+            Ok(status) if status.is_learner() => {}
+            Ok(status)
+                if status
+                    .header()
+                    .is_some_and(|h| h.member_id() == status.leader()) =>
+            {
+                return Some(client);
+            }
+            Ok(_) => voter = voter.or(Some(client)),
+            Err(_) => {}
+        }
+    }
+    voter
+}
+
+/// How many raft snapshots member `ip`'s etcd process has saved since it started, from its
+/// metrics (plain HTTP on the metrics port; HTTP/1.0, so that the body is not chunked, where a
+/// chunk boundary may fall inside the line); `None` if it does not answer in time.
+pub async fn snapshots_saved(ip: &str) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SAVES: &str = "etcd_debugging_snap_save_total_duration_seconds_count ";
+    let read = async {
+        let mut stream = tokio::net::TcpStream::connect((ip, METRICS_PORT))
+            .await
+            .ok()?;
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {ip}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.ok()?;
+        response
+            .lines()
+            .find_map(|line| line.strip_prefix(SAVES)?.trim().parse().ok())
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .ok()?
 }
 
 /// etcd's member list as the planner sees it, or `None` when no member answers. Every member pod

@@ -249,6 +249,14 @@ pub fn report(
                 cluster.spec.version()
             ),
         ),
+        (Step::Converged, Some(UpgradeStep::FlushLog { member })) => (
+            true,
+            "Upgrading",
+            format!(
+                "making every member save a snapshot before {member} moves to {}: 3.7 cannot read the log entries 3.5 wrote",
+                cluster.spec.version()
+            ),
+        ),
         (Step::Converged, Some(UpgradeStep::Wait { reason })) => {
             (true, "Upgrading", reason.clone())
         }
@@ -502,6 +510,7 @@ mod tests {
             failure: None,
             restarts: 0,
             backoff_seconds: None,
+            check_spelling: None,
         }];
         let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
@@ -539,6 +548,7 @@ mod tests {
             failure: Some(ContainerFailure::Image("ErrImagePull: not found".into())),
             restarts: 0,
             backoff_seconds: None,
+            check_spelling: None,
         }];
         let step = Step::Wait {
             reason: "seed member c-0 is starting".into(),

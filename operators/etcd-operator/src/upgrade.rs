@@ -1,19 +1,25 @@
-//! Rolling upgrades in place: what each member pod runs (for the pure planner in
+//! Rolling upgrades: what each member pod runs (for the pure planner in
 //! `etcd_cluster::upgrade`), and executing its one step: move a member's pod to the target
-//! image, move a member whose new image never ran back, or report a refused or failed upgrade.
+//! version, move a member whose new image never ran back, or report a refused or failed upgrade.
+//! A member moves in place (only the image changes) unless its corruption checks are spelled
+//! for another version and its data is on a claim: then it gets a new pod on that claim, made
+//! for the version (see `etcd_cluster::checks`).
 
 use std::collections::BTreeMap;
 
 use backup_api::EtcdCluster;
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use etcd_cluster::checks::Spelling;
+use etcd_cluster::upgrade::must_flush_log;
 use etcd_cluster::{ContainerFailure, EtcdVersion, PodState, PodVersion, UpgradeStep};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::build::{UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
-use crate::controller::{Context, Error, event, ignore_missing};
-use crate::observe::MemberPod;
+use crate::build::{self, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
+use crate::controller::{Context, Error, event, ignore_missing, warn};
+use crate::observe::{self, Access, MemberPod};
 
 /// Each member pod's version and state as the upgrade planner needs them.
 pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<String, PodVersion> {
@@ -42,11 +48,69 @@ pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<Strin
                 upgraded_from: p.upgraded_from.clone(),
                 failure: p.failure.clone(),
                 never_ran,
+                saved_snapshot: None,
             };
             (p.name.clone(), pod)
         })
         .collect()
 }
+
+/// Asks the members that must have saved a snapshot before their next move (see
+/// `etcd_cluster::upgrade::must_flush_log`) whether they have.
+pub async fn ask_snapshots(
+    target: &EtcdVersion,
+    pods: &[MemberPod],
+    versions: &mut BTreeMap<String, PodVersion>,
+) {
+    for pod in pods {
+        let Some(version) = versions.get_mut(&pod.name) else {
+            continue;
+        };
+        let from = EtcdVersion::parse(&version.version);
+        if let (Ok(from), Some(ip)) = (from, &pod.ip)
+            && must_flush_log(&from, target)
+        {
+            version.saved_snapshot = observe::snapshots_saved(ip).await.map(|n| n > 0);
+        }
+    }
+}
+
+/// etcd's default `--snapshot-count` from 3.6: a member saves a snapshot once it has applied
+/// this many entries since its last one.
+const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
+
+/// Makes every member save a snapshot: one entry more than the snapshot count (`etcdEnv`'s
+/// `ETCD_SNAPSHOT_COUNT`, or etcd's default) goes through the log, each a transaction whose
+/// condition is never true (a key's modification revision below 0), so nothing is written and
+/// the revision does not move. Several at a time, through the leader.
+async fn flush_log(cluster: &EtcdCluster, mut client: etcd_client::Client) -> Result<(), Error> {
+    use futures::{StreamExt, TryStreamExt};
+    let count = cluster
+        .spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.etcd_env.as_ref())
+        .and_then(|env| env.iter().find(|e| e.name == "ETCD_SNAPSHOT_COUNT"))
+        .and_then(|e| e.value.as_deref()?.parse().ok())
+        .unwrap_or(DEFAULT_SNAPSHOT_COUNT);
+    let never = Txn::new()
+        .when([Compare::mod_revision(FLUSH_KEY, CompareOp::Less, 0)])
+        .and_then([TxnOp::put(FLUSH_KEY, "", None)]);
+    // A first one alone: an error (no leader, no quorum) is seen once, not 64 times.
+    client.txn(never.clone()).await?;
+    futures::stream::iter(0..count)
+        .map(|_| {
+            let (mut client, txn) = (client.clone(), never.clone());
+            async move { client.txn(txn).await.map(|_| ()) }
+        })
+        .buffer_unordered(64)
+        .try_collect::<()>()
+        .await?;
+    Ok(())
+}
+
+/// The key the flush's transactions name (and never write).
+const FLUSH_KEY: &str = "/etcd-operator/flush-log";
 
 /// Whether the image a container status reports is `spec` (the runtime may add a registry
 /// host such as `docker.io/library/` to short names).
@@ -54,25 +118,37 @@ fn same_image(running: &str, spec: &str) -> bool {
     running == spec || running.ends_with(&format!("/{spec}"))
 }
 
-/// Executes one upgrade step. A pod moves in place (same pod, same volume; the kubelet restarts
-/// the container); its claim records the version first, so that a pod deleted meanwhile comes
-/// back at the version its data is headed for.
+/// Executes one upgrade step. Its claim records the version first, so that a pod deleted
+/// meanwhile (or on purpose, see [`move_pod`]) comes back at the version its data is headed for.
 pub async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
+    access: &Access,
+    pods: &[MemberPod],
     step: &UpgradeStep,
 ) -> Result<(), Error> {
     let target = cluster.spec.version();
+    let pod = |member: &str| pods.iter().find(|p| p.name == member);
     match step {
         UpgradeStep::Upgrade { member, from } => {
-            move_pod(ctx, cluster, member, target, json!(from)).await?;
+            move_pod(ctx, cluster, pod(member), member, target, json!(from)).await?;
             let note = format!("upgrading {member} from {from} to {target}");
             event(ctx, cluster, "MemberUpgrading", &note).await;
         }
         UpgradeStep::Revert { member, to } => {
-            move_pod(ctx, cluster, member, to, Value::Null).await?;
+            move_pod(ctx, cluster, pod(member), member, to, Value::Null).await?;
             let note = format!("moving {member} to {to}: the image it was given never ran");
             event(ctx, cluster, "MemberReverted", &note).await;
+        }
+        UpgradeStep::FlushLog { member } => {
+            let note = format!(
+                "making every member save a snapshot before {member} moves to {target}: 3.7 cannot read the log entries 3.5 wrote"
+            );
+            event(ctx, cluster, "FlushingLog", &note).await;
+            let client = observe::any_member(access, pods)
+                .await
+                .ok_or(Error::NoMember("the log flush"))?;
+            flush_log(cluster, client).await?;
         }
         // Reported by the status (and a Warning when newly so), not acted on.
         UpgradeStep::Failed { .. } | UpgradeStep::Refused(_) => {}
@@ -102,10 +178,16 @@ pub async fn settle(ctx: &Context, cluster: &EtcdCluster, members: &[String]) ->
 }
 
 /// Moves `member`'s claim record and pod to `version`; `from` is what a failure goes back to
-/// (null once there is nothing to go back to).
+/// (null once there is nothing to go back to). In place (same pod, same volume; the kubelet
+/// restarts the container), unless the pod's corruption checks are spelled for another version
+/// and its data is on a claim: then the pod is deleted, and made again on the claim for
+/// `version` by the next reconcile (a restart on a claim). A member without a claim cannot be
+/// made again without its data, so it moves in place; a Warning says so if `version` ignores
+/// its checks' spelling.
 async fn move_pod(
     ctx: &Context,
     cluster: &EtcdCluster,
+    pod: Option<&MemberPod>,
     member: &str,
     version: &str,
     from: Value,
@@ -121,6 +203,26 @@ async fn move_pod(
             .map(|_| ()),
     )?;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let spelled = pod.and_then(|p| p.check_spelling);
+    // Planned from parsed versions: a version that does not parse is not reached here.
+    if let Some(target) = EtcdVersion::parse(version)
+        .ok()
+        .filter(|target| Spelling::differs(spelled, target))
+    {
+        if build::persistent(&cluster.spec) {
+            return ignore_missing(
+                pods.delete(member, &DeleteParams::default())
+                    .await
+                    .map(|_| ()),
+            );
+        }
+        if spelled.is_some_and(|s| !s.understood_by(&target)) {
+            let note = format!(
+                "{member} moves in place to {version}, which ignores its corruption checks' spelling: its data is not on a claim, so its pod cannot be made again for {version}; the checks are off for it until its pod is next made"
+            );
+            warn(ctx, cluster, "CorruptionChecksOff", &note).await;
+        }
+    }
     let patch = json!({
         "metadata": {"annotations": {VERSION_ANNOTATION: version, UPGRADED_FROM_ANNOTATION: from}},
         "spec": {"containers": [{"name": "etcd", "image": cluster.spec.image_of(version)}]},

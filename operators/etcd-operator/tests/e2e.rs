@@ -89,14 +89,7 @@ fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
 /// A client for member pod `name`.
 async fn member_client(kube: &KubeTestbed, ns: &str, name: &str) -> etcd_client::Client {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let ip = pods
-        .get(name)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .pod_ip
-        .unwrap();
+    let ip = testbed::cluster::pod_ip(&pods, name).await;
     etcd_client::Client::connect([format!("http://{ip}:2379")], None)
         .await
         .unwrap()
@@ -184,11 +177,17 @@ struct Running {
 }
 
 async fn running_cluster(prefix: &str) -> Running {
+    running_cluster_at(prefix, "3.4.23").await
+}
+
+async fn running_cluster_at(prefix: &str, version: &str) -> Running {
     let (kube, ns, _report) = testbed::cluster::test_namespace(prefix).await;
     let _operator = Operator::start(&kube, &ns);
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    let mut cluster = example(3);
+    cluster.spec.version = Some(version.into());
     clusters
-        .create(&PostParams::default(), &example(3))
+        .create(&PostParams::default(), &cluster)
         .await
         .unwrap();
     wait_until(
@@ -434,39 +433,50 @@ fn progressing_reason(c: &EtcdCluster) -> Option<String> {
         .clone()
 }
 
-#[tokio::test]
-async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses_a_downgrade() {
-    let Running {
-        kube,
-        ns,
-        clusters,
-        _report,
-        _operator,
-    } = running_cluster("etcd-op-upgrade").await;
-    let name = "example-etcd-cluster";
-
-    // A client writing through every member throughout; the longest stretch without a
-    // successful write is measured.
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
-    let mut endpoints = Vec::new();
-    for pod in member_pods(&kube, &ns).await {
-        endpoints.push(format!(
-            "http://{}:2379",
-            pods.get(&pod)
-                .await
-                .unwrap()
-                .status
-                .unwrap()
-                .pod_ip
-                .unwrap()
-        ));
+/// Sets the cluster's version to `version` while a client writes through every member, waits
+/// until every member runs it, and checks that writes went on throughout (the longest stretch
+/// without a successful write under 3 s) and that each member's pod, claim and etcd say
+/// `version`. Returns each member's pod uid before and after.
+async fn upgrade_while_writing(
+    kube: &KubeTestbed,
+    ns: &str,
+    clusters: &Api<EtcdCluster>,
+    version: &str,
+) -> Vec<(String, String)> {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), ns);
+    let uids = |pods: Vec<Pod>| -> Vec<String> {
+        pods.into_iter().filter_map(|p| p.metadata.uid).collect()
+    };
+    let mut before = Vec::new();
+    for pod in member_pods(kube, ns).await {
+        before.push(pods.get(&pod).await.unwrap());
     }
-    let options =
-        etcd_client::ConnectOptions::new().with_timeout(std::time::Duration::from_secs(2));
-    let mut writer = etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .unwrap();
+    // A client writing throughout, as one that names the members by DNS would: after a failed
+    // write it connects again to where the members are now (a member given a new pod has a new
+    // address). The longest stretch without a successful write is measured.
+    let connect = {
+        let (kube, ns) = (kube.clone(), ns.to_string());
+        move || {
+            let (kube, ns) = (kube.clone(), ns.clone());
+            async move {
+                let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+                let mut endpoints = Vec::new();
+                for name in member_pods(&kube, &ns).await {
+                    let pod = pods.get(&name).await.unwrap();
+                    if let Some(ip) = pod.status.and_then(|s| s.pod_ip) {
+                        endpoints.push(format!("http://{ip}:2379"));
+                    }
+                }
+                let options = etcd_client::ConnectOptions::new()
+                    .with_timeout(std::time::Duration::from_secs(2));
+                etcd_client::Client::connect(endpoints, Some(options))
+                    .await
+                    .ok()
+            }
+        }
+    };
+    let mut writer = connect().await.expect("a client");
     let stop = tokio_util::sync::CancellationToken::new();
     let writing = {
         let stop = stop.clone();
@@ -482,6 +492,8 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
                     longest = longest.max(last_ok.elapsed());
                     last_ok = std::time::Instant::now();
                     writes += 1;
+                } else if let Some(again) = connect().await {
+                    writer = again;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
@@ -489,17 +501,22 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
         })
     };
 
-    set_version(&clusters, "3.5.33").await;
-    let upgraded = |c: &EtcdCluster| {
-        converged(3)(c)
-            && c.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.33")
+    set_version(clusters, version).await;
+    let upgraded = {
+        let version = version.to_string();
+        move |c: &EtcdCluster| {
+            converged(3)(c)
+                && c.status.as_ref().and_then(|s| s.current_version.as_deref())
+                    == Some(version.as_str())
+        }
     };
-    wait_until(&clusters, name, "every member on 3.5.33", 300, upgraded)
+    let what = format!("every member on {version}");
+    wait_until(clusters, "example-etcd-cluster", &what, 300, upgraded)
         .await
         .unwrap();
     stop.cancel();
     let (longest, writes) = writing.await.unwrap();
-    eprintln!("upgrade: {writes} writes, longest stretch without one {longest:?}");
+    eprintln!("upgrade to {version}: {writes} writes, longest stretch without one {longest:?}");
     assert!(writes > 20, "only {writes} writes succeeded");
     // At most an election (1 s by default) plus the client's 2 s request timeout before it
     // tries another member; measured here: 0.1 to 0.45 s.
@@ -507,19 +524,54 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
         longest < std::time::Duration::from_secs(3),
         "writes refused for {longest:?}"
     );
-    for pod in member_pods(&kube, &ns).await {
-        let mut client = member_client(&kube, &ns, &pod).await;
+    let mut after = Vec::new();
+    for pod in member_pods(kube, ns).await {
+        let mut client = member_client(kube, ns, &pod).await;
         let status = client.status().await;
         let status = status.unwrap_or_else(|e| panic!("{pod} gives no status: {e:?}"));
-        assert_eq!(status.version(), "3.5.33", "{pod}");
-        let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
-            .image
-            .clone();
-        assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.33"));
+        assert_eq!(status.version(), version, "{pod}");
+        let made = pods.get(&pod).await.unwrap();
+        let image = made.spec.clone().unwrap().containers[0].image.clone();
+        assert_eq!(image, Some(format!("localhost/etcd:v{version}")));
         // The data's version, which a member restarting on it gets.
         let claim = claims.get(&pod).await.unwrap();
-        assert_eq!(claim.annotations()["etcd.version"], "3.5.33", "{pod}");
+        assert_eq!(claim.annotations()["etcd.version"], version, "{pod}");
+        after.push(made);
     }
+    uids(before).into_iter().zip(uids(after)).collect()
+}
+
+/// Whether etcd's metrics on member pod `name` say both corruption checks are on (3.6 and
+/// later report their feature gates).
+async fn corruption_checks_on(kube: &KubeTestbed, ns: &str, name: &str) -> bool {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let ip = testbed::cluster::pod_ip(&pods, name).await;
+    let (_, metrics) = testbed::http_get(&ip, 8080, "/metrics").await.unwrap();
+    ["InitialCorruptCheck", "CompactHashCheck"]
+        .iter()
+        .all(|gate| {
+            metrics.lines().any(|l| {
+                l.starts_with("etcd_server_feature_enabled{")
+                    && l.contains(&format!("name=\"{gate}\""))
+                    && l.ends_with(" 1")
+            })
+        })
+}
+
+#[tokio::test]
+async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses_a_downgrade() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-upgrade").await;
+    let name = "example-etcd-cluster";
+
+    upgrade_while_writing(&kube, &ns, &clusters, "3.5.33").await;
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
 
     // A downgrade is refused with the cause, and no member is touched.
     set_version(&clusters, "3.4.23").await;
@@ -574,6 +626,53 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
             .clone();
         assert_eq!(image.as_deref(), Some("localhost/etcd:v3.5.33"), "{pod}");
     }
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// The current lines, one minor at a time: 3.5 -> 3.6 -> 3.7 with a client writing. 3.4 and
+/// 3.5 spell the corruption checks as experimental flags, 3.6 and later as feature gates, so at
+/// 3.5 -> 3.6 each member gets a new pod on its claim (3.7 would ignore the old spelling); at
+/// 3.6 -> 3.7 each moves in place. Skipping 3.6 is refused first, with nothing touched.
+#[tokio::test]
+async fn rolls_3_5_to_3_6_to_3_7_with_the_checks_on_and_refuses_skipping_a_minor() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster_at("etcd-op-lines", "3.5.33").await;
+    let name = "example-etcd-cluster";
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let image_of = |pod: Pod| pod.spec.unwrap().containers[0].image.clone().unwrap();
+
+    // 3.5.33 -> 3.7.3 skips a minor: refused, nothing touched (no image is needed for that).
+    set_version(&clusters, "3.7.3").await;
+    let refused = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("UpgradeRefused");
+    wait_until(&clusters, name, "3.5 -> 3.7 refused", 60, refused)
+        .await
+        .unwrap();
+    for pod in member_pods(&kube, &ns).await {
+        assert_eq!(
+            image_of(pods.get(&pod).await.unwrap()),
+            "localhost/etcd:v3.5.33"
+        );
+    }
+
+    let moves = upgrade_while_writing(&kube, &ns, &clusters, "3.6.16").await;
+    for (before, after) in &moves {
+        assert_ne!(before, after, "a new pod for the feature gates' spelling");
+    }
+    let moves = upgrade_while_writing(&kube, &ns, &clusters, "3.7.3").await;
+    for (before, after) in &moves {
+        assert_eq!(before, after, "moved in place: the spelling is the same");
+    }
+    for pod in member_pods(&kube, &ns).await {
+        assert!(corruption_checks_on(&kube, &ns, &pod).await, "{pod}");
+    }
+    let mut client = member_client(&kube, &ns, "example-etcd-cluster-0").await;
+    let written = client.get("during-upgrade", None).await.unwrap();
+    assert_eq!(written.kvs().len(), 1, "the writes survived both upgrades");
     kube.delete_namespace(&ns).await.unwrap();
 }
 
@@ -899,14 +998,7 @@ async fn a_tls_cluster_with_a_secret_created_late() {
     // A client with the operator's certificate works; one without a certificate does not.
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
     let member = "example-etcd-cluster-1";
-    let ip = pods
-        .get(member)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .pod_ip
-        .unwrap();
+    let ip = testbed::cluster::pod_ip(&pods, member).await;
     let tls = |identity: bool| {
         let mut tls = etcd_client::TlsOptions::new()
             .ca_certificate(etcd_client::Certificate::from_pem(&ca.cert_pem))

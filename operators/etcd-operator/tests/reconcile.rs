@@ -207,6 +207,14 @@ async fn an_invalid_spec_is_reported_and_nothing_else_is_touched() {
     expect_invalid_spec_reported(c.clone(), serde_json::to_value(c).unwrap(), "size 9").await;
 }
 
+/// coreos's example names 3.2.13: it applies, and is refused with the way to a supported version.
+#[tokio::test]
+async fn a_coreos_era_version_is_refused_with_the_way_out() {
+    let c = cluster(json!({"version": "3.2.13"}), None);
+    let fresh = serde_json::to_value(&c).unwrap();
+    expect_invalid_spec_reported(c, fresh, "etcd 3.2.13 is not supported").await;
+}
+
 /// The cache validated a spec that has changed since: the spec read fresh is the one checked
 /// (a reconcile once planned from the fresh object after validating the cached one, and
 /// panicked on `version: latest`).

@@ -556,10 +556,31 @@ fn verified_snapshot(observed: &Observed, plan: &RestorePlan) -> Step {
             ),
         );
     }
-    match reports.into_iter().next() {
-        Some(snapshot) => Step::RecordSnapshot(snapshot),
-        None => fail(observed, "BadPlan", "the recorded plan has no members"),
+    let Some(snapshot) = reports.into_iter().next() else {
+        return fail(observed, "BadPlan", "the recorded plan has no members");
+    };
+    if let Some(problem) = newer_minor(&snapshot, &plan.version) {
+        return fail(observed, "BackupTooNew", &problem);
     }
+    Step::RecordSnapshot(snapshot)
+}
+
+/// Why a snapshot cannot be restored into members of `version`: it was taken from a newer
+/// minor version (its manifest says which). etcd does not go back a minor version, through a
+/// snapshot neither: the older version may not read what the newer one wrote.
+fn newer_minor(snapshot: &VerifiedSnapshot, version: &str) -> Option<String> {
+    let taken = EtcdVersion::parse(snapshot.etcd_version.as_deref()?).ok()?;
+    let target = EtcdVersion::parse(version).ok()?;
+    (taken.minor() > target.minor()).then(|| {
+        format!(
+            "the backup was taken from etcd {taken} and the cluster runs {target}: etcd does not \
+             move data back a minor version, through a snapshot neither; restore it into a \
+             cluster of {}.{} or later (spec.version, or spec.newCluster.version); no member or \
+             volume of the cluster was touched",
+            taken.minor().0,
+            taken.minor().1
+        )
+    })
 }
 
 /// The members and token of a new restore: `size` names above every name in use (pods, claims,
@@ -596,6 +617,7 @@ pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
         revision: report["revision"].as_i64(),
         db_bytes: report["dbBytes"].as_i64(),
         sha256: report["sha256"].as_str().map(str::to_string),
+        etcd_version: report["etcdVersion"].as_str().map(str::to_string),
     })
 }
 
@@ -682,6 +704,7 @@ mod tests {
             revision: Some(500),
             db_bytes: Some(1 << 20),
             sha256: Some("ab".into()),
+            etcd_version: None,
         }
     }
 
@@ -930,6 +953,39 @@ mod tests {
             plan(&names(), &o),
             Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
+    }
+
+    #[test]
+    fn a_backup_from_a_newer_minor_is_refused_before_the_cluster_is_touched() {
+        // The cluster runs 3.5.16; a 3.7 snapshot is refused, a 3.5 or 3.4 one restored.
+        let report = |version: &str| {
+            format!(
+                r#"{{"sha256":"ab","revision":500,"dbBytes":1048576,"etcdVersion":"{version}"}}"#
+            )
+        };
+        let o = restoring(fetched(&report("3.7.3")));
+        let Step::Discard {
+            reason, message, ..
+        } = plan(&names(), &o)
+        else {
+            panic!("{:?}", plan(&names(), &o));
+        };
+        assert_eq!(reason, "BackupTooNew");
+        assert!(
+            message.contains("taken from etcd 3.7.3 and the cluster runs 3.5.16"),
+            "{message}"
+        );
+        assert!(message.contains("cluster of 3.7 or later"), "{message}");
+        for older in ["3.5.33", "3.4.23"] {
+            let o = restoring(fetched(&report(older)));
+            let mut recorded = snapshot();
+            recorded.etcd_version = Some(older.into());
+            assert_eq!(
+                plan(&names(), &o),
+                Step::RecordSnapshot(recorded),
+                "{older}"
+            );
+        }
     }
 
     #[test]

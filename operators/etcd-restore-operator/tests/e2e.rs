@@ -143,10 +143,10 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     let garage = Garage::start_on(&host_address()).await.unwrap();
     install_operators(&kube, &ns).await;
 
-    // A 3-member cluster on claims, with keys.
+    // A 3-member cluster of the newest line on claims, with keys.
     let mut cluster = example("example-etcd-cluster.yaml");
     cluster["spec"]["repository"] = json!("localhost/etcd");
-    cluster["spec"]["version"] = json!("3.5.33");
+    cluster["spec"]["version"] = json!("3.7.3");
     // Members spread over nodes where they can be (this bed has one): the restore pods get the
     // same spread among themselves, not away from the live members.
     cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
@@ -259,6 +259,40 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
         .filter_map(|p| p.uid())
         .collect();
     assert_eq!(before, after, "failed restores touched no member");
+
+    // A 3.7 backup into a cluster of 3.6: refused once the members' fetches read its manifest,
+    // before anything of that cluster is touched (etcd does not move data back a minor).
+    let older: EtcdRestore = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": "older"},
+        "spec": {"etcdCluster": {"name": "older"}, "backupStorageType": "S3", "s3": s3(key, "aws"),
+            "newCluster": {"size": 1, "version": "3.6.16", "repository": "localhost/etcd", "storage": "64Mi"}},
+    }))
+    .unwrap();
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    restores
+        .create(&PostParams::default(), &older)
+        .await
+        .unwrap();
+    let failed = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(backup_api::RestorePhase::Failed))
+    };
+    let refused = wait_until(&restores, "older", "the older restore to fail", 180, failed)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let reason = refused.reason.unwrap_or_default();
+    assert!(reason.starts_with("BackupTooNew"), "{reason}");
+    assert!(reason.contains("taken from etcd 3.7.3"), "{reason}");
+    assert!(refused.snapshot.is_none(), "never recorded");
+    // The new cluster was given back empty: not needed here.
+    clusters
+        .delete("older", &DeleteParams::default())
+        .await
+        .unwrap();
     let untouched = clusters.get(CLUSTER).await.unwrap();
     assert!(!untouched.spec.is_paused());
     assert!(
@@ -284,7 +318,6 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     etcd.put("/registry/after-the-backup", "v", None)
         .await
         .unwrap();
-    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
     create_restore(&restores, s3(key, "aws"), json!({"oldVolumes": "Keep"})).await;
     let finished = |r: &EtcdRestore| {
         r.status
@@ -583,9 +616,9 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
 
     // Two restores into clusters that do not exist yet.
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
-    let restore = |name: &str, size: i32, source: Value| -> EtcdRestore {
+    let restore = |name: &str, size: i32, version: &str, source: Value| -> EtcdRestore {
         let mut spec = json!({"etcdCluster": {"name": name},
-            "newCluster": {"size": size, "version": "3.5.33", "repository": "localhost/etcd", "storage": "64Mi"}});
+            "newCluster": {"size": size, "version": version, "repository": "localhost/etcd", "storage": "64Mi"}});
         for (k, v) in source.as_object().unwrap() {
             spec[k] = v.clone();
         }
@@ -598,13 +631,17 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     let local = restore(
         "copy-local",
         3,
+        "3.5.33",
         json!({"backupStorageType": "Local",
         "local": {"path": "etcd.db", "persistentVolumeClaim": "backups"}}),
     );
-    // This one keeps the fetched snapshot in memory (tmpfs) instead of on the node's disk.
+    // This one keeps the fetched snapshot in memory (tmpfs) instead of on the node's disk, and
+    // moves the 3.5 backup to the newest line (how a cluster of an unsupported or old version
+    // moves: docs/migrating-from-coreos.md).
     let by_ref = restore(
         "copy-ref",
         1,
+        "3.7.3",
         json!({"backupStorageType": "S3", "backupRef": {"name": "nightly"},
                "scratchMedium": "Memory"}),
     );

@@ -217,7 +217,8 @@ async fn main() -> Result<()> {
     let servers = [etcd.pid(), garage_pid, std::process::id()];
     let mb = db_size as f64 / 1e6;
     let snapshot = format!(
-        "etcdctl --endpoints {} {} snapshot save {file} >/dev/null",
+        "{} --endpoints {} {} snapshot save {file} >/dev/null",
+        testbed::etcd_tool("etcdctl").display(),
         etcd.endpoint,
         etcd.client_tls_flags().join(" ")
     );

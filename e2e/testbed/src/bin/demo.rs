@@ -138,10 +138,10 @@ async fn run(kube: &KubeTestbed, steps: &mut Steps, keep: bool) -> Result<()> {
     }
     show(kube, &ns, "deployments");
 
-    steps.next("1. the coreos example EtcdCluster: 3 members, a claim each, etcd 3.5.33");
+    steps.next("1. the coreos example EtcdCluster: 3 members, a claim each, etcd 3.7.3");
     let mut cluster = example("example-etcd-cluster.yaml")?;
     cluster["spec"]["repository"] = json!("localhost/etcd");
-    cluster["spec"]["version"] = json!("3.5.33");
+    cluster["spec"]["version"] = json!("3.7.3");
     cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}});
     let cluster: EtcdCluster = serde_json::from_value(cluster)?;
