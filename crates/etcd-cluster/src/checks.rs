@@ -18,6 +18,28 @@
 
 use crate::EtcdVersion;
 
+/// What etcd 3.5 to 3.7 log when the initial check finds a member's data differs from its
+/// peers' (it then exits).
+const INITIAL_CHECK_FAILED: &str = "found data inconsistency with peers";
+
+/// Whether an exited etcd's last words (its termination message) say its initial corruption
+/// check failed.
+pub fn initial_check_failed(last_words: &str) -> bool {
+    last_words.contains(INITIAL_CHECK_FAILED)
+}
+
+/// What an etcd alarm (or another status error a member reports) means, and what to do.
+pub fn explain_member_error(error: &str) -> String {
+    let advice = if error.contains("CORRUPT") {
+        "etcd's compaction hash check found members whose data differs; the cluster refuses writes until the alarm is disarmed: find the member whose data is wrong (etcdctl endpoint hashkv), replace it (delete its claim, then its pod), then disarm (etcdctl alarm disarm)"
+    } else if error.contains("NOSPACE") {
+        "the database reached its quota and etcd refuses writes: compact and defragment (etcdctl compact, etcdctl defrag), or raise the quota (etcdEnv ETCD_QUOTA_BACKEND_BYTES), then disarm (etcdctl alarm disarm)"
+    } else {
+        return error.to_string();
+    };
+    format!("{error}: {advice}")
+}
+
 /// How a version spells the switches of the corruption checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spelling {
@@ -153,6 +175,20 @@ mod tests {
         ));
         assert!(!Spelling::differs(old, &v("3.4.23")) && !Spelling::differs(old, &v("3.5.0")));
         assert!(!Spelling::differs(None, &v("3.7.3")), "the user's own");
+    }
+
+    #[test]
+    fn a_failed_initial_check_and_the_alarms_are_recognised() {
+        let exit = r#"{"level":"fatal","msg":"failed to start etcd","error":"c05975f0c8b9c2e9 found data inconsistency with peers"}"#;
+        assert!(initial_check_failed(exit));
+        assert!(!initial_check_failed("member count is unequal"));
+        let corrupt = explain_member_error("memberID:1 alarm:CORRUPT");
+        assert!(
+            corrupt.contains("refuses writes") && corrupt.contains("replace it"),
+            "{corrupt}"
+        );
+        assert!(explain_member_error("alarm:NOSPACE").contains("defragment"));
+        assert_eq!(explain_member_error("something else"), "something else");
     }
 
     #[test]

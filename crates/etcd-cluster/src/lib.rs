@@ -14,7 +14,7 @@ pub mod version;
 pub use naming::ClusterNames;
 pub use plan::{Intent, Member, Observed, PodState, Step, plan};
 pub use upgrade::{
-    ContainerFailure, PodVersion, UpgradeStep, current_version, failed_upgrade, plan_upgrade,
-    settled, starting_version,
+    ContainerFailure, DataRan, PodVersion, UpgradeStep, current_version, failed_upgrade,
+    plan_upgrade, settled, starting_version,
 };
 pub use version::{EtcdVersion, Upgrade, VersionError, check_upgrade};

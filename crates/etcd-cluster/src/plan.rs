@@ -96,6 +96,9 @@ pub struct Observed {
     /// Members whose pods keep crashing (restarted again and again, not part of an
     /// upgrade), with the cause: they cannot rejoin on their data.
     pub crashing: BTreeMap<String, String>,
+    /// What members report wrong with themselves (etcd's status errors: the alarms such as
+    /// `NOSPACE` and `CORRUPT`), by member name. Such a member counts as not healthy.
+    pub member_errors: BTreeMap<String, Vec<String>>,
     /// The change in flight, if any.
     pub intent: Option<Intent>,
     /// Seconds since that change was recorded, when known.

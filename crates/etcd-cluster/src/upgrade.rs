@@ -22,6 +22,54 @@ pub struct PodVersion {
     /// Whether its etcd process has saved a raft snapshot since it started (its metrics say);
     /// `None` where it was not asked (see [`must_flush_log`]).
     pub saved_snapshot: Option<bool>,
+    /// The newest version that has run on its data.
+    pub data_ran: DataRan,
+}
+
+/// The newest etcd version that has run on a member's data (its claim's record, or what its
+/// pod has run): data is never moved back to an older version than that.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DataRan {
+    /// Nothing yet: a new claim, or a pod whose data is its own and never ran.
+    Nothing,
+    Version(String),
+    /// Not recorded (a claim made before the record, or by a restore): nothing is moved back.
+    #[default]
+    Unknown,
+}
+
+impl DataRan {
+    /// Why the data cannot be moved to `to`, if it cannot.
+    fn refuses(&self, to: &EtcdVersion) -> Option<String> {
+        match self {
+            DataRan::Nothing => None,
+            DataRan::Version(ran) => match EtcdVersion::parse(ran) {
+                Ok(ran) if ran <= *to => None,
+                _ => Some(format!(
+                    "its data has run {ran}, and data is never moved back to an older version"
+                )),
+            },
+            DataRan::Unknown => Some(
+                "its claim does not record which versions ran on its data, so it is not moved back"
+                    .into(),
+            ),
+        }
+    }
+
+    /// The newer of the two records (unknown stays unknown).
+    pub fn and(self, other: DataRan) -> DataRan {
+        let version = |d: &DataRan| match d {
+            DataRan::Version(v) => EtcdVersion::parse(v).ok(),
+            _ => None,
+        };
+        match (&self, &other) {
+            (DataRan::Unknown, _) | (_, DataRan::Unknown) => DataRan::Unknown,
+            (DataRan::Nothing, _) => other,
+            (_, DataRan::Nothing) => self,
+            _ if version(&other) > version(&self) => other,
+            _ => self,
+        }
+    }
 }
 
 impl PodVersion {
@@ -33,6 +81,7 @@ impl PodVersion {
             failure: None,
             never_ran: false,
             saved_snapshot: None,
+            data_ran: DataRan::Nothing,
         }
     }
 }
@@ -118,9 +167,19 @@ pub fn failed_upgrade(
                 .map(|(_, p)| p.version.as_str());
             let wanted = starting_version(target, None, others);
             if EtcdVersion::parse(&pod.version).ok().as_ref() != Some(&wanted) {
-                return Some(UpgradeStep::Revert {
-                    member: name.clone(),
-                    to: wanted.to_string(),
+                return Some(match pod.data_ran.refuses(&wanted) {
+                    None => UpgradeStep::Revert {
+                        member: name.clone(),
+                        to: wanted.to_string(),
+                    },
+                    Some(why) => UpgradeStep::Failed {
+                        member: name.clone(),
+                        version: pod.version.clone(),
+                        cause: format!(
+                            "its image never ran in this pod, and {why} ({wanted}); make the image of {} available",
+                            pod.version
+                        ),
+                    },
                 });
             }
         }
@@ -128,10 +187,21 @@ pub fn failed_upgrade(
             continue;
         };
         let back = EtcdVersion::parse(from).ok().as_ref() == Some(target);
+        // Back only on data the new version never ran on (the record says what ran).
+        let refused = pod.data_ran.refuses(target);
         return Some(match failure {
-            ContainerFailure::Image(_) if back => UpgradeStep::Revert {
+            ContainerFailure::Image(_) if back && refused.is_none() => UpgradeStep::Revert {
                 member: name.clone(),
                 to: from.clone(),
+            },
+            ContainerFailure::Image(cause) if back => UpgradeStep::Failed {
+                member: name.clone(),
+                version: pod.version.clone(),
+                cause: format!(
+                    "{cause}; {}: make the image of {} available",
+                    refused.unwrap_or_default(),
+                    pod.version
+                ),
             },
             ContainerFailure::Image(cause) | ContainerFailure::Crashing(cause) => {
                 let hint = match failure {
@@ -338,6 +408,76 @@ mod tests {
         assert!(!must_flush_log(&v("3.5.33"), &v("3.6.16")));
         assert!(!must_flush_log(&v("3.6.11"), &v("3.6.16")));
         assert!(!must_flush_log(&v("3.7.0"), &v("3.7.3")));
+    }
+
+    /// Issue: a member that ran 3.6 and settled, whose new pod cannot pull its image after the
+    /// spec went back to 3.5, was taken for one whose image never ran and moved back to 3.5.
+    #[test]
+    fn data_is_never_moved_back_to_an_older_version_than_it_ran() {
+        let v = |s: &str| EtcdVersion::parse(s).unwrap();
+        let pull_failure = || Some(ContainerFailure::Image("ImagePullBackOff: gone".into()));
+        // A settled member came back in a new pod whose image cannot be pulled.
+        let mut running = pods(&[("c-0", "3.5.33"), ("c-1", "3.6.16"), ("c-2", "3.5.33")]);
+        let c1 = running.get_mut("c-1").unwrap();
+        c1.failure = pull_failure();
+        c1.never_ran = true;
+        c1.data_ran = DataRan::Version("3.6.16".into());
+        match failed_upgrade(&v("3.5.33"), &running) {
+            Some(UpgradeStep::Failed { member, cause, .. }) => {
+                assert_eq!(member, "c-1");
+                assert!(cause.contains("its data has run 3.6.16"), "{cause}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The same with nothing run on its data (a new member): moved, as before.
+        running.get_mut("c-1").unwrap().data_ran = DataRan::Nothing;
+        assert_eq!(
+            failed_upgrade(&v("3.5.33"), &running),
+            Some(UpgradeStep::Revert {
+                member: "c-1".into(),
+                to: "3.5.33".into()
+            })
+        );
+        // Unknown (a claim without the record): not moved back either.
+        running.get_mut("c-1").unwrap().data_ran = DataRan::Unknown;
+        assert!(matches!(
+            failed_upgrade(&v("3.5.33"), &running),
+            Some(UpgradeStep::Failed { .. })
+        ));
+        // One member set back: the same.
+        let mut alone = pods(&[("c-0", "3.6.16")]);
+        let c0 = alone.get_mut("c-0").unwrap();
+        c0.failure = pull_failure();
+        c0.never_ran = true;
+        c0.data_ran = DataRan::Version("3.6.16".into());
+        assert!(matches!(
+            failed_upgrade(&v("3.5.33"), &alone),
+            Some(UpgradeStep::Failed { .. })
+        ));
+        // Moved by an upgrade whose image never ran: back, unless the record says the new
+        // version ran on the data before (in an earlier pod).
+        let mut moving = pods(&[("c-0", "3.5.33"), ("c-1", "3.6.16"), ("c-2", "3.5.33")]);
+        let c1 = moving.get_mut("c-1").unwrap();
+        c1.upgraded_from = Some("3.5.33".into());
+        c1.failure = pull_failure();
+        c1.data_ran = DataRan::Version("3.5.33".into());
+        assert_eq!(
+            failed_upgrade(&v("3.5.33"), &moving),
+            Some(UpgradeStep::Revert {
+                member: "c-1".into(),
+                to: "3.5.33".into()
+            })
+        );
+        moving.get_mut("c-1").unwrap().data_ran = DataRan::Version("3.6.16".into());
+        assert!(matches!(
+            failed_upgrade(&v("3.5.33"), &moving),
+            Some(UpgradeStep::Failed { .. })
+        ));
+        // The newer record wins; unknown stays unknown.
+        let ran = |s: &str| DataRan::Version(s.into());
+        assert_eq!(ran("3.5.33").and(ran("3.6.16")), ran("3.6.16"));
+        assert_eq!(DataRan::Nothing.and(ran("3.5.33")), ran("3.5.33"));
+        assert_eq!(ran("3.6.16").and(DataRan::Unknown), DataRan::Unknown);
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn healthy(n: u64) -> Observed {
         claims: members.iter().map(|m| m.name.clone().unwrap()).collect(),
         reserved: BTreeSet::new(),
         crashing: BTreeMap::new(),
+        member_errors: BTreeMap::new(),
         members: Some(members),
         leader_list: true,
         intent: None,

@@ -14,3 +14,4 @@ pub mod leader;
 pub mod pod_security;
 pub mod process;
 pub mod shutdown;
+pub mod tenant_credentials;

@@ -284,3 +284,31 @@ pub async fn pod_ip(pods: &kube::Api<k8s_openapi::api::core::v1::Pod>, name: &st
         .and_then(|s| s.pod_ip)
         .unwrap_or_else(|| panic!("pod {name} has no IP"))
 }
+
+/// Runs `pod` (a Pod's JSON, `restartPolicy: Never`) once, under Pod Security "restricted"
+/// (see [`restricted`]), and waits up to `seconds` until it has succeeded; a failed pod panics
+/// with its phase.
+pub async fn run_once(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    mut pod: serde_json::Value,
+    seconds: u64,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    restricted(&mut pod["spec"]);
+    let pod: Pod = serde_json::from_value(pod).expect("a pod");
+    let name = pod.metadata.name.clone().expect("a named pod");
+    pods.create(&Default::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    let ended = |p: &Pod| {
+        matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+    };
+    let done = crate::kube::wait_until(pods, &name, "the pod to end", seconds, ended)
+        .await
+        .unwrap();
+    assert_eq!(phase(&done).as_deref(), Some("Succeeded"), "pod {name}");
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use backup_storage::{Location, Precondition, StorageError, Store, UploadOptions};
 use etcd_snapshot::{EtcdConnection, ObjectName, Progress, SaveOptions, SaveReport};
+use operator_runtime::tenant_credentials::CredentialsError;
 
 use crate::local::{self, LocalVolume, LocalVolumeError};
 use crate::plan::{BackupPlan, Target};
@@ -52,8 +53,12 @@ impl RunError {
         use etcd_snapshot::Error as E;
         match self {
             RunError::Secret(SecretError::Missing(_)) => "SecretNotFound",
-            RunError::Secret(SecretError::NoCredentials(_)) => "NoCredentials",
-            RunError::Secret(SecretError::CredentialSourcing { .. }) => "CredentialSourcingRefused",
+            RunError::Secret(SecretError::Credentials(CredentialsError::NoCredentials(_))) => {
+                "NoCredentials"
+            }
+            RunError::Secret(SecretError::Credentials(CredentialsError::CredentialSourcing {
+                ..
+            })) => "CredentialSourcingRefused",
             RunError::Secret(_) => "SecretInvalid",
             RunError::NotOwned { .. } => "ObjectNotOwned",
             RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => storage_reason(e),

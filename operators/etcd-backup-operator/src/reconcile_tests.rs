@@ -683,13 +683,16 @@ fn only_causes_a_person_must_fix_end_the_wait() {
     use crate::execute::RunError;
     use crate::secrets::SecretError;
     use backup_storage::StorageError;
+    use operator_runtime::tenant_credentials::CredentialsError;
     let no_keys = StorageError::NoCredentials {
         message: "no keys in the profile".into(),
     };
     let no_bucket = StorageError::NoSuchBucket { bucket: "b".into() };
     for permanent in [
         RunError::Secret(SecretError::Missing("aws".into())),
-        RunError::Secret(SecretError::NoCredentials("no awsSecret".into())),
+        RunError::Secret(SecretError::Credentials(CredentialsError::NoCredentials(
+            "no awsSecret".into(),
+        ))),
         RunError::Storage(no_keys),
         RunError::Storage(no_bucket),
     ] {

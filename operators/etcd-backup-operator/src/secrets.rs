@@ -11,6 +11,7 @@ use etcd_snapshot::TlsPem;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use operator_runtime::tenant_credentials::{self, CredentialsError};
 
 use crate::plan::BackupPlan;
 
@@ -27,52 +28,8 @@ pub enum SecretError {
     NotText { secret: String, key: &'static str },
     #[error("cannot read Secret {secret:?}: {message}")]
     Read { secret: String, message: String },
-    #[error(
-        "Secret {secret:?} key {key:?} sets {setting:?}, which makes the AWS SDK source credentials \
-         elsewhere (with the operator's own identity); an awsSecret may hold only static keys \
-         (aws_access_key_id, aws_secret_access_key, aws_session_token) and region"
-    )]
-    CredentialSourcing {
-        secret: String,
-        key: &'static str,
-        setting: String,
-    },
-    #[error(
-        "no AWS keys for this EtcdBackup ({0}): the operator does not lend its own AWS identity \
-         to EtcdBackups unless started with --allow-ambient-credentials"
-    )]
-    NoCredentials(String),
-}
-
-/// What a tenant's `aws` Secret may set in its `credentials` and `config` files. Everything
-/// else either sources credentials elsewhere (role_arn, source_profile, credential_source,
-/// credential_process, web_identity_token_file, sso_*), which would act with the operator's own
-/// identity or run a program, or is not needed.
-const ALLOWED_AWS_SETTINGS: &[&str] = &[
-    "aws_access_key_id",
-    "aws_secret_access_key",
-    "aws_session_token",
-    "region",
-    "output",
-];
-
-/// Refuses any setting of an AWS shared file (INI: `[profile]`, `key = value`, `#`/`;`
-/// comments) outside [`ALLOWED_AWS_SETTINGS`].
-fn check_settings(secret: &str, key: &'static str, text: &str) -> Result<(), SecretError> {
-    for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with(['#', ';', '[']) {
-            continue;
-        }
-        let setting = line.split('=').next().unwrap_or_default().trim();
-        if !ALLOWED_AWS_SETTINGS.contains(&setting.to_ascii_lowercase().as_str()) {
-            return Err(SecretError::CredentialSourcing {
-                secret: secret.to_string(),
-                key,
-                setting: setting.to_string(),
-            });
-        }
-    }
-    Ok(())
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
 }
 
 /// What a run needs besides the plan: S3 client options and etcd TLS material.
@@ -145,8 +102,10 @@ pub fn s3_options(
     allow_ambient: bool,
 ) -> Result<S3Options, SecretError> {
     let credentials = match aws_secret {
-        None if allow_ambient => S3Credentials::DefaultChain,
-        None => return Err(SecretError::NoCredentials("no awsSecret".into())),
+        None => {
+            tenant_credentials::check(None, allow_ambient)?;
+            S3Credentials::DefaultChain
+        }
         Some((name, data)) => {
             let credentials = text(name, data, AWS_SECRET_CREDENTIALS_KEY)?;
             let config = text(name, data, AWS_SECRET_CONFIG_KEY)?;
@@ -156,19 +115,8 @@ pub fn s3_options(
                     key: AWS_SECRET_CREDENTIALS_KEY,
                 });
             }
-            if credentials.is_none() && !allow_ambient {
-                let why = format!("Secret {name:?} has no {AWS_SECRET_CREDENTIALS_KEY:?} file");
-                return Err(SecretError::NoCredentials(why));
-            }
-            let files = [
-                (AWS_SECRET_CREDENTIALS_KEY, &credentials),
-                (AWS_SECRET_CONFIG_KEY, &config),
-            ];
-            for (key, file) in files {
-                if let Some(file) = file {
-                    check_settings(name, key, file)?;
-                }
-            }
+            let files = Some((name, credentials.as_deref(), config.as_deref()));
+            tenant_credentials::check(files, allow_ambient)?;
             S3Credentials::SharedFiles {
                 credentials,
                 config,
@@ -297,7 +245,13 @@ mod tests {
         // A Secret with only a config file would fall back to the same chain.
         let config_only = data(&[("config", "[default]\nregion = garage\n")]);
         let err = s3_options(s3, Some(("aws", &config_only)), None, false).unwrap_err();
-        assert!(matches!(err, SecretError::NoCredentials(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                SecretError::Credentials(CredentialsError::NoCredentials(_))
+            ),
+            "{err}"
+        );
         let options = s3_options(s3, None, None, true).unwrap();
         assert!(matches!(options.credentials, S3Credentials::DefaultChain));
     }
@@ -340,7 +294,7 @@ mod tests {
             let err =
                 s3_options(plan().s3().unwrap(), Some(("aws", &secret)), None, true).unwrap_err();
             assert!(
-                matches!(&err, SecretError::CredentialSourcing { setting: s, .. } if s == setting),
+                matches!(&err, SecretError::Credentials(CredentialsError::CredentialSourcing { setting: s, .. }) if s == setting),
                 "{setting}: {err}"
             );
         }

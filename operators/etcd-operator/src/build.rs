@@ -37,6 +37,11 @@ pub const RESTRICTED: &str = "restricted";
 /// Annotation with the version an in-place upgrade moved a pod from, until the upgrade is done
 /// (what a failed upgrade goes back to).
 pub const UPGRADED_FROM_ANNOTATION: &str = "etcd.version.upgraded-from";
+/// On a claim: the newest etcd version that has run on its data (`none` for a claim no etcd
+/// has run on yet). Data is never moved back to an older version than that; a claim without
+/// it (made before it existed, or by a restore) is never moved back at all.
+pub const VERSION_RAN_ANNOTATION: &str = "etcd.version.ran";
+pub const NOTHING_RAN: &str = "none";
 /// Where the data volume is mounted, and etcd's data dir in it (coreos layout).
 pub const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";
@@ -140,6 +145,7 @@ pub fn claim(cluster: &EtcdCluster, member: &str, version: &str) -> Option<Persi
     metadata.annotations = Some(BTreeMap::from([
         (VERSION_ANNOTATION.to_string(), version.to_string()),
         (POD_SECURITY_ANNOTATION.to_string(), RESTRICTED.to_string()),
+        (VERSION_RAN_ANNOTATION.to_string(), NOTHING_RAN.to_string()),
     ]));
     Some(PersistentVolumeClaim {
         metadata,
@@ -257,6 +263,9 @@ pub fn pod(
                 "name": "etcd",
                 "image": spec.image_of(version),
                 "command": ["/usr/local/bin/etcd"],
+                // etcd's last log lines when it exits: why it stopped (a failed corruption
+                // check, say) is then in the pod's status.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "args": args,
                 "env": member_env(policy.etcd_env.clone().unwrap_or_default(), version),
                 "ports": [

@@ -154,8 +154,9 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         names: names.clone(),
         tls: client_tls,
     };
-    let (members, leader_list) = observe::members(&access, &pods).await;
-    let live_claims = observe::live_claims(&claims);
+    let etcd = observe::members(&access, &pods).await;
+    let mut live_claims = observe::live_claims(&claims);
+    upgrade::record_ran(&ctx, &cluster, &pods, &mut live_claims).await?;
     let observed = Observed {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
         claims: live_claims.keys().cloned().collect(),
@@ -167,8 +168,9 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
             .iter()
             .filter_map(|p| Some((p.name.clone(), p.crash_loop()?)))
             .collect(),
-        members,
-        leader_list,
+        members: etcd.members,
+        leader_list: etcd.leader_list,
+        member_errors: etcd.errors,
         intent: status::intent(&cluster),
         intent_age_seconds: status::intent_age_seconds(&cluster),
         persistent: build::persistent(&cluster.spec),
@@ -178,7 +180,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Plan one step, execute it, report. A failed upgrade is looked at first: its member
     // holds everything else up until it runs again.
     let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
-    let mut versions = upgrade::pod_versions(&cluster, &pods);
+    let mut versions = upgrade::pod_versions(&cluster, &pods, &live_claims);
     upgrade::ask_snapshots(&target, &pods, &mut versions).await;
     let settled = settled(&target, &versions);
     if !settled.is_empty() {
@@ -199,7 +201,19 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Otherwise upgrades only once membership has converged.
     let upgrade = match (failed, &step, &observed.members) {
         (Some(failed), _, _) => Some(failed),
-        (None, Step::Converged, Some(members)) => Some(plan_upgrade(&target, &versions, members)),
+        (None, Step::Converged, Some(members)) => {
+            Some(match plan_upgrade(&target, &versions, members) {
+                // No member moves while etcd reports an alarm.
+                UpgradeStep::Upgrade { .. } | UpgradeStep::FlushLog { .. }
+                    if !observed.member_errors.is_empty() =>
+                {
+                    UpgradeStep::Wait {
+                        reason: "etcd reports an alarm (see Degraded); the upgrade waits".into(),
+                    }
+                }
+                step => step,
+            })
+        }
         _ => None,
     };
     if let Some(upgrade) = &upgrade {

@@ -5,15 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, StatusResponse, TlsOptions};
-use etcd_cluster::checks::Spelling;
+use etcd_cluster::checks::{self, Spelling};
 use etcd_cluster::naming::CLIENT_PORT;
-use etcd_cluster::{ClusterNames, ContainerFailure, Member, PodState};
+use etcd_cluster::{ClusterNames, ContainerFailure, DataRan, Member, PodState};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
 use crate::build::{
-    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, METRICS_PORT, UPGRADED_FROM_ANNOTATION,
-    VERSION_ANNOTATION,
+    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, METRICS_PORT, NOTHING_RAN, UPGRADED_FROM_ANNOTATION,
+    VERSION_ANNOTATION, VERSION_RAN_ANNOTATION,
 };
 use crate::tls::ClientTls;
 
@@ -42,6 +42,12 @@ pub struct MemberPod {
     pub backoff_seconds: Option<u64>,
     /// How its environment spells the corruption checks (`None`: not ours).
     pub check_spelling: Option<Spelling>,
+    /// Its etcd last exited because its initial corruption check found its data differs from
+    /// its peers' (its termination message says so).
+    pub data_differs: bool,
+    /// The version its etcd container has run in this pod, if it has run (it runs, or crashed
+    /// after starting) the image of its `etcd.version`.
+    pub ran: Option<String>,
 }
 
 /// A back-off this long means at least three crashes in a row (10 s, 20 s, 40 s), whatever
@@ -53,6 +59,8 @@ impl MemberPod {
     /// upgrade is handled as such, not by replacing the member).
     pub fn crash_loop(&self) -> Option<String> {
         match (&self.failure, self.backoff_seconds) {
+            // Not replaced: which copy is wrong is for a human to judge (the status says how).
+            _ if self.data_differs => None,
             (Some(ContainerFailure::Crashing(cause)), Some(backoff))
                 if backoff >= CRASH_BACKOFF_SECONDS && self.upgraded_from.is_none() =>
             {
@@ -140,7 +148,32 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
                 .flat_map(|s| s.containers.iter().filter(|c| c.name == "etcd"))
                 .flat_map(|c| c.env.iter().flatten())
                 .map(|e| e.name.as_str());
+            let last_words = etcd.and_then(|c| {
+                c.last_state
+                    .as_ref()?
+                    .terminated
+                    .as_ref()?
+                    .message
+                    .as_deref()
+            });
+            let spec_image = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.containers.iter().filter(|c| c.name == "etcd"))
+                .find_map(|c| c.image.clone());
+            let started = etcd.and_then(|c| c.state.as_ref()).is_some_and(|s| {
+                s.running.is_some()
+                    || s.terminated.is_some()
+                    || s.waiting.as_ref().and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+            });
+            let ran_spec_image = match (etcd, &spec_image) {
+                (Some(c), Some(spec)) => same_image(&c.image, spec),
+                _ => false,
+            };
             Some(MemberPod {
+                ran: version.clone().filter(|_| started && ran_spec_image),
+                data_differs: last_words.is_some_and(checks::initial_check_failed),
                 check_spelling: Spelling::of_env(env_names),
                 running_image: etcd.map(|c| c.image.clone()),
                 upgraded_from: pod.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
@@ -170,6 +203,14 @@ pub struct ClaimRecord {
     pub version: Option<String>,
     /// The version an unfinished in-place upgrade moved it from.
     pub upgraded_from: Option<String>,
+    /// The newest version that has run on its data (`VERSION_RAN_ANNOTATION`).
+    pub data_ran: DataRan,
+}
+
+/// Whether the image a container status reports is `spec` (the runtime may add a registry
+/// host such as `docker.io/library/` to short names).
+pub fn same_image(running: &str, spec: &str) -> bool {
+    running == spec || running.ends_with(&format!("/{spec}"))
 }
 
 /// Data claims that are not being deleted, by member name, with what they record.
@@ -185,6 +226,15 @@ pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, ClaimRe
                 resource_version: c.resource_version(),
                 version: c.annotations().get(VERSION_ANNOTATION).cloned(),
                 upgraded_from: c.annotations().get(UPGRADED_FROM_ANNOTATION).cloned(),
+                data_ran: match c
+                    .annotations()
+                    .get(VERSION_RAN_ANNOTATION)
+                    .map(String::as_str)
+                {
+                    None => DataRan::Unknown,
+                    Some(NOTHING_RAN) => DataRan::Nothing,
+                    Some(version) => DataRan::Version(version.to_string()),
+                },
             };
             Some((member, record))
         })
@@ -310,7 +360,7 @@ pub async fn snapshots_saved(ip: &str) -> Option<u64> {
 /// is asked for its status (whether it is healthy, who leads); the list comes from the leader,
 /// whose view is current (a member cut off from the others may hold an old one).
 /// Also says whether the list is the leader's.
-pub async fn members(access: &Access, pods: &[MemberPod]) -> (Option<Vec<Member>>, bool) {
+pub async fn members(access: &Access, pods: &[MemberPod]) -> EtcdView {
     let names = &access.names;
     let reachable: Vec<(&str, &str)> = answering(pods).collect();
     let statuses: BTreeMap<&str, StatusResponse> =
@@ -339,8 +389,16 @@ pub async fn members(access: &Access, pods: &[MemberPod]) -> (Option<Vec<Member>
         }
     }
     let leader = statuses.values().map(|s| s.leader()).find(|l| *l != 0);
+    let errors = statuses
+        .iter()
+        .filter(|(_, s)| !s.errors().is_empty())
+        .map(|(name, s)| (name.to_string(), s.errors().to_vec()))
+        .collect();
     let Some(list) = list else {
-        return (None, false);
+        return EtcdView {
+            errors,
+            ..EtcdView::default()
+        };
     };
     let members = list
         .iter()
@@ -354,13 +412,35 @@ pub async fn members(access: &Access, pods: &[MemberPod]) -> (Option<Vec<Member>
                 id: m.id(),
                 started: !m.name().is_empty(),
                 learner: m.is_learner(),
-                healthy: status.is_some_and(|s| s.errors().is_empty()),
+                // An alarm (NOSPACE, CORRUPT) is the cluster's, reported by every member:
+                // reported as such (`errors`), not as members being down.
+                healthy: status.is_some_and(|s| s.errors().iter().all(|e| is_alarm(e))),
                 leader: leader == Some(m.id()),
                 name,
             }
         })
         .collect();
-    (Some(members), leader_list)
+    EtcdView {
+        members: Some(members),
+        leader_list,
+        errors,
+    }
+}
+
+/// Whether a status error is an alarm (`memberID:... alarm:NOSPACE`).
+fn is_alarm(error: &str) -> bool {
+    error.contains("alarm:")
+}
+
+/// What the members say of the cluster.
+#[derive(Debug, Default)]
+pub struct EtcdView {
+    /// etcd's member list, `None` when no member answered.
+    pub members: Option<Vec<Member>>,
+    /// The list is the leader's.
+    pub leader_list: bool,
+    /// What members report wrong with themselves (status errors: alarms), by name.
+    pub errors: BTreeMap<String, Vec<String>>,
 }
 
 #[cfg(test)]

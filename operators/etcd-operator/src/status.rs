@@ -7,6 +7,7 @@
 use backup_api::{ClusterCondition, ClusterPhase, EtcdCluster, MembershipChange};
 use std::collections::BTreeMap;
 
+use etcd_cluster::checks;
 use etcd_cluster::{
     ContainerFailure, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version,
 };
@@ -295,11 +296,37 @@ pub fn report(
             Some(format!("{}: {cause}", p.name))
         })
         .collect();
-    let degraded_message = match outcome {
-        Err(e) => e.to_string(),
-        Ok(()) if !failures.is_empty() => failures.join("; "),
-        Ok(()) if degraded => format!("unready members: {}", unready.join(", ")),
-        Ok(()) => "every member is healthy".into(),
+    let differs: Vec<&str> = pods
+        .iter()
+        .filter(|p| p.data_differs)
+        .map(|p| p.name.as_str())
+        .collect();
+    // Alarms are the cluster's: every member reports each (naming the member it is about).
+    let alarms: Vec<String> = observed
+        .member_errors
+        .values()
+        .flatten()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|e| checks::explain_member_error(e))
+        .collect();
+    let degraded = degraded || !alarms.is_empty();
+    let (degraded_reason, degraded_message) = match outcome {
+        Err(e) => ("MembersUnhealthy", e.to_string()),
+        Ok(()) if !differs.is_empty() => (
+            "MemberDataDiffers",
+            format!(
+                "{}: etcd's initial corruption check found the member's data differs from its peers', so it does not start on it; it is not replaced automatically (its data is kept to be looked at): to replace it from the others, delete its claim, then its pod",
+                differs.join(", ")
+            ),
+        ),
+        Ok(()) if !alarms.is_empty() => ("EtcdAlarm", alarms.join("; ")),
+        Ok(()) if !failures.is_empty() => ("MembersUnhealthy", failures.join("; ")),
+        Ok(()) if degraded => (
+            "MembersUnhealthy",
+            format!("unready members: {}", unready.join(", ")),
+        ),
+        Ok(()) => ("AllHealthy", "every member is healthy".into()),
     };
     let conditions = vec![
         condition(
@@ -321,11 +348,7 @@ pub fn report(
             cluster,
             DEGRADED,
             degraded,
-            if degraded {
-                "MembersUnhealthy"
-            } else {
-                "AllHealthy"
-            },
+            degraded_reason,
             &degraded_message,
         ),
     ];
@@ -360,7 +383,8 @@ pub fn new_warnings(previous: &Value, new: &Value) -> Vec<(String, String)> {
             (DEGRADED, "True") => !message.starts_with("unready members"),
             _ => false,
         };
-        let reason = if c["type"] == DEGRADED {
+        // The Degraded causes with a name of their own keep it; the others say Degraded.
+        let reason = if c["type"] == DEGRADED && reason == "MembersUnhealthy" {
             "Degraded"
         } else {
             reason
@@ -511,6 +535,8 @@ mod tests {
             restarts: 0,
             backoff_seconds: None,
             check_spelling: None,
+            data_differs: false,
+            ran: None,
         }];
         let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
@@ -549,6 +575,8 @@ mod tests {
             restarts: 0,
             backoff_seconds: None,
             check_spelling: None,
+            data_differs: false,
+            ran: None,
         }];
         let step = Step::Wait {
             reason: "seed member c-0 is starting".into(),

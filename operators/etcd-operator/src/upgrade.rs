@@ -11,18 +11,24 @@ use backup_api::EtcdCluster;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcd_cluster::checks::Spelling;
 use etcd_cluster::upgrade::must_flush_log;
-use etcd_cluster::{ContainerFailure, EtcdVersion, PodState, PodVersion, UpgradeStep};
+use etcd_cluster::{ContainerFailure, DataRan, EtcdVersion, PodState, PodVersion, UpgradeStep};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::build::{self, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION};
+use crate::build::{self, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION};
 use crate::controller::{Context, Error, event, ignore_missing, warn};
-use crate::observe::{self, Access, MemberPod};
+use crate::observe::{self, Access, ClaimRecord, MemberPod, same_image};
 
-/// Each member pod's version and state as the upgrade planner needs them.
-pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<String, PodVersion> {
+/// Each member pod's version and state as the upgrade planner needs them, with what has run on
+/// its data (its claim's record, and what the pod has run; for a member without a claim, what
+/// its pod has run and the version an upgrade moved it from).
+pub fn pod_versions(
+    cluster: &EtcdCluster,
+    pods: &[MemberPod],
+    claims: &BTreeMap<String, ClaimRecord>,
+) -> BTreeMap<String, PodVersion> {
     let target = cluster.spec.version();
     let image = cluster.spec.image();
     pods.iter()
@@ -49,10 +55,57 @@ pub fn pod_versions(cluster: &EtcdCluster, pods: &[MemberPod]) -> BTreeMap<Strin
                 failure: p.failure.clone(),
                 never_ran,
                 saved_snapshot: None,
+                data_ran: data_ran(p, claims.get(&p.name)),
             };
             (p.name.clone(), pod)
         })
         .collect()
+}
+
+/// The newest version that has run on `pod`'s data.
+fn data_ran(pod: &MemberPod, claim: Option<&ClaimRecord>) -> DataRan {
+    let own = pod.ran.clone().map_or(DataRan::Nothing, DataRan::Version);
+    match claim {
+        Some(claim) => claim.data_ran.clone().and(own),
+        None => pod
+            .upgraded_from
+            .clone()
+            .map_or(DataRan::Nothing, DataRan::Version)
+            .and(own),
+    }
+}
+
+/// Records on each member's claim the version its pod has run, where that is newer than the
+/// claim's record (or the claim has none): what the data has run is known from then on, also
+/// once the pod is gone.
+pub async fn record_ran(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    pods: &[MemberPod],
+    claims: &mut BTreeMap<String, ClaimRecord>,
+) -> Result<(), Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace(cluster));
+    for pod in pods {
+        let (Some(ran), Some(claim)) = (&pod.ran, claims.get_mut(&pod.name)) else {
+            continue;
+        };
+        // A claim without a record gets one from what runs on it now.
+        let updated = match &claim.data_ran {
+            DataRan::Unknown => DataRan::Version(ran.clone()),
+            known => known.clone().and(DataRan::Version(ran.clone())),
+        };
+        if updated == claim.data_ran {
+            continue;
+        }
+        let patch = json!({"metadata": {"annotations": {VERSION_RAN_ANNOTATION: ran}}});
+        ignore_missing(
+            api.patch(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ()),
+        )?;
+        claim.data_ran = DataRan::Version(ran.clone());
+    }
+    Ok(())
 }
 
 /// Asks the members that must have saved a snapshot before their next move (see
@@ -111,12 +164,6 @@ async fn flush_log(cluster: &EtcdCluster, mut client: etcd_client::Client) -> Re
 
 /// The key the flush's transactions name (and never write).
 const FLUSH_KEY: &str = "/etcd-operator/flush-log";
-
-/// Whether the image a container status reports is `spec` (the runtime may add a registry
-/// host such as `docker.io/library/` to short names).
-fn same_image(running: &str, spec: &str) -> bool {
-    running == spec || running.ends_with(&format!("/{spec}"))
-}
 
 /// Executes one upgrade step. Its claim records the version first, so that a pod deleted
 /// meanwhile (or on purpose, see [`move_pod`]) comes back at the version its data is headed for.

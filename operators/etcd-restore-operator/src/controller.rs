@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY};
 use backup_api::{
     EtcdBackup, EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePhase, RestorePlan,
 };
@@ -24,6 +25,7 @@ use kube::{Resource, ResourceExt};
 use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
 use operator_runtime::pod_security::RunAs;
+use operator_runtime::tenant_credentials;
 use serde_json::json;
 use thiserror::Error;
 
@@ -50,6 +52,9 @@ pub struct Context {
     pub backup_image: String,
     /// Retry delays of restores whose reconcile keeps failing.
     pub backoff: PerObject,
+    /// Restores without AWS keys may read S3 with the node's identity (the deployment's
+    /// explicit choice, `--allow-ambient-credentials`; off by default).
+    pub allow_ambient_credentials: bool,
 }
 
 impl Context {
@@ -65,6 +70,7 @@ impl Context {
             metrics,
             backup_image,
             backoff: PerObject::default(),
+            allow_ambient_credentials: false,
         }
     }
 }
@@ -337,19 +343,44 @@ async fn resolve_source(
         }
         None => source::from_spec(&restore.spec),
     };
-    let source = match source {
+    let mut source = match source {
         Ok(s) => s,
         Err(e) => return Ok(Err(e.to_string())),
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let named: Vec<String> = match &source.s3 {
-        Some(s3) => s3.aws_secret.iter().chain(&s3.ca_secret).cloned().collect(),
-        None => Vec::new(),
+    let Some(s3) = source.s3.as_mut() else {
+        return Ok(Ok(source));
     };
-    for secret in &named {
+    s3.ambient = ctx.allow_ambient_credentials;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let aws = match &s3.aws_secret {
+        None => None,
+        Some(name) => match secrets.get_opt(name).await? {
+            None => return Ok(Err(format!("Secret {name} not found in {ns}"))),
+            Some(secret) => Some((name.as_str(), secret.data.unwrap_or_default())),
+        },
+    };
+    for secret in s3.ca_secret.iter() {
         if secrets.get_opt(secret).await?.is_none() {
             return Ok(Err(format!("Secret {secret} not found in {ns}")));
         }
+    }
+    // The backup operator's rules for what a tenant's object may read S3 with.
+    let text = |data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str| {
+        data.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
+    let files = aws.as_ref().map(|(name, data)| {
+        (
+            *name,
+            text(data, AWS_SECRET_CREDENTIALS_KEY),
+            text(data, AWS_SECRET_CONFIG_KEY),
+        )
+    });
+    let checked = files
+        .as_ref()
+        .map(|(name, credentials, config)| (*name, credentials.as_deref(), config.as_deref()));
+    if let Err(e) = tenant_credentials::check(checked, ctx.allow_ambient_credentials) {
+        return Ok(Err(e.to_string()));
     }
     Ok(Ok(source))
 }

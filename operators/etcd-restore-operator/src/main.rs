@@ -27,6 +27,11 @@ struct Args {
         default_value = "localhost/etcd-backup:dev"
     )]
     backup_image: String,
+    /// Let restores without AWS keys read S3 with the node's identity (instance metadata).
+    /// Off: anyone who may create an EtcdRestore could otherwise read whatever that identity
+    /// can (another tenant's backups, and the Secrets in them).
+    #[arg(long, env = "ALLOW_AMBIENT_CREDENTIALS", default_value_t = false)]
+    allow_ambient_credentials: bool,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
@@ -63,7 +68,9 @@ async fn main() -> Result<()> {
         config = config.labels(selector);
     }
     let identity = Some(process.identity.clone());
-    let ctx = Arc::new(Context::new(client, identity, metrics, args.backup_image));
+    let mut ctx = Context::new(client, identity, metrics, args.backup_image);
+    ctx.allow_ambient_credentials = args.allow_ambient_credentials;
+    let ctx = Arc::new(ctx);
     tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");
     process.health.set_ready(true);
     let shutdown = process.stop.clone();

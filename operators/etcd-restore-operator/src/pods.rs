@@ -180,16 +180,22 @@ fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>) ->
     args
 }
 
-/// The AWS shared files from the restore's Secret (no ambient operator identity: the pod has
-/// no service account token).
+/// The AWS shared files from the restore's Secret. No ambient identity: the pod has no service
+/// account token (no web identity), and unless the operator was started with
+/// `--allow-ambient-credentials` the SDK is told not to ask the node's instance metadata.
 fn aws_env(source: &Source) -> Value {
-    match source.s3.as_ref().and_then(|s| s.aws_secret.as_ref()) {
-        Some(_) => json!([
-            {"name": "AWS_SHARED_CREDENTIALS_FILE", "value": format!("{AWS_DIR}/credentials")},
-            {"name": "AWS_CONFIG_FILE", "value": format!("{AWS_DIR}/config")},
-        ]),
-        None => json!([]),
+    let Some(s3) = &source.s3 else {
+        return json!([]);
+    };
+    let mut env = Vec::new();
+    if s3.aws_secret.is_some() {
+        env.push(json!({"name": "AWS_SHARED_CREDENTIALS_FILE", "value": format!("{AWS_DIR}/credentials")}));
+        env.push(json!({"name": "AWS_CONFIG_FILE", "value": format!("{AWS_DIR}/config")}));
     }
+    if !s3.ambient {
+        env.push(json!({"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}));
+    }
+    json!(env)
 }
 
 fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {

@@ -25,6 +25,10 @@ pub struct S3Access {
     pub aws_secret: Option<String>,
     /// Secret with a CA bundle under `ca.crt`.
     pub ca_secret: Option<String>,
+    /// The operator was started with `--allow-ambient-credentials`: the pod may use the
+    /// node's identity (instance metadata) where the Secret has no keys. Off, the pod is told
+    /// not to ask the instance metadata service at all.
+    pub ambient: bool,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -120,6 +124,8 @@ fn s3_access(s3: &S3Source) -> S3Access {
         region: s3.region.clone().filter(|r| !r.is_empty()),
         aws_secret: s3.aws_secret().map(str::to_string),
         ca_secret: s3.ca_secret.clone().filter(|s| !s.is_empty()),
+        // Set by the controller from its flag.
+        ambient: false,
     }
 }
 

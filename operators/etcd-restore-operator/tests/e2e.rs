@@ -498,7 +498,7 @@ impl Drop for RestoreOperator {
 /// A run-once pod of the `etcd-backup` image with the claim `backups` at /var/lib/etcd-backup
 /// (how a CronJob writes Local backups without the operator); waits until it succeeded.
 async fn run_backup_pod(kube: &KubeTestbed, ns: &str, args: &[&str]) {
-    let mut pod = json!({
+    let pod = json!({
         "metadata": {"name": "save"},
         "spec": {
             "restartPolicy": "Never",
@@ -507,14 +507,8 @@ async fn run_backup_pod(kube: &KubeTestbed, ns: &str, args: &[&str]) {
             "volumes": [{"name": "backups", "persistentVolumeClaim": {"claimName": "backups"}}],
         }
     });
-    testbed::cluster::restricted(&mut pod["spec"]);
-    let pod: Pod = serde_json::from_value(pod).unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let done = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded");
-    wait_until(&pods, "save", "the save pod", 120, done)
-        .await
-        .unwrap();
+    testbed::cluster::run_once(&pods, pod, 120).await;
 }
 
 /// Every key of `cluster`, read from one of its member pods.

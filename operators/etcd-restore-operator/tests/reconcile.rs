@@ -131,8 +131,46 @@ struct World {
     own_pods: Vec<Value>,
 }
 
+/// The `aws` Secret with `files` (its data: `credentials`, `config`), as the API returns it.
+fn aws_secret(files: &[(&str, &str)]) -> Value {
+    let data: serde_json::Map<String, Value> = files
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(base64(v))))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws"}, "data": data})
+}
+
+fn base64(text: &str) -> String {
+    use std::fmt::Write;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in text.as_bytes().chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            let c = if i <= chunk.len() {
+                ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char
+            } else {
+                '='
+            };
+            let _ = write!(out, "{c}");
+        }
+    }
+    out
+}
+
+const STATIC_KEYS: &str = "[default]\naws_access_key_id = GKtest\naws_secret_access_key = secret\n";
+
 impl World {
     async fn serve(&self, api: &mut MockApi) {
+        self.serve_with_aws(api, aws_secret(&[("credentials", STATIC_KEYS)]))
+            .await;
+    }
+
+    /// Serves the observation with `aws` as the restore's `awsSecret`.
+    async fn serve_with_aws(&self, api: &mut MockApi, aws: Value) {
         let restore = self.restore.clone();
         api.expect_call(
             Method::GET,
@@ -145,7 +183,7 @@ impl World {
             Method::GET,
             &format!("{NS}/secrets/aws"),
             StatusCode::OK,
-            |_| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws"}}),
+            |_| aws,
         )
         .await;
         let cluster = self.cluster.clone();
@@ -766,6 +804,45 @@ async fn an_unparsable_cluster_version_fails_without_touching_the_cluster() {
     assert!(reason.starts_with("InvalidVersion: "), "{reason}");
     reconcile.await.unwrap();
     api.expect_silence().await;
+}
+
+/// A tenant's restore never reads S3 with the node's or the operator's identity: an awsSecret
+/// without keys, or one that sources credentials elsewhere, fails the restore before the
+/// cluster is touched, with the backup operator's rules and words.
+#[tokio::test]
+async fn a_restore_without_its_own_keys_fails_before_touching_the_cluster() {
+    let role = "[default]\nrole_arn = arn:aws:iam::1:role/all-backups\ncredential_source = Ec2InstanceMetadata\n";
+    let cases = [
+        (
+            aws_secret(&[("config", role)]),
+            "does not lend its own AWS identity",
+        ),
+        (
+            aws_secret(&[("credentials", STATIC_KEYS), ("config", role)]),
+            "sets \"role_arn\"",
+        ),
+    ];
+    for (secret, why) in cases {
+        let (ctx, mut api) = context();
+        let world = World {
+            restore: restore(json!(null)),
+            cluster: running_cluster(),
+            member_pods: vec![],
+            claims: vec![claim("c-0")],
+            others: vec![],
+            staged: vec![],
+            own_pods: vec![],
+        };
+        let reconcile = run(world.restore.clone(), &ctx);
+        world.serve_with_aws(&mut api, secret).await;
+        let status = expect_report_of(&mut api, &world.restore, "Warning", "BadSource").await;
+        assert_eq!(status["phase"], "Failed");
+        let reason = status["reason"].as_str().unwrap();
+        assert!(reason.contains(why), "{reason}");
+        reconcile.await.unwrap();
+        // Nothing else: the running cluster was neither paused nor annotated.
+        api.expect_silence().await;
+    }
 }
 
 /// A member pod of the cluster, with `status`.
