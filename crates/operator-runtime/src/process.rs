@@ -144,6 +144,20 @@ pub async fn start(
 }
 
 impl Started {
+    /// Runs `work` (a controller) until it returns or leadership is lost. On a loss `work` is
+    /// dropped at once, reconciles in flight with it at their next await point, instead of
+    /// being waited for (a graceful shutdown waits for them): nothing this replica started
+    /// goes on to record an intent or call etcd after a standby may lead. `None` when dropped.
+    pub async fn until_leadership_lost<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> Option<F::Output> {
+        match &self.leadership {
+            Some(leadership) => until_cancelled(&leadership.lost, work).await,
+            None => Some(work.await),
+        }
+    }
+
     /// After the controller has returned (its work wound down): stops the server, releases
     /// the Lease so a standby takes over at once, and says whether the process ended because
     /// it lost leadership (an error, so the pod restarts as a standby).
@@ -158,6 +172,18 @@ impl Started {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// `work`, unless `token` is cancelled first: then `None`, and `work` is dropped.
+pub async fn until_cancelled<F: std::future::Future>(
+    token: &CancellationToken,
+    work: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        () = token.cancelled() => None,
+        output = work => Some(output),
     }
 }
 
@@ -186,4 +212,40 @@ where
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     (reader, stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reconcile stuck in a slow call is dropped the moment leadership is lost, not awaited.
+    #[tokio::test]
+    async fn work_is_dropped_when_the_token_is_cancelled() {
+        struct Dropped(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let token = CancellationToken::new();
+        let guard = Dropped(dropped.clone());
+        let slow = async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        };
+        let cancel = {
+            let token = token.clone();
+            async move {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                token.cancel();
+            }
+        };
+        let (result, ()) = tokio::join!(until_cancelled(&token, slow), cancel);
+        assert!(result.is_none());
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+        // Work that ends first gives its output.
+        let token = CancellationToken::new();
+        assert_eq!(until_cancelled(&token, async { 7 }).await, Some(7));
+    }
 }

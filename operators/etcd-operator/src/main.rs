@@ -70,7 +70,7 @@ async fn main() -> Result<()> {
     // Spec changes only (generation): the operator's own status writes must not trigger
     // reconciles; member pods, the periodic requeue and errors do.
     let (reader, spec_changes) = process::spec_changes(clusters, config);
-    Controller::for_stream(spec_changes, reader)
+    let running = Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd"))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(controller::reconcile, controller::error_policy, ctx)
@@ -78,7 +78,9 @@ async fn main() -> Result<()> {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile");
             }
-        })
-        .await;
+        });
+    // On a lost Lease the controller is dropped, reconciles in flight with it, instead of
+    // being waited for: a standby may lead once the Lease runs out.
+    process.until_leadership_lost(running).await;
     Ok(process.finish().await?)
 }

@@ -541,9 +541,11 @@ async fn upgrade_while_writing(
         let made = pods.get(&pod).await.unwrap();
         let image = made.spec.clone().unwrap().containers[0].image.clone();
         assert_eq!(image, Some(format!("localhost/etcd:v{version}")));
-        // The data's version, which a member restarting on it gets.
+        // The data's version, which a member restarting on it gets, and the newest version
+        // that ran on it, which it is never moved back from.
         let claim = claims.get(&pod).await.unwrap();
         assert_eq!(claim.annotations()["etcd.version"], version, "{pod}");
+        assert_eq!(claim.annotations()["etcd.version.ran"], version, "{pod}");
         after.push(made);
     }
     uids(before).into_iter().zip(uids(after)).collect()

@@ -80,7 +80,7 @@ async fn main() -> Result<()> {
     // (turning ready): an EtcdRestore is named like its cluster. Without these the waits would
     // only end at the next requeue.
     let (reader, spec_changes) = process::spec_changes(restores, config);
-    Controller::for_stream(spec_changes, reader)
+    let running = Controller::for_stream(spec_changes, reader)
         .owns(
             pods.clone(),
             watcher::Config::default().labels("app=etcd-restore"),
@@ -101,7 +101,9 @@ async fn main() -> Result<()> {
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile");
             }
-        })
-        .await;
+        });
+    // On a lost Lease the controller is dropped, reconciles in flight with it, instead of
+    // being waited for: a standby may lead once the Lease runs out.
+    process.until_leadership_lost(running).await;
     Ok(process.finish().await?)
 }
