@@ -42,6 +42,9 @@ pub const UPGRADED_FROM_ANNOTATION: &str = "etcd.version.upgraded-from";
 /// it (made before it existed, or by a restore) is never moved back at all.
 pub const VERSION_RAN_ANNOTATION: &str = "etcd.version.ran";
 pub const NOTHING_RAN: &str = "none";
+/// On an EtcdCluster: the EtcdRestore (name) that was deleted after it had begun replacing the
+/// cluster's members. The cluster stays paused; the paused status says so and how to go on.
+pub const ABANDONED_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/abandoned-restore";
 /// Where the data volume is mounted, and etcd's data dir in it (coreos layout).
 pub const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";

@@ -11,6 +11,7 @@ use etcd_cluster::checks;
 use etcd_cluster::{
     ContainerFailure, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version,
 };
+use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use crate::observe::MemberPod;
@@ -438,12 +439,27 @@ fn step_reason(step: &Step) -> &'static str {
 /// Status of a paused cluster: hands off, but say so; the recorded change stays.
 pub fn paused(cluster: &EtcdCluster) -> Value {
     let previous = cluster.status.clone().unwrap_or_default();
+    let abandoned = cluster
+        .annotations()
+        .get(crate::build::ABANDONED_RESTORE_ANNOTATION);
+    let (reason, message) = match abandoned {
+        Some(restore) => (
+            "HeldByAbandonedRestore",
+            format!(
+                "paused: EtcdRestore {restore} was deleted after it had begun replacing members, and nothing was deleted (its Warning event names the claims); create an EtcdRestore of this cluster again, or set spec.paused: false to manage what runs"
+            ),
+        ),
+        None => (
+            "Paused",
+            "spec.paused is true: the operator does not touch this cluster".to_string(),
+        ),
+    };
     json!({
         // `""` (not null, which the schema refuses) for a cluster never looked at.
         "phase": previous.phase.unwrap_or(ClusterPhase::None),
         "controlPaused": true,
         "observedGeneration": cluster.metadata.generation,
-        "conditions": [condition(cluster, PROGRESSING, false, "Paused", "spec.paused is true: the operator does not touch this cluster")],
+        "conditions": [condition(cluster, PROGRESSING, false, reason, &message)],
         "membershipChange": previous.membership_change,
     })
 }

@@ -286,6 +286,27 @@ async fn a_paused_cluster_gets_only_its_status() {
     api.expect_silence().await;
 }
 
+/// Held by a restore deleted after it began replacing members: the paused status says so and
+/// how to go on.
+#[tokio::test]
+async fn a_cluster_held_by_an_abandoned_restore_says_how_to_go_on() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let mut c = serde_json::to_value(cluster(json!({"paused": true}), None)).unwrap();
+    c["metadata"]["annotations"] = json!({"etcd.database.coreos.com/abandoned-restore": "r"});
+    let task = run(serde_json::from_value(c.clone()).unwrap(), &ctx);
+    expect_fresh_read(&mut api, &c).await;
+    let status = expect_status(&mut api, &c).await;
+    let condition = &status["status"]["conditions"][0];
+    assert_eq!(condition["reason"], "HeldByAbandonedRestore");
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.contains("EtcdRestore r was deleted") && message.contains("spec.paused: false"),
+        "{message}"
+    );
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
 #[tokio::test]
 async fn a_cluster_of_the_other_scope_is_not_touched_at_all() {
     let (ctx, mut api) = context(Scope::new(true));

@@ -34,7 +34,10 @@ use crate::observe;
 use crate::plan::{self, ClusterView, Observed, PodRun, Step};
 use crate::pods;
 use crate::source::{self, Source};
-use crate::status::{self, DETACHED_LABEL, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
+use crate::status::{
+    self, ABANDONED_RESTORE_ANNOTATION, DETACHED_LABEL, PAUSED_BY_RESTORE_ANNOTATION,
+    RESTORE_ANNOTATION,
+};
 
 pub const MANAGER: &str = "etcd-restore-operator";
 
@@ -107,9 +110,10 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     // A finished restore stays finished (a retry is a new object): member pods that change
     // later cost no API call here.
     let cached_phase = restore.status.as_ref().and_then(|s| s.phase);
-    if restore.meta().deletion_timestamp.is_some()
-        || cached_phase.is_some_and(RestorePhase::is_terminal)
-    {
+    if restore.meta().deletion_timestamp.is_some() {
+        return abandon(&ctx, &restore).await;
+    }
+    if cached_phase.is_some_and(RestorePhase::is_terminal) {
         return Ok(Action::await_change());
     }
     let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
@@ -224,7 +228,7 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         _ => None,
     };
     let observed = Observed {
-        uid,
+        uid: uid.clone(),
         phase: recorded.phase,
         snapshot: recorded.snapshot.clone(),
         plan: plan_recorded.clone(),
@@ -314,6 +318,19 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         _ => ctx.metrics.running(&ns, &name),
     }
     executed?;
+    // Ended and holding nothing (handed over, or given back): nothing left for a deletion to
+    // let go of, so deleting it is not held up. A restore that failed after touching members
+    // still holds its cluster and keeps the finalizer.
+    let still_holds = cluster
+        .as_ref()
+        .is_some_and(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid));
+    let ended = matches!(
+        step,
+        Step::Succeed { .. } | Step::Fail { release: true, .. }
+    );
+    if ended || (phase.is_terminal() && !still_holds) {
+        let_go_of_finalizer(&restores, &restore).await?;
+    }
     Ok(match step {
         Step::Wait { .. } | Step::MembersUnhealthy(_) | Step::Discard { .. } => {
             Action::requeue(BUSY)
@@ -507,6 +524,7 @@ async fn execute(
                 .await?;
         }
         Step::CreateCluster => {
+            hold_until_released(&restores, restore).await?;
             let new = restore
                 .spec
                 .new_cluster
@@ -533,7 +551,10 @@ async fn execute(
         }
         Step::PauseCluster => {
             let cluster = cluster.expect("planned with a cluster");
-            let mut annotations = json!({RESTORE_ANNOTATION: uid});
+            hold_until_released(&restores, restore).await?;
+            // A new restore of a cluster an earlier one abandoned takes it over.
+            let mut annotations =
+                json!({RESTORE_ANNOTATION: uid, ABANDONED_RESTORE_ANNOTATION: null});
             // A cluster paused already (by the user, or by an earlier restore that recorded
             // this) keeps what it had.
             if !cluster.spec.is_paused() {
@@ -659,6 +680,111 @@ fn recorded_plan(restore: &EtcdRestore) -> RestorePlan {
         .as_ref()
         .and_then(|s| s.plan.clone())
         .expect("planned with a recorded plan")
+}
+
+/// Records, before this restore first holds its cluster, that deleting it must let go of what
+/// it holds first (the finalizer). Crash-safe: added again harmlessly.
+async fn hold_until_released(
+    restores: &Api<EtcdRestore>,
+    restore: &EtcdRestore,
+) -> Result<(), Error> {
+    if restore.finalizers().iter().any(|f| f == status::FINALIZER) {
+        return Ok(());
+    }
+    let mut finalizers = restore.finalizers().to_vec();
+    finalizers.push(status::FINALIZER.to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": restore.resource_version()}});
+    restores
+        .patch(
+            &restore.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A restore being deleted (how a user cancels one) lets go of its cluster, then of its
+/// finalizer. Before any member was touched (no snapshot recorded), the cluster is given back as
+/// it was. After, nothing is deleted: the cluster stays paused, marked as held by an abandoned
+/// restore (its operator reports that with a condition), its lock dropped so that a new restore
+/// can take it, and a Warning on it says which claims hold which data and how to go on. The
+/// restore's own pods and claims are its: the garbage collector removes them after it.
+async fn abandon(ctx: &Context, restore: &EtcdRestore) -> Result<Action, Error> {
+    if !restore.finalizers().iter().any(|f| f == status::FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    let uid = restore.uid().unwrap_or_default();
+    let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
+    let restore = restores.get_status(&name).await?;
+    let recorded = restore.status.clone().unwrap_or_default();
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster_name = &restore.spec.etcd_cluster.name;
+    if let Some(cluster) = clusters.get_opt(cluster_name).await?
+        && cluster.annotations().get(RESTORE_ANNOTATION) == Some(&uid)
+    {
+        match (&recorded.snapshot, &recorded.plan) {
+            (Some(_), Some(plan)) => {
+                let patch = json!({
+                    "metadata": {"annotations": {
+                        RESTORE_ANNOTATION: null, PAUSED_BY_RESTORE_ANNOTATION: null,
+                        ABANDONED_RESTORE_ANNOTATION: name,
+                    }},
+                    "spec": {"paused": true},
+                });
+                clusters
+                    .patch(cluster_name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await?;
+                let note = format!(
+                    "EtcdRestore {name} was deleted after it had begun replacing members: the cluster stays paused and nothing is deleted; the old members' data is on the claims {:?} (detached), the restored data on {:?}; to go on, create an EtcdRestore of this cluster again (it starts over from the backup), or set spec.paused: false to let the cluster's operator manage what runs",
+                    plan.detached_claims, plan.members
+                );
+                let reference = cluster.object_ref(&());
+                ctx.events
+                    .warning(&reference, "RestoreAbandoned", &note)
+                    .await;
+            }
+            _ => release(&clusters, &cluster, &uid).await?,
+        }
+    }
+    ctx.metrics.abandoned(&ns, &name);
+    let_go_of_finalizer(&restores, &restore).await?;
+    Ok(Action::await_change())
+}
+
+/// Removes the finalizer from `restore`, as read again now (its own status writes move the
+/// resource version; the read one is the precondition, so another controller's finalizer added
+/// meanwhile is never dropped: that is a conflict, retried).
+async fn let_go_of_finalizer(
+    restores: &Api<EtcdRestore>,
+    restore: &EtcdRestore,
+) -> Result<(), Error> {
+    // Added before the cluster was first held, so in any read since.
+    if !restore.finalizers().iter().any(|f| f == status::FINALIZER) {
+        return Ok(());
+    }
+    let Some(restore) = restores.get_opt(&restore.name_any()).await? else {
+        return Ok(());
+    };
+    if !restore.finalizers().iter().any(|f| f == status::FINALIZER) {
+        return Ok(());
+    }
+    let finalizers: Vec<&String> = restore
+        .finalizers()
+        .iter()
+        .filter(|f| *f != status::FINALIZER)
+        .collect();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": restore.resource_version()}});
+    restores
+        .patch(
+            &restore.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Gives an untouched cluster back: the lock goes, and the pause when this restore made it.

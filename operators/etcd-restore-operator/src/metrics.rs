@@ -76,6 +76,13 @@ impl Metrics {
             .set(1);
     }
 
+    /// A restore deleted before it ended: no longer in progress, and not counted as finished.
+    pub fn abandoned(&self, namespace: &str, name: &str) {
+        self.in_progress
+            .get_or_create(&labels(namespace, name))
+            .set(0);
+    }
+
     pub fn finish(&self, namespace: &str, name: &str, succeeded: bool, seconds: f64) {
         let labels = labels(namespace, name);
         self.in_progress.get_or_create(&labels).set(0);

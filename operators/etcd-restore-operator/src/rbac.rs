@@ -9,6 +9,10 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     // plan, and status by merge patch.
     ("etcd.database.coreos.com", "etcdrestores", "list"),
     ("etcd.database.coreos.com", "etcdrestores", "watch"),
+    // controller.rs: the finalizer, added before the cluster is first held, removed (read
+    // again first) once the restore holds nothing.
+    ("etcd.database.coreos.com", "etcdrestores", "get"),
+    ("etcd.database.coreos.com", "etcdrestores", "patch"),
     ("etcd.database.coreos.com", "etcdrestores/status", "get"),
     ("etcd.database.coreos.com", "etcdrestores/status", "patch"),
     // controller.rs: the cluster restored: read, created from spec.newCluster, paused and

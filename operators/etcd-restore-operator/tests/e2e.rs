@@ -260,6 +260,57 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
         .collect();
     assert_eq!(before, after, "failed restores touched no member");
 
+    // Cancelled: a restore deleted while it holds the cluster, before any member was touched,
+    // gives it back as it was (unpaused, its annotations gone), and its own claims go with it.
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    create_restore(&restores, s3(key, "aws"), json!({})).await;
+    let planned = |r: &EtcdRestore| r.status.as_ref().is_some_and(|s| s.plan.is_some());
+    wait_until(
+        &restores,
+        CLUSTER,
+        "the cancelled restore's plan",
+        120,
+        planned,
+    )
+    .await
+    .unwrap();
+    let held = clusters.get(CLUSTER).await.unwrap();
+    assert!(held.spec.is_paused(), "held while it runs");
+    restores
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    let released = |c: &EtcdCluster| {
+        !c.spec.is_paused()
+            && !c
+                .annotations()
+                .keys()
+                .any(|k| k.starts_with("etcd.database.coreos.com/"))
+    };
+    wait_until(&clusters, CLUSTER, "given back on cancel", 60, released)
+        .await
+        .unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
+    let staged = ListParams::default().labels(&format!("etcd_restore={CLUSTER}"));
+    for _ in 0..120 {
+        let gone = restores.get_opt(CLUSTER).await.unwrap().is_none();
+        if gone && claims.list(&staged).await.unwrap().items.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    assert!(restores.get_opt(CLUSTER).await.unwrap().is_none());
+    assert!(
+        claims.list(&staged).await.unwrap().items.is_empty(),
+        "staged claims left"
+    );
+    let after_cancel: BTreeSet<String> = member_pods(&kube, &ns)
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert_eq!(before, after_cancel, "the cancel touched no member");
+
     // A 3.7 backup into a cluster of 3.6: refused once the members' fetches read its manifest,
     // before anything of that cluster is touched (etcd does not move data back a minor).
     let older: EtcdRestore = serde_json::from_value(json!({

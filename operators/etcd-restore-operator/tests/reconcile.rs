@@ -520,16 +520,7 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    let cluster = held_cluster();
-    let release = api
-        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
-        .await;
-    assert_eq!(
-        release.body,
-        json!({"metadata": {"annotations": {"etcd.database.coreos.com/restore": null,
-                                            "etcd.database.coreos.com/paused-by-restore": null}},
-               "spec": {"paused": false}})
-    );
+    expect_given_back(&mut api).await;
     let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
     // The same Warning as the discard's: the recorder counts it into that event's series.
     let event = api.expect(StatusCode::OK, |_| json!({})).await;
@@ -749,6 +740,15 @@ async fn a_running_cluster_is_paused_and_held_before_anything_else() {
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
+    // First the finalizer: deleting the restore from now on lets go of the cluster first.
+    let restore = world.restore.clone();
+    let finalizer = api
+        .expect_call(Method::PATCH, RESTORE, StatusCode::OK, |_| restore)
+        .await;
+    assert_eq!(
+        finalizer.body["metadata"]["finalizers"],
+        json!(["etcd.database.coreos.com/restore-release"])
+    );
     let cluster = held_cluster();
     let pause = api
         .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
@@ -756,7 +756,8 @@ async fn a_running_cluster_is_paused_and_held_before_anything_else() {
     assert_eq!(
         pause.body,
         json!({"metadata": {"annotations": {"etcd.database.coreos.com/restore": "r-uid",
-                                            "etcd.database.coreos.com/paused-by-restore": "true"}},
+                                            "etcd.database.coreos.com/paused-by-restore": "true",
+                                            "etcd.database.coreos.com/abandoned-restore": null}},
                "spec": {"paused": true}})
     );
     let status = expect_report_of(&mut api, &world.restore, "Normal", "PausingCluster").await;
@@ -843,6 +844,108 @@ async fn a_restore_without_its_own_keys_fails_before_touching_the_cluster() {
         // Nothing else: the running cluster was neither paused nor annotated.
         api.expect_silence().await;
     }
+}
+
+/// The cluster given back as it was: the lock and the pause the restore made go.
+async fn expect_given_back(api: &mut MockApi) {
+    let released = running_cluster();
+    let release = api
+        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| released)
+        .await;
+    assert_eq!(
+        release.body,
+        json!({"metadata": {"annotations": {"etcd.database.coreos.com/restore": null,
+                                            "etcd.database.coreos.com/paused-by-restore": null}},
+               "spec": {"paused": false}})
+    );
+}
+
+/// A restore being deleted (the finalizer on it), with `status` as recorded.
+fn deleted_restore(status: Value) -> Value {
+    let mut deleted = restore(status);
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-11-24T03:05:00Z");
+    deleted["metadata"]["finalizers"] = json!(["etcd.database.coreos.com/restore-release"]);
+    deleted["metadata"]["resourceVersion"] = json!("41");
+    deleted
+}
+
+/// Deleting the restore (a cancel) reads it and its cluster fresh, then lets go.
+async fn expect_deletion_read(api: &mut MockApi, restore: &Value, cluster: &Value) {
+    let (restore, cluster) = (restore.clone(), cluster.clone());
+    api.expect_call(
+        Method::GET,
+        &format!("{RESTORE}/status"),
+        StatusCode::OK,
+        |_| restore,
+    )
+    .await;
+    api.expect_call(Method::GET, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+}
+
+/// Then the finalizer goes, on the restore read again (its resource version).
+async fn expect_finalizer_removed(api: &mut MockApi, restore: &Value) {
+    let again = restore.clone();
+    api.expect_call(Method::GET, RESTORE, StatusCode::OK, |_| again)
+        .await;
+    let restore = restore.clone();
+    let call = api
+        .expect_call(Method::PATCH, RESTORE, StatusCode::OK, |_| restore)
+        .await;
+    assert_eq!(
+        call.body["metadata"],
+        json!({"finalizers": [], "resourceVersion": "41"})
+    );
+}
+
+/// Deleted before any member was touched: the cluster is given back as it was (unpaused, as
+/// the restore paused it), then the finalizer goes.
+#[tokio::test]
+async fn a_restore_deleted_before_touching_anything_gives_the_cluster_back() {
+    let (ctx, mut api) = context();
+    let deleted = deleted_restore(recorded(json!({"plan": plan(None)})));
+    let reconcile = run(deleted.clone(), &ctx);
+    expect_deletion_read(&mut api, &deleted, &held_cluster()).await;
+    expect_given_back(&mut api).await;
+    expect_finalizer_removed(&mut api, &deleted).await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// Deleted after it began replacing members: nothing is deleted, the cluster stays paused,
+/// marked as held by the abandoned restore (its lock dropped for a new one), a Warning names
+/// the claims, then the finalizer goes.
+#[tokio::test]
+async fn a_restore_deleted_after_touching_members_leaves_the_cluster_held_and_says_so() {
+    let (ctx, mut api) = context();
+    let snapshot = json!({"revision": 500, "dbBytes": 1048576, "sha256": "ab"});
+    let deleted = deleted_restore(recorded(json!({"plan": plan(None), "snapshot": snapshot})));
+    let reconcile = run(deleted.clone(), &ctx);
+    let mut held = held_cluster();
+    held["metadata"]["annotations"] = json!({"etcd.database.coreos.com/restore": "r-uid"});
+    expect_deletion_read(&mut api, &deleted, &held).await;
+    let abandon = api
+        .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| held)
+        .await;
+    assert_eq!(
+        abandon.body,
+        json!({"metadata": {"annotations": {"etcd.database.coreos.com/restore": null,
+                                            "etcd.database.coreos.com/paused-by-restore": null,
+                                            "etcd.database.coreos.com/abandoned-restore": "c"}},
+               "spec": {"paused": true}})
+    );
+    let event = api.expect_event("ns").await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "RestoreAbandoned");
+    assert_eq!(event["regarding"]["kind"], "EtcdCluster");
+    let note = event["note"].as_str().unwrap();
+    assert!(
+        note.contains(r#"["c-0"] (detached)"#) && note.contains("spec.paused: false"),
+        "{note}"
+    );
+    expect_finalizer_removed(&mut api, &deleted).await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
 }
 
 /// A member pod of the cluster, with `status`.
