@@ -693,6 +693,15 @@ async fn hold_until_released(
     }
     let mut finalizers = restore.finalizers().to_vec();
     finalizers.push(status::FINALIZER.to_string());
+    set_finalizers(restores, restore, finalizers).await
+}
+
+/// `restore`'s finalizers set to `finalizers`, if it is unchanged since it was read.
+async fn set_finalizers(
+    restores: &Api<EtcdRestore>,
+    restore: &EtcdRestore,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": restore.resource_version()}});
     restores
         .patch(
@@ -771,20 +780,13 @@ async fn let_go_of_finalizer(
     if !restore.finalizers().iter().any(|f| f == status::FINALIZER) {
         return Ok(());
     }
-    let finalizers: Vec<&String> = restore
+    let finalizers = restore
         .finalizers()
         .iter()
         .filter(|f| *f != status::FINALIZER)
+        .cloned()
         .collect();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": restore.resource_version()}});
-    restores
-        .patch(
-            &restore.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
-    Ok(())
+    set_finalizers(restores, &restore, finalizers).await
 }
 
 /// Gives an untouched cluster back: the lock goes, and the pause when this restore made it.
