@@ -204,14 +204,16 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
             .iter()
             .all(|m| matches!(restore_pods.get(m), Some(PodRun::Succeeded { .. })));
     if all_restored && recorded.snapshot.is_none() {
-        let fetch_log = LogParams {
-            container: Some("fetch".into()),
+        let log_of = |container: &str| LogParams {
+            container: Some(container.into()),
             ..LogParams::default()
         };
         for member in &planned_members {
-            let output = pod_api
-                .logs(&pods::restore_pod_name(member), &fetch_log)
-                .await?;
+            let pod = pods::restore_pod_name(member);
+            let fetched = pod_api.logs(&pod, &log_of("fetch")).await?;
+            // The restore tool's log says the snapshot's own revision (plan::parse_verified).
+            let restored = pod_api.logs(&pod, &log_of("restore")).await?;
+            let output = format!("{fetched}\n{restored}");
             restore_pods.insert(member.clone(), PodRun::Succeeded { output });
         }
     }

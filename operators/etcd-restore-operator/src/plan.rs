@@ -606,7 +606,9 @@ fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) ->
     }
 }
 
-/// `etcd-backup --output json fetch`'s report (the last JSON line with a sha256).
+/// `etcd-backup --output json fetch`'s report (the last JSON line with a sha256), followed by the
+/// restore tool's log. The revision is the manifest's; a backup without one (made by coreos or
+/// `etcdctl`, uploaded by hand) gets the snapshot's own, as the restore tool logs it.
 pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
     let report = output.lines().rev().find_map(|line| {
         let line = line.trim_start();
@@ -614,11 +616,27 @@ pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
         value.get("sha256").is_some().then_some(value)
     })?;
     Some(VerifiedSnapshot {
-        revision: report["revision"].as_i64(),
+        revision: report["revision"]
+            .as_i64()
+            .or_else(|| revision_restored(output)),
         db_bytes: report["dbBytes"].as_i64(),
         sha256: report["sha256"].as_str().map(str::to_string),
         etcd_version: report["etcdVersion"].as_str().map(str::to_string),
     })
+}
+
+/// The snapshot's latest revision as `etcdutl snapshot restore --bump-revision` logs it
+/// ("bumping latest revision", `latest-revision`, in its console or JSON log). `None` where the
+/// tool does not bump (etcd before 3.4.27 and 3.5.10): then nothing says the revision, and the
+/// members are checked only to serve.
+fn revision_restored(output: &str) -> Option<i64> {
+    output
+        .lines()
+        .filter(|line| line.contains("bumping latest revision"))
+        .find_map(|line| {
+            let fields: serde_json::Value = serde_json::from_str(&line[line.find('{')?..]).ok()?;
+            fields["latest-revision"].as_i64()
+        })
 }
 
 /// The phase a step belongs to.
@@ -953,6 +971,34 @@ mod tests {
             plan(&names(), &o),
             Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
+    }
+
+    /// Issue: a backup without a manifest was checked against revision 0 (anything passed).
+    #[test]
+    fn a_backup_without_a_manifest_is_checked_against_the_snapshots_own_revision() {
+        let fetch = r#"{"object":"s3://b/k","sha256":"ab","dbBytes":1048576,"manifest":false,"revision":null}"#;
+        let console = "2026-11-26T21:46:13Z\tinfo\tsnapshot/v3_snapshot.go:397\tbumping latest revision\t{\"latest-revision\": 4321, \"bump-amount\": 1000000000, \"new-latest-revision\": 1000004321}";
+        let verified = parse_verified(&format!("{fetch}\n{console}")).unwrap();
+        assert_eq!(verified.revision, Some(4321));
+        assert_eq!(
+            expected_revision(&verified, true),
+            4321 + REVISION_BUMP as i64
+        );
+        let json_log = r#"{"level":"info","msg":"bumping latest revision","latest-revision":77,"bump-amount":1000000000}"#;
+        assert_eq!(
+            parse_verified(&format!("{fetch}\n{json_log}"))
+                .unwrap()
+                .revision,
+            Some(77)
+        );
+        // The manifest's revision stands; without either, nothing is known.
+        assert_eq!(
+            parse_verified(&format!("{REPORT}\n{console}"))
+                .unwrap()
+                .revision,
+            Some(500)
+        );
+        assert_eq!(parse_verified(fetch).unwrap().revision, None);
     }
 
     #[test]

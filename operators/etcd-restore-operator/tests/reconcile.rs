@@ -607,6 +607,10 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
             .expect_text(&format!("{NS}/pods/{member}-restore/log"), FETCH_LOG)
             .await;
         assert!(log.query.contains("container=fetch"), "{}", log.query);
+        let log = api
+            .expect_text(&format!("{NS}/pods/{member}-restore/log"), "")
+            .await;
+        assert!(log.query.contains("container=restore"), "{}", log.query);
     }
     // Intent first: the cluster is no longer "paused by the restore", so any later failure
     // (or a later restore's) leaves it paused.
