@@ -633,6 +633,32 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         "file:///var/lib/etcd-backup/etcd.db",
     ];
     run_backup_pod(&kube, &ns, &save).await;
+    // And a snapshot as stock etcdctl saves it: no manifest beside it, so nothing but the
+    // snapshot itself says its revision.
+    let revision = etcd
+        .get(
+            "/registry/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_count_only()
+                    .with_prefix(),
+            ),
+        )
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let raw = json!({
+        "metadata": {"name": "raw-save"},
+        "spec": {"restartPolicy": "Never",
+            "containers": [{"name": "etcdctl", "image": "localhost/etcd:v3.5.33",
+                "imagePullPolicy": "Never", "command": ["etcdctl", "--endpoints",
+                "http://source-client:2379", "snapshot", "save", "/var/lib/etcd-backup/raw.db"],
+                "volumeMounts": [{"name": "backups", "mountPath": "/var/lib/etcd-backup"}]}],
+            "volumes": [{"name": "backups", "persistentVolumeClaim": {"claimName": "backups"}}]},
+    });
+    testbed::cluster::run_once(&pods, raw, 120).await;
 
     // An S3 backup by the EtcdBackup operator, named by backupRef.
     let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
@@ -787,5 +813,24 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     wait_until(&clusters, "copy-ref", "1 ready member", 120, converged(1))
         .await
         .unwrap();
+
+    // The etcdctl snapshot, without a manifest: checked against its own revision, which the
+    // restore tool reports (and the restored member serves it, bumped).
+    let raw = restore(
+        "copy-raw",
+        1,
+        "3.5.33",
+        json!({"backupStorageType": "Local",
+        "local": {"path": "raw.db", "persistentVolumeClaim": "backups"}}),
+    );
+    restores.create(&PostParams::default(), &raw).await.unwrap();
+    let done = wait_until(&restores, "copy-raw", "the raw restore", 300, finished)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    assert_eq!(status.snapshot.and_then(|s| s.revision), Some(revision));
+    assert!(status.restored_revision.unwrap() >= revision + 1_000_000_000);
+    assert_eq!(keys_of(&kube, &ns, "copy-raw").await, 300);
     kube.delete_namespace(&ns).await.unwrap();
 }
