@@ -45,6 +45,10 @@ pub const MANAGER: &str = "etcd-restore-operator";
 pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// The API server refused to make an object (Pod Security, a ResourceQuota, an admission
+    /// webhook: 403; an invalid object: 422). Retrying the same request cannot help.
+    #[error("{what} refused by the API server: {message}")]
+    Refused { what: String, message: String },
 }
 
 pub struct Context {
@@ -308,6 +312,25 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         Err(error) if phase.is_terminal() => return Err(error),
         other => other,
     };
+    // Refused by the API server: said at once, with the server's words. Before the snapshot is
+    // recorded nothing of the cluster was touched: the refusal is recorded as the restore's
+    // failure, and the next reconcile discards what the restore made and gives the cluster back.
+    // After, the step is retried (backing off) while the Warning says why.
+    if let Err(refused @ Error::Refused { .. }) = &executed {
+        let reference = restore.object_ref(&());
+        ctx.events
+            .warning(&reference, "Refused", &refused.to_string())
+            .await;
+        if observed.snapshot.is_none() {
+            let reason =
+                format!("Refused: {refused}; no member or volume of the cluster was touched");
+            let patch = json!({"status": {"reason": reason}});
+            restores
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+            return Ok(Action::requeue(CHANGED));
+        }
+    }
     let report = status::report(&restore, &step, phase, Timestamp::now());
     patch_status(&restores, &name, report.clone()).await?;
     announce(&ctx, &restore, &step).await;
@@ -855,12 +878,20 @@ async fn detach(
 
 async fn create<K>(api: &Api<K>, object: &K) -> Result<(), Error>
 where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     match api.create(&PostParams::default(), object).await {
         Ok(_) => Ok(()),
         // Made by an earlier run of this step (the step is repeated after a restart).
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Err(Error::Refused {
+            what: format!("{} {}", K::kind(&()), object.name_any()),
+            message: e.message,
+        }),
         Err(e) => Err(e.into()),
     }
 }

@@ -306,11 +306,9 @@ async fn the_plan_is_recorded_before_any_member_is_touched() {
     api.expect_silence().await;
 }
 
-#[tokio::test]
-async fn resumed_with_a_plan_claims_and_restore_pods_are_made_for_every_member() {
-    let (ctx, mut api) = context();
-    // Old member c-0 still runs on its claim: it is not touched before the backup is verified.
-    let world = World {
+/// The plan recorded, nothing made yet; old member c-0 still runs on its claim.
+fn planned_world() -> World {
+    World {
         restore: restore(recorded(
             json!({"plan": plan(None), "revisionBumped": true}),
         )),
@@ -320,7 +318,14 @@ async fn resumed_with_a_plan_claims_and_restore_pods_are_made_for_every_member()
         others: vec![],
         staged: vec![],
         own_pods: vec![],
-    };
+    }
+}
+
+#[tokio::test]
+async fn resumed_with_a_plan_claims_and_restore_pods_are_made_for_every_member() {
+    let (ctx, mut api) = context();
+    // Old member c-0 still runs on its claim: it is not touched before the backup is verified.
+    let world = planned_world();
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     for member in ["c-3", "c-4", "c-5"] {
@@ -948,6 +953,54 @@ async fn a_restore_deleted_after_touching_members_leaves_the_cluster_held_and_sa
         "{note}"
     );
     expect_finalizer_removed(&mut api, &deleted).await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// Issue: a restore pod refused by the API server (Pod Security, a quota) looped in the error
+/// policy with the restore still Restoring. Now the refusal is said (a Warning with the
+/// server's words) and recorded as the restore's failure before anything of the cluster was
+/// touched: the next reconcile discards what the restore made and gives the cluster back.
+#[tokio::test]
+async fn a_restore_pod_the_api_server_refuses_fails_the_restore_with_its_words() {
+    let (ctx, mut api) = context();
+    let world = planned_world();
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    api.expect_call(
+        Method::POST,
+        &format!("{NS}/persistentvolumeclaims"),
+        StatusCode::CREATED,
+        |c| c.body.clone(),
+    )
+    .await;
+    let forbidden = "pods \"c-3-restore\" is forbidden: exceeded quota: pods";
+    let refusal = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "reason": "Forbidden", "code": 403, "message": forbidden});
+    api.expect_call(
+        Method::POST,
+        &format!("{NS}/pods"),
+        StatusCode::FORBIDDEN,
+        |_| refusal,
+    )
+    .await;
+    let event = api.expect_event("ns").await;
+    assert_eq!(
+        (event["type"].as_str(), event["reason"].as_str()),
+        (Some("Warning"), Some("Refused"))
+    );
+    assert!(
+        event["note"].as_str().unwrap().contains("exceeded quota"),
+        "{event}"
+    );
+    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let reason = status["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("Refused: Pod c-3-restore refused by the API server: ")
+            && reason.contains("exceeded quota")
+            && reason.ends_with("no member or volume of the cluster was touched"),
+        "{reason}"
+    );
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
