@@ -86,6 +86,9 @@ impl PodVersion {
     }
 }
 
+/// The counter of raft snapshots a member saved since it started, on its metrics port.
+pub const SNAPSHOT_SAVES_METRIC: &str = "etcd_debugging_snap_save_total_duration_seconds_count";
+
 /// Whether a member moving `from` -> `to` must first have saved a raft snapshot while running
 /// `from`. etcd 3.7 cannot read the v2 entries that 3.5 wrote to the log (it panics replaying
 /// them: "unmarshal should never fail"), and a member replays its log from its last snapshot.
@@ -301,10 +304,23 @@ pub fn plan_upgrade(
         .or_else(|| outdated.first())
         .expect("outdated is not empty");
     let from = EtcdVersion::parse(&pod.version).expect("validated above");
-    if must_flush_log(&from, target) && pod.saved_snapshot != Some(true) {
-        return UpgradeStep::FlushLog {
-            member: (*member).clone(),
-        };
+    if must_flush_log(&from, target) {
+        match pod.saved_snapshot {
+            Some(true) => {}
+            Some(false) => {
+                return UpgradeStep::FlushLog {
+                    member: (*member).clone(),
+                };
+            }
+            // Flushing again would not tell more: wait until the member can be asked.
+            None => {
+                return UpgradeStep::Wait {
+                    reason: format!(
+                        "cannot tell whether member {member} saved a snapshot on {from}: its metrics (port 8080, {SNAPSHOT_SAVES_METRIC}) do not answer; the upgrade waits"
+                    ),
+                };
+            }
+        }
     }
     UpgradeStep::Upgrade {
         member: (*member).clone(),
@@ -387,13 +403,22 @@ mod tests {
         let target = EtcdVersion::parse("3.7.3").unwrap();
         let mut running = pods(&[("c-0", "3.6.16"), ("c-1", "3.6.16"), ("c-2", "3.6.16")]);
         let m = members("c-0");
-        // Not asked, or not yet saved: the log is flushed first.
-        let flush = UpgradeStep::FlushLog {
-            member: "c-1".into(),
-        };
-        assert_eq!(plan_upgrade(&target, &running, &m), flush);
+        // Its metrics did not answer: flushing would not tell more, so the upgrade waits and
+        // says why.
+        match plan_upgrade(&target, &running, &m) {
+            UpgradeStep::Wait { reason } => {
+                assert!(reason.contains("c-1") && reason.contains(SNAPSHOT_SAVES_METRIC))
+            }
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        // Not yet saved: the log is flushed first.
         running.get_mut("c-1").unwrap().saved_snapshot = Some(false);
-        assert_eq!(plan_upgrade(&target, &running, &m), flush);
+        assert_eq!(
+            plan_upgrade(&target, &running, &m),
+            UpgradeStep::FlushLog {
+                member: "c-1".into()
+            }
+        );
         running.get_mut("c-1").unwrap().saved_snapshot = Some(true);
         assert_eq!(
             plan_upgrade(&target, &running, &m),

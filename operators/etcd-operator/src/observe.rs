@@ -7,6 +7,7 @@ use std::time::Duration;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, StatusResponse, TlsOptions};
 use etcd_cluster::checks::{self, Spelling};
 use etcd_cluster::naming::CLIENT_PORT;
+use etcd_cluster::upgrade::SNAPSHOT_SAVES_METRIC;
 use etcd_cluster::{ClusterNames, ContainerFailure, DataRan, Member, PodState};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
@@ -338,7 +339,7 @@ pub async fn any_member(access: &Access, pods: &[MemberPod]) -> Option<Client> {
 /// chunk boundary may fall inside the line); `None` if it does not answer in time.
 pub async fn snapshots_saved(ip: &str) -> Option<u64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const SAVES: &str = "etcd_debugging_snap_save_total_duration_seconds_count ";
+    let saves = format!("{SNAPSHOT_SAVES_METRIC} ");
     let read = async {
         let mut stream = tokio::net::TcpStream::connect((ip, METRICS_PORT))
             .await
@@ -349,7 +350,7 @@ pub async fn snapshots_saved(ip: &str) -> Option<u64> {
         stream.read_to_string(&mut response).await.ok()?;
         response
             .lines()
-            .find_map(|line| line.strip_prefix(SAVES)?.trim().parse().ok())
+            .find_map(|line| line.strip_prefix(saves.as_str())?.trim().parse().ok())
     };
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
