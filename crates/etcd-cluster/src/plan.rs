@@ -108,6 +108,9 @@ pub struct Observed {
     /// The cluster has been created before (recorded when the seed answered), so an empty
     /// world means its data is lost, not that it is new.
     pub bootstrapped: bool,
+    /// Running pods labelled as this cluster's members that the operators did not make (no
+    /// proof of origin): they are not in `pods`, and nothing is done while they run.
+    pub foreign_pods: BTreeSet<String>,
 }
 
 /// The next step. Steps that change membership come with the intent to record first.
@@ -155,6 +158,17 @@ pub const LEARNER_START_SECONDS: u64 = 300;
 
 /// The next step towards `size` members.
 pub fn plan(names: &ClusterNames, size: usize, observed: &Observed) -> Step {
+    // A pod that passes for a member holds the name of one, and may be meant to: nothing is
+    // created, removed or deleted until a human has looked at it.
+    if !observed.foreign_pods.is_empty() {
+        let pods: Vec<&str> = observed.foreign_pods.iter().map(String::as_str).collect();
+        return Step::Wait {
+            reason: format!(
+                "pod {} carries this cluster's member labels but was not made by the operators (no proof of origin): nothing is done until it is deleted",
+                pods.join(", ")
+            ),
+        };
+    }
     match &observed.members {
         None => plan_unreachable(names, observed),
         Some(members) => plan_reachable(names, size, observed, members),

@@ -40,6 +40,7 @@ fn healthy(n: u64) -> Observed {
         intent_age_seconds: None,
         persistent: true,
         bootstrapped: true,
+        foreign_pods: BTreeSet::new(),
     }
 }
 
@@ -620,4 +621,22 @@ fn a_member_being_removed_is_not_restarted_when_no_member_answers() {
             member: "c-1".into()
         }
     );
+}
+
+/// Issue 28 point 5: a pod labelled as a member that the operators did not make holds
+/// everything: not even a scale-down the spec asks for goes on while it runs.
+#[test]
+fn nothing_is_done_while_a_pod_passes_for_a_member() {
+    let mut observed = healthy(3);
+    assert!(!matches!(
+        plan(&names(), 1, &observed),
+        Step::Wait { .. } | Step::Converged
+    ));
+    observed.foreign_pods.insert("c-9".into());
+    match plan(&names(), 1, &observed) {
+        Step::Wait { reason } => {
+            assert!(reason.contains("c-9") && reason.contains("proof of origin"))
+        }
+        other => panic!("expected a wait, got {other:?}"),
+    }
 }

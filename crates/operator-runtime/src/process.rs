@@ -52,6 +52,14 @@ impl RuntimeArgs {
         Some(self.namespace.as_str()).filter(|n| !n.is_empty())
     }
 
+    /// The operator's own namespace (its pod's, else the one it watches), where what it keeps
+    /// for itself lives: its Lease, the member pods' proof key.
+    pub fn own_namespace(&self) -> Option<String> {
+        self.lease_namespace
+            .clone()
+            .or_else(|| self.watch_namespace().map(str::to_string))
+    }
+
     /// The label selector, `None` for all objects.
     pub fn watch_selector(&self) -> Option<&str> {
         Some(self.selector.as_str()).filter(|s| !s.is_empty())
@@ -118,11 +126,7 @@ pub async fn start(
     let leadership = if args.leader_election {
         let lease = LeaseConfig {
             name: args.lease_name.clone().unwrap_or_else(|| manager.into()),
-            namespace: args
-                .lease_namespace
-                .clone()
-                .or_else(|| args.watch_namespace().map(str::to_string))
-                .ok_or(StartError::LeaseNamespace)?,
+            namespace: args.own_namespace().ok_or(StartError::LeaseNamespace)?,
             identity: identity.clone(),
             duration_seconds: args.lease_duration_seconds,
         };

@@ -25,6 +25,7 @@ use crate::adopt;
 use crate::build::{self, Bootstrap};
 use crate::metrics::Metrics;
 use crate::observe::{self, Access, ClaimRecord, MemberPod};
+use crate::origin::{self, ProofKey};
 use crate::scope::Scope;
 use crate::status;
 use crate::tls::{self, Dereferenced, TlsSecrets};
@@ -38,6 +39,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
+    #[error(transparent)]
+    Origin(#[from] origin::MakeError),
     #[error("no member answers to carry out {0}")]
     NoMember(&'static str),
     #[error(
@@ -55,6 +58,8 @@ pub struct Context {
     pub scope: Scope,
     /// Retry delays of clusters whose reconcile keeps failing.
     pub backoff: PerObject,
+    /// Proves the member pods it makes, and checks those it finds.
+    pub proof: ProofKey,
 }
 
 impl Context {
@@ -63,6 +68,7 @@ impl Context {
         instance: Option<String>,
         metrics: Arc<Metrics>,
         scope: Scope,
+        proof: ProofKey,
     ) -> Context {
         Context {
             events: Events::new(client.clone(), MANAGER, instance),
@@ -70,6 +76,7 @@ impl Context {
             metrics,
             scope,
             backoff: PerObject::default(),
+            proof,
         }
     }
 }
@@ -136,10 +143,10 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         .patch(&name, &apply, &Patch::Apply(&budget))
         .await?;
     let selector = ListParams::default().labels(&build::label_selector(&name));
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-        .list(&selector)
-        .await?
-        .items;
+    let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+    let labelled = pod_api.list(&selector).await?.items;
+    // Only the pods the operators made are members (see origin.rs).
+    let (pods, foreign_pods) = origin::members_by_origin(&pod_api, &ctx.proof, labelled).await?;
     // Every claim of the namespace: this cluster's, and the names of the others named like its
     // members (detached by a restore, left by an earlier cluster of this name, a user's), which
     // new members must not take.
@@ -175,6 +182,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         intent_age_seconds: status::intent_age_seconds(&cluster),
         persistent: build::persistent(&cluster.spec),
         bootstrapped: status::bootstrapped(&cluster),
+        foreign_pods,
     };
 
     // Plan one step, execute it, report. A failed upgrade is looked at first: its member
@@ -186,7 +194,8 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     if !settled.is_empty() {
         upgrade::settle(&ctx, &cluster, &settled).await?;
     }
-    let failed = failed_upgrade(&target, &versions);
+    // Nothing moves while a foreign pod passes for a member (the planner waits, see origin.rs).
+    let failed = failed_upgrade(&target, &versions).filter(|_| observed.foreign_pods.is_empty());
     let planned = plan(&names, cluster.spec.size as usize, &observed);
     // While an upgrade is paused only restarts on claims go on (they delete nothing).
     let step = match (&failed, planned) {
@@ -525,7 +534,7 @@ async fn create_member(
             .insert(build::UPGRADED_FROM_ANNOTATION.into(), from);
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    ignore_exists(pods.create(&PostParams::default(), &pod).await.map(|_| ()))?;
+    origin::make_member_pod(&pods, &ctx.proof, &pod).await?;
     Ok(())
 }
 
@@ -536,13 +545,6 @@ async fn delete_pod(ctx: &Context, ns: &str, member: &str) -> Result<(), Error> 
             .await
             .map(|_| ()),
     )
-}
-
-fn ignore_exists(result: Result<(), kube::Error>) -> Result<(), Error> {
-    match result {
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        other => Ok(other?),
-    }
 }
 
 /// Whether etcd turned a membership change down for now: it refuses one until every voter has

@@ -7,6 +7,7 @@ pub mod build;
 pub mod controller;
 pub mod metrics;
 pub mod observe;
+pub mod origin;
 pub mod rbac;
 pub mod scope;
 pub mod status;

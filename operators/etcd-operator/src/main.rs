@@ -9,6 +9,7 @@ use backup_cli::LogFormat;
 use clap::Parser;
 use etcd_operator::controller::{self, Context, MANAGER};
 use etcd_operator::metrics::Metrics;
+use etcd_operator::origin::ProofKey;
 use etcd_operator::scope::Scope;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -59,7 +60,11 @@ async fn main() -> Result<()> {
     }
     let scope = Scope::new(args.cluster_wide);
     let identity = Some(process.identity.clone());
-    let ctx = Arc::new(Context::new(client, identity, metrics, scope));
+    let own_namespace = args.runtime.own_namespace().ok_or_else(|| {
+        anyhow::anyhow!("the member pods' proof key lives in the operator's namespace: set POD_NAMESPACE (downward API) or --namespace")
+    })?;
+    let proof = ProofKey::load_or_create(client.clone(), &own_namespace).await?;
+    let ctx = Arc::new(Context::new(client, identity, metrics, scope, proof));
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),
         cluster_wide = args.cluster_wide,

@@ -41,5 +41,23 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("events.k8s.io", "events", "patch"),
 ];
 
-/// Calls in the operator's own namespace: leader election (operator-runtime).
-pub use operator_runtime::leader::LEASE_CALLS;
+/// Calls in the operator's own namespace: leader election (operator-runtime's
+/// `LEASE_CALLS`), and the Secret with the member pods' proof key (etcd-operator's origin.rs),
+/// read, or made on first start.
+pub const OWN_NAMESPACE_CALLS: &[ApiCall] = &[
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+    ("", "secrets", "get"),
+    ("", "secrets", "create"),
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_own_namespace_calls_include_leader_election() {
+        for call in operator_runtime::leader::LEASE_CALLS {
+            assert!(super::OWN_NAMESPACE_CALLS.contains(call), "{call:?}");
+        }
+    }
+}

@@ -311,9 +311,21 @@ pub fn report(
         .into_iter()
         .map(|e| checks::explain_member_error(e))
         .collect();
-    let degraded = degraded || !alarms.is_empty();
+    let degraded = degraded || !alarms.is_empty() || !observed.foreign_pods.is_empty();
     let (degraded_reason, degraded_message) = match outcome {
         Err(e) => ("MembersUnhealthy", e.to_string()),
+        Ok(()) if !observed.foreign_pods.is_empty() => (
+            "ForeignPod",
+            format!(
+                "pod {} carries this cluster's member labels but was not made by the operators (no proof of origin): it is not taken for a member, and nothing is created, removed or deleted until it is deleted",
+                observed
+                    .foreign_pods
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
         Ok(()) if !differs.is_empty() => (
             "MemberDataDiffers",
             format!(

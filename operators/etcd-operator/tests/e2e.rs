@@ -1594,6 +1594,116 @@ async fn orphaned_members_are_adopted_without_restarts_and_then_managed() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
+/// Issue 28 point 5: a pod labelled as a member that the operators did not make (anyone
+/// allowed to create pods can make one: here a real etcd that is the sole leader of a cluster
+/// of its own) is not taken for a member. The cluster is held with `Degraded=ForeignPod` and a
+/// Warning: a scale-down asked meanwhile waits, no member or claim is touched, and the fake
+/// pod is left for a human. Once it is deleted, the scale-down goes on. The operator's own
+/// pods carry their proof of origin and no scheduling gate.
+#[tokio::test]
+async fn a_pod_that_passes_for_a_member_is_not_trusted() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster("etcd-op-foreign").await;
+    let name = "example-etcd-cluster";
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let before = pod_identities(&pods).await;
+    for member in before.keys() {
+        let pod = pods.get(member).await.unwrap();
+        assert!(
+            pod.annotations()
+                .contains_key(etcd_operator::origin::PROOF_ANNOTATION),
+            "{member} has no proof of origin"
+        );
+        assert!(
+            pod.spec.unwrap().scheduling_gates.is_none(),
+            "{member} is gated"
+        );
+    }
+
+    // The fake: the members' image and locked-down context, a single-member etcd of its own.
+    let real = pods.get(&format!("{name}-0")).await.unwrap();
+    let real_spec = real.spec.clone().unwrap();
+    let real_etcd = real_spec.containers[0].clone();
+    let fake_name = format!("{name}-9");
+    let fake: Pod = serde_json::from_value(json!({
+        "metadata": {"name": fake_name, "labels": {"app": "etcd", "etcd_cluster": name, "etcd_node": fake_name}},
+        "spec": {
+            "securityContext": real_spec.security_context,
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [{
+                "name": "etcd",
+                "image": real_etcd.image,
+                "command": real_etcd.command,
+                "securityContext": real_etcd.security_context,
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                "args": ["--name", "fake", "--data-dir", "/data/fake",
+                         "--listen-client-urls", "http://0.0.0.0:2379",
+                         "--advertise-client-urls", "http://127.0.0.1:2379",
+                         "--listen-peer-urls", "http://127.0.0.1:2380",
+                         "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+                         "--initial-cluster", "fake=http://127.0.0.1:2380"],
+            }],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &fake).await.unwrap();
+    let fake_ready = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
+    wait_until(&pods, &fake_name, "the fake member running", 60, fake_ready)
+        .await
+        .unwrap();
+    let mut fake_client = member_client(&kube, &ns, &fake_name).await;
+    let status = fake_client.status().await.unwrap();
+    assert_eq!(
+        status.leader(),
+        status.header().unwrap().member_id(),
+        "the fake is a leader"
+    );
+
+    // A scale-down asked while it runs waits for it to be gone.
+    resize(&clusters, 2).await;
+    let generation = clusters.get(name).await.unwrap().metadata.generation;
+    let held = move |c: &EtcdCluster| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == generation)
+            && condition_reason(c, "Degraded").as_deref() == Some("ForeignPod")
+    };
+    wait_until(&clusters, name, "held by the foreign pod", 60, held)
+        .await
+        .unwrap();
+    let warned = events(&kube, &ns).await.into_iter().any(|e| {
+        e.type_.as_deref() == Some("Warning")
+            && e.reason.as_deref() == Some("ForeignPod")
+            && e.note.as_deref().is_some_and(|n| n.contains(&fake_name))
+    });
+    assert!(warned, "no Warning names the foreign pod");
+    let mut client = member_client(&kube, &ns, &format!("{name}-0")).await;
+    assert_eq!(client.member_list().await.unwrap().members().len(), 3);
+    let after: std::collections::BTreeMap<_, _> = pod_identities(&pods)
+        .await
+        .into_iter()
+        .filter(|(pod, _)| *pod != fake_name)
+        .collect();
+    assert_eq!(
+        after, before,
+        "a member was touched while the foreign pod ran"
+    );
+    assert!(pods.get_opt(&fake_name).await.unwrap().is_some());
+
+    pods.delete(&fake_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(&clusters, name, "2 members", 240, converged(2))
+        .await
+        .unwrap();
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
 /// Each member pod's UID and etcd container restart count.
 async fn pod_identities(pods: &Api<Pod>) -> std::collections::BTreeMap<String, (String, i32)> {
     let list = pods

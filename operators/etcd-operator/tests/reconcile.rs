@@ -7,6 +7,7 @@ use std::sync::Arc;
 use backup_api::EtcdCluster;
 use etcd_operator::controller::{self, Context};
 use etcd_operator::metrics::Metrics;
+use etcd_operator::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_operator::scope::Scope;
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
@@ -18,8 +19,12 @@ const CLUSTER: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcd
 fn context(scope: Scope) -> (Arc<Context>, MockApi) {
     let (client, api) = mock_api::pair();
     let metrics = Arc::new(Metrics::default());
-    let ctx = Context::new(client, Some("test-pod".into()), metrics, scope);
+    let ctx = Context::new(client, Some("test-pod".into()), metrics, scope, test_key());
     (Arc::new(ctx), api)
+}
+
+fn test_key() -> ProofKey {
+    ProofKey::new(vec![3; 32], Some("2026-01-01T00:00:00Z".parse().unwrap()))
 }
 
 /// An EtcdCluster as the API server returns it: 3 members with claims, on the bed's image.
@@ -129,10 +134,33 @@ async fn expect_seed(api: &mut MockApi, obj: &EtcdCluster) {
             Method::POST,
             "/api/v1/namespaces/ns/pods",
             StatusCode::CREATED,
-            |c| c.body.clone(),
+            |c| {
+                let mut made = c.body.clone();
+                made["metadata"]["uid"] = json!("pod-uid");
+                made
+            },
         )
         .await;
     assert_eq!(pod.body["metadata"]["name"], "c-0");
+    // Made gated, then proven (bound to the UID the server gave it) and let go in one patch.
+    assert_eq!(
+        pod.body["spec"]["schedulingGates"][0]["name"],
+        UNPROVEN_GATE
+    );
+    let proven = api
+        .expect_call(
+            Method::PATCH,
+            "/api/v1/namespaces/ns/pods/c-0",
+            StatusCode::OK,
+            |c| c.body.clone(),
+        )
+        .await;
+    assert_eq!(
+        proven.body["metadata"]["annotations"][PROOF_ANNOTATION],
+        test_key().proof("ns", "c-0", "pod-uid")
+    );
+    assert_eq!(proven.body["metadata"]["uid"], "pod-uid");
+    assert_eq!(proven.body["spec"]["schedulingGates"], Value::Null);
     let container = &pod.body["spec"]["containers"][0];
     assert_eq!(container["image"], "localhost/etcd:v3.4.23");
     let args: Vec<&str> = container["args"]
@@ -399,4 +427,80 @@ async fn failing_reconciles_back_off_per_cluster_and_start_over_after_a_success(
     expect_status(&mut api, &value).await;
     assert_eq!(task.await.unwrap(), Action::await_change());
     assert!(retry(&failing) <= 2.0);
+}
+
+/// Issue 28 point 5: a running pod labelled as a member, without a proof of origin (anyone
+/// allowed to create pods can make one), is not asked for the member list and holds the
+/// cluster with a Warning; a gated pod without a proof (it never ran) is deleted, so that the
+/// operator makes its own.
+#[tokio::test]
+async fn a_pod_that_passes_for_a_member_is_not_trusted_and_holds_the_cluster() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let c = cluster(json!({}), Some(json!({"phase": "Running"})));
+    let obj = serde_json::to_value(&c).unwrap();
+    let task = run(c, &ctx);
+    expect_fresh_read(&mut api, &obj).await;
+    for path in ["services/c", "services/c-client"] {
+        api.expect_apply(&format!("/api/v1/namespaces/ns/{path}"), "etcd-operator")
+            .await;
+    }
+    api.expect_apply(
+        "/apis/policy/v1/namespaces/ns/poddisruptionbudgets/c",
+        "etcd-operator",
+    )
+    .await;
+    let labelled = |name: &str, uid: &str, extra: Value| {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "uid": uid,
+                "creationTimestamp": "2026-11-26T00:00:00Z",
+                "labels": {"app": "etcd", "etcd_cluster": "c", "etcd_node": name}},
+            "spec": {"containers": [{"name": "etcd", "image": "x"}]},
+            "status": {"phase": "Running", "podIP": "10.9.9.9"}});
+        for (k, v) in extra.as_object().unwrap() {
+            pod["spec"][k] = v.clone();
+        }
+        pod
+    };
+    // A fake etcd that would say it is the sole leader, with a proof copied from elsewhere;
+    // and a gated one without a proof.
+    let copied = test_key().proof("ns", "c-9", "another-uid");
+    let mut fake = labelled("c-9", "fake-uid", json!({}));
+    fake["metadata"]["annotations"] = json!({PROOF_ANNOTATION: copied});
+    let gated = labelled(
+        "c-1",
+        "gated-uid",
+        json!({"schedulingGates": [{"name": UNPROVEN_GATE}]}),
+    );
+    api.expect_list("/api/v1/namespaces/ns/pods", vec![fake, gated])
+        .await;
+    let deleted = api
+        .expect_call(
+            Method::DELETE,
+            "/api/v1/namespaces/ns/pods/c-1",
+            StatusCode::OK,
+            |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+        )
+        .await;
+    assert_eq!(deleted.body["preconditions"]["uid"], "gated-uid");
+    api.expect_list("/api/v1/namespaces/ns/persistentvolumeclaims", Vec::new())
+        .await;
+    // Nothing is created or deleted: a Warning, then the status, say why.
+    // (No member of its own answers here, so quorum is also reported lost, first.)
+    let quorum = api.expect_event("ns").await;
+    assert_eq!(quorum["reason"], "QuorumLost");
+    let event = api.expect_event("ns").await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "ForeignPod");
+    assert!(event["note"].as_str().unwrap().contains("c-9"), "{event}");
+    let status = expect_status(&mut api, &obj).await;
+    let degraded = status["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .cloned()
+        .unwrap();
+    assert_eq!(degraded["reason"], "ForeignPod", "{status}");
+    task.await.unwrap();
+    api.expect_silence().await;
 }

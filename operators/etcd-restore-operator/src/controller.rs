@@ -14,6 +14,7 @@ use backup_api::{
 use etcd_cluster::EtcdVersion;
 use etcd_operator::build::{self, Bootstrap};
 use etcd_operator::observe::Access;
+use etcd_operator::origin::{self, Origin, ProofKey};
 use etcd_operator::tls::{self, Dereferenced, TlsSecrets};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
@@ -49,6 +50,8 @@ pub enum Error {
     /// webhook: 403; an invalid object: 422). Retrying the same request cannot help.
     #[error("{what} refused by the API server: {message}")]
     Refused { what: String, message: String },
+    #[error(transparent)]
+    Origin(#[from] etcd_operator::origin::MakeError),
 }
 
 pub struct Context {
@@ -62,6 +65,9 @@ pub struct Context {
     /// Restores without AWS keys may read S3 with the node's identity (the deployment's
     /// explicit choice, `--allow-ambient-credentials`; off by default).
     pub allow_ambient_credentials: bool,
+    /// Proves the member pods it makes (the EtcdCluster operator takes only proven pods for
+    /// members), and checks those it finds.
+    pub proof: ProofKey,
 }
 
 impl Context {
@@ -70,6 +76,7 @@ impl Context {
         instance: Option<String>,
         metrics: Arc<Metrics>,
         backup_image: String,
+        proof: ProofKey,
     ) -> Context {
         Context {
             events: Events::new(client.clone(), MANAGER, instance),
@@ -78,6 +85,7 @@ impl Context {
             backup_image,
             backoff: PerObject::default(),
             allow_ambient_credentials: false,
+            proof,
         }
     }
 }
@@ -145,7 +153,15 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let members = ListParams::default().labels(&build::label_selector(&cluster_name));
-    let member_pods = pod_api.list(&members).await?.items;
+    // Only the pods the operators made count as members (a pod that passes for one is not
+    // asked whether the restored data is served).
+    let member_pods: Vec<Pod> = pod_api
+        .list(&members)
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| matches!(ctx.proof.origin(p), Origin::Proven | Origin::Older))
+        .collect();
     // Every claim of the namespace, read once (one consistent view): the cluster's, those
     // detached from it earlier, those made for restores of this name and not yet given to the
     // cluster, and the names a new member must not take, whoever's claims they are.
@@ -330,6 +346,14 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
                 .await?;
             return Ok(Action::requeue(CHANGED));
         }
+    }
+    // A pod that passes for a restored member holds its name: the members are not started
+    // (nor is anything done on its word) until it is gone; the Warning says which.
+    if let Err(foreign @ Error::Origin(origin::MakeError::Foreign(_))) = &executed {
+        let reference = restore.object_ref(&());
+        ctx.events
+            .warning(&reference, "ForeignPod", &foreign.to_string())
+            .await;
     }
     let report = status::report(&restore, &step, phase, Timestamp::now());
     patch_status(&restores, &name, report.clone()).await?;
@@ -662,7 +686,7 @@ async fn execute(
             for member in members {
                 // On the claim this restore made and filled: the non-root user's data.
                 let pod = build::pod(cluster, member, &bootstrap, &plan.version, RunAs::NonRoot);
-                create(&pod_api, &pod).await?;
+                origin::make_member_pod(&pod_api, &ctx.proof, &pod).await?;
             }
         }
         Step::HandOver { revision } => {

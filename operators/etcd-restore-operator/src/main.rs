@@ -7,6 +7,7 @@ use anyhow::Result;
 use backup_api::{EtcdCluster, EtcdRestore};
 use backup_cli::LogFormat;
 use clap::Parser;
+use etcd_operator::origin::ProofKey;
 use etcd_restore_operator::controller::{self, Context, MANAGER};
 use etcd_restore_operator::metrics::Metrics;
 use futures::StreamExt;
@@ -68,7 +69,11 @@ async fn main() -> Result<()> {
         config = config.labels(selector);
     }
     let identity = Some(process.identity.clone());
-    let mut ctx = Context::new(client, identity, metrics, args.backup_image);
+    let own_namespace = args.runtime.own_namespace().ok_or_else(|| {
+        anyhow::anyhow!("the member pods' proof key lives in the operator's namespace: set POD_NAMESPACE (downward API) or --namespace")
+    })?;
+    let proof = ProofKey::load_or_create(client.clone(), &own_namespace).await?;
+    let mut ctx = Context::new(client, identity, metrics, args.backup_image, proof);
     ctx.allow_ambient_credentials = args.allow_ambient_credentials;
     let ctx = Arc::new(ctx);
     tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");

@@ -54,5 +54,6 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("events.k8s.io", "events", "patch"),
 ];
 
-/// Calls in the operator's own namespace: leader election (operator-runtime).
-pub use operator_runtime::leader::LEASE_CALLS;
+/// Calls in the operator's own namespace: the EtcdCluster operator's (leader election, and
+/// the member pods' proof key the two share).
+pub use etcd_operator::rbac::OWN_NAMESPACE_CALLS;

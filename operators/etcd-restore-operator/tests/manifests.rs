@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use etcd_restore_operator::rbac::{LEASE_CALLS, NAMESPACED_CALLS};
+use etcd_restore_operator::rbac::{NAMESPACED_CALLS, OWN_NAMESPACE_CALLS};
 use serde_json::Value;
 use testbed::rbac::{self, grants, of_kind, set};
 
@@ -17,7 +17,10 @@ fn namespaced_rbac_covers_exactly_the_calls() {
     let docs = rbac::docs(&deploy_dir(), "namespaced");
     let roles = rbac::bound_roles(&docs, "etcd-restore-operator", "RoleBinding", "Role");
     assert_eq!(roles.len(), 1);
-    assert_eq!(grants(roles[0]), &set(NAMESPACED_CALLS) | &set(LEASE_CALLS));
+    assert_eq!(
+        grants(roles[0]),
+        &set(NAMESPACED_CALLS) | &set(OWN_NAMESPACE_CALLS)
+    );
     assert!(of_kind(&docs, "ClusterRole").is_empty());
     rbac::assert_every_rule_commented(&deploy_dir(), "namespaced");
 }
@@ -55,7 +58,11 @@ fn deployment_has_probes_downward_api_backup_image_and_a_locked_down_context() {
 
 #[test]
 fn all_in_one_overlays_grant_exactly_the_calls() {
-    rbac::assert_all_in_one_grants("etcd-restore-operator", NAMESPACED_CALLS, LEASE_CALLS);
+    rbac::assert_all_in_one_grants(
+        "etcd-restore-operator",
+        NAMESPACED_CALLS,
+        OWN_NAMESPACE_CALLS,
+    );
 }
 
 #[test]
@@ -68,7 +75,7 @@ fn cluster_wide_rbac_covers_exactly_the_calls() {
     // Leases only in the operator's own namespace.
     let lease = rbac::bound_roles(&docs, account, "RoleBinding", "Role");
     assert_eq!(lease.len(), 1);
-    assert_eq!(grants(lease[0]), set(LEASE_CALLS));
+    assert_eq!(grants(lease[0]), set(OWN_NAMESPACE_CALLS));
     rbac::assert_every_rule_commented(&deploy_dir(), "cluster-wide");
     let deployment = &of_kind(&docs, "Deployment")[0];
     let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]

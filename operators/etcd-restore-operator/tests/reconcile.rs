@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use backup_api::EtcdRestore;
+use etcd_operator::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_restore_operator::controller::{self, Context};
 use etcd_restore_operator::metrics::Metrics;
 use http::{Method, StatusCode};
@@ -26,6 +27,7 @@ fn context() -> (Arc<Context>, MockApi) {
         Some("test-pod".into()),
         metrics,
         "backup:dev".into(),
+        test_key(),
     );
     (Arc::new(ctx), api)
 }
@@ -313,7 +315,7 @@ fn planned_world() -> World {
             json!({"plan": plan(None), "revisionBumped": true}),
         )),
         cluster: held_cluster(),
-        member_pods: vec![own_pod("c-0", json!({"phase": "Running"}))],
+        member_pods: vec![old_member("c-0")],
         claims: vec![claim("c-0")],
         others: vec![],
         staged: vec![],
@@ -445,7 +447,7 @@ fn restoring(runs: [Value; 3]) -> World {
             json!({"plan": plan(None), "revisionBumped": true, "phase": "Restoring"}),
         )),
         cluster: held_cluster(),
-        member_pods: vec![own_pod("c-0", json!({"phase": "Running"}))],
+        member_pods: vec![old_member("c-0")],
         claims: vec![claim("c-0")],
         others: vec![],
         staged: vec![
@@ -1005,10 +1007,26 @@ async fn a_restore_pod_the_api_server_refuses_fails_the_restore_with_its_words()
     api.expect_silence().await;
 }
 
-/// A member pod of the cluster, with `status`.
+fn test_key() -> ProofKey {
+    ProofKey::new(vec![3; 32], Some("2026-01-01T00:00:00Z".parse().unwrap()))
+}
+
+/// A member pod of the cluster made by the operators (its proof of origin fits), with `status`.
 fn member_pod(name: &str, status: Value) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "labels": {"app": "etcd", "etcd_cluster": "c"}},
+    let uid = format!("uid-{name}");
+    json!({"metadata": {"name": name, "namespace": "ns", "uid": uid,
+                        "creationTimestamp": "2026-11-26T00:00:00Z",
+                        "labels": {"app": "etcd", "etcd_cluster": "c", "etcd_node": name},
+                        "annotations": {PROOF_ANNOTATION: test_key().proof("ns", name, &uid)}},
            "status": status})
+}
+
+/// An old member, running, made by an operator from before proofs of origin.
+fn old_member(name: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                        "creationTimestamp": "2025-06-01T00:00:00Z",
+                        "labels": {"app": "etcd", "etcd_cluster": "c", "etcd_node": name}},
+           "status": {"phase": "Running"}})
 }
 
 fn ready_member(name: &str) -> Value {
@@ -1072,12 +1090,99 @@ async fn an_evicted_member_pod_is_made_again_on_its_restored_claim() {
             Method::POST,
             &format!("{NS}/pods"),
             StatusCode::CREATED,
-            |call| call.body.clone(),
+            |call| {
+                let mut made = call.body.clone();
+                made["metadata"]["uid"] = json!("new-uid");
+                made
+            },
         )
         .await;
     assert_eq!(pod.body["metadata"]["name"], "c-4");
+    // Made gated, then proven and let go: the EtcdCluster operator takes it for a member.
+    assert_eq!(
+        pod.body["spec"]["schedulingGates"][0]["name"],
+        UNPROVEN_GATE
+    );
+    let proven = api
+        .expect_call(
+            Method::PATCH,
+            &format!("{NS}/pods/c-4"),
+            StatusCode::OK,
+            |call| call.body.clone(),
+        )
+        .await;
+    assert_eq!(
+        proven.body["metadata"]["annotations"][PROOF_ANNOTATION],
+        test_key().proof("ns", "c-4", "new-uid")
+    );
     expect_report_of(&mut api, &world.restore, "Normal", "StartingMembers").await;
     reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// Issue 28 point 5: a running pod named like a restored member that the operators did not
+/// make is neither counted as the member nor taken for the one the restore makes when its
+/// creation meets a 409: a Warning names it, and nothing else is done.
+#[tokio::test]
+async fn a_pod_that_passes_for_a_restored_member_is_refused() {
+    let (ctx, mut api) = context();
+    let mut fake = member_pod(
+        "c-4",
+        json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+    );
+    fake["metadata"]["annotations"][PROOF_ANNOTATION] = json!("forged");
+    let world = started_world(json!({}));
+    let world = World {
+        member_pods: vec![ready_member("c-3"), fake.clone(), ready_member("c-5")],
+        ..world
+    };
+    let reconcile = {
+        let restore: EtcdRestore = serde_json::from_value(world.restore.clone()).unwrap();
+        let ctx = ctx.clone();
+        tokio::spawn(async move { controller::reconcile(Arc::new(restore), ctx).await })
+    };
+    world.serve(&mut api).await;
+    for service in ["c", "c-client"] {
+        let path = format!("{NS}/services/{service}");
+        api.expect_call(Method::PATCH, &path, StatusCode::OK, |_| json!({}))
+            .await;
+    }
+    api.expect_call(
+        Method::POST,
+        &format!("{NS}/pods"),
+        StatusCode::CONFLICT,
+        |_| {
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+               "reason": "AlreadyExists", "message": "pods \"c-4\" already exists"})
+        },
+    )
+    .await;
+    api.expect_call(
+        Method::GET,
+        &format!("{NS}/pods/c-4"),
+        StatusCode::OK,
+        |_| fake,
+    )
+    .await;
+    let warning = api.expect_event("ns").await;
+    assert_eq!(
+        (warning["type"].as_str(), warning["reason"].as_str()),
+        (Some("Warning"), Some("ForeignPod")),
+        "{warning}"
+    );
+    assert!(
+        warning["note"].as_str().unwrap().contains("pod c-4"),
+        "{warning}"
+    );
+    expect_report_of(&mut api, &world.restore, "Normal", "StartingMembers").await;
+    let result = reconcile.await.unwrap();
+    assert!(
+        result
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("no proof of origin")),
+        "{:?}",
+        result.map(|_| ())
+    );
     api.expect_silence().await;
 }
 

@@ -1,0 +1,383 @@
+//! Proof of origin for member pods. A pod is taken for a member only if this operator (or the
+//! restore operator, for a restore of its cluster) made it: labels and owner references are
+//! written by whoever creates a pod, so they prove nothing. A fake etcd labelled as a member
+//! that says it is the sole leader would otherwise hand the planner a member list in which
+//! the real members are strangers, and the operator would remove them with its own rights.
+//!
+//! The proof is a keyed hash (HMAC-SHA256) of the pod's namespace, member name and UID, in an
+//! annotation. The key is a Secret in the operators' own namespace, which tenants of the
+//! clusters' namespaces cannot read; the UID is assigned by the API server, so a proof copied
+//! from a real pod does not fit any other pod. A pod is made with a scheduling gate and gets
+//! its proof and loses the gate in one patch: a pod without a proof never ran, so an operator
+//! that stopped between the two steps deletes it (nothing is lost) and makes it again.
+//!
+//! Pods made before the key existed (by an older operator) are trusted once, as before, and
+//! get their proof. Where the operators run in the clusters' own namespace, anyone who can
+//! create pods there can also run one as the operator's ServiceAccount: the proof then guards
+//! against mistakes, not against them.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use hmac::{Hmac, KeyInit, Mac};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, PodSchedulingGate, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use sha2::Sha256;
+
+use crate::build::MEMBER_LABEL;
+
+/// The annotation that carries a member pod's proof of origin.
+pub const PROOF_ANNOTATION: &str = "etcd.database.coreos.com/proof-of-origin";
+/// The scheduling gate a member pod is made with, removed with the proof.
+pub const UNPROVEN_GATE: &str = "etcd.database.coreos.com/unproven";
+/// The Secret, in the operators' namespace, that holds the key.
+pub const KEY_SECRET: &str = "etcd-member-proof-key";
+const KEY_FIELD: &str = "key";
+
+/// The key member pods' proofs are made and checked with.
+#[derive(Clone)]
+pub struct ProofKey {
+    key: Vec<u8>,
+    /// When the key was made: pods older than that were made before proofs existed.
+    created: Option<Timestamp>,
+}
+
+impl fmt::Debug for ProofKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProofKey")
+            .field("created", &self.created)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a pod labelled as a member is, by its origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Made by the operators: its proof fits.
+    Proven,
+    /// Still gated, without a proof: it never ran (an operator stopped between making it and
+    /// proving it, or someone else made it gated). Deleted and made again.
+    Unproven,
+    /// Made before the key existed (by an older operator): trusted once, then proven.
+    Older,
+    /// Running without a proof that fits: not a member; the operator holds until it is gone.
+    Foreign,
+}
+
+impl ProofKey {
+    pub fn new(key: Vec<u8>, created: Option<Timestamp>) -> ProofKey {
+        ProofKey { key, created }
+    }
+
+    /// Reads the key from the Secret in `namespace`, making it (a new random key) the first
+    /// time. Two operators starting together both try; the one that loses reads the other's.
+    pub async fn load_or_create(
+        client: kube::Client,
+        namespace: &str,
+    ) -> Result<ProofKey, kube::Error> {
+        let secrets: Api<Secret> = Api::namespaced(client, namespace);
+        if let Some(secret) = secrets.get_opt(KEY_SECRET).await? {
+            return Ok(Self::from_secret(&secret));
+        }
+        let key: [u8; 32] = rand::random();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(KEY_SECRET.into()),
+                ..Default::default()
+            },
+            data: Some([(KEY_FIELD.to_string(), ByteString(key.to_vec()))].into()),
+            ..Default::default()
+        };
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(made) => Ok(Self::from_secret(&made)),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                Ok(Self::from_secret(&secrets.get(KEY_SECRET).await?))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn from_secret(secret: &Secret) -> ProofKey {
+        let key = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(KEY_FIELD))
+            .map(|k| k.0.clone())
+            .unwrap_or_default();
+        ProofKey::new(
+            key,
+            secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        )
+    }
+
+    /// The proof for the pod with `uid` that is `member` in `namespace`.
+    pub fn proof(&self, namespace: &str, member: &str, uid: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
+        for part in [namespace, member, uid] {
+            // Length-prefixed, so that no two triples hash the same bytes.
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Where `pod` comes from.
+    pub fn origin(&self, pod: &Pod) -> Origin {
+        let meta = &pod.metadata;
+        let fits = || {
+            let member = meta.labels.as_ref()?.get(MEMBER_LABEL)?;
+            let given = meta.annotations.as_ref()?.get(PROOF_ANNOTATION)?;
+            let expected = self.proof(
+                meta.namespace.as_deref().unwrap_or_default(),
+                member,
+                meta.uid.as_deref()?,
+            );
+            Some(!self.key.is_empty() && constant_time_eq(given.as_bytes(), expected.as_bytes()))
+        };
+        if fits() == Some(true) {
+            return Origin::Proven;
+        }
+        if gated(pod) {
+            return Origin::Unproven;
+        }
+        let made = meta.creation_timestamp.as_ref().map(|t| t.0);
+        match (made, self.created) {
+            (Some(made), Some(key)) if made < key => Origin::Older,
+            _ => Origin::Foreign,
+        }
+    }
+
+    /// The patch that proves the pod with `uid` as `member` and lets it be scheduled.
+    fn seal(&self, namespace: &str, member: &str, uid: &str) -> serde_json::Value {
+        json!({
+            "metadata": {"annotations": {PROOF_ANNOTATION: self.proof(namespace, member, uid)}},
+            "spec": {"schedulingGates": null},
+        })
+    }
+}
+
+fn gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == UNPROVEN_GATE))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Why a member pod could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum MakeError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(
+        "pod {0} exists, runs, and was not made by the operators (it has no proof of origin): \
+         nothing is done with it or on its word; delete it if it is not yours"
+    )]
+    Foreign(String),
+    #[error("pod {0} was made but never proven; it was deleted and is made again")]
+    Remade(String),
+}
+
+/// Makes member pod `pod` (named and labelled as its member): gated, then proven and ungated.
+/// A pod of that name that already exists is accepted only when it is the operators' own.
+pub async fn make_member_pod(api: &Api<Pod>, key: &ProofKey, pod: &Pod) -> Result<(), MakeError> {
+    let mut gated_pod = pod.clone();
+    let spec = gated_pod.spec.get_or_insert_with(Default::default);
+    spec.scheduling_gates = Some(vec![PodSchedulingGate {
+        name: UNPROVEN_GATE.into(),
+    }]);
+    match api.create(&PostParams::default(), &gated_pod).await {
+        // Proven by the call that made it, and by no other: a gated pod found later may be
+        // anyone's.
+        Ok(made) => {
+            let uid = made.uid().unwrap_or_default();
+            let mut patch = key.seal(
+                &made.namespace().unwrap_or_default(),
+                &member_of(&made),
+                &uid,
+            );
+            // The UID in the patch must match the pod's (it is immutable): a pod deleted and
+            // made again under this name in between is not proven by mistake.
+            patch["metadata"]["uid"] = json!(uid);
+            api.patch(
+                &made.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api.get(&pod.name_any()).await?;
+            settle(api, key, &existing).await
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn member_of(pod: &Pod) -> String {
+    pod.labels().get(MEMBER_LABEL).cloned().unwrap_or_default()
+}
+
+/// What becomes of an existing pod labelled as a member: one of the operators' stays, one
+/// that never ran is deleted (to be made again), an older operator's gets its proof, and a
+/// foreign one is refused.
+pub async fn settle(api: &Api<Pod>, key: &ProofKey, pod: &Pod) -> Result<(), MakeError> {
+    let name = pod.name_any();
+    match key.origin(pod) {
+        Origin::Proven => Ok(()),
+        Origin::Unproven => {
+            delete_unproven(api, pod).await?;
+            Err(MakeError::Remade(name))
+        }
+        Origin::Older => {
+            let uid = pod.uid().unwrap_or_default();
+            let proof = key.proof(&pod.namespace().unwrap_or_default(), &member_of(pod), &uid);
+            let patch = json!({"metadata": {"uid": uid, "annotations": {PROOF_ANNOTATION: proof}}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            Ok(())
+        }
+        Origin::Foreign => Err(MakeError::Foreign(name)),
+    }
+}
+
+/// Sorts the pods labelled as a cluster's members by origin: returns the members (the
+/// operators' own, older ones proven on the way) and the names of foreign ones. Pods that
+/// never ran are deleted.
+pub async fn members_by_origin(
+    api: &Api<Pod>,
+    key: &ProofKey,
+    pods: Vec<Pod>,
+) -> Result<(Vec<Pod>, BTreeSet<String>), kube::Error> {
+    let mut members = Vec::new();
+    let mut foreign = BTreeSet::new();
+    for pod in pods {
+        match key.origin(&pod) {
+            Origin::Proven => members.push(pod),
+            Origin::Older => match settle(api, key, &pod).await {
+                Ok(()) => members.push(pod),
+                Err(MakeError::Kube(e)) => return Err(e),
+                Err(_) => {
+                    foreign.insert(pod.name_any());
+                }
+            },
+            Origin::Unproven => {
+                tracing::info!(pod = %pod.name_any(), "deleting a member pod that was never proven (it never ran)");
+                delete_unproven(api, &pod).await?;
+            }
+            Origin::Foreign => {
+                foreign.insert(pod.name_any());
+            }
+        }
+    }
+    Ok((members, foreign))
+}
+
+/// Deletes a pod that never ran, only if it is still that pod.
+pub async fn delete_unproven(api: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn pod(uid: &str, member: &str, proof: Option<String>, gated: bool, age: i64) -> Pod {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": member, "namespace": "ns", "uid": uid,
+                "labels": {MEMBER_LABEL: member},
+            },
+            "spec": {"containers": []},
+        }))
+        .unwrap();
+        if let Some(proof) = proof {
+            pod.annotations_mut().insert(PROOF_ANNOTATION.into(), proof);
+        }
+        if gated {
+            pod.spec.as_mut().unwrap().scheduling_gates = Some(vec![PodSchedulingGate {
+                name: UNPROVEN_GATE.into(),
+            }]);
+        }
+        pod.metadata.creation_timestamp = Some(Time(hours_ago(age)));
+        pod
+    }
+
+    fn hours_ago(hours: i64) -> Timestamp {
+        Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(hours)
+    }
+
+    #[test]
+    fn only_a_proof_made_with_the_key_for_that_pod_fits() {
+        let key = ProofKey::new(vec![7; 32], Some(hours_ago(10)));
+        let proof = key.proof("ns", "c-0", "uid-a");
+        assert_eq!(
+            key.origin(&pod("uid-a", "c-0", Some(proof.clone()), false, 1)),
+            Origin::Proven
+        );
+        // Copied onto another pod (another UID), or relabelled as another member.
+        assert_eq!(
+            key.origin(&pod("uid-b", "c-0", Some(proof.clone()), false, 1)),
+            Origin::Foreign
+        );
+        assert_eq!(
+            key.origin(&pod("uid-a", "c-9", Some(proof.clone()), false, 1)),
+            Origin::Foreign
+        );
+        // Made with another key.
+        let other = ProofKey::new(vec![8; 32], key.created);
+        assert_eq!(
+            other.origin(&pod("uid-a", "c-0", Some(proof), false, 1)),
+            Origin::Foreign
+        );
+        // Gated without a proof: never ran.
+        assert_eq!(
+            key.origin(&pod("uid-a", "c-0", None, true, 1)),
+            Origin::Unproven
+        );
+        // Made before the key existed: an older operator's.
+        assert_eq!(
+            key.origin(&pod("uid-a", "c-0", None, false, 11)),
+            Origin::Older
+        );
+        assert_eq!(
+            key.origin(&pod("uid-a", "c-0", Some("00".into()), false, 1)),
+            Origin::Foreign
+        );
+        // An empty key proves nothing.
+        let empty = ProofKey::new(Vec::new(), key.created);
+        let proof = empty.proof("ns", "c-0", "uid-a");
+        assert_eq!(
+            empty.origin(&pod("uid-a", "c-0", Some(proof), false, 1)),
+            Origin::Foreign
+        );
+    }
+
+    #[test]
+    fn the_key_never_reaches_debug_output() {
+        let key = ProofKey::new(vec![0xab; 32], None);
+        assert!(!format!("{key:?}").contains("171"));
+        assert!(!format!("{key:?}").to_lowercase().contains("ab, "));
+    }
+}
