@@ -20,6 +20,8 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "create"),
     ("", "pods", "delete"),
     ("", "pods", "patch"),
+    // origin.rs: a pod found under the name of a member being made is read to see whose it is.
+    ("", "pods", "get"),
     // controller.rs: member claims (patched by upgrade.rs and adopt.rs); get: whose is a
     // claim that already exists under a new member's name.
     ("", "persistentvolumeclaims", "list"),

@@ -33,6 +33,10 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "watch"),
     ("", "pods", "create"),
     ("", "pods", "delete"),
+    // origin.rs: a restored member pod is proven (patched) once made; one found under its
+    // name is read to see whose it is.
+    ("", "pods", "get"),
+    ("", "pods", "patch"),
     ("", "pods/log", "get"),
     // controller.rs: member claims: listed, new ones created (the restore's), joined to the
     // cluster, old ones read and detached (patch); staged ones deleted when a failed restore
