@@ -65,6 +65,9 @@ pub struct Context {
     /// Restores without AWS keys may read S3 with the node's identity (the deployment's
     /// explicit choice, `--allow-ambient-credentials`; off by default).
     pub allow_ambient_credentials: bool,
+    /// How long a restore pod may take to start a container (`observe::START_DEADLINE`
+    /// unless the deployment says otherwise).
+    pub start_deadline: Duration,
     /// Proves the member pods it makes (the EtcdCluster operator takes only proven pods for
     /// members), and checks those it finds.
     pub proof: ProofKey,
@@ -85,6 +88,7 @@ impl Context {
             backup_image,
             backoff: PerObject::default(),
             allow_ambient_credentials: false,
+            start_deadline: observe::START_DEADLINE,
             proof,
         }
     }
@@ -214,7 +218,10 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         .iter()
         .filter_map(|m| {
             let pod = own_pods.get(&pods::restore_pod_name(m))?;
-            Some((m.clone(), observe::pod_run(pod)))
+            Some((
+                m.clone(),
+                observe::pod_run(pod, Timestamp::now(), ctx.start_deadline),
+            ))
         })
         .collect();
     // The fetches' reports are read once every member's restore succeeded, until the snapshot

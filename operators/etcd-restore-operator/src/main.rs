@@ -2,6 +2,7 @@
 //! Runs in-cluster or out-of-cluster with `KUBECONFIG`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use backup_api::{EtcdCluster, EtcdRestore};
@@ -33,6 +34,14 @@ struct Args {
     /// can (another tenant's backups, and the Secrets in them).
     #[arg(long, env = "ALLOW_AMBIENT_CREDENTIALS", default_value_t = false)]
     allow_ambient_credentials: bool,
+    /// Seconds a restore pod may take to start a container (be scheduled, get its volumes,
+    /// pull its images) before the restore fails with the cause and gives the cluster back.
+    #[arg(
+        long,
+        env = "RESTORE_POD_START_DEADLINE_SECONDS",
+        default_value_t = 600
+    )]
+    restore_pod_start_deadline_seconds: u64,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
@@ -75,6 +84,7 @@ async fn main() -> Result<()> {
     let proof = ProofKey::load_or_create(client.clone(), &own_namespace).await?;
     let mut ctx = Context::new(client, identity, metrics, args.backup_image, proof);
     ctx.allow_ambient_credentials = args.allow_ambient_credentials;
+    ctx.start_deadline = Duration::from_secs(args.restore_pod_start_deadline_seconds);
     let ctx = Arc::new(ctx);
     tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");
     process.health.set_ready(true);

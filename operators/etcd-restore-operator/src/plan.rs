@@ -42,6 +42,10 @@ pub enum PodRun {
     },
 }
 
+/// The container name [`PodRun::Failed`] carries when no container of the pod started in time
+/// (see `observe::START_DEADLINE`).
+pub const NOT_STARTED: &str = "pod";
+
 /// The EtcdCluster as the restore needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterView {
@@ -288,6 +292,13 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
                 })
     {
         return match (&observed.snapshot, container.as_str(), exit_code) {
+            (None, NOT_STARTED, _) => fail(
+                "PodNotStarted",
+                &format!(
+                    "member {member}'s restore pod did not start, so nothing was fetched or \
+                     restored; no member or volume of the cluster was touched: {message}"
+                ),
+            ),
             (None, "fetch", Some(FETCH_DATA_BAD)) => fail(
                 "BackupInvalid",
                 &format!(
@@ -970,6 +981,38 @@ mod tests {
         assert!(matches!(
             plan(&names(), &o),
             Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+        ));
+    }
+
+    /// Issue 28 point 4: a restore pod that never starts (never scheduled, a volume attached
+    /// elsewhere) fails the restore with the cause once its start deadline passed: what it
+    /// made is discarded and the untouched cluster given back.
+    #[test]
+    fn a_restore_pod_that_never_starts_fails_the_restore_and_gives_the_cluster_back() {
+        let not_started = PodRun::Failed {
+            container: NOT_STARTED.into(),
+            exit_code: None,
+            message: "no container started within 600 s: Unschedulable: 0/1 nodes are available"
+                .into(),
+        };
+        let o = restoring(not_started);
+        match plan(&names(), &o) {
+            Step::Discard {
+                reason, message, ..
+            } => {
+                assert_eq!(reason, "PodNotStarted");
+                assert!(
+                    message.contains("no member or volume of the cluster was touched"),
+                    "{message}"
+                );
+                assert!(message.contains("0/1 nodes are available"), "{message}");
+            }
+            other => panic!("expected the restore discarded, got {other:?}"),
+        }
+        // Still within its deadline it is waited for.
+        assert!(matches!(
+            plan(&names(), &restoring(PodRun::Waiting)),
+            Step::Wait { .. }
         ));
     }
 
