@@ -349,12 +349,15 @@ pub async fn partitioned_kubeconfig(path: &Path) -> Result<(Kubeconfig, crate::p
         .as_mut()
         .context("a kubeconfig cluster")?;
     let mut server: url::Url = cluster.server.as_deref().context("a server")?.parse()?;
+    let host = server.host_str().context("a server host")?.to_string();
     let target = format!(
-        "{}:{}",
-        server.host_str().context("a server host")?,
+        "{host}:{}",
         server.port_or_known_default().context("a server port")?
     );
-    let (proxy, partition) = crate::proxy::partitionable_proxy(target).await;
+    // On the API server's own address (a local one on a bed): the server's certificate names
+    // it, and only the port changes.
+    let bind = host.trim_start_matches('[').trim_end_matches(']');
+    let (proxy, partition) = crate::proxy::partitionable_proxy(bind, target).await;
     let port = proxy.rsplit_once(':').context("a proxy port")?.1.parse()?;
     server
         .set_port(Some(port))

@@ -13,6 +13,7 @@ mod garage;
 pub mod image;
 pub mod kube;
 pub mod kustomize;
+pub mod logs;
 pub mod mock_api;
 pub mod procstat;
 pub mod proxy;

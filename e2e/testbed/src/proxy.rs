@@ -11,9 +11,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// A listener on a free loopback port, and its `127.0.0.1:port`.
 async fn listen() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the proxy");
+    listen_on("127.0.0.1").await
+}
+
+async fn listen_on(host: &str) -> (TcpListener, String) {
+    let listener = TcpListener::bind((host, 0)).await.expect("bind the proxy");
     let address = listener.local_addr().expect("proxy address").to_string();
     (listener, address)
 }
@@ -259,10 +261,11 @@ impl Partition {
     }
 }
 
-/// Starts a TCP proxy to `target` that relays everything until its [`Partition`] is cut;
-/// returns its `127.0.0.1:port`.
-pub async fn partitionable_proxy(target: String) -> (String, Partition) {
-    let (listener, address) = listen().await;
+/// Starts a TCP proxy to `target` on `host` (the address the client already reaches, so that
+/// its TLS name still fits) that relays everything until its [`Partition`] is cut; returns
+/// its `host:port`.
+pub async fn partitionable_proxy(host: &str, target: String) -> (String, Partition) {
+    let (listener, address) = listen_on(host).await;
     let partition = Partition::default();
     let cut = partition.clone();
     tokio::spawn(async move {

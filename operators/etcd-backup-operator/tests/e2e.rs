@@ -23,6 +23,7 @@ use kube::api::{
 use serde_json::{Value, json};
 use testbed::cli::without_ambient_aws;
 use testbed::kube::KubeTestbed;
+use testbed::logs::logged_at;
 use testbed::{Etcd, Garage};
 
 mod common;
@@ -199,17 +200,6 @@ fn election_args(namespace: &str, identity: &str, duration_seconds: u32) -> Vec<
     ]
     .map(String::from)
     .to_vec()
-}
-
-/// When each line of a JSON log containing `message` was written.
-fn logged_at(log: &std::path::Path, message: &str) -> Vec<chrono::DateTime<chrono::Utc>> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains(message))
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v["timestamp"].as_str()?.parse().ok())
-        .collect()
 }
 
 /// The deploy/ files' kinds, for the dynamic API.

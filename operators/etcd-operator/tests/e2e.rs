@@ -15,6 +15,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use testbed::kube::{KubeTestbed, wait_until};
+use testbed::logs::logged_at;
 
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -84,6 +85,14 @@ fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
             && progressing
             && status.membership_change.is_none()
     }
+}
+
+/// A member's addition is recorded (in flight).
+fn adding(c: &EtcdCluster) -> bool {
+    c.status
+        .as_ref()
+        .and_then(|s| s.membership_change.as_ref())
+        .is_some_and(|m| m.action == "Add")
 }
 
 /// A client for member pod `name`.
@@ -378,12 +387,6 @@ async fn an_operator_killed_during_creation_finishes_it_after_a_restart() {
     {
         let _operator = Operator::start(&kube, &ns);
         // Killed as soon as the second member's addition is recorded (after the seed).
-        let adding = |c: &EtcdCluster| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.membership_change.as_ref())
-                .is_some_and(|m| m.action == "Add")
-        };
         wait_until(&clusters, name, "a member addition in flight", 240, adding)
             .await
             .unwrap();
@@ -1701,6 +1704,113 @@ async fn a_pod_that_passes_for_a_member_is_not_trusted() {
     wait_until(&clusters, name, "2 members", 240, converged(2))
         .await
         .unwrap();
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// Issue 28 point 9, fencing: two replicas with leader election; the leader is cut off from
+/// the API server while it grows a new cluster. It stops (exits non-zero) within the renew
+/// deadline and plans nothing after it lost the Lease, before the standby leads; the standby
+/// finishes the cluster, whose member list is then exactly its three members.
+#[tokio::test]
+async fn a_leader_cut_off_mid_reconcile_stops_before_the_standby_leads() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-op-fence").await;
+    let (config, partition) = testbed::kube::partitioned_kubeconfig(&kube.kubeconfig)
+        .await
+        .unwrap();
+    let through = std::env::temp_dir().join(format!("{ns}-partitioned.kubeconfig"));
+    std::fs::write(&through, serde_saphyr::to_string(&config).unwrap()).unwrap();
+    let replica = |id: &str, kubeconfig: &std::path::Path| {
+        let log = std::env::temp_dir().join(format!("{ns}-{id}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_etcd-operator"))
+            .args(["--namespace", &ns, "--listen", "127.0.0.1:0"])
+            .args([
+                "--leader-election",
+                "--lease-namespace",
+                &ns,
+                "--pod-name",
+                id,
+            ])
+            .args(["--lease-duration-seconds", "6"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("LOG_FORMAT", "json")
+            .env("RUST_LOG", "info,etcd_operator=debug,operator_runtime=info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("start etcd-operator");
+        (Operator(child), log)
+    };
+    let (mut leader, leader_log) = replica("replica-a", &through);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while logged_at(&leader_log, "became leader").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replica-a did not lead"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_standby, standby_log) = replica("replica-b", &kube.kubeconfig);
+
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &example(3))
+        .await
+        .unwrap();
+    let name = "example-etcd-cluster";
+    // Mid-growth: a membership change recorded by the leader.
+    wait_until(&clusters, name, "a member being added", 120, adding)
+        .await
+        .unwrap();
+    partition.cut();
+    let exit = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            if let Some(status) = leader.0.try_wait().unwrap() {
+                break status;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the cut-off leader did not stop");
+    assert!(
+        !exit.success(),
+        "a lost leadership exits non-zero: {exit:?}"
+    );
+    wait_until(&clusters, name, "3 ready members", 240, converged(3))
+        .await
+        .unwrap();
+
+    let lost = logged_at(&leader_log, "lost leadership");
+    let took_over = logged_at(&standby_log, "became leader");
+    assert_eq!(
+        lost.len(),
+        1,
+        "{}",
+        std::fs::read_to_string(&leader_log).unwrap()
+    );
+    assert_eq!(took_over.len(), 1);
+    assert!(
+        lost[0] < took_over[0],
+        "lost at {}, standby led at {}",
+        lost[0],
+        took_over[0]
+    );
+    let planned_after: Vec<_> = logged_at(&leader_log, "planned")
+        .into_iter()
+        .filter(|t| *t > lost[0])
+        .collect();
+    assert!(
+        planned_after.is_empty(),
+        "the cut-off leader planned at {planned_after:?}"
+    );
+    let mut client = member_client(&kube, &ns, &format!("{name}-0")).await;
+    let members = client.member_list().await.unwrap();
+    let names: std::collections::BTreeSet<&str> =
+        members.members().iter().map(|m| m.name()).collect();
+    assert_eq!(members.members().len(), 3, "{names:?}");
+    assert_eq!(names.len(), 3, "{names:?}");
     kube.delete_namespace(&ns).await.unwrap();
 }
 
