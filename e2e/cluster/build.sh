@@ -126,7 +126,7 @@ fi
 
 # etcd: client/v2 (3.5 only) is published as v2.305.<patch>, every other module as the release.
 etcd_module_release() { if [[ $1 == */v2 ]]; then echo "v2.305.${2#v3.5.}"; else echo "$2"; fi; }
-for release in "${etcd_releases[@]}"; do
+for release in "${etcd_releases[@]}" "${etcd_refused_patches[@]}"; do
   etcd_modules="go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3"
   if ((repin)) || [[ ! -f $pins/etcd-$release/go.sum ]]; then
     pin etcd "$release" etcd_module_release "$etcd_modules" "$etcd_modules"

@@ -93,7 +93,7 @@ root=$work/rootfs/etcd-3.4
 base_rootfs "$root"
 add_programs "$root" /usr/bin/etcd:/usr/local/bin/etcd /usr/bin/etcdctl:/usr/local/bin/etcdctl
 import_image etcd v3.4.23 "$root" 0 /usr/local/bin/etcd
-for release in "${etcd_releases[@]}"; do
+for release in "${etcd_releases[@]}" "${etcd_refused_patches[@]}"; do
   built=$(etcd_bin "$release")
   root=$work/rootfs/etcd-$release
   base_rootfs "$root"

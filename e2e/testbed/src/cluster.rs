@@ -312,3 +312,137 @@ pub async fn run_once(
         .unwrap();
     assert_eq!(phase(&done).as_deref(), Some("Succeeded"), "pod {name}");
 }
+
+/// The client side of [`static_tls`]: the CA, and the certificate the operators use.
+pub struct StaticTls {
+    pub ca_pem: String,
+    pub client_crt: String,
+    pub client_key: String,
+}
+
+impl StaticTls {
+    /// Options for a client of member `member` of `cluster` in `namespace`, with the
+    /// operators' certificate when `identity`.
+    pub fn client_options(
+        &self,
+        member: &str,
+        cluster: &str,
+        namespace: &str,
+        identity: bool,
+    ) -> etcd_client::ConnectOptions {
+        let mut tls = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&self.ca_pem))
+            .domain_name(format!("{member}.{cluster}.{namespace}.svc"));
+        if identity {
+            tls = tls.identity(etcd_client::Identity::from_pem(
+                &self.client_crt,
+                &self.client_key,
+            ));
+        }
+        etcd_client::ConnectOptions::new()
+            .with_tls(tls)
+            .with_timeout(std::time::Duration::from_secs(5))
+    }
+}
+
+/// The coreos static TLS Secrets of `cluster` in `namespace` (doc/user/cluster_tls.md):
+/// `etcd-peer-tls` and `etcd-server-tls` for the members, and, with `client`, the operators'
+/// `etcd-client-tls` (left out to be made later with [`create_client_tls`]).
+pub async fn static_tls(
+    kube: &crate::kube::KubeTestbed,
+    namespace: &str,
+    cluster: &str,
+    client: bool,
+) -> StaticTls {
+    use crate::tls::{ExtendedKeyUsagePurpose as Usage, TestCa};
+    let ca = TestCa::new("etcd test CA").unwrap();
+    let peer_names = [
+        format!("*.{cluster}.{namespace}.svc"),
+        format!("*.{cluster}.{namespace}.svc.cluster.local"),
+    ];
+    let server_names = [
+        format!("*.{cluster}.{namespace}.svc"),
+        format!("{cluster}-client.{namespace}.svc"),
+        "localhost".to_string(),
+    ];
+    let (peer_crt, peer_key) = ca
+        .issue(
+            &[&peer_names[0], &peer_names[1]],
+            "peer",
+            &[Usage::ServerAuth, Usage::ClientAuth],
+        )
+        .unwrap();
+    let (server_crt, server_key) = ca
+        .issue(
+            &[&server_names[0], &server_names[1], &server_names[2]],
+            "server",
+            &[Usage::ServerAuth, Usage::ClientAuth],
+        )
+        .unwrap();
+    let (client_crt, client_key) = ca.issue(&[], "operator", &[Usage::ClientAuth]).unwrap();
+    let tls = StaticTls {
+        ca_pem: ca.cert_pem.clone(),
+        client_crt,
+        client_key,
+    };
+    create_secret(
+        kube,
+        namespace,
+        "etcd-peer-tls",
+        [
+            ("peer.crt", &peer_crt),
+            ("peer.key", &peer_key),
+            ("peer-ca.crt", &ca.cert_pem),
+        ],
+    )
+    .await;
+    create_secret(
+        kube,
+        namespace,
+        "etcd-server-tls",
+        [
+            ("server.crt", &server_crt),
+            ("server.key", &server_key),
+            ("server-ca.crt", &ca.cert_pem),
+        ],
+    )
+    .await;
+    if client {
+        create_client_tls(kube, namespace, &tls).await;
+    }
+    tls
+}
+
+/// The operators' client certificate Secret `etcd-client-tls` (coreos `operatorSecret`, also
+/// an EtcdBackup's `clientTLSSecret`).
+pub async fn create_client_tls(kube: &crate::kube::KubeTestbed, namespace: &str, tls: &StaticTls) {
+    create_secret(
+        kube,
+        namespace,
+        "etcd-client-tls",
+        [
+            ("etcd-client.crt", &tls.client_crt),
+            ("etcd-client.key", &tls.client_key),
+            ("etcd-client-ca.crt", &tls.ca_pem),
+        ],
+    )
+    .await;
+}
+
+async fn create_secret(
+    kube: &crate::kube::KubeTestbed,
+    namespace: &str,
+    name: &str,
+    files: [(&str, &str); 3],
+) {
+    use k8s_openapi::api::core::v1::Secret;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "stringData": files.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+    }))
+    .unwrap();
+    kube::Api::<Secret>::namespaced(kube.client.clone(), namespace)
+        .create(&kube::api::PostParams::default(), &secret)
+        .await
+        .unwrap();
+}

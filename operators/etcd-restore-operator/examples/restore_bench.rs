@@ -16,10 +16,17 @@
 //! beyond one member's fetch and restore (start, health, hand-over), what 3 members on 3 nodes
 //! would add to by hand, which this one-node bed cannot run side by side.
 //!
+//! `version` (default 3.7.3) is the etcd of the by-hand pod and of the restored cluster. The
+//! snapshot is taken from the loopback etcd the tests run (`ETCD_TESTBED_VERSION`, the newest
+//! line by default), which must not be newer than `version`: the restore refuses a snapshot of
+//! a newer minor.
+//!
 //! ```sh
 //! cargo build --release -p etcd-backup -p etcd-operator -p etcd-restore-operator
 //! cargo run --release -p etcd-restore-operator --example restore_bench -- \
-//!     [size-mib] [small-mib] [scratch] [members]
+//!     [size-mib] [small-mib] [scratch] [members] [version]
+//! ETCD_TESTBED_VERSION=v3.5.33 cargo run --release -p etcd-restore-operator \
+//!     --example restore_bench -- 1024 100 Disk 3 3.5.33
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -220,6 +227,7 @@ async fn main() {
         other => panic!("scratch is Disk or Memory, not {other}"),
     };
     let members: i32 = args.next().map_or(3, |a| a.parse().unwrap());
+    let version = args.next().unwrap_or_else(|| "3.7.3".into());
     let (etcd_operator, restore_operator) =
         (release("etcd-operator"), release("etcd-restore-operator"));
     let kube = KubeTestbed::with_kubelet().await.expect("the kubelet bed");
@@ -257,7 +265,7 @@ async fn main() {
                         {"name": "AWS_CONFIG_FILE", "value": "/aws/config"}],
                 "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
                                  {"name": "aws", "mountPath": "/aws"}]}],
-            "containers": [{"name": "restore", "image": "localhost/etcd:v3.5.33",
+            "containers": [{"name": "restore", "image": format!("localhost/etcd:v{version}"),
                 "command": ["/usr/local/bin/etcdutl", "snapshot", "restore", "/snapshot/snapshot.db",
                             "--data-dir", "/var/etcd/data"],
                 "volumeMounts": [{"name": "snapshot", "mountPath": "/snapshot"},
@@ -299,7 +307,7 @@ async fn main() {
         "spec": {"etcdCluster": {"name": "restored"}, "backupStorageType": "S3",
             "s3": {"path": format!("{}/bench/etcd.backup", garage.bucket), "awsSecret": "aws",
                    "endpoint": garage.endpoint, "forcePathStyle": true},
-            "newCluster": {"size": members, "version": "3.5.33", "repository": "localhost/etcd", "storage": storage},
+            "newCluster": {"size": members, "version": version, "repository": "localhost/etcd", "storage": storage},
             "scratchMedium": scratch},
     }))
     .unwrap();
@@ -357,7 +365,9 @@ async fn main() {
         db as f64 / 1e6,
         small_db as f64 / 1e6
     );
-    println!("scratch volume of the fetched snapshot: {scratch}; members restored: {members}");
+    println!(
+        "etcd {version}; scratch volume of the fetched snapshot: {scratch}; members restored: {members}"
+    );
     println!("| measure | value |\n|---|---|");
     println!("| by hand, one member: fetch + etcdutl restore in a pod | {by_hand_secs:.1} s |");
     println!(

@@ -550,6 +550,124 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
+/// Issue 27: a 3.6 cluster with coreos static TLS is backed up by an EtcdBackup with the
+/// operators' client certificate (`clientTLSSecret`, to the client Service's TLS name) and
+/// restored over the live cluster by an EtcdRestore, whose members' health is asked over TLS:
+/// every backed-up key is served by the new members, a key written after the backup is gone.
+#[tokio::test]
+async fn a_3_6_tls_cluster_is_backed_up_and_restored() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-restore-tls").await;
+    let garage = Garage::start_on(&host_address()).await.unwrap();
+    install_operators(&kube, &ns).await;
+    let tls = testbed::cluster::static_tls(&kube, &ns, CLUSTER, true).await;
+    let mut cluster = example("example-etcd-cluster.yaml");
+    cluster["spec"]["repository"] = json!("localhost/etcd");
+    cluster["spec"]["version"] = json!("3.6.16");
+    cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}});
+    cluster["spec"]["TLS"] = json!({"static": {
+        "member": {"peerSecret": "etcd-peer-tls", "serverSecret": "etcd-server-tls"},
+        "operatorSecret": "etcd-client-tls"}});
+    let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
+    assert!(
+        cluster.spec.tls.is_some(),
+        "the coreos spelling of the TLS block"
+    );
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    wait_until(&clusters, CLUSTER, "3 ready TLS members", 300, converged(3))
+        .await
+        .unwrap();
+    let tls_client = |pod: Pod| {
+        let options = tls.client_options(&pod.name_any(), CLUSTER, &ns, true);
+        async move {
+            let ip = pod.status.unwrap().pod_ip.unwrap();
+            etcd_client::Client::connect([format!("https://{ip}:2379")], Some(options))
+                .await
+                .unwrap()
+        }
+    };
+    let mut etcd = tls_client(member_pods(&kube, &ns).await.remove(0)).await;
+    for i in 0..KEYS {
+        etcd.put(format!("/registry/key-{i:05}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+
+    let mut secret = example("aws-secret.yaml");
+    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
+    let secret: Secret = serde_json::from_value(secret).unwrap();
+    Api::<Secret>::namespaced(kube.client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let key = "restore-tls/etcd.backup";
+    let mut backup = example("etcd-backup-oneshot.yaml");
+    backup["spec"]["etcdEndpoints"] = json!([format!("https://{CLUSTER}-client.{ns}.svc:2379")]);
+    backup["spec"]["clientTLSSecret"] = json!("etcd-client-tls");
+    backup["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
+    backup["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
+    backup["spec"]["s3"]["forcePathStyle"] = json!(true);
+    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
+    let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
+    wait_until(
+        &backups,
+        &backup.name_any(),
+        "the TLS backup",
+        120,
+        succeeded,
+    )
+    .await
+    .unwrap();
+    etcd.put("/registry/after-the-backup", "v", None)
+        .await
+        .unwrap();
+
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    let s3 = json!({"path": format!("{}/{key}", garage.bucket), "awsSecret": "aws",
+                    "endpoint": garage.endpoint, "forcePathStyle": true});
+    create_restore(&restores, s3, json!({})).await;
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    let done = wait_until(&restores, CLUSTER, "the TLS restore", 300, finished)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    let count_only = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    let restored = member_pods(&kube, &ns).await;
+    assert_eq!(restored.len(), 3);
+    for pod in restored {
+        let name = pod.name_any();
+        let mut etcd = tls_client(pod).await;
+        let keys = etcd
+            .get("/registry/", Some(count_only.clone()))
+            .await
+            .unwrap();
+        assert_eq!(keys.count() as usize, KEYS, "{name}");
+        let list = etcd.member_list().await.unwrap();
+        assert!(
+            list.members()
+                .iter()
+                .all(|m| m.peer_urls()[0].starts_with("https://"))
+        );
+    }
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
 /// The restore operator as a process on this machine (so it can be killed), watching `ns`, as
 /// the ServiceAccount `deploy/` installs: with exactly its RBAC.
 struct RestoreOperator(std::process::Child);
