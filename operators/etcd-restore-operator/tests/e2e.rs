@@ -104,6 +104,39 @@ async fn create_restore(restores: &Api<EtcdRestore>, s3: Value, spec: Value) {
         .unwrap();
 }
 
+/// The coreos AWS Secret `aws` for `garage`, then the coreos one-shot EtcdBackup to `key` in
+/// its bucket, with `spec` fields added; waits until it succeeded and returns it.
+async fn backed_up(
+    kube: &KubeTestbed,
+    ns: &str,
+    garage: &Garage,
+    key: &str,
+    spec: Value,
+) -> EtcdBackup {
+    let mut secret = example("aws-secret.yaml");
+    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
+    let secret: Secret = serde_json::from_value(secret).unwrap();
+    Api::<Secret>::namespaced(kube.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let mut backup = example("etcd-backup-oneshot.yaml");
+    backup["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
+    backup["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
+    backup["spec"]["s3"]["forcePathStyle"] = json!(true);
+    json_patch::merge(&mut backup["spec"], &spec);
+    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), ns);
+    let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
+    wait_until(&backups, &backup.name_any(), "the backup", 120, succeeded)
+        .await
+        .unwrap()
+}
+
 async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), ns);
     create_restore(&restores, s3, json!({})).await;
@@ -180,29 +213,8 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     }
 
     // The coreos one-shot backup to S3, with the coreos Secret (this server's key).
-    let mut secret = example("aws-secret.yaml");
-    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
-    let secret: Secret = serde_json::from_value(secret).unwrap();
-    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
     let key = "restore-e2e/etcd.backup";
-    let mut backup = example("etcd-backup-oneshot.yaml");
-    backup["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
-    backup["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
-    backup["spec"]["s3"]["forcePathStyle"] = json!(true);
-    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
-    let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
-    let backup = wait_until(&backups, &backup.name_any(), "the backup", 120, succeeded)
-        .await
-        .unwrap();
+    let backup = backed_up(&kube, &ns, &garage, key, json!({})).await;
     let backup_revision = backup.status.unwrap().etcd_revision.unwrap();
 
     // Bad backups and credentials: the restore fails with the cause, the cluster is untouched.
@@ -241,6 +253,7 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     let reason = failed_restore(&kube, &ns, s3("restore-e2e/missing.backup", "aws")).await;
     assert!(reason.starts_with("BackupInvalid"), "{reason}");
     assert!(reason.contains("could not read the backup"), "{reason}");
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
     let mut wrong = secrets.get("aws").await.unwrap();
     wrong.metadata = kube::api::ObjectMeta {
         name: Some("wrong-aws".into()),
@@ -597,36 +610,10 @@ async fn a_3_6_tls_cluster_is_backed_up_and_restored() {
             .unwrap();
     }
 
-    let mut secret = example("aws-secret.yaml");
-    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
-    let secret: Secret = serde_json::from_value(secret).unwrap();
-    Api::<Secret>::namespaced(kube.client.clone(), &ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
     let key = "restore-tls/etcd.backup";
-    let mut backup = example("etcd-backup-oneshot.yaml");
-    backup["spec"]["etcdEndpoints"] = json!([format!("https://{CLUSTER}-client.{ns}.svc:2379")]);
-    backup["spec"]["clientTLSSecret"] = json!("etcd-client-tls");
-    backup["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
-    backup["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
-    backup["spec"]["s3"]["forcePathStyle"] = json!(true);
-    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
-    let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
-    wait_until(
-        &backups,
-        &backup.name_any(),
-        "the TLS backup",
-        120,
-        succeeded,
-    )
-    .await
-    .unwrap();
+    let endpoint = format!("https://{CLUSTER}-client.{ns}.svc:2379");
+    let tls_backup = json!({"etcdEndpoints": [endpoint], "clientTLSSecret": "etcd-client-tls"});
+    backed_up(&kube, &ns, &garage, key, tls_backup).await;
     etcd.put("/registry/after-the-backup", "v", None)
         .await
         .unwrap();
