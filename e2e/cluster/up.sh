@@ -97,7 +97,14 @@ remove_kubepods_cgroups() {
     [[ -d $dir ]] || continue
     # Processes left in them (containers the shims no longer manage) are killed first.
     find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
-    find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    # A killed process leaves its cgroup only once it has exited: try again for a while, or a
+    # later start finds the tree and refuses to run beside "another Kubernetes".
+    local i
+    for ((i = 0; i < 50; i++)); do
+      find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [[ -d $dir ]] || break
+      sleep 0.2
+    done
   done
 }
 
