@@ -317,7 +317,7 @@ pub fn report(
         Ok(()) if !observed.foreign_pods.is_empty() => (
             "ForeignPod",
             format!(
-                "pod {} carries this cluster's member labels but was not made by the operators (no proof of origin): it is not taken for a member, and nothing is created, removed or deleted until it is deleted",
+                "pod {} carries this cluster's member labels but was not made by the operators (no proof of origin): it is not taken for a member, and nothing is created, removed or deleted until it is deleted (operators in different namespaces must share the Secret etcd-member-proof-key, or each other's pods look like this)",
                 observed
                     .foreign_pods
                     .iter()
