@@ -4,7 +4,7 @@
 //! HTTP/2 client about 8 KiB (its frame buffer). For a snapshot stream that was 104,000 (TLS)
 //! to 137,000 (plain) `recvfrom` calls per GiB; through a 256 KiB buffer, which takes what the
 //! kernel holds in one call, 22,000 and 12,000. TLS, when configured, is layered on top by
-//! tonic, so it reads from the buffer. Measured in the README's benchmark section.
+//! tonic, so it reads from the buffer. Measured in docs/benchmarks/etcd-backup.md (what was tried).
 
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;

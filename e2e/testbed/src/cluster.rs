@@ -3,7 +3,7 @@
 //!
 //! - [`KubeTestbed::with_kubelet`](crate::kube::KubeTestbed::with_kubelet) returns a client for
 //!   it: `KUBECONFIG`'s cluster when that is set (it needs the `localhost/*` images and a
-//!   default StorageClass, see the README), otherwise the machine's bed in [`bed_dir`], started
+//!   default StorageClass, see docs/development/tests.md), otherwise the machine's bed in [`bed_dir`], started
 //!   on first use. The bed registers the `cargo` process that runs the tests (this process's
 //!   parent) as a user and stops once every user is gone, so the test binaries of one run share
 //!   one bed and nothing outlives the run.

@@ -14,7 +14,7 @@
 //! servers up, to profile (a) by hand.
 //!
 //! Run it with `e2e/bench-etcd.sh` (builds release binaries first). Not a test: nothing here
-//! asserts timings; it prints the figures and the ratios the README records.
+//! asserts timings; it prints the figures and the ratios docs/benchmarks/etcd-backup.md records.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
