@@ -22,6 +22,8 @@ packages+=(openssl)
 # beds' readiness checks.
 packages+=(runc containernetworking-plugins catatonit busybox-static dnsmasq-base iptables
   iproute2 conntrack umoci curl)
+# The reference age tool: encrypted backups must open with it, and its files with ours.
+packages+=(age)
 # pip, to install the aws CLI below when it is missing.
 command -v aws >/dev/null || packages+=(python3-pip)
 missing=()

@@ -1,12 +1,14 @@
 //! The command-line pieces the binaries share, so that `etcd-backup`, `mysql-backup` and the
 //! operator spell their flags, defaults and logs the same way: the `--s3-*` flags and the store
-//! they open, `--compress`, `--log-format` with its logging set-up, and how they stop on a signal.
+//! they open, `--compress`, the encryption flags, `--log-format` with its logging set-up, and how
+//! they stop on a signal.
 
 mod interrupt;
 
 use std::path::PathBuf;
 
 use backup_storage::compress::Compression;
+use backup_storage::encryption::{EncryptionError, Identity, Recipients};
 use backup_storage::{Location, S3Options, Store};
 use clap::{Args, ValueEnum};
 
@@ -76,6 +78,79 @@ impl From<CompressArg> for Compression {
             CompressArg::None => Compression::None,
             CompressArg::Zstd => Compression::Zstd,
         }
+    }
+}
+
+/// Who can read the backups written: age recipients (public keys). Only the public keys are
+/// needed here; the private key stays with whoever restores.
+#[derive(Args, Debug, Clone, Default)]
+pub struct EncryptArgs {
+    /// Encrypt (age) to the recipients in this file: one public key (age1...) per line, `#`
+    /// comments, as `age -R` reads. Repeat for several files.
+    #[arg(long, value_name = "FILE")]
+    pub encrypt_to_file: Vec<PathBuf>,
+    /// Encrypt (age) to this recipient (age1...). Repeat for several; any one can decrypt.
+    #[arg(long, value_name = "RECIPIENT")]
+    pub encrypt_to: Vec<String>,
+}
+
+/// A failure to read keys, with the file named.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Invalid(#[from] EncryptionError),
+}
+
+impl EncryptArgs {
+    /// The recipients given, or `None` when encryption was not asked for.
+    pub fn recipients(&self) -> Result<Option<Recipients>, KeyError> {
+        let mut all: Option<Recipients> = None;
+        let mut add = |more: Recipients| match all.as_mut() {
+            Some(all) => all.extend(more),
+            None => all = Some(more),
+        };
+        for path in &self.encrypt_to_file {
+            let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            add(Recipients::parse(&text, &path.display().to_string())?);
+        }
+        for (i, recipient) in self.encrypt_to.iter().enumerate() {
+            add(Recipients::parse(
+                recipient,
+                &format!("--encrypt-to (number {})", i + 1),
+            )?);
+        }
+        Ok(all)
+    }
+}
+
+/// `--identity`: the private key that decrypts encrypted backups.
+#[derive(Args, Debug, Clone, Default)]
+pub struct IdentityArgs {
+    /// age identity file (AGE-SECRET-KEY-1..., as age-keygen writes) to decrypt encrypted
+    /// backups with. Never pass the key itself as an argument.
+    #[arg(long, value_name = "FILE")]
+    pub identity: Option<PathBuf>,
+}
+
+impl IdentityArgs {
+    pub fn load(&self) -> Result<Option<Identity>, KeyError> {
+        let Some(path) = &self.identity else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Some(Identity::parse(&text, &path.display().to_string())?))
     }
 }
 

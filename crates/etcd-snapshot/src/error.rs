@@ -1,5 +1,7 @@
 use backup_storage::StorageError;
 use backup_storage::compress::CompressionError;
+use backup_storage::encryption::EncryptionError;
+use backup_storage::layers::ReadError;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -64,6 +66,9 @@ pub enum Error {
     Compression(#[from] CompressionError),
 
     #[error(transparent)]
+    Encryption(#[from] EncryptionError),
+
+    #[error(transparent)]
     Storage(#[from] StorageError),
 
     #[error("{path}: {source}")]
@@ -85,5 +90,16 @@ impl Error {
                 | Error::BadManifest { .. }
                 | Error::StaleManifest { .. }
         ) || matches!(self, Error::Compression(e) if e.is_integrity())
+            || matches!(self, Error::Encryption(e) if e.is_integrity())
+    }
+}
+
+impl From<ReadError> for Error {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::Storage(e) => Error::Storage(e),
+            ReadError::Compression(e) => Error::Compression(e),
+            ReadError::Encryption(e) => Error::Encryption(e),
+        }
     }
 }

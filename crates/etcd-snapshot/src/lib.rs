@@ -16,9 +16,10 @@ mod trailer;
 mod verify;
 
 pub use backup_storage::compress::Compression;
+pub use backup_storage::encryption::{Encryption, Identity, Recipients};
 pub use error::{Error, Result};
 pub use manifest::{MANIFEST_SUFFIX, Manifest, manifest_key, read_manifest};
 pub use member::{EtcdConnection, Member, TlsPem, select_member};
 pub use save::{ObjectName, Progress, SaveOptions, SaveReport, save};
 pub use trailer::{TRAILER_LEN, TrailerVerifier, Verified};
-pub use verify::{VerifyReport, fetch, verify};
+pub use verify::{Checked, StoredReport, VerifyReport, fetch, verify, verify_what_can_be};

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use backup_storage::encryption::Encryption;
 use backup_storage::{ObjectInfo, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,7 @@ pub const FORMAT: &str = "etcd-snapshot/v1";
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
     pub format: String,
-    /// Bytes stored (after compression) and their sha256.
+    /// Bytes stored (after compression and encryption) and their sha256.
     pub stored_bytes: u64,
     pub stored_sha256: String,
     /// The object's ETag (local storage: its inode and mtime) once committed, so a manifest
@@ -27,7 +28,10 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored_etag: Option<String>,
     pub compression: Compression,
-    /// The snapshot as etcd sent it: database bytes (without the 32-byte trailer) and the
+    /// Present when the object is age-encrypted: to whom (public keys only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+    /// The snapshot as etcd sent it (the plaintext): database bytes (without the 32-byte trailer) and the
     /// trailer's sha256, which `etcdutl snapshot restore` checks.
     pub db_bytes: u64,
     pub db_sha256: String,
@@ -117,9 +121,10 @@ pub(crate) fn object_metadata(
     cluster_id: &str,
     member_id: &str,
     compression: Compression,
+    encrypted: bool,
     start: DateTime<Utc>,
 ) -> BTreeMap<String, String> {
-    BTreeMap::from([
+    let mut metadata = BTreeMap::from([
         ("format".into(), FORMAT.into()),
         ("etcd-revision".into(), revision.to_string()),
         ("etcd-version".into(), version.into()),
@@ -127,7 +132,11 @@ pub(crate) fn object_metadata(
         ("etcd-member-id".into(), member_id.into()),
         ("compression".into(), compression.as_str().into()),
         ("created".into(), start.to_rfc3339()),
-    ])
+    ]);
+    if encrypted {
+        metadata.insert("encryption".into(), "age".into());
+    }
+    metadata
 }
 
 #[cfg(test)]
@@ -141,6 +150,7 @@ mod tests {
             stored_sha256: "ab".into(),
             stored_etag: Some("\"e1\"".into()),
             compression: Compression::Zstd,
+            encryption: None,
             db_bytes: 4096,
             db_sha256: "cd".into(),
             etcd_revision: 42,

@@ -1,11 +1,12 @@
-//! Snapshot → (zstd) → storage, verified while streaming, committed only when etcd's trailer
+//! Snapshot → (zstd) → (age) → storage, verified while streaming, committed only when etcd's trailer
 //! matches.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use backup_storage::compress::Encoder;
+use backup_storage::encryption::{Encryption, Recipients};
+use backup_storage::layers::LayerEncoder;
 use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
@@ -44,6 +45,8 @@ pub enum ObjectName {
 pub struct SaveOptions {
     pub name: ObjectName,
     pub compression: Compression,
+    /// Encrypt (after compression) to these age recipients.
+    pub recipients: Option<Recipients>,
     /// Abort when etcd sends nothing for this long. Unlike a fixed total deadline, this does
     /// not fail large snapshots that are merely slow.
     pub stall_timeout: Duration,
@@ -58,6 +61,7 @@ impl SaveOptions {
         SaveOptions {
             name,
             compression: Compression::None,
+            recipients: None,
             stall_timeout: Duration::from_secs(60),
             deadline: None,
             upload: UploadOptions::default(),
@@ -124,6 +128,7 @@ async fn save_within(
         &member.cluster_id_hex(),
         &member.member_id_hex(),
         options.compression,
+        options.recipients.is_some(),
         start_time,
     ));
     let mut upload = store.upload(&key, upload_options).await?;
@@ -144,6 +149,7 @@ async fn save_within(
         stored_sha256: streamed.stored_sha256,
         stored_etag: stored.etag.clone(),
         compression: options.compression,
+        encryption: options.recipients.as_ref().map(Encryption::age),
         db_bytes: streamed.db_bytes,
         db_sha256: streamed.db_sha256,
         etcd_revision: member.revision,
@@ -183,9 +189,16 @@ async fn stream(
 ) -> Result<Streamed> {
     let endpoint = member.endpoint.clone();
     let mut verifier = TrailerVerifier::new();
-    let mut encoder = Encoder::new(options.compression, ZSTD_LEVEL, 1)?;
-    // Uncompressed, the stored bytes are the stream, whose hash the verifier already computes.
-    let mut stored_hash = (options.compression != Compression::None).then(Sha256::new);
+    let mut encoder = LayerEncoder::new(
+        options.compression,
+        ZSTD_LEVEL,
+        1,
+        options.recipients.as_ref(),
+    )?;
+    // Neither compressed nor encrypted, the stored bytes are the stream, whose hash the
+    // verifier already computes.
+    let transformed = options.compression != Compression::None || options.recipients.is_some();
+    let mut stored_hash = transformed.then(Sha256::new);
     let expected = member.db_size.max(0) as u64;
 
     // Waits for the next step of the stream, bounded by the stall timeout and the deadline.

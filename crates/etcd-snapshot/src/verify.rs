@@ -1,15 +1,15 @@
-//! Stream a stored backup back and prove it: etcd's sha256 trailer, the zstd frame, and the
-//! manifest's size and hashes. `fetch` also writes the snapshot to a file, which appears under
-//! its name only when every check passed.
+//! Stream a stored backup back and prove it: etcd's sha256 trailer, the zstd frame, the age
+//! encryption, and the manifest's size and hashes. `fetch` also writes the snapshot to a file,
+//! which appears under its name only when every check passed.
 
 use std::path::{Path, PathBuf};
 
 use backup_storage::Store;
-use sha2::{Digest, Sha256};
+use backup_storage::encryption::Identity;
+use backup_storage::layers::{Declared, ObjectReader, identity_needed};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
 use crate::{Compression, Error, Manifest, Result, TrailerVerifier};
-use backup_storage::compress::Decoder;
 
 #[derive(Debug, Clone)]
 pub struct VerifyReport {
@@ -17,6 +17,7 @@ pub struct VerifyReport {
     pub stored_bytes: u64,
     pub stored_sha256: String,
     pub compression: Compression,
+    pub encrypted: bool,
     pub db_bytes: u64,
     pub db_sha256: String,
     /// `None` for objects written by other tools (e.g. the coreos operator): only the trailer
@@ -24,14 +25,54 @@ pub struct VerifyReport {
     pub manifest: Option<Manifest>,
 }
 
-/// Reads the whole object and checks it; nothing is written.
-pub async fn verify(store: &Store, key: &str) -> Result<VerifyReport> {
-    check(store, key, None).await
+/// What could be checked of an encrypted object without its identity: it is complete (size
+/// and sha256 as recorded), and its age header is well formed. Its content was not read.
+#[derive(Debug, Clone)]
+pub struct StoredReport {
+    pub url: String,
+    pub stored_bytes: u64,
+    pub stored_sha256: String,
+    pub manifest: Option<Manifest>,
 }
 
-/// Downloads, verifies and decompresses `key` into `out`. The file is written as `<out>.part`
-/// and renamed only after every check passed, so `out` is never a bad snapshot.
-pub async fn fetch(store: &Store, key: &str, out: &Path) -> Result<VerifyReport> {
+/// The result of [`verify_what_can_be`].
+#[derive(Debug, Clone)]
+pub enum Checked {
+    /// Every layer was read and every check passed.
+    Content(VerifyReport),
+    /// Encrypted, and no identity was given: only the stored bytes were checked.
+    StoredOnly(StoredReport),
+}
+
+/// Reads the whole object and checks it; nothing is written. An encrypted object needs
+/// `identity`.
+pub async fn verify(store: &Store, key: &str, identity: Option<&Identity>) -> Result<VerifyReport> {
+    match check(store, key, identity, None).await? {
+        Checked::Content(report) => Ok(report),
+        Checked::StoredOnly(_) => {
+            unreachable!("check refuses an object whose content it cannot read")
+        }
+    }
+}
+
+/// Like [`verify`], but an encrypted object without an identity is checked as far as it can
+/// be (complete, header well formed, size and sha256 as recorded) instead of refused.
+pub async fn verify_what_can_be(
+    store: &Store,
+    key: &str,
+    identity: Option<&Identity>,
+) -> Result<Checked> {
+    check_layers(store, key, identity, None, true).await
+}
+
+/// Downloads, verifies, decrypts and decompresses `key` into `out`. The file is written as
+/// `<out>.part` and renamed only after every check passed, so `out` is never a bad snapshot.
+pub async fn fetch(
+    store: &Store,
+    key: &str,
+    out: &Path,
+    identity: Option<&Identity>,
+) -> Result<VerifyReport> {
     let part = PathBuf::from(format!("{}.part", out.display()));
     let io = |path: &Path, source| Error::Io {
         path: path.to_path_buf(),
@@ -52,7 +93,10 @@ pub async fn fetch(store: &Store, key: &str, out: &Path) -> Result<VerifyReport>
         .map_err(|e| io(&part, e))?;
     let mut writer = BufWriter::with_capacity(1 << 20, file);
     let result = async {
-        let report = check(store, key, Some(&mut writer)).await?;
+        let report = match check(store, key, identity, Some(&mut writer)).await? {
+            Checked::Content(report) => report,
+            Checked::StoredOnly(_) => unreachable!("a sink asks for the content"),
+        };
         writer.flush().await.map_err(|e| io(&part, e))?;
         writer
             .get_ref()
@@ -74,77 +118,57 @@ pub async fn fetch(store: &Store, key: &str, out: &Path) -> Result<VerifyReport>
 async fn check(
     store: &Store,
     key: &str,
+    identity: Option<&Identity>,
+    sink: Option<&mut (dyn AsyncWrite + Unpin + Send)>,
+) -> Result<Checked> {
+    check_layers(store, key, identity, sink, false).await
+}
+
+/// `stored_only_is_enough`: an encrypted object without `identity` is checked without its
+/// content instead of refused.
+async fn check_layers(
+    store: &Store,
+    key: &str,
+    identity: Option<&Identity>,
     mut sink: Option<&mut (dyn AsyncWrite + Unpin + Send)>,
-) -> Result<VerifyReport> {
+    stored_only_is_enough: bool,
+) -> Result<Checked> {
     let url = store.location(key).to_string();
-    let mut download = store.download(key).await?;
+    let download = store.download(key).await?;
     let manifest = Manifest::load(store, key).await?;
     // A backup copied elsewhere (another bucket, a restored volume) has another ETag and keeps
     // its manifest: the content decides, by its size and sha256, checked below.
     if let Some(why) = manifest.as_ref().and_then(|m| m.staleness(download.info())) {
         tracing::warn!(%url, %why, "the manifest was written for an object with another size or ETag (copied, or rewritten); checking the content against it");
     }
-    let declared = manifest.as_ref().map(|m| m.compression).or_else(|| {
-        download
-            .info()
-            .metadata
-            .get("compression")
-            .and_then(|c| c.parse().ok())
-    });
+    let declared = declared_layers(manifest.as_ref(), download.info());
+    let mut reader = ObjectReader::open(download, &declared, identity, &url).await?;
+    if !reader.content_readable() && !stored_only_is_enough {
+        return Err(identity_needed(&url, &declared).into());
+    }
 
-    // Uncompressed, the stored bytes are the stream, whose hash the verifier already computes
-    // in the same pass: a second sha256 would double the CPU of every fetch.
-    let mut stored_hash: Option<Sha256> = None;
-    let mut stored_bytes = 0u64;
     let mut verifier = TrailerVerifier::new();
-    let mut decoder: Option<(Compression, Decoder)> = None;
-    while let Some(chunk) = download.next_chunk().await? {
-        stored_bytes += chunk.len() as u64;
-        if decoder.is_none() {
-            let compression = declared.unwrap_or_else(|| Compression::sniff(&chunk));
-            decoder = Some((compression, Decoder::new(compression)?));
-            stored_hash = (compression != Compression::None).then(Sha256::new);
-        }
-        if let Some(hash) = stored_hash.as_mut() {
-            hash.update(&chunk);
-        }
-        let (_, decoder) = decoder.as_mut().expect("set above");
-        decoder.feed(chunk);
-        while let Some(piece) = decoder.next_piece()? {
-            verifier.update(piece);
-            if let Some(sink) = sink.as_mut() {
-                sink.write_all(piece).await.map_err(|e| Error::Io {
-                    path: PathBuf::from("<output>"),
-                    source: e,
-                })?;
-            }
+    while let Some(piece) = reader.next_piece().await? {
+        verifier.update(&piece);
+        if let Some(sink) = sink.as_mut() {
+            sink.write_all(&piece).await.map_err(|e| Error::Io {
+                path: PathBuf::from("<output>"),
+                source: e,
+            })?;
         }
     }
-    let compression = match decoder {
-        Some((compression, decoder)) => {
-            decoder.finish()?;
-            compression
-        }
-        None => Compression::None,
+    let stored_bytes = reader.stored_bytes();
+    // Unreadable content: the stored bytes are all that can be checked.
+    let verified = match reader.content_readable() {
+        true => Some(verifier.finish()?),
+        false => None,
     };
-    let verified = verifier.finish()?;
-    let stored_sha256 = match stored_hash {
-        Some(hash) => hex::encode(hash.finalize()),
-        None => verified.stream_sha256.clone(),
+    let stored_sha256 = match (reader.stored_sha256(), &verified) {
+        (Some(hash), _) => hash,
+        (None, Some(verified)) => verified.stream_sha256.clone(),
+        (None, None) => unreachable!("encrypted objects are hashed as they are read"),
     };
-
     if let Some(m) = &manifest {
-        let expect = |what, expected: String, found: String| {
-            if expected == found {
-                Ok(())
-            } else {
-                Err(Error::ManifestMismatch {
-                    what,
-                    expected,
-                    found,
-                })
-            }
-        };
         expect(
             "stored size",
             m.stored_bytes.to_string(),
@@ -155,45 +179,106 @@ async fn check(
             m.stored_sha256.clone(),
             stored_sha256.clone(),
         )?;
-        expect(
-            "database sha256",
-            m.db_sha256.clone(),
-            verified.db_sha256.clone(),
-        )?;
+        if let Some(verified) = &verified {
+            expect(
+                "database sha256",
+                m.db_sha256.clone(),
+                verified.db_sha256.clone(),
+            )?;
+        }
     }
-    Ok(VerifyReport {
+    let Some(verified) = verified else {
+        return Ok(Checked::StoredOnly(StoredReport {
+            url,
+            stored_bytes,
+            stored_sha256,
+            manifest,
+        }));
+    };
+    Ok(Checked::Content(VerifyReport {
         url,
         stored_bytes,
         stored_sha256,
-        compression,
+        compression: reader.compression().unwrap_or_default(),
+        encrypted: reader.encrypted(),
         db_bytes: verified.db_bytes,
         db_sha256: verified.db_sha256,
         manifest,
-    })
+    }))
+}
+
+fn expect(what: &'static str, expected: String, found: String) -> Result<()> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::ManifestMismatch {
+            what,
+            expected,
+            found,
+        })
+    }
+}
+
+/// The layers the manifest records; without one, the compression the object's metadata
+/// declares, and the rest sniffed from its first bytes.
+fn declared_layers(manifest: Option<&Manifest>, info: &backup_storage::ObjectInfo) -> Declared {
+    match manifest {
+        Some(m) => Declared {
+            compression: Some(m.compression),
+            encrypted: Some(m.encryption.is_some()),
+            recipients: m.encryption.as_ref().map(|e| e.recipients.clone()),
+        },
+        None => Declared {
+            compression: info
+                .metadata
+                .get("compression")
+                .and_then(|c| c.parse().ok()),
+            encrypted: None,
+            recipients: None,
+        },
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::TRAILER_LEN;
-    use backup_storage::compress::Encoder;
+    use backup_storage::encryption::Recipients;
+    use backup_storage::layers::LayerEncoder;
     use backup_storage::{Location, S3Options};
+    use sha2::{Digest, Sha256};
 
     /// A snapshot as etcd streams it: whole pages of database, then their sha256.
     fn snapshot() -> Vec<u8> {
-        let mut snap: Vec<u8> = (0..4096 * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let mut snap: Vec<u8> = (0..4096 * 40).map(|i| (i * 7 % 251) as u8).collect();
         let trailer = Sha256::digest(&snap);
         snap.extend_from_slice(&trailer);
         snap
     }
 
-    async fn verify_file(bytes: &[u8]) -> VerifyReport {
-        let dir = tempfile::tempdir().unwrap();
+    fn stored(snap: &[u8], compression: Compression, recipients: Option<&Recipients>) -> Vec<u8> {
+        let mut encoder = LayerEncoder::new(compression, 3, 1, recipients).unwrap();
+        let mut out = Vec::new();
+        for chunk in snap.chunks(10_000) {
+            out.extend_from_slice(encoder.encode(chunk).unwrap());
+        }
+        out.extend(encoder.finish().unwrap());
+        out
+    }
+
+    /// A store holding `bytes` as its only object, and that object's key.
+    async fn store_with(dir: &tempfile::TempDir, bytes: &[u8]) -> (Store, String) {
         let path = dir.path().join("etcd.backup");
         std::fs::write(&path, bytes).unwrap();
         let location = Location::Local { path };
         let store = Store::open(&location, &S3Options::default()).await.unwrap();
-        verify(&store, &location.key()).await.unwrap()
+        (store, location.key())
+    }
+
+    async fn verify_file(bytes: &[u8]) -> VerifyReport {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, key) = store_with(&dir, bytes).await;
+        verify(&store, &key, None).await.unwrap()
     }
 
     #[tokio::test]
@@ -208,13 +293,128 @@ mod tests {
         assert_eq!(plain.stored_bytes, snap.len() as u64);
         assert_eq!(plain.db_sha256, db_sha256);
 
-        let mut encoder = Encoder::new(Compression::Zstd, 3, 1).unwrap();
-        let mut zstd = encoder.encode(&snap).unwrap().to_vec();
-        zstd.extend(encoder.finish().unwrap());
+        let zstd = stored(&snap, Compression::Zstd, None);
         let compressed = verify_file(&zstd).await;
         assert_eq!(compressed.compression, Compression::Zstd);
         assert_eq!(compressed.stored_sha256, hex::encode(Sha256::digest(&zstd)));
         assert_eq!(compressed.stored_bytes, zstd.len() as u64);
         assert_eq!(compressed.db_sha256, db_sha256);
+    }
+
+    fn keys() -> (Identity, Recipients) {
+        let (secret, public) = Identity::generate();
+        (
+            Identity::parse(&secret, "identity").unwrap(),
+            Recipients::parse(&public, "recipients").unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn an_encrypted_backup_fetches_only_with_its_identity() {
+        let snap = snapshot();
+        let (identity, recipients) = keys();
+        let (stranger, _) = keys();
+        let encrypted = stored(&snap, Compression::Zstd, Some(&recipients));
+        let dir = tempfile::tempdir().unwrap();
+        let (store, key) = store_with(&dir, &encrypted).await;
+        let out = dir.path().join("restored.db");
+
+        let report = fetch(&store, &key, &out, Some(&identity)).await.unwrap();
+        assert!(report.encrypted);
+        assert_eq!(report.compression, Compression::Zstd);
+        assert_eq!(
+            report.stored_sha256,
+            hex::encode(Sha256::digest(&encrypted))
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), snap);
+        std::fs::remove_file(&out).unwrap();
+
+        let part = dir.path().join("restored.db.part");
+        for identity in [None, Some(&stranger)] {
+            let err = fetch(&store, &key, &out, identity).await.unwrap_err();
+            assert!(matches!(err, Error::Encryption(_)), "{err}");
+            assert!(!err.is_integrity(), "a missing key is not bad data: {err}");
+            assert!(!out.exists() && !part.exists());
+        }
+        let err = fetch(&store, &key, &out, Some(&stranger))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not among its recipients"),
+            "{err}"
+        );
+
+        // Without the identity, verify checks what it can and says so.
+        match verify_what_can_be(&store, &key, None).await.unwrap() {
+            Checked::StoredOnly(r) => {
+                assert_eq!(r.stored_bytes, encrypted.len() as u64);
+                assert_eq!(r.stored_sha256, hex::encode(Sha256::digest(&encrypted)));
+            }
+            Checked::Content(_) => panic!("the content cannot have been checked"),
+        }
+        assert!(verify(&store, &key, None).await.is_err());
+    }
+
+    /// The manifest `save` would have written beside `stored`.
+    fn manifest_for(snap: &[u8], stored: &[u8], recipients: &Recipients) -> Manifest {
+        let time = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        Manifest {
+            format: crate::manifest::FORMAT.into(),
+            stored_bytes: stored.len() as u64,
+            stored_sha256: hex::encode(Sha256::digest(stored)),
+            stored_etag: None,
+            compression: Compression::None,
+            encryption: Some(backup_storage::encryption::Encryption::age(recipients)),
+            db_bytes: (snap.len() - TRAILER_LEN) as u64,
+            db_sha256: hex::encode(&snap[snap.len() - TRAILER_LEN..]),
+            etcd_revision: 1,
+            etcd_version: "3.6.10".into(),
+            cluster_id: "c".into(),
+            member_id: "m".into(),
+            endpoint: "http://127.0.0.1:2379".into(),
+            start_time: time,
+            completion_time: time,
+            duration_seconds: 1.0,
+            tool: "test".into(),
+            labels: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flipped_or_missing_byte_fails_the_fetch_as_bad_data() {
+        let snap = snapshot();
+        let (identity, recipients) = keys();
+        let encrypted = stored(&snap, Compression::None, Some(&recipients));
+        let manifest = manifest_for(&snap, &encrypted, &recipients);
+        let mut damaged = Vec::new();
+        for at in [30, 150, encrypted.len() / 2, encrypted.len() - 1] {
+            let mut bad = encrypted.clone();
+            bad[at] ^= 0x01;
+            damaged.push((format!("byte {at} flipped"), bad));
+        }
+        damaged.push((
+            "truncated".into(),
+            encrypted[..encrypted.len() - 100].to_vec(),
+        ));
+        damaged.push((
+            "truncated at a chunk boundary".into(),
+            encrypted[..encrypted.len() - (encrypted.len() - 200) % (64 * 1024 + 16)].to_vec(),
+        ));
+        for (what, bytes) in damaged {
+            let dir = tempfile::tempdir().unwrap();
+            let (store, key) = store_with(&dir, &bytes).await;
+            std::fs::write(
+                dir.path().join("etcd.backup.manifest.json"),
+                manifest.to_json(),
+            )
+            .unwrap();
+            let out = dir.path().join("restored.db");
+            let err = fetch(&store, &key, &out, Some(&identity))
+                .await
+                .expect_err(&what);
+            assert!(err.is_integrity(), "{what}: {err}");
+            assert!(!out.exists(), "{what}");
+            assert!(!dir.path().join("restored.db.part").exists(), "{what}");
+        }
     }
 }

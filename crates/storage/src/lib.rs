@@ -11,7 +11,9 @@
 //! - Listing paginates, so retention sees every object.
 
 pub mod compress;
+pub mod encryption;
 mod error;
+pub mod layers;
 mod local;
 mod location;
 mod part_size;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, LogFormat, S3Args};
+pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, S3Args};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -35,17 +35,25 @@ pub struct Cli {
 pub enum Command {
     /// Snapshot the most up-to-date etcd member straight into storage, verified while streaming.
     Save(SaveArgs),
-    /// Stream a stored backup and check its sha256 trailer, compression and manifest.
+    /// Stream a stored backup and check its sha256 trailer, compression, encryption and
+    /// manifest. An encrypted backup without --identity is checked as far as possible
+    /// (complete, header well formed, size and sha256 as recorded), and the output says that
+    /// its content was not.
     Verify {
         /// s3://bucket/key or file:///path
         url: String,
+        #[command(flatten)]
+        identity: IdentityArgs,
     },
-    /// Download, verify and decompress a backup into a file that `etcdutl snapshot restore` accepts.
+    /// Download, verify, decrypt and decompress a backup into a file that `etcdutl snapshot
+    /// restore` accepts.
     Fetch {
         url: String,
         /// Destination file; written as <out>.part and renamed only when verified.
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        identity: IdentityArgs,
     },
     /// List the backups under a prefix with their manifests.
     List {
@@ -77,6 +85,9 @@ pub struct SaveArgs {
 
     #[arg(long, value_enum, default_value_t = CompressArg::None)]
     pub compress: CompressArg,
+
+    #[command(flatten)]
+    pub encrypt: EncryptArgs,
 
     /// CA bundle to verify etcd's server certificate.
     #[arg(long, env = "ETCDCTL_CACERT")]

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
 use etcd_snapshot::{
-    EtcdConnection, MANIFEST_SUFFIX, ObjectName, SaveOptions, TlsPem, read_manifest,
+    Checked, EtcdConnection, MANIFEST_SUFFIX, ObjectName, SaveOptions, TlsPem, read_manifest,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -30,15 +30,22 @@ pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.output;
     match cli.command {
         Command::Save(args) => save(args, &cli.s3, output).await,
-        Command::Verify { url } => {
+        Command::Verify { url, identity } => {
+            let identity = identity.load()?;
             let (store, location) = open(&url, &cli.s3).await?;
-            let report = etcd_snapshot::verify(&store, &location.key()).await?;
-            print_verified("verified", &report, output);
+            match etcd_snapshot::verify_what_can_be(&store, &location.key(), identity.as_ref())
+                .await?
+            {
+                Checked::Content(report) => print_verified("verified", &report, output),
+                Checked::StoredOnly(report) => print_stored_only(&report, output),
+            }
             Ok(())
         }
-        Command::Fetch { url, out } => {
+        Command::Fetch { url, out, identity } => {
+            let identity = identity.load()?;
             let (store, location) = open(&url, &cli.s3).await?;
-            let report = etcd_snapshot::fetch(&store, &location.key(), &out).await?;
+            let report =
+                etcd_snapshot::fetch(&store, &location.key(), &out, identity.as_ref()).await?;
             print_verified(&format!("fetched to {}", out.display()), &report, output);
             Ok(())
         }
@@ -78,6 +85,7 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
         ObjectName::Exact(key)
     });
     options.compression = args.compress.into();
+    options.recipients = args.encrypt.recipients()?;
     options.stall_timeout = Duration::from_secs(args.stall_timeout);
     options.deadline = args.timeout.map(Duration::from_secs);
     options.upload = UploadOptions {
@@ -107,16 +115,17 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
             json!({
                 "object": report.url, "bytes": m.stored_bytes, "sha256": m.stored_sha256,
                 "dbBytes": m.db_bytes, "dbSha256": m.db_sha256, "compression": m.compression,
-                "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
+                "encryption": m.encryption, "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
                 "clusterId": m.cluster_id, "memberId": m.member_id, "endpoint": m.endpoint,
                 "seconds": round(seconds), "mbPerSecond": round(mb_per_s),
             })
         ),
         Output::Text => println!(
-            "saved {} ({} bytes stored, {} compression, sha256 {})\n  snapshot of {} at revision {} (etcd {}), {} database bytes, trailer sha256 {} verified\n  {:.1} s, {:.1} MB/s",
+            "saved {} ({} bytes stored, {} compression, {}, sha256 {})\n  snapshot of {} at revision {} (etcd {}), {} database bytes, trailer sha256 {} verified\n  {:.1} s, {:.1} MB/s",
             report.url,
             m.stored_bytes,
             m.compression.as_str(),
+            encryption_text(m.encryption.as_ref()),
             m.stored_sha256,
             m.endpoint,
             m.etcd_revision,
@@ -156,16 +165,21 @@ fn print_verified(what: &str, r: &etcd_snapshot::VerifyReport, output: Output) {
             json!({
                 "object": r.url, "bytes": r.stored_bytes, "sha256": r.stored_sha256,
                 "dbBytes": r.db_bytes, "dbSha256": r.db_sha256, "compression": r.compression,
-                "manifest": m.is_some(), "revision": m.map(|m| m.etcd_revision),
+                "encrypted": r.encrypted, "contentChecked": true, "manifest": m.is_some(), "revision": m.map(|m| m.etcd_revision),
                 "etcdVersion": m.map(|m| m.etcd_version.clone()),
             })
         ),
         Output::Text => {
             println!(
-                "{what}: {} ({} bytes stored, {} compression, {} database bytes)",
+                "{what}: {} ({} bytes stored, {} compression, {}, {} database bytes)",
                 r.url,
                 r.stored_bytes,
                 r.compression.as_str(),
+                if r.encrypted {
+                    "decrypted"
+                } else {
+                    "not encrypted"
+                },
                 r.db_bytes
             );
             println!("  sha256 trailer matches the data: {}", r.db_sha256);
@@ -176,6 +190,45 @@ fn print_verified(what: &str, r: &etcd_snapshot::VerifyReport, output: Output) {
                 ),
                 None => println!("  no manifest beside the object: only the trailer was checked"),
             }
+        }
+    }
+}
+
+fn encryption_text(encryption: Option<&etcd_snapshot::Encryption>) -> String {
+    match encryption {
+        Some(e) => format!("encrypted to {}", e.recipients.join(", ")),
+        None => "not encrypted".into(),
+    }
+}
+
+/// An encrypted backup checked without its identity: say plainly what was not checked.
+fn print_stored_only(r: &etcd_snapshot::StoredReport, output: Output) {
+    let m = r.manifest.as_ref();
+    match output {
+        Output::Json => println!(
+            "{}",
+            json!({
+                "object": r.url, "bytes": r.stored_bytes, "sha256": r.stored_sha256,
+                "encrypted": true, "contentChecked": false, "manifest": m.is_some(),
+                "revision": m.map(|m| m.etcd_revision),
+                "etcdVersion": m.map(|m| m.etcd_version.clone()),
+            })
+        ),
+        Output::Text => {
+            println!(
+                "checked without decrypting: {} ({} bytes stored, age header well formed)",
+                r.url, r.stored_bytes
+            );
+            match m {
+                Some(m) => println!(
+                    "  manifest matches: size, stored sha256 {}, revision {}, etcd {}, taken {}",
+                    r.stored_sha256, m.etcd_revision, m.etcd_version, m.start_time
+                ),
+                None => println!("  no manifest beside the object: only its header was checked"),
+            }
+            println!(
+                "  the content (etcd's sha256 trailer) was NOT checked: pass --identity to check it"
+            );
         }
     }
 }
@@ -207,24 +260,26 @@ async fn list(prefix: &str, s3: &S3Args, output: Output) -> Result<()> {
         }
         Output::Text => {
             println!(
-                "{:<60} {:>12} {:>10} {:<6} {:<25}",
-                "OBJECT", "BYTES", "REVISION", "COMPR", "TAKEN"
+                "{:<60} {:>12} {:>10} {:<6} {:<4} {:<25}",
+                "OBJECT", "BYTES", "REVISION", "COMPR", "ENC", "TAKEN"
             );
             for (object, manifest) in &rows {
-                let (revision, compression, taken) = match manifest {
+                let (revision, compression, encrypted, taken) = match manifest {
                     Some(m) => (
                         m.etcd_revision.to_string(),
                         m.compression.as_str().to_string(),
+                        if m.encryption.is_some() { "age" } else { "no" },
                         m.start_time.to_rfc3339(),
                     ),
-                    None => ("-".into(), "-".into(), "(no manifest)".into()),
+                    None => ("-".into(), "-".into(), "-", "(no manifest)".into()),
                 };
                 println!(
-                    "{:<60} {:>12} {:>10} {:<6} {:<25}",
+                    "{:<60} {:>12} {:>10} {:<6} {:<4} {:<25}",
                     store.location(&object.key).to_string(),
                     object.size,
                     revision,
                     compression,
+                    encrypted,
                     taken
                 );
             }

@@ -161,3 +161,39 @@ async fn corrupted_s3_object_is_rejected() {
         .unwrap();
     assert_rejected(&url, &flags, &env, "hash mismatch").await;
 }
+
+/// An encrypted backup with one byte flipped, in the header, the first chunk or the last:
+/// `verify --identity` and `fetch --identity` fail with exit code 3 and leave no file.
+#[tokio::test]
+async fn a_flipped_byte_in_an_encrypted_backup_is_rejected() {
+    let etcd = Etcd::start().await.unwrap();
+    write_sample_keys(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (secret, public) = backup_storage::encryption::Identity::generate();
+    let identity = dir.path().join("key.txt");
+    std::fs::write(&identity, secret).unwrap();
+    let path = dir.path().join("etcd.backup");
+    let url = format!("file://{}", path.display());
+    run(
+        &[
+            "save",
+            "--endpoints",
+            &etcd.endpoint,
+            "--to",
+            &url,
+            "--encrypt-to",
+            &public,
+        ],
+        &[],
+    )
+    .await
+    .ok();
+    let original = std::fs::read(&path).unwrap();
+    let flags = vec!["--identity".to_string(), identity.display().to_string()];
+    for at in [60, 400, original.len() - 5] {
+        let mut bytes = original.clone();
+        bytes[at] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_rejected(path.to_str().unwrap(), &flags, &[], "failed to decrypt").await;
+    }
+}

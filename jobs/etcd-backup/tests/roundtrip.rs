@@ -87,22 +87,7 @@ async fn snapshot_from_a_plain_etcdctl_save_verifies_without_manifest() {
     write_sample_keys(&etcd).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("etcdctl.db");
-    let status = std::process::Command::new(testbed::etcd_tool("etcdctl"))
-        .env("ETCDCTL_API", "3")
-        .args([
-            "--endpoints",
-            &etcd.endpoint,
-            "snapshot",
-            "save",
-            file.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
+    etcdctl_snapshot_save(&etcd, &file);
     let verified = run(&["verify", file.to_str().unwrap(), "--output", "json"], &[])
         .await
         .ok()

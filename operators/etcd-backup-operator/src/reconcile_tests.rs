@@ -598,7 +598,9 @@ async fn one_shot_success_against_real_etcd_and_s3() {
     let store = backup_storage::Store::open(&location, &options)
         .await
         .unwrap();
-    let verified = etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    let verified = etcd_snapshot::verify(&store, "etcd.backup", None)
+        .await
+        .unwrap();
     assert_eq!(last["sha256"], verified.stored_sha256);
     assert_eq!(last["sizeBytes"], verified.stored_bytes);
     assert_eq!(done["etcdRevision"], last["etcdRevision"]);

@@ -411,7 +411,9 @@ async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
 
     // The object in S3 is exactly what status says, and verifies.
     let store = store(&garage).await;
-    let verified = etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    let verified = etcd_snapshot::verify(&store, "etcd.backup", None)
+        .await
+        .unwrap();
     assert_eq!(Some(verified.stored_sha256.clone()), last.sha256);
     assert_eq!(Some(verified.stored_bytes as i64), last.size_bytes);
     let modified = store
@@ -655,7 +657,9 @@ async fn a_leader_cut_off_from_the_api_server_stops_its_backup_before_the_standb
     assert_eq!(standby.successes(), 1);
     assert_eq!(leader.successes(), 0);
     let store = store(&garage).await;
-    etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    etcd_snapshot::verify(&store, "etcd.backup", None)
+        .await
+        .unwrap();
     assert_eq!(
         store
             .clean_incomplete("etcd.backup", Duration::ZERO, &|_| true)
@@ -755,7 +759,9 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
             .is_some_and(|s| s.succeeded)
     })
     .await;
-    etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    etcd_snapshot::verify(&store, "etcd.backup", None)
+        .await
+        .unwrap();
     kube.delete_namespace(&ns).await.unwrap();
 }
 
@@ -864,7 +870,7 @@ async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
     for (api, ns) in &teams {
         wait_until_succeeded(api, "selected").await;
         let key = format!("{ns}/selected.backup");
-        let verified = etcd_snapshot::verify(&store, &key).await.unwrap();
+        let verified = etcd_snapshot::verify(&store, &key, None).await.unwrap();
         let last = api
             .get("selected")
             .await
@@ -1019,7 +1025,9 @@ async fn local_pvc_example_prunes_on_the_claim_and_delete_removes_only_its_files
         .unwrap();
     let newest_path = dir.join(&newest_file);
     let newest_key = newest_path.to_str().unwrap().trim_start_matches('/');
-    let verified = etcd_snapshot::verify(&local, newest_key).await.unwrap();
+    let verified = etcd_snapshot::verify(&local, newest_key, None)
+        .await
+        .unwrap();
     assert_eq!(newest.sha256, Some(verified.stored_sha256));
 
     api.delete(&name, &DeleteParams::default()).await.unwrap();

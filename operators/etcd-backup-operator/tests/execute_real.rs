@@ -69,7 +69,9 @@ async fn one_shot_writes_exactly_the_path_verified_and_tagged() {
     );
     let store = store(&garage).await;
     // Read back independently: the trailer and the manifest match what status will say.
-    let verified = etcd_snapshot::verify(&store, "etcd.backup").await.unwrap();
+    let verified = etcd_snapshot::verify(&store, "etcd.backup", None)
+        .await
+        .unwrap();
     assert_eq!(
         verified.stored_sha256,
         outcome.report.manifest.stored_sha256
@@ -264,7 +266,7 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
         .await
         .unwrap();
     for key in &ours[1..] {
-        etcd_snapshot::verify(&store, key).await.unwrap();
+        etcd_snapshot::verify(&store, key, None).await.unwrap();
     }
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()

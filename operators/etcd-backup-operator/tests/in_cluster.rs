@@ -152,7 +152,7 @@ async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
         revision >= written,
         "backup at revision {revision} < {written}"
     );
-    let verified = etcd_snapshot::verify(&store(&garage).await, "in-cluster/etcd.backup")
+    let verified = etcd_snapshot::verify(&store(&garage).await, "in-cluster/etcd.backup", None)
         .await
         .unwrap();
     assert_eq!(Some(verified.stored_sha256), last.sha256);

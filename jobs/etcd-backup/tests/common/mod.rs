@@ -48,3 +48,18 @@ pub async fn restore_and_read(snapshot: &Path) -> BTreeMap<String, String> {
         .unwrap();
     etcd.get_all().await.unwrap()
 }
+
+/// `etcdctl snapshot save` into `file`, as a user without this tool would back up.
+pub fn etcdctl_snapshot_save(etcd: &Etcd, file: &Path) {
+    let saved = std::process::Command::new(testbed::etcd_tool("etcdctl"))
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", &etcd.endpoint, "snapshot", "save"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+}
