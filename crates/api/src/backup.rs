@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::{self, Condition};
+use crate::encryption::BackupEncryption;
 use crate::error::{SpecError, check_storage};
 use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, StorageType};
 
@@ -109,6 +110,10 @@ pub struct EtcdBackupSpec {
     /// stream so stock `etcdutl snapshot restore` can verify it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compression>,
+    /// Encrypt each backup (after compression) to age recipients, so the bucket alone reveals
+    /// nothing; only a restore with a matching private key reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<BackupEncryption>,
     /// Abort the backup when no snapshot bytes arrive for this many seconds. Unlike
     /// `timeoutInSecond` it does not fail slow but progressing backups of large databases.
     /// Unset or 0 leaves only the overall timeout.
@@ -352,6 +357,9 @@ pub struct BackupRecord {
     /// Encoding of the stored object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compression>,
+    /// The age recipients (public keys) the object is encrypted to; empty when it is not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encrypted_to: Vec<String>,
 }
 
 /// A failed backup attempt.

@@ -9,6 +9,7 @@ pub mod backup;
 pub mod cluster;
 pub mod condition;
 mod crd;
+pub mod encryption;
 pub mod error;
 pub mod restore;
 pub mod storage;
@@ -22,6 +23,7 @@ pub use cluster::{
     MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
 };
 pub use crd::crds;
+pub use encryption::{BackupEncryption, RestoreDecryption, SecretKeyRef};
 pub use error::SpecError;
 pub use restore::{
     BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, NewCluster,

@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::{self, Condition};
+use crate::encryption::RestoreDecryption;
 use crate::error::{SpecError, check_storage};
 use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, StorageType};
 
@@ -81,6 +82,10 @@ pub struct EtcdRestoreSpec {
     /// The medium of the restore pods' scratch volume (see [`ScratchMedium`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scratch_medium: Option<ScratchMedium>,
+    /// The private key of an encrypted backup. Required to restore one: without it the
+    /// restore fails before the cluster is touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<RestoreDecryption>,
 }
 
 /// A cluster to create for the restore: members, image and a claim per member.

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, LogFormat, S3Args};
+pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, S3Args};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -94,6 +94,8 @@ pub enum Command {
         #[arg(long)]
         force: bool,
         #[command(flatten)]
+        identity: IdentityArgs,
+        #[command(flatten)]
         prepare: PrepareArgs,
     },
     /// Abort the unfinished multipart uploads under a prefix that runners killed outright
@@ -179,6 +181,8 @@ pub struct StoreArgs {
     /// Parts uploaded in parallel.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=32))]
     pub parts_in_flight: u64,
+    #[command(flatten)]
+    pub encrypt: EncryptArgs,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -52,7 +52,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 &tool_options(&tool),
                 &storage,
                 &location.key(),
-                &ingest_options(&store),
+                &ingest_options(&store)?,
             )
             .await?;
             print_manifest(&storage.location(&location.key()).to_string(), &manifest);
@@ -89,7 +89,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 &profile,
                 &storage,
                 &location.key(),
-                &ingest_options(&store),
+                &ingest_options(&store)?,
             )
             .await?;
             print_manifest(&storage.location(&location.key()).to_string(), &manifest);
@@ -125,8 +125,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             from,
             datadir,
             force,
+            identity,
             prepare,
         } => {
+            let identity = identity.load()?;
             let (storage, location) = open(&from, &cli.s3).await?;
             let s = restore::restore(
                 &profile,
@@ -135,6 +137,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 &datadir,
                 &prepare_options(&prepare),
                 force,
+                identity.as_ref(),
             )
             .await?;
             println!(
@@ -273,9 +276,10 @@ fn tool_options(args: &BackupToolArgs) -> BackupToolOptions {
     }
 }
 
-fn ingest_options(args: &StoreArgs) -> IngestOptions {
-    IngestOptions {
+fn ingest_options(args: &StoreArgs) -> Result<IngestOptions> {
+    Ok(IngestOptions {
         compression: args.compress.into(),
+        recipients: args.encrypt.recipients()?,
         zstd_level: args.zstd_level,
         zstd_threads: args.zstd_threads,
         upload: UploadOptions {
@@ -284,7 +288,7 @@ fn ingest_options(args: &StoreArgs) -> IngestOptions {
             content_type: Some("application/octet-stream".into()),
             ..UploadOptions::default()
         },
-    }
+    })
 }
 
 fn remote_options(args: &RemoteArgs) -> RemoteOptions {

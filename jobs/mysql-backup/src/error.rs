@@ -85,6 +85,9 @@ pub enum Error {
     Compression(#[from] backup_storage::compress::CompressionError),
 
     #[error(transparent)]
+    Encryption(#[from] backup_storage::encryption::EncryptionError),
+
+    #[error(transparent)]
     Storage(#[from] backup_storage::StorageError),
 
     #[error("{path}: {source}")]
@@ -93,6 +96,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<backup_storage::layers::ReadError> for Error {
+    fn from(error: backup_storage::layers::ReadError) -> Self {
+        use backup_storage::layers::ReadError;
+        match error {
+            ReadError::Storage(e) => Error::Storage(e),
+            ReadError::Compression(e) => Error::Compression(e),
+            ReadError::Encryption(e) => Error::Encryption(e),
+        }
+    }
 }
 
 impl Error {

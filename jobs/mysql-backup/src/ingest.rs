@@ -1,14 +1,17 @@
-//! The backup data path: the xbstream is parsed, compressed, hashed and uploaded as it flows.
+//! The backup data path: the xbstream is parsed, compressed, encrypted, hashed and uploaded as
+//! it flows.
 //! Nothing becomes visible until [`Ingest::commit`], which the caller reaches only when the
 //! producer reported success; every other path aborts the upload.
 
 use std::time::Instant;
 
+use backup_storage::encryption::{Encryption, Recipients};
+use backup_storage::layers::LayerEncoder;
 use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 
-use crate::compress::{Compression, Encoder};
+use crate::compress::Compression;
 use crate::manifest::{FORMAT, Manifest, manifest_key};
 use crate::metadata::BackupMetadata;
 use crate::profile::Family;
@@ -20,6 +23,8 @@ pub struct IngestOptions {
     pub compression: Compression,
     pub zstd_level: i32,
     pub zstd_threads: u32,
+    /// Encrypt (after compression) to these age recipients.
+    pub recipients: Option<Recipients>,
     pub upload: UploadOptions,
 }
 
@@ -29,6 +34,7 @@ impl Default for IngestOptions {
             compression: Compression::None,
             zstd_level: 3,
             zstd_threads: 2,
+            recipients: None,
             upload: UploadOptions::default(),
         }
     }
@@ -36,10 +42,11 @@ impl Default for IngestOptions {
 
 pub struct Ingest {
     parser: Parser,
-    encoder: Encoder,
+    encoder: LayerEncoder,
     sha: Sha256,
     upload: Upload,
     compression: Compression,
+    encryption: Option<Encryption>,
     started: Instant,
     start_time: chrono::DateTime<Utc>,
 }
@@ -51,16 +58,18 @@ pub struct Finished {
     pub metadata: BackupMetadata,
     sha: String,
     compression: Compression,
+    encryption: Option<Encryption>,
     started: Instant,
     start_time: chrono::DateTime<Utc>,
 }
 
 impl Ingest {
     pub async fn start(store: &Store, key: &str, options: &IngestOptions) -> Result<Ingest> {
-        let encoder = Encoder::new(
+        let encoder = LayerEncoder::new(
             options.compression,
             options.zstd_level,
             options.zstd_threads,
+            options.recipients.as_ref(),
         )?;
         let upload = store.upload(key, options.upload.clone()).await?;
         Ok(Ingest {
@@ -69,6 +78,7 @@ impl Ingest {
             sha: Sha256::new(),
             upload,
             compression: options.compression,
+            encryption: options.recipients.as_ref().map(Encryption::age),
             started: Instant::now(),
             start_time: Utc::now(),
         })
@@ -98,6 +108,7 @@ impl Ingest {
             mut sha,
             mut upload,
             compression,
+            encryption,
             started,
             start_time,
         } = self;
@@ -136,6 +147,7 @@ impl Ingest {
             summary,
             sha: hex::encode(sha.finalize()),
             compression,
+            encryption,
             started,
             start_time,
         })
@@ -174,6 +186,7 @@ impl Finished {
             stored_sha256: self.sha,
             stored_etag: info.etag.clone(),
             compression: self.compression,
+            encryption: self.encryption,
             stream_bytes: self.summary.stream_bytes,
             payload_bytes: self.summary.payload_bytes,
             file_count: self.summary.files,

@@ -1,6 +1,7 @@
 //! The manifest written beside a committed backup. S3 fixes user metadata when an upload starts,
 //! but the size, sha256 and file count are known only at the end; restore checks them.
 
+use backup_storage::encryption::Encryption;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +16,7 @@ pub const FORMAT: &str = "mysql-backup/v1";
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
     pub format: String,
-    /// Bytes stored (after compression) and their sha256.
+    /// Bytes stored (after compression and encryption) and their sha256.
     pub stored_bytes: u64,
     pub stored_sha256: String,
     /// The object's ETag once committed: a manifest left from before a rewrite of its object
@@ -23,7 +24,10 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored_etag: Option<String>,
     pub compression: Compression,
-    /// The xbstream as the tool wrote it.
+    /// Present when the object is age-encrypted: to whom (public keys only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+    /// The xbstream as the tool wrote it (the plaintext).
     pub stream_bytes: u64,
     pub payload_bytes: u64,
     pub file_count: u64,

@@ -3,9 +3,11 @@
 use std::path::Path;
 
 use backup_storage::Store;
+use backup_storage::encryption::Identity;
+use backup_storage::layers::{Declared, ObjectReader, ReadError, identity_needed};
 use sha2::{Digest, Sha256};
 
-use crate::compress::{Compression, Decoder};
+use crate::compress::Compression;
 use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
 use crate::manifest::{Manifest, manifest_key};
@@ -92,6 +94,7 @@ pub async fn restore(
     datadir: &Path,
     options: &PrepareOptions,
     force: bool,
+    identity: Option<&Identity>,
 ) -> Result<StreamSummary> {
     let url = store.location(key).to_string();
     check_empty(datadir)?;
@@ -100,7 +103,7 @@ pub async fn restore(
         url: url.clone(),
         detail,
     };
-    let mut download = store.download(key).await?;
+    let download = store.download(key).await?;
     if let Some(m) = &manifest {
         let stored = download.info();
         if stored.size != m.stored_bytes {
@@ -118,16 +121,27 @@ pub async fn restore(
             );
         }
     }
+    // The layers are opened before the data dir is touched: a missing identity, or one that
+    // is not a recipient, fails here.
+    let declared = Declared {
+        compression: manifest.as_ref().map(|m| m.compression),
+        encrypted: manifest.as_ref().map(|m| m.encryption.is_some()),
+        recipients: manifest
+            .as_ref()
+            .and_then(|m| m.encryption.as_ref())
+            .map(|e| e.recipients.clone()),
+    };
+    let mut reader = ObjectReader::open(download, &declared, identity, &url)
+        .await
+        .map_err(|e| read_error(e, &corrupted))?;
+    if !reader.content_readable() {
+        return Err(read_error(identity_needed(&url, &declared), &corrupted));
+    }
     let staging = Staging::begin(datadir)?;
     let result = async {
         let mut extraction = Extraction::start(profile, &staging.dir, options.parallel)?;
-        let streamed = stream_into(
-            &mut download,
-            &mut extraction,
-            manifest.as_ref(),
-            &corrupted,
-        )
-        .await;
+        let streamed =
+            stream_into(&mut reader, &mut extraction, manifest.as_ref(), &corrupted).await;
         if let Err(e) = streamed {
             extraction.abort().await;
             return Err(e);
@@ -176,41 +190,48 @@ async fn explain_download_failure(store: &Store, key: &str, url: &str, err: Erro
     }
 }
 
+/// Bad data is [`Error::Corrupted`] (exit 3); keys and transport keep their own errors.
+fn read_error(e: ReadError, corrupted: &dyn Fn(String) -> Error) -> Error {
+    if e.is_integrity() {
+        corrupted(e.to_string())
+    } else {
+        e.into()
+    }
+}
+
 async fn stream_into(
-    download: &mut backup_storage::Download,
+    reader: &mut ObjectReader,
     extraction: &mut Extraction,
     manifest: Option<&Manifest>,
     corrupted: &dyn Fn(String) -> Error,
 ) -> Result<()> {
-    let mut sha = Sha256::new();
-    let mut decoder: Option<Decoder> = None;
-    while let Some(chunk) = download.next_chunk().await? {
-        sha.update(&chunk);
-        let dec = match &mut decoder {
-            Some(d) => d,
-            None => {
-                let compression =
-                    manifest.map_or_else(|| Compression::sniff(&chunk), |m| m.compression);
-                decoder.insert(Decoder::new(compression)?)
-            }
+    // Stored bytes that are the plaintext itself are hashed here; the reader hashes the others.
+    let mut plain_sha: Option<Sha256> = None;
+    loop {
+        let piece = match reader.next_piece().await {
+            Ok(Some(piece)) => piece,
+            Ok(None) => break,
+            Err(e) => return Err(read_error(e, corrupted)),
         };
-        dec.feed(chunk);
-        loop {
-            let piece = match dec.next_piece() {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                Err(e) => return Err(corrupted(e.to_string())),
-            };
-            extraction.write(piece).await.map_err(|e| match e {
-                Error::Stream(s) => corrupted(s.to_string()),
-                other => other,
-            })?;
+        if plain_sha.is_none()
+            && !reader.encrypted()
+            && reader.compression() == Some(Compression::None)
+        {
+            plain_sha = Some(Sha256::new());
         }
+        if let Some(sha) = plain_sha.as_mut() {
+            sha.update(&piece);
+        }
+        extraction.write(&piece).await.map_err(|e| match e {
+            Error::Stream(s) => corrupted(s.to_string()),
+            other => other,
+        })?;
     }
-    if let Some(dec) = &decoder {
-        dec.finish().map_err(|e| corrupted(e.to_string()))?;
-    }
-    let digest = hex::encode(sha.finalize());
+    let digest = match (reader.stored_sha256(), plain_sha) {
+        (Some(digest), _) => digest,
+        (None, Some(sha)) => hex::encode(sha.finalize()),
+        (None, None) => hex::encode(Sha256::digest(b"")),
+    };
     if let Some(m) = manifest
         && digest != m.stored_sha256
     {

@@ -98,3 +98,83 @@ async fn s3_backup_plain_and_zstd_restore_to_a_server_with_the_same_rows() {
         );
     }
 }
+
+/// `--encrypt-to-file`: the object is an age file to the recipients (the reference `age` tool
+/// opens it); `restore` needs a matching `--identity`, and without one the data dir is not
+/// touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_backup_restores_only_with_its_identity() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let expected = source.sample_digest();
+    let dir = tempfile::tempdir().unwrap();
+    let (secret, public) = backup_storage::encryption::Identity::generate();
+    let (stranger, _) = backup_storage::encryption::Identity::generate();
+    let identity = dir.path().join("key.txt");
+    std::fs::write(&identity, secret).unwrap();
+    let wrong = dir.path().join("stranger.txt");
+    std::fs::write(&wrong, stranger).unwrap();
+    let recipients = dir.path().join("recipients.txt");
+    std::fs::write(&recipients, format!("{public}\n")).unwrap();
+    let object = dir.path().join("nightly/shop.xbstream.zst.age");
+    let url = format!("file://{}", object.display());
+
+    let a = source.backup_to(
+        &url,
+        &[
+            "--compress",
+            "zstd",
+            "--encrypt-to-file",
+            recipients.to_str().unwrap(),
+        ],
+    );
+    let manifest = run(&a, &[]).await.ok().json();
+    assert_eq!(manifest["encryption"]["recipients"][0], public.as_str());
+    let stored = std::fs::read(&object).unwrap();
+    assert!(stored.starts_with(b"age-encryption.org/v1\n"));
+    // The reference tool decrypts it: a zstd frame (compressed, then encrypted).
+    let decrypted = std::process::Command::new("age")
+        .args(["--decrypt", "-i", identity.to_str().unwrap()])
+        .arg(&object)
+        .output()
+        .unwrap();
+    assert!(decrypted.status.success());
+    assert!(decrypted.stdout.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]));
+
+    // Without a key, or with one that is no recipient: refused, the data dir untouched.
+    let target = tempfile::tempdir().unwrap();
+    let datadir = target.path().join("restored");
+    for (extra, message) in [
+        (vec![], "no identity was given"),
+        (
+            args(&["--identity", wrong.to_str().unwrap()]),
+            "not among its recipients",
+        ),
+    ] {
+        let mut a = restore_from(&url, &datadir, false);
+        a.extend(extra);
+        let refused = run(&a, &[]).await;
+        assert_eq!(refused.code, 1, "{}", refused.stderr);
+        assert!(refused.stderr.contains(message), "{}", refused.stderr);
+        assert!(!datadir.exists() || list_files(&datadir).is_empty());
+    }
+
+    let with_key = args(&["--identity", identity.to_str().unwrap()]);
+    assert_eq!(restore_and_digest(&url, &with_key, &[]).await, expected);
+
+    // One byte flipped in the middle: bad data (exit 3), nothing installed.
+    let mut bytes = stored.clone();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&object, &bytes).unwrap();
+    let mut a = restore_from(&url, &datadir, false);
+    a.extend(with_key);
+    let refused = run(&a, &[]).await;
+    assert_eq!(refused.code, 3, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("failed to decrypt"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!datadir.exists() || list_files(&datadir).is_empty());
+}

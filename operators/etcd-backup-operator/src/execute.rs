@@ -59,6 +59,7 @@ impl RunError {
             RunError::Secret(SecretError::Credentials(CredentialsError::CredentialSourcing {
                 ..
             })) => "CredentialSourcingRefused",
+            RunError::Secret(SecretError::Recipients { .. }) => "EncryptionKeysInvalid",
             RunError::Secret(_) => "SecretInvalid",
             RunError::NotOwned { .. } => "ObjectNotOwned",
             RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => storage_reason(e),
@@ -211,6 +212,7 @@ async fn save(
     connection.tls = resolved.tls;
     let mut options = SaveOptions::new(name);
     options.compression = plan.compression;
+    options.recipients = resolved.recipients;
     options.stall_timeout = plan.stall_timeout;
     options.deadline = plan.deadline;
     options.upload = UploadOptions {

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use backup_api::storage::LocalSource;
-use backup_api::{DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SpecError, StorageType};
+use backup_api::{
+    DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SecretKeyRef, SpecError, StorageType,
+};
 use etcd_snapshot::{Compression, ObjectName};
 
 use crate::schedule::{InvalidSchedule, Trigger};
@@ -47,6 +49,8 @@ pub struct BackupPlan {
     pub target: Target,
     pub client_tls_secret: Option<String>,
     pub compression: Compression,
+    /// The Secret key with the age recipients to encrypt to, when encryption is on.
+    pub recipients_secret: Option<SecretKeyRef>,
     pub stall_timeout: Duration,
     /// `timeoutInSecond`, a total deadline when set.
     pub deadline: Option<Duration>,
@@ -113,6 +117,10 @@ pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
             backup_api::Compression::None => Compression::None,
             backup_api::Compression::Zstd => Compression::Zstd,
         },
+        recipients_secret: spec
+            .encryption
+            .as_ref()
+            .map(|e| e.recipients_secret.clone()),
         stall_timeout: spec.stall_timeout().unwrap_or(DEFAULT_STALL_TIMEOUT),
         deadline: spec.timeout(),
         max_backups: spec.max_backups(),

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::S3Source;
 use backup_api::client_tls;
 use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, CA_SECRET_KEY};
+use backup_api::{S3Source, SecretKeyRef};
+use backup_storage::encryption::Recipients;
 use backup_storage::{S3Credentials, S3Options};
 use etcd_snapshot::TlsPem;
 use k8s_openapi::ByteString;
@@ -30,13 +31,21 @@ pub enum SecretError {
     Read { secret: String, message: String },
     #[error(transparent)]
     Credentials(#[from] CredentialsError),
+    #[error("Secret {secret:?} key {key:?} (encryption recipients): {message}")]
+    Recipients {
+        secret: String,
+        key: String,
+        message: String,
+    },
 }
 
-/// What a run needs besides the plan: S3 client options and etcd TLS material.
+/// What a run needs besides the plan: S3 client options, etcd TLS material and the public
+/// keys to encrypt to.
 #[derive(Debug, Clone)]
 pub struct Resolved {
     pub s3: S3Options,
     pub tls: Option<TlsPem>,
+    pub recipients: Option<Recipients>,
 }
 
 /// Reads the Secrets named by `plan` in `secrets`' namespace.
@@ -49,8 +58,30 @@ pub async fn resolve(
         Some(name) => Some(tls_pem(name, &read(secrets, name).await?)?),
         None => None,
     };
+    let recipients = match &plan.recipients_secret {
+        Some(key) => Some(recipients(key, &read(secrets, &key.name).await?)?),
+        None => None,
+    };
     let s3 = resolve_storage(secrets, plan, allow_ambient).await?;
-    Ok(Resolved { s3, tls })
+    Ok(Resolved {
+        s3,
+        tls,
+        recipients,
+    })
+}
+
+/// The age recipients under `key`: public keys, so they may be quoted in errors.
+pub fn recipients(key: &SecretKeyRef, data: &SecretData) -> Result<Recipients, SecretError> {
+    let invalid = |message: String| SecretError::Recipients {
+        secret: key.name.clone(),
+        key: key.key.clone(),
+        message,
+    };
+    let bytes = data
+        .get(&key.key)
+        .ok_or_else(|| invalid("the Secret has no such key".into()))?;
+    let text = std::str::from_utf8(&bytes.0).map_err(|_| invalid("not UTF-8 text".into()))?;
+    Recipients::parse(text, "the key").map_err(|e| invalid(e.to_string()))
 }
 
 /// Only the storage Secrets (what deleting backups needs; never etcd's TLS Secret, which may be
@@ -211,6 +242,32 @@ mod tests {
         assert_eq!(options.region.as_deref(), Some("garage"));
         // Debug output (logs) never shows the secret.
         assert!(!format!("{options:?}").contains("SUPERSECRET"));
+    }
+
+    #[test]
+    fn recipients_are_read_from_the_named_key_and_bad_ones_named() {
+        let key = SecretKeyRef {
+            name: "keys".into(),
+            key: "recipients".into(),
+        };
+        let (_, public) = backup_storage::encryption::Identity::generate();
+        let good = recipients(&key, &data(&[("recipients", &format!("{public}\n"))])).unwrap();
+        assert_eq!(good.public_keys(), vec![public]);
+        for (pairs, expected) in [
+            (&[("other", "x")][..], "has no such key"),
+            (
+                &[("recipients", "# none yet\n")][..],
+                "holds no age recipient",
+            ),
+            (
+                &[("recipients", "age1bogus\n")][..],
+                "line 1: not an age X25519 recipient",
+            ),
+        ] {
+            let err = recipients(&key, &data(pairs)).unwrap_err().to_string();
+            assert!(err.contains("Secret \"keys\" key \"recipients\""), "{err}");
+            assert!(err.contains(expected), "{err}");
+        }
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub fn succeeded(
             etcd_snapshot::Compression::None => Compression::None,
             etcd_snapshot::Compression::Zstd => Compression::Zstd,
         }),
+        encrypted_to: m
+            .encryption
+            .as_ref()
+            .map(|e| e.recipients.clone())
+            .unwrap_or_default(),
     });
     s.next_schedule_time = next.map(time);
     let message = match &outcome.pruned {

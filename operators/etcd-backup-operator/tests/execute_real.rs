@@ -50,6 +50,7 @@ fn resolved(plan: &BackupPlan, garage: &Garage) -> Resolved {
     Resolved {
         s3: secrets::s3_options(plan.s3().unwrap(), Some(("aws", &secret)), None, false).unwrap(),
         tls: None,
+        recipients: None,
     }
 }
 
@@ -208,6 +209,7 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         s3: secrets::s3_options(bad_key.s3().unwrap(), Some(("aws", &secret)), None, false)
             .unwrap(),
         tls: None,
+        recipients: None,
     };
     let err = run_backup(&bad_key, &location(&bad_key), resolved, UID)
         .await
@@ -239,6 +241,7 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
     let resolved = || Resolved {
         s3: Default::default(),
         tls: None,
+        recipients: None,
     };
     // Another EtcdBackup's file with the same base, and a stray file without a manifest.
     let dir = volume_dir.path().join("cluster-a");
@@ -405,6 +408,7 @@ async fn a_one_shot_never_overwrites_what_appeared_while_it_ran() {
     let resolved = Resolved {
         s3: Default::default(),
         tls: None,
+        recipients: None,
     };
     let run = tokio::spawn(async move { run_backup(&plan, &location, resolved, UID).await });
 
@@ -502,4 +506,44 @@ async fn the_deadline_covers_the_calls_before_the_snapshot() {
     let err = result.expect("the run ended by its deadline").unwrap_err();
     assert_eq!(err.reason(), "Timeout", "{err}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
+/// `spec.encryption`: the object is encrypted to the Secret's recipients; the operator holds
+/// only public keys, and the backup opens with the matching identity alone.
+#[tokio::test]
+async fn an_encrypted_backup_opens_only_with_its_identity() {
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    etcd.put("/hello", "world").await.unwrap();
+    let (secret, public) = backup_storage::encryption::Identity::generate();
+    let identity = backup_storage::encryption::Identity::parse(&secret, "identity").unwrap();
+    let mut plan = plan(&etcd, &garage, "etcd.backup", json!({}));
+    let key = backup_api::SecretKeyRef {
+        name: "backup-recipients".into(),
+        key: "recipients.txt".into(),
+    };
+    plan.recipients_secret = Some(key.clone());
+    let data = BTreeMap::from([(
+        "recipients.txt".to_string(),
+        ByteString(format!("# restore key\n{public}\n").into_bytes()),
+    )]);
+    let mut resolved = resolved(&plan, &garage);
+    resolved.recipients = Some(secrets::recipients(&key, &data).unwrap());
+    let outcome = run_backup(&plan, &location(&plan), resolved, UID)
+        .await
+        .unwrap();
+    let encryption = outcome.report.manifest.encryption.clone().unwrap();
+    assert_eq!(encryption.recipients, vec![public]);
+
+    let store = store(&garage).await;
+    let stored = store.get_small("etcd.backup").await.unwrap().unwrap();
+    assert!(stored.starts_with(b"age-encryption.org/v1\n"));
+    let err = etcd_snapshot::verify(&store, "etcd.backup", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no identity was given"), "{err}");
+    let verified = etcd_snapshot::verify(&store, "etcd.backup", Some(&identity))
+        .await
+        .unwrap();
+    assert!(verified.encrypted);
+    assert_eq!(verified.db_sha256, outcome.report.manifest.db_sha256);
 }

@@ -411,7 +411,7 @@ async fn resolve_source(
             let backups: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &ns);
             match backups.get_opt(&backup.name).await? {
                 None => return Ok(Err(format!("EtcdBackup {} not found in {ns}", backup.name))),
-                Some(b) => source::from_backup(&b),
+                Some(b) => source::from_backup(&restore.spec, &b),
             }
         }
         None => source::from_spec(&restore.spec),
@@ -420,11 +420,21 @@ async fn resolve_source(
         Ok(s) => s,
         Err(e) => return Ok(Err(e.to_string())),
     };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    // The identity is a private key: only its Secret's existence is checked (metadata), its
+    // data never reaches the operator; the fetch reads it from a mounted file.
+    if let Some(identity) = &source.identity
+        && secrets.get_metadata_opt(&identity.name).await?.is_none()
+    {
+        return Ok(Err(format!(
+            "Secret {} (spec.decryption.identitySecret) not found in {ns}",
+            identity.name
+        )));
+    }
     let Some(s3) = source.s3.as_mut() else {
         return Ok(Ok(source));
     };
     s3.ambient = ctx.allow_ambient_credentials;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let aws = match &s3.aws_secret {
         None => None,
         Some(name) => match secrets.get_opt(name).await? {

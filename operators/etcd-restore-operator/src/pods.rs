@@ -43,6 +43,8 @@ pub const SNAPSHOT_DIR: &str = "/var/etcd-restore";
 const HOSTNAME_TOPOLOGY: &str = "kubernetes.io/hostname";
 const AWS_DIR: &str = "/etc/etcd-restore/aws";
 const CA_DIR: &str = "/etc/etcd-restore/s3-ca";
+/// Where the fetch finds `spec.decryption`'s Secret (each key a file).
+const IDENTITY_DIR: &str = "/etc/etcd-restore/age";
 
 pub fn restore_pod_name(member: &str) -> String {
     format!("{member}-restore")
@@ -126,10 +128,18 @@ pub fn restore_pod(
     let (mut volumes, mut mounts) = source_volumes(source);
     volumes.push(json!({"name": "snapshot", "emptyDir": scratch_volume(restore)}));
     mounts.push(json!({"name": "snapshot", "mountPath": SNAPSHOT_DIR}));
+    let identity = source
+        .identity
+        .as_ref()
+        .map(|key| format!("{IDENTITY_DIR}/{}", key.key));
+    let mut fetch_args = vec!["fetch", source.url.as_str(), "--out", snapshot.as_str()];
+    if let Some(identity) = &identity {
+        fetch_args.extend(["--identity", identity.as_str()]);
+    }
     let fetch = json!({
         "name": "fetch",
         "image": image,
-        "args": tool_args(source, ["fetch", source.url.as_str(), "--out", snapshot.as_str()]),
+        "args": tool_args(source, fetch_args),
         "env": aws_env(source),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -210,6 +220,11 @@ fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
             volumes.push(json!({"name": "s3-ca", "secret": {"secretName": secret}}));
             mounts.push(json!({"name": "s3-ca", "mountPath": CA_DIR, "readOnly": true}));
         }
+    }
+    if let Some(identity) = &source.identity {
+        // Not world-readable: the pod's user reads it through the pod's fsGroup.
+        volumes.push(json!({"name": "age-identity", "secret": {"secretName": identity.name, "defaultMode": 0o440}}));
+        mounts.push(json!({"name": "age-identity", "mountPath": IDENTITY_DIR, "readOnly": true}));
     }
     if let Some(claim) = &source.claim {
         volumes.push(json!({"name": "backups", "persistentVolumeClaim": {"claimName": claim, "readOnly": true}}));
@@ -521,6 +536,41 @@ mod tests {
     }
 
     #[test]
+    fn an_encrypted_backup_is_fetched_with_the_identity_as_a_file_only() {
+        let mut restore = restore();
+        restore.spec.decryption = Some(backup_api::RestoreDecryption {
+            identity_secret: backup_api::SecretKeyRef {
+                name: "restore-key".into(),
+                key: "identity.txt".into(),
+            },
+        });
+        let pod = restore_pod_of(&restore);
+        let fetch = &pod["spec"]["initContainers"][0];
+        let args = fetch["args"].as_array().unwrap();
+        let at = args.iter().position(|a| a == "--identity").unwrap();
+        assert_eq!(args[at + 1], "/etc/etcd-restore/age/identity.txt");
+        let volume = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "age-identity")
+            .unwrap();
+        assert_eq!(volume["secret"]["secretName"], "restore-key");
+        assert_eq!(volume["secret"]["defaultMode"], 0o440);
+        assert!(
+            fetch["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["name"] == "age-identity" && m["mountPath"] == "/etc/etcd-restore/age")
+        );
+        // Only the fetch sees it: not the restore tool, and no env var anywhere.
+        let tool = &pod["spec"]["containers"][0];
+        assert!(!tool["volumeMounts"].to_string().contains("age-identity"));
+        assert!(!pod.to_string().contains("AGE-SECRET-KEY"));
+    }
+
+    #[test]
     fn the_fetch_runs_etcd_backup_with_the_secret_and_no_token() {
         let pod = restore_pod_of(&restore());
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "r-uid");
@@ -708,6 +758,7 @@ mod tests {
             url: "file:///var/lib/etcd-backup/b/etcd.db".into(),
             s3: None,
             claim: Some("backups".into()),
+            identity: None,
         };
         let (pod, _) = restore_pod(
             &restore(),

@@ -2,7 +2,7 @@
 //! newest verified backup of the EtcdBackup that `backupRef` names. Pure.
 
 use backup_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource, S3Source, StorageType};
-use backup_api::{EtcdBackup, EtcdRestoreSpec};
+use backup_api::{EtcdBackup, EtcdRestoreSpec, SecretKeyRef};
 use thiserror::Error;
 
 /// A snapshot location as the `etcd-backup` image's `fetch` takes it.
@@ -13,6 +13,9 @@ pub struct Source {
     pub s3: Option<S3Access>,
     /// The claim holding a `Local` backup, mounted read-only at `/var/lib/etcd-backup`.
     pub claim: Option<String>,
+    /// The Secret key with the age identity for an encrypted backup (`spec.decryption`),
+    /// mounted as a file into the fetch only.
+    pub identity: Option<SecretKeyRef>,
 }
 
 /// How to reach S3: the endpoint settings and the Secrets the pod mounts.
@@ -50,10 +53,25 @@ pub enum SourceError {
     NoBackupYet(String),
     #[error("EtcdBackup {name} recorded {url:?}, which is not an s3:// or file:// location")]
     BadRecordedUrl { name: String, url: String },
+    #[error(
+        "the newest backup of EtcdBackup {name} is encrypted (to {recipients}) and \
+         spec.decryption names no identity; nothing was touched"
+    )]
+    IdentityNeeded { name: String, recipients: String },
 }
 
 /// The snapshot named by the restore's own `s3`/`local` block.
 pub fn from_spec(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
+    let mut source = from_storage_blocks(spec)?;
+    source.identity = identity(spec);
+    Ok(source)
+}
+
+fn identity(spec: &EtcdRestoreSpec) -> Option<SecretKeyRef> {
+    spec.decryption.as_ref().map(|d| d.identity_secret.clone())
+}
+
+fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
     match spec.backup_storage_type {
         StorageType::S3 => {
             let s3 = spec.s3.as_ref().ok_or(SourceError::MissingBlock("s3"))?;
@@ -64,6 +82,7 @@ pub fn from_spec(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
                 url: format!("s3://{}/{}", path.bucket, path.key),
                 s3: Some(s3_access(s3)),
                 claim: None,
+                identity: None,
             })
         }
         StorageType::Local => {
@@ -78,15 +97,28 @@ pub fn from_spec(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
 }
 
 /// The newest verified backup of `backup` (its `status.lastBackup`), reached with the
-/// EtcdBackup's own storage settings and credentials.
-pub fn from_backup(backup: &EtcdBackup) -> Result<Source, SourceError> {
+/// EtcdBackup's own storage settings and credentials, decrypted with `spec`'s identity. A
+/// backup recorded as encrypted without an identity is refused here, before anything is done.
+pub fn from_backup(spec: &EtcdRestoreSpec, backup: &EtcdBackup) -> Result<Source, SourceError> {
     let name = backup.metadata.name.clone().unwrap_or_default();
-    let url = backup
+    let record = backup
         .status
         .as_ref()
         .and_then(|s| s.last_backup.as_ref())
-        .map(|b| b.object_key.clone())
         .ok_or_else(|| SourceError::NoBackupYet(name.clone()))?;
+    if !record.encrypted_to.is_empty() && spec.decryption.is_none() {
+        return Err(SourceError::IdentityNeeded {
+            name,
+            recipients: record.encrypted_to.join(", "),
+        });
+    }
+    let mut source = recorded_source(backup, &name, record.object_key.clone())?;
+    source.identity = identity(spec);
+    Ok(source)
+}
+
+fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Source, SourceError> {
+    let name = name.to_string();
     let bad = || SourceError::BadRecordedUrl {
         name: name.clone(),
         url: url.clone(),
@@ -101,6 +133,7 @@ pub fn from_backup(backup: &EtcdBackup) -> Result<Source, SourceError> {
             url: url.clone(),
             s3: Some(s3_access(s3)),
             claim: None,
+            identity: None,
         });
     }
     let path = url.strip_prefix("file://").ok_or_else(bad)?;
@@ -143,6 +176,7 @@ fn local_source(local: &LocalSource, path: &str) -> Result<Source, SourceError> 
         url: format!("file://{LOCAL_PVC_MOUNT_PATH}/{relative}"),
         s3: None,
         claim: Some(claim),
+        identity: None,
     })
 }
 
@@ -152,6 +186,11 @@ mod tests {
 
     fn restore(yaml: &str) -> EtcdRestoreSpec {
         serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    /// A restore of `backupRef: nightly` without decryption.
+    fn spec() -> EtcdRestoreSpec {
+        restore("etcdCluster: {name: c}\nbackupStorageType: S3\nbackupRef: {name: nightly}")
     }
 
     #[test]
@@ -207,7 +246,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            from_backup(&backup),
+            from_backup(&spec(), &backup),
             Err(SourceError::NoBackupYet("nightly".into()))
         );
         backup.status = Some(
@@ -216,7 +255,7 @@ mod tests {
             )
             .unwrap(),
         );
-        let source = from_backup(&backup).unwrap();
+        let source = from_backup(&spec(), &backup).unwrap();
         assert_eq!(
             source.url,
             "s3://bucket/etcd.backup_v42_2026-11-24-03:00:00"
@@ -239,8 +278,39 @@ mod tests {
             )
             .unwrap(),
         );
-        let source = from_backup(&local).unwrap();
+        let source = from_backup(&spec(), &local).unwrap();
         assert_eq!(source.url, "file:///var/lib/etcd-backup/snaps/etcd.db");
         assert_eq!(source.claim.as_deref(), Some("backups"));
+    }
+
+    #[test]
+    fn an_encrypted_backup_without_an_identity_is_refused_before_anything_is_done() {
+        let mut backup: EtcdBackup = serde_saphyr::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {name: nightly}\n\
+             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: S3,\n\
+               s3: {path: bucket/etcd.backup, awsSecret: aws}}\n\
+             status: {lastBackup: {objectKey: 's3://bucket/etcd.backup', encryptedTo: [age1abc]}}",
+        )
+        .unwrap();
+        let err = from_backup(&spec(), &backup).unwrap_err();
+        assert!(matches!(err, SourceError::IdentityNeeded { .. }));
+        assert!(err.to_string().contains("age1abc"), "{err}");
+        let with_key = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: S3\nbackupRef: {name: nightly}\n\
+             decryption: {identitySecret: {name: restore-key, key: identity.txt}}",
+        );
+        let source = from_backup(&with_key, &backup).unwrap();
+        assert_eq!(source.identity.unwrap().key, "identity.txt");
+        backup
+            .status
+            .as_mut()
+            .unwrap()
+            .last_backup
+            .as_mut()
+            .unwrap()
+            .encrypted_to
+            .clear();
+        assert!(from_backup(&spec(), &backup).unwrap().identity.is_none());
     }
 }

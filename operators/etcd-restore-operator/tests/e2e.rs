@@ -798,19 +798,29 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     });
     testbed::cluster::run_once(&pods, raw, 120).await;
 
-    // An S3 backup by the EtcdBackup operator, named by backupRef.
+    // An S3 backup by the EtcdBackup operator, named by backupRef, encrypted: the backup side
+    // holds only the public key, the restore gets the identity as a mounted file.
     let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
-    let secret: Secret = serde_json::from_value(garage.aws_secret("aws")).unwrap();
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    let (identity, recipient) = backup_storage::encryption::Identity::generate();
+    for secret in [
+        garage.aws_secret("aws"),
+        json!({"metadata": {"name": "backup-recipients"},
+               "stringData": {"recipients.txt": format!("# restore key\n{recipient}\n")}}),
+        json!({"metadata": {"name": "restore-key"}, "stringData": {"identity.txt": identity}}),
+    ] {
+        let secret: Secret = serde_json::from_value(secret).unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
     let backup: EtcdBackup = serde_json::from_value(json!({
         "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
         "metadata": {"name": "nightly"},
         "spec": {"etcdEndpoints": ["http://source-client:2379"], "storageType": "S3",
             "s3": {"path": format!("{}/copies/etcd.backup", garage.bucket), "awsSecret": "aws",
-                   "endpoint": garage.endpoint, "forcePathStyle": true}},
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "encryption": {"recipientsSecret": {"name": "backup-recipients", "key": "recipients.txt"}}},
     }))
     .unwrap();
     let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
@@ -819,9 +829,11 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         .await
         .unwrap();
     let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
-    wait_until(&backups, "nightly", "the backup", 120, succeeded)
+    let nightly = wait_until(&backups, "nightly", "the backup", 120, succeeded)
         .await
         .unwrap();
+    let record = nightly.status.unwrap().last_backup.unwrap();
+    assert_eq!(record.encrypted_to, vec![recipient.clone()]);
 
     // Two restores into clusters that do not exist yet.
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
@@ -852,7 +864,15 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         1,
         "3.7.3",
         json!({"backupStorageType": "S3", "backupRef": {"name": "nightly"},
-               "scratchMedium": "Memory"}),
+               "scratchMedium": "Memory",
+               "decryption": {"identitySecret": {"name": "restore-key", "key": "identity.txt"}}}),
+    );
+    // Without the identity, the encrypted backup is refused before anything is done.
+    let no_key = restore(
+        "copy-no-key",
+        1,
+        "3.7.3",
+        json!({"backupStorageType": "S3", "backupRef": {"name": "nightly"}}),
     );
     restores
         .create(&PostParams::default(), &local)
@@ -860,6 +880,10 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         .unwrap();
     restores
         .create(&PostParams::default(), &by_ref)
+        .await
+        .unwrap();
+    restores
+        .create(&PostParams::default(), &no_key)
         .await
         .unwrap();
 
@@ -918,6 +942,18 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         assert!(status.succeeded, "{name}: {status:?}");
         assert_eq!(keys_of(&kube, &ns, name).await, 300, "{name}");
     }
+    let refused = wait_until(&restores, "copy-no-key", "the refusal", 60, finished)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(!refused.succeeded && refused.plan.is_none(), "{refused:?}");
+    let reason = refused.reason.unwrap_or_default();
+    assert!(
+        reason.contains("spec.decryption names no identity"),
+        "{reason}"
+    );
+    assert!(clusters.get_opt("copy-no-key").await.unwrap().is_none());
     let local_status = restores
         .get_status("copy-local")
         .await
