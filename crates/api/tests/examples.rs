@@ -56,7 +56,7 @@ fn check_cel(kind: &str, doc: &Value, what: &str) {
     assert!(result.is_ok(), "{what}: CEL rules reject it: {result:?}");
 }
 
-/// The Secret formats coreos and this API define.
+/// The Secret formats coreos and this API define, and age recipients.
 fn check_secret(secret: &Secret, what: &str) {
     let keys: Vec<&str> = secret
         .string_data
@@ -77,10 +77,22 @@ fn check_secret(secret: &Secret, what: &str) {
         ],
         &[storage::CA_SECRET_KEY],
     ];
+    // `encryption.recipientsSecret`: one key holding age public keys (the key's name is the
+    // user's choice).
+    let age_recipients = || {
+        let values: Vec<&String> = secret.string_data.iter().flat_map(|m| m.values()).collect();
+        values.len() == 1
+            && values[0]
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .all(|l| l.starts_with("age1") && !l.contains(char::is_whitespace))
+    };
     assert!(
         formats
             .iter()
-            .any(|f| f.len() == keys.len() && f.iter().all(|k| keys.contains(k))),
+            .any(|f| f.len() == keys.len() && f.iter().all(|k| keys.contains(k)))
+            || age_recipients(),
         "{what}: keys {keys:?} match no known Secret format"
     );
 }

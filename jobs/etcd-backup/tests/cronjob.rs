@@ -78,7 +78,11 @@ async fn the_cronjob_example_saves_then_prunes_on_the_bed() {
     let (flags, env) = garage.cli_args();
 
     let (pod, service) = etcd_pod_and_service();
-    kube.apply(&[garage.aws_secret("aws"), service], &ns)
+    let (identity, recipient) = backup_storage::encryption::Identity::generate();
+    let recipients = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "etcd-backup-recipients"},
+        "stringData": {"recipients.txt": format!("{recipient}\n")}});
+    kube.apply(&[garage.aws_secret("aws"), recipients, service], &ns)
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
@@ -212,8 +216,16 @@ async fn the_cronjob_example_saves_then_prunes_on_the_bed() {
         revision >= latest,
         "{scheduled} is older than revision {latest}"
     );
+    // Encrypted to the Secret's recipient: it verifies whole with the identity only.
+    let keys = tempfile::tempdir().unwrap();
+    let identity_file = keys.path().join("restore-key.txt");
+    std::fs::write(&identity_file, identity).unwrap();
     let mut verify = vec!["verify", scheduled, "--output", "json"];
     verify.extend(strs(&flags));
+    let without_key = run(&verify, &env).await.ok().json();
+    assert_eq!(without_key["contentChecked"], false, "{without_key}");
+    verify.extend(["--identity", identity_file.to_str().unwrap()]);
     let verified = run(&verify, &env).await.ok().json();
     assert_eq!(verified["compression"], "zstd", "{verified}");
+    assert_eq!(verified["encrypted"], true, "{verified}");
 }
