@@ -72,6 +72,9 @@ pub enum StorageError {
     #[error("object too large: part {part} would exceed the S3 limit of 10,000 parts")]
     TooManyParts { part: i32 },
 
+    #[error("SSE-C key {source_name}: {reason}")]
+    SseCustomerKey { source_name: String, reason: String },
+
     #[error("custom CA bundle {path}: {message}")]
     CaBundle { path: PathBuf, message: String },
 

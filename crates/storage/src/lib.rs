@@ -61,5 +61,5 @@ pub async fn finish_aborts(limit: Duration) -> bool {
 
 pub use location::Location;
 pub use part_size::PartSizer;
-pub use s3::{S3Credentials, S3Options};
+pub use s3::{CustomerKey, S3Credentials, S3Options, ServerSideEncryption};
 pub use store::{Download, ObjectInfo, Precondition, Store, Upload, UploadOptions};

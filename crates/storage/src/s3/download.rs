@@ -20,11 +20,8 @@ pub struct S3Download {
 
 impl S3Download {
     pub(super) async fn start(store: S3Store, key: &str) -> Result<S3Download> {
-        let out = store
-            .client
-            .get_object()
-            .bucket(&store.bucket)
-            .key(key)
+        let request = store.client.get_object().bucket(&store.bucket).key(key);
+        let out = super::sse::sse_customer!(request, &store.sse)
             .send()
             .await
             .map_err(|e| store.classify(e, "GetObject", key))?;
@@ -103,6 +100,7 @@ impl S3Download {
         if let Some(etag) = &self.info.etag {
             request = request.if_match(etag);
         }
+        let request = super::sse::sse_customer!(request, &self.store.sse);
         let out = request.send().await.map_err(|e| {
             match self.store.classify(e, "GetObject", &self.info.key) {
                 // The If-Match above failed: the object was rewritten since the first read.

@@ -6,6 +6,7 @@
 mod checksum;
 mod download;
 mod error;
+pub(crate) mod sse;
 mod upload;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 pub use download::S3Download;
+pub use sse::{CustomerKey, ServerSideEncryption};
 pub use upload::S3Upload;
 
 use crate::{ObjectInfo, Result, StorageError, UploadOptions};
@@ -84,6 +86,8 @@ pub struct S3Options {
     pub max_attempts: u32,
     /// How long to keep trying to abort a failed multipart upload (the server may be restarting).
     pub abort_retry_window: Duration,
+    /// Server-side encryption asked of every write (and, for SSE-C, every read).
+    pub server_side_encryption: ServerSideEncryption,
 }
 
 impl Default for S3Options {
@@ -96,6 +100,7 @@ impl Default for S3Options {
             credentials: S3Credentials::DefaultChain,
             max_attempts: 5,
             abort_retry_window: Duration::from_secs(60),
+            server_side_encryption: ServerSideEncryption::default(),
         }
     }
 }
@@ -150,6 +155,7 @@ pub struct S3Store {
     checks: checksum::ServerChecks,
     /// TLS to the endpoint (AWS itself, or an `https://` endpoint).
     tls: bool,
+    sse: ServerSideEncryption,
 }
 
 impl fmt::Debug for S3Store {
@@ -251,6 +257,7 @@ impl S3Store {
             tls: sdk
                 .endpoint_url()
                 .is_none_or(|url| url.starts_with("https://")),
+            sse: options.server_side_encryption.clone(),
         })
     }
 
@@ -311,12 +318,14 @@ impl S3Store {
     }
 
     pub async fn put_small(&self, key: &str, body: Bytes, content_type: &str) -> Result<()> {
-        self.client
+        let request = self
+            .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
-            .body(ByteStream::from(body))
+            .body(ByteStream::from(body));
+        sse::sse_write!(request, &self.sse)
             .send()
             .await
             .map_err(|e| self.classify(e, "PutObject", key))?;
@@ -324,14 +333,8 @@ impl S3Store {
     }
 
     pub async fn get_small(&self, key: &str) -> Result<Option<Bytes>> {
-        let out = match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
+        let request = self.client.get_object().bucket(&self.bucket).key(key);
+        let out = match sse::sse_customer!(request, &self.sse).send().await {
             Ok(out) => out,
             Err(err) => {
                 return match self.classify(err, "GetObject", key) {
@@ -349,14 +352,8 @@ impl S3Store {
     }
 
     pub async fn head(&self, key: &str) -> Result<Option<ObjectInfo>> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
+        let request = self.client.head_object().bucket(&self.bucket).key(key);
+        match sse::sse_customer!(request, &self.sse).send().await {
             Ok(out) => Ok(Some(object_info(
                 key,
                 out.content_length(),

@@ -121,6 +121,7 @@ impl S3Upload {
             .set_metadata(Some(self.options.metadata.clone().into_iter().collect()))
             .set_content_type(self.options.content_type.clone())
             .checksum_algorithm(ChecksumAlgorithm::Crc32C);
+        let request = super::sse::sse_write!(request, &self.store.sse);
         let (created_tx, created_rx) = oneshot::channel();
         // Sent once the ID is kept in `self`, whose `Drop` aborts it from then on.
         let (kept_tx, kept_rx) = oneshot::channel::<()>();
@@ -277,6 +278,7 @@ impl S3Upload {
             .set_if_none_match(self.if_none_match())
             .set_if_match(self.if_match())
             .body(ByteStream::from(body));
+        let request = super::sse::sse_write!(request, &self.store.sse);
         let sent = if self.store.unsigned_payloads() {
             request.customize().disable_payload_signing().send().await
         } else {
@@ -309,7 +311,7 @@ impl S3Upload {
             .iter()
             .map(|p| p.checksum_crc32_c().and_then(checksum::decode))
             .collect();
-        let out = self
+        let request = self
             .store
             .client
             .complete_multipart_upload()
@@ -322,7 +324,8 @@ impl S3Upload {
                 CompletedMultipartUpload::builder()
                     .set_parts(Some(parts))
                     .build(),
-            )
+            );
+        let out = super::sse::sse_customer!(request, &self.store.sse)
             .send()
             .await
             .map_err(|e| self.store.classify(e, "CompleteMultipartUpload", &self.key))?;
@@ -441,6 +444,7 @@ async fn upload_part(
         .content_length(body.len() as i64)
         .checksum_crc32_c(&crc)
         .body(ByteStream::from(body));
+    let request = super::sse::sse_customer!(request, &store.sse);
     let sent = if store.unsigned_payloads() {
         request.customize().disable_payload_signing().send().await
     } else {

@@ -7,7 +7,10 @@
 //!   (b) `etcdctl snapshot save FILE && aws s3 cp FILE s3://...` (today's two-step way),
 //!   (c) `etcdctl snapshot save FILE` alone,
 //!   (d) `aws s3 cp FILE s3://...` alone,
-//! then (a) again on a small database, to show that memory does not grow with snapshot size.
+//! and, for encryption (age), the same save encrypted (e), and `etcd-backup fetch` of the plain
+//! (f) and the encrypted (g) object: encrypted against plain, same run;
+//! then (a), (e) and (g) again on a small database, to show that memory does not grow with
+//! snapshot size.
 //!
 //! `--etcd-tls` runs etcd over TLS with client certificates (as a Kubernetes control plane
 //! does); `--hold` fills etcd, prints the command of (a) with its environment and keeps the
@@ -247,6 +250,47 @@ async fn main() -> Result<()> {
         &env,
         &servers,
     )?;
+    // Encryption (age), in the same run: save and fetch, plain against encrypted.
+    let keys = Keys::generate(work.path())?;
+    let e = measure(
+        "(e) etcd-backup save, encrypted",
+        &format!(
+            "{} --encrypt-to {}",
+            save_script(&etcd_backup, &garage, &s3, &etcd, "bench/encrypted"),
+            keys.recipient
+        ),
+        &env,
+        &servers,
+    )?;
+    let fetched = work.path().join("fetched.db");
+    let f = measure(
+        "(f) etcd-backup fetch",
+        &fetch_script(
+            &etcd_backup,
+            &garage,
+            &s3,
+            "bench/etcd-backup",
+            &fetched,
+            None,
+        ),
+        &env,
+        &servers,
+    )?;
+    std::fs::remove_file(&fetched)?;
+    let g = measure(
+        "(g) etcd-backup fetch, encrypted",
+        &fetch_script(
+            &etcd_backup,
+            &garage,
+            &s3,
+            "bench/encrypted",
+            &fetched,
+            Some(&keys),
+        ),
+        &env,
+        &servers,
+    )?;
+    std::fs::remove_file(&fetched)?;
     drop(etcd);
 
     eprintln!("measuring (a) on a {} MiB database ...", args.small_mib);
@@ -262,6 +306,30 @@ async fn main() -> Result<()> {
         ),
         &env,
         &[small.pid(), garage_pid, std::process::id()],
+    )?;
+    let small_servers = [small.pid(), garage_pid, std::process::id()];
+    let e_small = measure(
+        "(e) encrypted save, small db",
+        &format!(
+            "{} --encrypt-to {}",
+            save_script(&etcd_backup, &garage, &s3, &small, "bench/encrypted-small"),
+            keys.recipient
+        ),
+        &env,
+        &small_servers,
+    )?;
+    let g_small = measure(
+        "(g) encrypted fetch, small db",
+        &fetch_script(
+            &etcd_backup,
+            &garage,
+            &s3,
+            "bench/encrypted-small",
+            &fetched,
+            Some(&keys),
+        ),
+        &env,
+        &small_servers,
     )?;
 
     println!(
@@ -284,10 +352,12 @@ async fn main() -> Result<()> {
             m.server_cpu_seconds
         )
     };
-    for m in [&a, &b, &c, &d] {
+    for m in [&a, &b, &c, &d, &e, &f, &g] {
         row(m, db_size);
     }
-    row(&a_small, small_size);
+    for m in [&a_small, &e_small, &g_small] {
+        row(m, small_size);
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let client = |m: &Measured| m.user_seconds + m.system_seconds;
     let busy = |m: &Measured| client(m) + m.server_cpu_seconds;
@@ -330,5 +400,70 @@ async fn main() -> Result<()> {
         a.peak_rss_mib / a_small.peak_rss_mib,
         a.peak_rss_mib
     );
+    println!("\nencryption (age), against the same way unencrypted (target in brackets):");
+    for (label, plain, encrypted, small) in
+        [("save", &a, &e, &e_small), ("fetch", &f, &g, &g_small)]
+    {
+        println!(
+            "  {label}: time {:.2} [<= 1.10]; client CPU-s/GiB added {:.2} ({:.2} -> {:.2}); \
+             RSS big / small {:.2} [<= 1.10; {:.1} MiB]",
+            encrypted.seconds / plain.seconds,
+            (client(encrypted) - client(plain)) / gib,
+            client(plain) / gib,
+            client(encrypted) / gib,
+            encrypted.peak_rss_mib / small.peak_rss_mib,
+            encrypted.peak_rss_mib
+        );
+    }
     Ok(())
+}
+
+/// An age key pair made by the reference tool (`age-keygen`).
+struct Keys {
+    identity: PathBuf,
+    recipient: String,
+}
+
+impl Keys {
+    fn generate(dir: &Path) -> Result<Keys> {
+        let identity = dir.join("restore-key.txt");
+        let made = Command::new("age-keygen")
+            .arg("-o")
+            .arg(&identity)
+            .output()
+            .context("cannot run age-keygen (apt install age)")?;
+        if !made.status.success() {
+            bail!("age-keygen: {}", String::from_utf8_lossy(&made.stderr));
+        }
+        let public = Command::new("age-keygen")
+            .arg("-y")
+            .arg(&identity)
+            .output()?;
+        Ok(Keys {
+            identity,
+            recipient: String::from_utf8(public.stdout)?.trim().to_string(),
+        })
+    }
+}
+
+fn fetch_script(
+    etcd_backup: &Path,
+    garage: &Garage,
+    s3: &S3Front,
+    key: &str,
+    out: &Path,
+    keys: Option<&Keys>,
+) -> String {
+    let identity = keys.map_or(String::new(), |k| {
+        format!(" --identity {}", k.identity.display())
+    });
+    format!(
+        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style fetch s3://{}/{key} --out {}{identity} >/dev/null",
+        etcd_backup.display(),
+        s3.endpoint,
+        s3.tls.ca_cert.display(),
+        garage.region,
+        garage.bucket,
+        out.display()
+    )
 }
