@@ -30,7 +30,8 @@ pub use restore::{
     OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium, VerifiedSnapshot,
 };
 pub use storage::{
-    AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3Source, StorageType,
+    AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3ServerSideEncryption,
+    S3Source, SseMode, StorageType,
 };
 
 /// API group of all three kinds.

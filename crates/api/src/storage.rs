@@ -108,6 +108,45 @@ pub struct S3Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub ca_secret: Option<String>,
+    /// S3 server-side encryption, for policies that demand it (default: the bucket's own).
+    /// It protects the data at rest on the server only: `spec.encryption` (age) is what keeps
+    /// a leaked bucket unreadable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_side_encryption: Option<S3ServerSideEncryption>,
+}
+
+/// `s3.serverSideEncryption`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(
+    validation = Rule::new("self.mode == 'SSE-C' ? has(self.customerKeySecret) : !has(self.customerKeySecret)")
+        .message("customerKeySecret is required with mode SSE-C and only then"),
+    validation = Rule::new("!has(self.kmsKeyId) || self.mode == 'aws:kms'")
+        .message("kmsKeyId needs mode aws:kms")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct S3ServerSideEncryption {
+    /// `AES256` (SSE-S3), `aws:kms` (SSE-KMS) or `SSE-C` (a key of yours, sent with every
+    /// request that writes or reads the objects).
+    pub mode: SseMode,
+    /// The KMS key for `aws:kms` (default: the account's S3 KMS key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub kms_key_id: Option<String>,
+    /// For `SSE-C`: the Secret key holding the 256-bit key (32 raw bytes, or their base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_key_secret: Option<crate::encryption::SecretKeyRef>,
+}
+
+/// The S3 server-side encryption modes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SseMode {
+    #[default]
+    #[serde(rename = "AES256")]
+    Aes256,
+    #[serde(rename = "aws:kms")]
+    AwsKms,
+    #[serde(rename = "SSE-C")]
+    SseC,
 }
 
 impl S3Source {

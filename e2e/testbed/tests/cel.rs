@@ -109,6 +109,44 @@ fn cases() -> Vec<Case> {
         broken: backup("Local", Some(local("etcd/etcd.backup"))),
     });
 
+    // s3.serverSideEncryption, on both kinds.
+    let sse = |sse: Value| {
+        let mut block = s3();
+        block.1["serverSideEncryption"] = sse;
+        block
+    };
+    let key = json!({"name": "sse-c-key", "key": "key"});
+    for (message, valid, broken) in [
+        (
+            "customerKeySecret is required with mode SSE-C and only then",
+            json!({"mode": "SSE-C", "customerKeySecret": key}),
+            json!({"mode": "SSE-C"}),
+        ),
+        (
+            "customerKeySecret is required with mode SSE-C and only then",
+            json!({"mode": "AES256"}),
+            json!({"mode": "AES256", "customerKeySecret": key}),
+        ),
+        (
+            "kmsKeyId needs mode aws:kms",
+            json!({"mode": "aws:kms", "kmsKeyId": "backup-key"}),
+            json!({"mode": "AES256", "kmsKeyId": "backup-key"}),
+        ),
+    ] {
+        cases.push(Case {
+            message,
+            kind: "EtcdBackup",
+            valid: backup("S3", Some(sse(valid.clone()))),
+            broken: backup("S3", Some(sse(broken.clone()))),
+        });
+        cases.push(Case {
+            message,
+            kind: "EtcdRestore",
+            valid: restore("r", "S3", Some(sse(valid))),
+            broken: restore("r", "S3", Some(sse(broken))),
+        });
+    }
+
     let static_tls = |operator: bool| {
         let mut tls = json!({"member": {"peerSecret": "peer", "serverSecret": "server"}});
         if operator {

@@ -59,7 +59,8 @@ impl RunError {
             RunError::Secret(SecretError::Credentials(CredentialsError::CredentialSourcing {
                 ..
             })) => "CredentialSourcingRefused",
-            RunError::Secret(SecretError::Recipients { .. }) => "EncryptionKeysInvalid",
+            RunError::Secret(SecretError::Recipients { .. })
+            | RunError::Secret(SecretError::SseCustomerKey { .. }) => "EncryptionKeysInvalid",
             RunError::Secret(_) => "SecretInvalid",
             RunError::NotOwned { .. } => "ObjectNotOwned",
             RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => storage_reason(e),

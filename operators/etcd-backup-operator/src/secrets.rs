@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use backup_api::client_tls;
 use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, CA_SECRET_KEY};
-use backup_api::{S3Source, SecretKeyRef};
+use backup_api::{S3Source, SecretKeyRef, SseMode};
 use backup_storage::encryption::Recipients;
-use backup_storage::{S3Credentials, S3Options};
+use backup_storage::{CustomerKey, S3Credentials, S3Options, ServerSideEncryption};
 use etcd_snapshot::TlsPem;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -31,6 +31,12 @@ pub enum SecretError {
     Read { secret: String, message: String },
     #[error(transparent)]
     Credentials(#[from] CredentialsError),
+    #[error("Secret {secret:?} key {key:?} (SSE-C key): {message}")]
+    SseCustomerKey {
+        secret: String,
+        key: String,
+        message: String,
+    },
     #[error("Secret {secret:?} key {key:?} (encryption recipients): {message}")]
     Recipients {
         secret: String,
@@ -103,12 +109,57 @@ pub async fn resolve_storage(
         Some(name) => Some((name, read(secrets, name).await?)),
         None => None,
     };
-    s3_options(
+    let customer_key = match customer_key_ref(s3) {
+        Some(key) => Some(read(secrets, &key.name).await?),
+        None => None,
+    };
+    let mut options = s3_options(
         s3,
         aws.as_ref().map(|(n, d)| (*n, d)),
         ca.as_ref().map(|(n, d)| (*n, d)),
         allow_ambient,
-    )
+    )?;
+    options.server_side_encryption = server_side_encryption(s3, customer_key.as_ref())?;
+    Ok(options)
+}
+
+fn customer_key_ref(s3: &S3Source) -> Option<&SecretKeyRef> {
+    s3.server_side_encryption
+        .as_ref()
+        .and_then(|sse| sse.customer_key_secret.as_ref())
+}
+
+/// `s3.serverSideEncryption`, with the SSE-C key read from `customer_key` (the data of the
+/// Secret it names). The key is never quoted.
+pub fn server_side_encryption(
+    s3: &S3Source,
+    customer_key: Option<&SecretData>,
+) -> Result<ServerSideEncryption, SecretError> {
+    let Some(sse) = &s3.server_side_encryption else {
+        return Ok(ServerSideEncryption::BucketDefault);
+    };
+    Ok(match sse.mode {
+        SseMode::Aes256 => ServerSideEncryption::S3Managed,
+        SseMode::AwsKms => ServerSideEncryption::Kms {
+            key_id: sse.kms_key_id.clone(),
+        },
+        SseMode::SseC => {
+            let key = customer_key_ref(s3).ok_or_else(|| SecretError::SseCustomerKey {
+                secret: String::new(),
+                key: String::new(),
+                message: "mode SSE-C needs customerKeySecret".into(),
+            })?;
+            let invalid = |message: String| SecretError::SseCustomerKey {
+                secret: key.name.clone(),
+                key: key.key.clone(),
+                message,
+            };
+            let bytes = customer_key
+                .and_then(|data| data.get(&key.key))
+                .ok_or_else(|| invalid("the Secret has no such key".into()))?;
+            ServerSideEncryption::Customer(CustomerKey::from_file_bytes(&bytes.0).map_err(invalid)?)
+        }
+    })
 }
 
 async fn read(secrets: &Api<Secret>, name: &str) -> Result<SecretData, SecretError> {
@@ -242,6 +293,44 @@ mod tests {
         assert_eq!(options.region.as_deref(), Some("garage"));
         // Debug output (logs) never shows the secret.
         assert!(!format!("{options:?}").contains("SUPERSECRET"));
+    }
+
+    #[test]
+    fn server_side_encryption_comes_from_the_spec_and_its_secret() {
+        let s3 = |sse: &str| -> S3Source {
+            serde_saphyr::from_str(&format!("{{path: b/k, serverSideEncryption: {sse}}}")).unwrap()
+        };
+        assert_eq!(
+            server_side_encryption(&S3Source::default(), None).unwrap(),
+            ServerSideEncryption::BucketDefault
+        );
+        assert_eq!(
+            server_side_encryption(&s3("{mode: AES256}"), None).unwrap(),
+            ServerSideEncryption::S3Managed
+        );
+        assert_eq!(
+            server_side_encryption(&s3("{mode: 'aws:kms', kmsKeyId: k1}"), None).unwrap(),
+            ServerSideEncryption::Kms {
+                key_id: Some("k1".into())
+            }
+        );
+        let sse_c = s3("{mode: SSE-C, customerKeySecret: {name: sse, key: key}}");
+        let key = BTreeMap::from([("key".to_string(), ByteString(vec![5; 32]))]);
+        assert!(matches!(
+            server_side_encryption(&sse_c, Some(&key)).unwrap(),
+            ServerSideEncryption::Customer(_)
+        ));
+        for data in [
+            BTreeMap::new(),
+            BTreeMap::from([("key".to_string(), ByteString(vec![5; 31]))]),
+        ] {
+            let err = server_side_encryption(&sse_c, Some(&data)).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("Secret \"sse\" key \"key\" (SSE-C key)"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -547,3 +547,44 @@ async fn an_encrypted_backup_opens_only_with_its_identity() {
     assert!(verified.encrypted);
     assert_eq!(verified.db_sha256, outcome.report.manifest.db_sha256);
 }
+
+/// `s3.serverSideEncryption` SSE-C: the run writes the object and its manifest with the
+/// Secret's key; S3 serves them only with it.
+#[tokio::test]
+async fn an_sse_c_backup_is_written_with_the_secrets_key() {
+    let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
+    etcd.put("/hello", "world").await.unwrap();
+    let spec: EtcdBackupSpec = serde_json::from_value(json!({
+        "etcdEndpoints": [etcd.endpoint],
+        "storageType": "S3",
+        "s3": {"path": format!("{}/etcd.backup", garage.bucket), "awsSecret": "aws",
+               "endpoint": garage.endpoint, "forcePathStyle": true,
+               "serverSideEncryption": {"mode": "SSE-C",
+                   "customerKeySecret": {"name": "sse-c", "key": "key"}}}
+    }))
+    .unwrap();
+    let plan = plan::build(&spec).unwrap();
+    let key = BTreeMap::from([("key".to_string(), ByteString(vec![3; 32]))]);
+    let mut resolved = resolved(&plan, &garage);
+    resolved.s3.server_side_encryption =
+        secrets::server_side_encryption(plan.s3().unwrap(), Some(&key)).unwrap();
+    let with_key = resolved.s3.clone();
+    run_backup(&plan, &location(&plan), resolved, UID)
+        .await
+        .unwrap();
+
+    let location = location(&plan);
+    let plain = store(&garage).await;
+    assert!(
+        etcd_snapshot::verify(&plain, "etcd.backup", None)
+            .await
+            .is_err()
+    );
+    let keyed = backup_storage::Store::open(&location, &with_key)
+        .await
+        .unwrap();
+    let verified = etcd_snapshot::verify(&keyed, "etcd.backup", None)
+        .await
+        .unwrap();
+    assert!(verified.manifest.is_some());
+}

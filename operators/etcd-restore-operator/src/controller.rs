@@ -447,6 +447,19 @@ async fn resolve_source(
             return Ok(Err(format!("Secret {secret} not found in {ns}")));
         }
     }
+    // Like the identity, the SSE-C key is only mounted: its data never reaches the operator.
+    let sse_c = s3
+        .server_side_encryption
+        .as_ref()
+        .and_then(|sse| sse.customer_key_secret.as_ref());
+    if let Some(key) = sse_c
+        && secrets.get_metadata_opt(&key.name).await?.is_none()
+    {
+        return Ok(Err(format!(
+            "Secret {} (s3.serverSideEncryption.customerKeySecret) not found in {ns}",
+            key.name
+        )));
+    }
     // The backup operator's rules for what a tenant's object may read S3 with.
     let text = |data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str| {
         data.get(key)

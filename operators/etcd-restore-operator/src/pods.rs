@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
-use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium};
+use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium, SseMode};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
@@ -45,6 +45,8 @@ const AWS_DIR: &str = "/etc/etcd-restore/aws";
 const CA_DIR: &str = "/etc/etcd-restore/s3-ca";
 /// Where the fetch finds `spec.decryption`'s Secret (each key a file).
 const IDENTITY_DIR: &str = "/etc/etcd-restore/age";
+/// Where the fetch finds the SSE-C key's Secret.
+const SSE_C_DIR: &str = "/etc/etcd-restore/sse-c";
 
 pub fn restore_pod_name(member: &str) -> String {
     format!("{member}-restore")
@@ -185,6 +187,17 @@ fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>) ->
         if s3.ca_secret.is_some() {
             args.extend(["--s3-ca-file".into(), format!("{CA_DIR}/ca.crt")]);
         }
+        if let Some(sse) = &s3.server_side_encryption {
+            match (sse.mode, &sse.customer_key_secret) {
+                (SseMode::SseC, Some(key)) => args.extend([
+                    "--s3-sse-c-key-file".into(),
+                    format!("{SSE_C_DIR}/{}", key.key),
+                ]),
+                // Reads need nothing for the server-managed modes (nor an SSE-C mode without
+                // its key, which the CRD refuses).
+                _ => {}
+            }
+        }
     }
     args.extend(command.into_iter().map(str::to_string));
     args
@@ -219,6 +232,16 @@ fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
         if let Some(secret) = &s3.ca_secret {
             volumes.push(json!({"name": "s3-ca", "secret": {"secretName": secret}}));
             mounts.push(json!({"name": "s3-ca", "mountPath": CA_DIR, "readOnly": true}));
+        }
+        if let Some(key) = s3
+            .server_side_encryption
+            .as_ref()
+            .and_then(|sse| sse.customer_key_secret.as_ref())
+        {
+            volumes.push(
+                json!({"name": "sse-c", "secret": {"secretName": key.name, "defaultMode": 0o440}}),
+            );
+            mounts.push(json!({"name": "sse-c", "mountPath": SSE_C_DIR, "readOnly": true}));
         }
     }
     if let Some(identity) = &source.identity {
@@ -533,6 +556,35 @@ mod tests {
             &[],
         );
         yaml(&pod)
+    }
+
+    #[test]
+    fn an_sse_c_backup_is_fetched_with_its_key_as_a_file() {
+        let mut restore = restore();
+        restore.spec.s3.as_mut().unwrap().server_side_encryption = Some(
+            serde_saphyr::from_str("{mode: SSE-C, customerKeySecret: {name: sse, key: key.b64}}")
+                .unwrap(),
+        );
+        let pod = restore_pod_of(&restore);
+        let fetch = &pod["spec"]["initContainers"][0];
+        let args = fetch["args"].as_array().unwrap();
+        let at = args
+            .iter()
+            .position(|a| a == "--s3-sse-c-key-file")
+            .unwrap();
+        assert_eq!(args[at + 1], "/etc/etcd-restore/sse-c/key.b64");
+        let volume = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "sse-c")
+            .unwrap();
+        assert_eq!(volume["secret"]["secretName"], "sse");
+        assert!(
+            fetch["volumeMounts"]
+                .to_string()
+                .contains("/etc/etcd-restore/sse-c")
+        );
     }
 
     #[test]

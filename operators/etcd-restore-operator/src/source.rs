@@ -1,7 +1,9 @@
 //! Where the snapshot is and how a pod reaches it: the EtcdRestore's `s3`/`local` block, or the
 //! newest verified backup of the EtcdBackup that `backupRef` names. Pure.
 
-use backup_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource, S3Source, StorageType};
+use backup_api::storage::{
+    LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source, StorageType,
+};
 use backup_api::{EtcdBackup, EtcdRestoreSpec, SecretKeyRef};
 use thiserror::Error;
 
@@ -28,6 +30,8 @@ pub struct S3Access {
     pub aws_secret: Option<String>,
     /// Secret with a CA bundle under `ca.crt`.
     pub ca_secret: Option<String>,
+    /// `s3.serverSideEncryption` (for SSE-C the fetch mounts the key's Secret).
+    pub server_side_encryption: Option<S3ServerSideEncryption>,
     /// The operator was started with `--allow-ambient-credentials`: the pod may use the
     /// node's identity (instance metadata) where the Secret has no keys. Off, the pod is told
     /// not to ask the instance metadata service at all.
@@ -157,6 +161,7 @@ fn s3_access(s3: &S3Source) -> S3Access {
         region: s3.region.clone().filter(|r| !r.is_empty()),
         aws_secret: s3.aws_secret().map(str::to_string),
         ca_secret: s3.ca_secret.clone().filter(|s| !s.is_empty()),
+        server_side_encryption: s3.server_side_encryption.clone(),
         // Set by the controller from its flag.
         ambient: false,
     }
