@@ -62,7 +62,7 @@ pub struct BackupPlan {
 #[derive(Debug, Clone)]
 pub enum Target {
     S3 {
-        source: S3Source,
+        source: Box<S3Source>,
         location: S3Path,
     },
     /// A file on the volume mounted in the operator pod; resolved per run by
@@ -98,7 +98,7 @@ pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
     let target = match (spec.storage_type, &spec.s3, &spec.local) {
         (StorageType::S3, Some(s3), _) => Target::S3 {
             location: s3.location().map_err(SpecError::from)?,
-            source: s3.clone(),
+            source: Box::new(s3.clone()),
         },
         (StorageType::Local, _, Some(local)) => Target::Local(local.clone()),
         (other, _, _) => return Err(InvalidSpec::UnsupportedStorage(other)),

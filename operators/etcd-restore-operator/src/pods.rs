@@ -187,16 +187,14 @@ fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>) ->
         if s3.ca_secret.is_some() {
             args.extend(["--s3-ca-file".into(), format!("{CA_DIR}/ca.crt")]);
         }
-        if let Some(sse) = &s3.server_side_encryption {
-            match (sse.mode, &sse.customer_key_secret) {
-                (SseMode::SseC, Some(key)) => args.extend([
-                    "--s3-sse-c-key-file".into(),
-                    format!("{SSE_C_DIR}/{}", key.key),
-                ]),
-                // Reads need nothing for the server-managed modes (nor an SSE-C mode without
-                // its key, which the CRD refuses).
-                _ => {}
-            }
+        // Reads need nothing for the server-managed modes; SSE-C needs its key on each.
+        if let Some(sse) = &s3.server_side_encryption
+            && let (SseMode::SseC, Some(key)) = (sse.mode, &sse.customer_key_secret)
+        {
+            args.extend([
+                "--s3-sse-c-key-file".into(),
+                format!("{SSE_C_DIR}/{}", key.key),
+            ]);
         }
     }
     args.extend(command.into_iter().map(str::to_string));
