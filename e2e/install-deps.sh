@@ -63,6 +63,14 @@ if [[ ! -x $promtool ]]; then
   installed+=(promtool)
 fi
 
+# rustfmt and clippy: e2e/test.sh fails on unformatted code and on clippy warnings first.
+for component in rustfmt clippy; do
+  if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+    rustup component add "$component"
+    installed+=("$component")
+  fi
+done
+
 command -v go >/dev/null || echo "install-deps: no go command on PATH; e2e/cluster/build.sh needs Go 1.26 or later" >&2
 
 echo "install-deps: ${installed[*]:-nothing to install}"
