@@ -44,6 +44,9 @@ pub struct Ingest {
     parser: Parser,
     encoder: LayerEncoder,
     sha: Sha256,
+    /// The plaintext's sha256, for encrypted backups only: there the stored hash says nothing
+    /// about the stream a restore extracts.
+    plain_sha: Option<Sha256>,
     upload: Upload,
     compression: Compression,
     encryption: Option<Encryption>,
@@ -57,6 +60,7 @@ pub struct Finished {
     pub summary: StreamSummary,
     pub metadata: BackupMetadata,
     sha: String,
+    plain_sha: Option<String>,
     compression: Compression,
     encryption: Option<Encryption>,
     started: Instant,
@@ -76,6 +80,7 @@ impl Ingest {
             parser: Parser::new(),
             encoder,
             sha: Sha256::new(),
+            plain_sha: options.recipients.is_some().then(Sha256::new),
             upload,
             compression: options.compression,
             encryption: options.recipients.as_ref().map(Encryption::age),
@@ -87,6 +92,9 @@ impl Ingest {
     /// On error the caller must [`Ingest::abort`] (a failed storage write has aborted already).
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
         self.parser.feed(data)?;
+        if let Some(plain) = self.plain_sha.as_mut() {
+            plain.update(data);
+        }
         let out = self.encoder.encode(data)?;
         if !out.is_empty() {
             self.sha.update(out);
@@ -106,6 +114,7 @@ impl Ingest {
             parser,
             encoder,
             mut sha,
+            plain_sha,
             mut upload,
             compression,
             encryption,
@@ -146,6 +155,7 @@ impl Ingest {
             metadata: BackupMetadata::from_files(&summary.metadata),
             summary,
             sha: hex::encode(sha.finalize()),
+            plain_sha: plain_sha.map(|s| hex::encode(s.finalize())),
             compression,
             encryption,
             started,
@@ -188,6 +198,7 @@ impl Finished {
             compression: self.compression,
             encryption: self.encryption,
             stream_bytes: self.summary.stream_bytes,
+            stream_sha256: self.plain_sha,
             payload_bytes: self.summary.payload_bytes,
             file_count: self.summary.files,
             tool_family: family,

@@ -29,6 +29,9 @@ pub struct Manifest {
     pub encryption: Option<Encryption>,
     /// The xbstream as the tool wrote it (the plaintext).
     pub stream_bytes: u64,
+    /// Its sha256, recorded for encrypted backups (restore checks it after decrypting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_sha256: Option<String>,
     pub payload_bytes: u64,
     pub file_count: u64,
     pub tool_family: Family,

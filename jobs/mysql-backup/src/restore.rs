@@ -207,6 +207,10 @@ async fn stream_into(
 ) -> Result<()> {
     // Stored bytes that are the plaintext itself are hashed here; the reader hashes the others.
     let mut plain_sha: Option<Sha256> = None;
+    // An encrypted backup's manifest also records the plaintext's hash.
+    let mut stream_sha = manifest
+        .and_then(|m| m.stream_sha256.as_ref())
+        .map(|_| Sha256::new());
     loop {
         let piece = match reader.next_piece().await {
             Ok(Some(piece)) => piece,
@@ -220,6 +224,9 @@ async fn stream_into(
             plain_sha = Some(Sha256::new());
         }
         if let Some(sha) = plain_sha.as_mut() {
+            sha.update(&piece);
+        }
+        if let Some(sha) = stream_sha.as_mut() {
             sha.update(&piece);
         }
         extraction.write(&piece).await.map_err(|e| match e {
@@ -239,6 +246,15 @@ async fn stream_into(
             "sha256 {digest} does not match the manifest's {}",
             m.stored_sha256
         )));
+    }
+    if let (Some(m), Some(sha)) = (manifest, stream_sha) {
+        let digest = hex::encode(sha.finalize());
+        if m.stream_sha256.as_deref() != Some(digest.as_str()) {
+            return Err(corrupted(format!(
+                "the decrypted stream's sha256 {digest} does not match the manifest's {:?}",
+                m.stream_sha256
+            )));
+        }
     }
     Ok(())
 }

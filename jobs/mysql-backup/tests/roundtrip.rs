@@ -162,6 +162,25 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
     let with_key = args(&["--identity", identity.to_str().unwrap()]);
     assert_eq!(restore_and_digest(&url, &with_key, &[]).await, expected);
 
+    // The manifest records the plaintext's hash too, and restore checks it after decrypting.
+    assert_eq!(manifest["streamSha256"].as_str().unwrap().len(), 64);
+    let manifest_path = format!("{}.manifest.json", object.display());
+    let recorded = std::fs::read_to_string(&manifest_path).unwrap();
+    let other = "0".repeat(64);
+    let wrong = recorded.replace(manifest["streamSha256"].as_str().unwrap(), &other);
+    std::fs::write(&manifest_path, wrong).unwrap();
+    let mut a = restore_from(&url, &datadir, false);
+    a.extend(with_key.clone());
+    let refused = run(&a, &[]).await;
+    assert_eq!(refused.code, 3, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("decrypted stream"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!datadir.exists() || list_files(&datadir).is_empty());
+    std::fs::write(&manifest_path, recorded).unwrap();
+
     // One byte flipped in the middle: bad data (exit 3), nothing installed.
     let mut bytes = stored.clone();
     let middle = bytes.len() / 2;
