@@ -168,10 +168,10 @@ fn rules(crd: &CustomResourceDefinition) -> Vec<String> {
 #[test]
 fn cel_rules_exist() {
     let counts: Vec<usize> = crds().iter().map(|c| rules(c).len()).collect();
-    // EtcdBackup: 5 storage + schedule/interval + local path; EtcdRestore: name + immutable +
-    // 5 storage + local path; EtcdCluster: TLS pairing. Each is evaluated by a real API server
-    // in testbed's tests/cel.rs.
-    assert_eq!(counts, [7, 8, 1]);
+    // EtcdBackup: 5 storage + schedule/interval + local path + 2 of s3.serverSideEncryption;
+    // EtcdRestore: name + immutable + 5 storage + local path + the same 2; EtcdCluster: TLS
+    // pairing. Each is evaluated by a real API server in testbed's tests/cel.rs.
+    assert_eq!(counts, [9, 10, 1]);
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //! restores with stock `etcdutl`/`etcdctl snapshot restore` and its hash check.
 
 mod connector;
+pub mod contents;
+mod drill;
 mod error;
 mod manifest;
 mod member;
@@ -17,6 +19,8 @@ mod verify;
 
 pub use backup_storage::compress::Compression;
 pub use backup_storage::encryption::{Encryption, Identity, Recipients};
+pub use contents::{Contents, HashKv};
+pub use drill::{DrillError, DrillOptions, DrillReport, drill};
 pub use error::{Error, Result};
 pub use manifest::{MANIFEST_SUFFIX, Manifest, manifest_key, read_manifest};
 pub use member::{EtcdConnection, Member, TlsPem, select_member};

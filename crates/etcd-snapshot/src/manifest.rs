@@ -11,7 +11,7 @@ use backup_storage::{ObjectInfo, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{Compression, Error, Result};
+use crate::{Compression, Contents, Error, Result};
 
 pub use backup_storage::{MANIFEST_SUFFIX, manifest_key};
 pub const FORMAT: &str = "etcd-snapshot/v1";
@@ -38,6 +38,10 @@ pub struct Manifest {
     /// Revision of the member before the snapshot started; the snapshot holds at least this.
     pub etcd_revision: i64,
     pub etcd_version: String,
+    /// What a restore must reproduce (key count, `HashKV`), for drills; absent in manifests of
+    /// older versions, or when the member could not be asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<Contents>,
     pub cluster_id: String,
     pub member_id: String,
     pub endpoint: String,
@@ -155,6 +159,7 @@ mod tests {
             db_sha256: "cd".into(),
             etcd_revision: 42,
             etcd_version: "3.4.23".into(),
+            contents: None,
             cluster_id: "c".into(),
             member_id: "m".into(),
             endpoint: "http://127.0.0.1:2379".into(),

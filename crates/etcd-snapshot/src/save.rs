@@ -11,6 +11,7 @@ use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 
+use crate::contents::{self, HashKv};
 use crate::manifest::{FORMAT, object_metadata};
 use crate::member::{Member, classify};
 use crate::naming::scheduled_name;
@@ -47,6 +48,9 @@ pub struct SaveOptions {
     pub compression: Compression,
     /// Encrypt (after compression) to these age recipients.
     pub recipients: Option<Recipients>,
+    /// Whether the manifest's recorded contents (for drills) include `HashKV`, which reads the
+    /// member's whole database; the key count is always recorded.
+    pub hash_kv: HashKv,
     /// Abort when etcd sends nothing for this long. Unlike a fixed total deadline, this does
     /// not fail large snapshots that are merely slow.
     pub stall_timeout: Duration,
@@ -62,6 +66,7 @@ impl SaveOptions {
             name,
             compression: Compression::None,
             recipients: None,
+            hash_kv: HashKv::Take,
             stall_timeout: Duration::from_secs(60),
             deadline: None,
             upload: UploadOptions::default(),
@@ -141,6 +146,22 @@ async fn save_within(
             return Err(e);
         }
     };
+    // Asked of the same member after the stream ended, at the revision it reported before:
+    // the snapshot holds that revision. Not having them only means no drill can compare.
+    let contents = match contents::take(
+        &mut member.client,
+        &member.endpoint,
+        member.revision,
+        options.hash_kv,
+    )
+    .await
+    {
+        Ok(contents) => Some(contents),
+        Err(e) => {
+            tracing::warn!(%url, error = %e, "could not record the key count and HashKV for drills");
+            None
+        }
+    };
     let stored = upload.commit().await?;
 
     let manifest = Manifest {
@@ -154,6 +175,7 @@ async fn save_within(
         db_sha256: streamed.db_sha256,
         etcd_revision: member.revision,
         etcd_version: member.version.clone(),
+        contents,
         cluster_id: member.cluster_id_hex(),
         member_id: member.member_id_hex(),
         endpoint: member.endpoint.clone(),

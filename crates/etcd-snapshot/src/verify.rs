@@ -369,6 +369,7 @@ mod tests {
             db_sha256: hex::encode(&snap[snap.len() - TRAILER_LEN..]),
             etcd_revision: 1,
             etcd_version: "3.6.10".into(),
+            contents: None,
             cluster_id: "c".into(),
             member_id: "m".into(),
             endpoint: "http://127.0.0.1:2379".into(),

@@ -5,7 +5,8 @@ use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
 use etcd_snapshot::{
-    Checked, EtcdConnection, MANIFEST_SUFFIX, ObjectName, SaveOptions, TlsPem, read_manifest,
+    Checked, DrillOptions, DrillReport, EtcdConnection, HashKv, MANIFEST_SUFFIX, ObjectName,
+    SaveOptions, TlsPem, read_manifest,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -18,6 +19,9 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     let integrity = err.chain().any(|e| {
         e.downcast_ref::<etcd_snapshot::Error>()
             .is_some_and(|e| e.is_integrity())
+            || e.downcast_ref::<etcd_snapshot::DrillError>()
+                .is_some_and(|e| e.is_integrity())
+            || e.is::<DrillFailed>()
     });
     if integrity {
         backup_cli::EXIT_DATA_BAD
@@ -48,6 +52,29 @@ pub async fn run(cli: Cli) -> Result<()> {
                 etcd_snapshot::fetch(&store, &location.key(), &out, identity.as_ref()).await?;
             print_verified(&format!("fetched to {}", out.display()), &report, output);
             Ok(())
+        }
+        Command::Drill {
+            url,
+            identity,
+            etcd_bin_dir,
+            scratch_dir,
+            start_timeout,
+        } => {
+            let identity = identity.load()?;
+            let (store, location) = open(&url, &cli.s3).await?;
+            let options = DrillOptions {
+                etcd_bin_dir,
+                scratch_parent: scratch_dir,
+                start_timeout: Duration::from_secs(start_timeout),
+            };
+            let report =
+                etcd_snapshot::drill(&store, &location.key(), identity.as_ref(), &options).await?;
+            print_drill(&report, output);
+            if report.passed() {
+                Ok(())
+            } else {
+                Err(DrillFailed(report.differences.join("; ")).into())
+            }
         }
         Command::List { prefix } => list(&prefix, &cli.s3, output).await,
         Command::Prune(args) => prune(args, &cli.s3, output).await,
@@ -86,6 +113,9 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
     });
     options.compression = args.compress.into();
     options.recipients = args.encrypt.recipients()?;
+    if args.no_hash_kv {
+        options.hash_kv = HashKv::Skip;
+    }
     options.stall_timeout = Duration::from_secs(args.stall_timeout);
     options.deadline = args.timeout.map(Duration::from_secs);
     options.upload = UploadOptions {
@@ -115,7 +145,7 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
             json!({
                 "object": report.url, "bytes": m.stored_bytes, "sha256": m.stored_sha256,
                 "dbBytes": m.db_bytes, "dbSha256": m.db_sha256, "compression": m.compression,
-                "encryption": m.encryption, "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
+                "encryption": m.encryption, "contents": m.contents, "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
                 "clusterId": m.cluster_id, "memberId": m.member_id, "endpoint": m.endpoint,
                 "seconds": round(seconds), "mbPerSecond": round(mb_per_s),
             })
@@ -191,6 +221,57 @@ fn print_verified(what: &str, r: &etcd_snapshot::VerifyReport, output: Output) {
                 None => println!("  no manifest beside the object: only the trailer was checked"),
             }
         }
+    }
+}
+
+/// A drill that ran and found the restore different from the record: the backup is bad.
+#[derive(Debug)]
+struct DrillFailed(String);
+
+impl std::fmt::Display for DrillFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the drill found the restore different from the backup's record: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for DrillFailed {}
+
+fn print_drill(r: &DrillReport, output: Output) {
+    match output {
+        Output::Json => println!(
+            "{}",
+            json!({
+                "object": r.url, "passed": r.passed(), "etcdVersion": r.etcd_version,
+                "revision": r.recorded.revision, "restoredRevision": r.restored_revision,
+                "keyCount": r.recorded.key_count,
+                "restoredKeyCount": r.restored.as_ref().map(|c| c.key_count),
+                "hashKv": r.recorded.hash_kv,
+                "restoredHashKv": r.restored.as_ref().and_then(|c| c.hash_kv),
+                "differences": r.differences, "seconds": round(r.seconds),
+            })
+        ),
+        Output::Text if r.passed() => println!(
+            "drill passed: {} restored by etcd {} serves revision {} with {} keys at revision {}{} as recorded ({:.1} s)",
+            r.url,
+            r.etcd_version,
+            r.restored_revision,
+            r.recorded.key_count,
+            r.recorded.revision,
+            r.recorded
+                .hash_kv
+                .map_or(String::new(), |h| format!(" and HashKV {h}")),
+            r.seconds
+        ),
+        Output::Text => println!(
+            "drill FAILED: {} restored by etcd {}: {}",
+            r.url,
+            r.etcd_version,
+            r.differences.join("; ")
+        ),
     }
 }
 

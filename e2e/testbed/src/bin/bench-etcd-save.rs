@@ -9,6 +9,7 @@
 //!   (d) `aws s3 cp FILE s3://...` alone,
 //! and, for encryption (age), the same save encrypted (e), and `etcd-backup fetch` of the plain
 //! (f) and the encrypted (g) object: encrypted against plain, same run;
+//! (h) `etcd-backup drill` of (a)'s backup, with what recording its contents cost inside (a);
 //! then (a), (e) and (g) again on a small database, to show that memory does not grow with
 //! snapshot size.
 //!
@@ -291,6 +292,15 @@ async fn main() -> Result<()> {
         &servers,
     )?;
     std::fs::remove_file(&fetched)?;
+    // The drill of (a)'s backup, and what recording its contents (key count, HashKV) cost
+    // inside (a), from the manifest.
+    let h = measure(
+        "(h) etcd-backup drill",
+        &drill_script(&etcd_backup, &garage, &s3, "bench/etcd-backup", work.path()),
+        &env,
+        &servers,
+    )?;
+    let recorded = recorded_contents_seconds(&env, bucket, "bench/etcd-backup")?;
     drop(etcd);
 
     eprintln!("measuring (a) on a {} MiB database ...", args.small_mib);
@@ -352,7 +362,7 @@ async fn main() -> Result<()> {
             m.server_cpu_seconds
         )
     };
-    for m in [&a, &b, &c, &d, &e, &f, &g] {
+    for m in [&a, &b, &c, &d, &e, &f, &g, &h] {
         row(m, db_size);
     }
     for m in [&a_small, &e_small, &g_small] {
@@ -400,6 +410,11 @@ async fn main() -> Result<()> {
         a.peak_rss_mib / a_small.peak_rss_mib,
         a.peak_rss_mib
     );
+    println!(
+        "\ndrill (h): {:.1} s, peak RSS {:.1} MiB (fetch, etcdutl restore, a member started and asked); \
+         recording the key count and HashKV took {recorded:.2} s of (a)",
+        h.seconds, h.peak_rss_mib
+    );
     println!("\nencryption (age), against the same way unencrypted (target in brackets):");
     for (label, plain, encrypted, small) in
         [("save", &a, &e, &e_small), ("fetch", &f, &g, &g_small)]
@@ -444,6 +459,46 @@ impl Keys {
             recipient: String::from_utf8(public.stdout)?.trim().to_string(),
         })
     }
+}
+
+fn drill_script(
+    etcd_backup: &Path,
+    garage: &Garage,
+    s3: &S3Front,
+    key: &str,
+    scratch: &Path,
+) -> String {
+    format!(
+        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style drill s3://{}/{key} --etcd-bin-dir {} --scratch-dir {} >/dev/null",
+        etcd_backup.display(),
+        s3.endpoint,
+        s3.tls.ca_cert.display(),
+        garage.region,
+        garage.bucket,
+        testbed::etcd_tool("etcd")
+            .parent()
+            .unwrap_or(Path::new("."))
+            .display(),
+        scratch.display()
+    )
+}
+
+/// The seconds `save` spent asking for the key count and HashKV, from the manifest of `key`.
+fn recorded_contents_seconds(env: &[(String, String)], bucket: &str, key: &str) -> Result<f64> {
+    let output = Command::new("aws")
+        .args([
+            "s3",
+            "cp",
+            &format!("s3://{bucket}/{key}.manifest.json"),
+            "-",
+        ])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()?;
+    let manifest: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .with_context(|| String::from_utf8_lossy(&output.stderr).into_owned())?;
+    manifest["contents"]["seconds"]
+        .as_f64()
+        .context("the manifest records no contents")
 }
 
 fn fetch_script(

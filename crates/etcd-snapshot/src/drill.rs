@@ -1,0 +1,357 @@
+//! A restore drill: fetch a backup (verified), restore it into a scratch data dir with the etcd
+//! of the version its manifest records, start a throw-away single member on loopback, and
+//! compare what it serves with what the manifest recorded at backup time (revision, key count,
+//! `HashKV`). Only a restore proves that etcd opens the bytes and that the key space is the
+//! one that was backed up; the trailer proves only the bytes.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use backup_storage::Store;
+use backup_storage::encryption::Identity;
+
+use crate::contents::{self, Contents, HashKv};
+use crate::{EtcdConnection, Manifest, select_member};
+
+/// How the drill finds and runs etcd.
+#[derive(Debug, Clone)]
+pub struct DrillOptions {
+    /// Directory holding `etcd` and `etcdutl` (3.5 and later) or `etcdctl` (3.4); else `PATH`.
+    pub etcd_bin_dir: Option<PathBuf>,
+    /// Where the scratch directory is made (default: the system's temporary directory). It
+    /// holds the snapshot and the restored data dir, and is removed at the end.
+    pub scratch_parent: Option<PathBuf>,
+    /// How long the restored member may take to serve.
+    pub start_timeout: Duration,
+}
+
+impl Default for DrillOptions {
+    fn default() -> Self {
+        DrillOptions {
+            etcd_bin_dir: None,
+            scratch_parent: None,
+            start_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Why a drill gave no report: the backup failed its fetch (bad data when
+/// [`DrillError::is_integrity`], exit 3), or the drill could not run (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum DrillError {
+    #[error(transparent)]
+    Fetch(#[from] crate::Error),
+    #[error(
+        "{url} has no manifest with recorded contents (taken by an older version or another tool): there is nothing to compare a restore with"
+    )]
+    NothingRecorded { url: String },
+    #[error("{0}")]
+    Etcd(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The verdict of a drill that ran.
+#[derive(Debug, Clone)]
+pub struct DrillReport {
+    pub url: String,
+    /// The etcd version that restored and served it.
+    pub etcd_version: String,
+    pub recorded: Contents,
+    /// The restored member's answers at the recorded revision; `None` when it does not reach
+    /// that revision (the snapshot is older, or not this cluster's).
+    pub restored: Option<Contents>,
+    /// The revision the restored member serves (at least the recorded one).
+    pub restored_revision: i64,
+    /// What differs; empty when the backup is good.
+    pub differences: Vec<String>,
+    pub seconds: f64,
+}
+
+impl DrillError {
+    /// The backup itself failed verification while it was fetched.
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, DrillError::Fetch(e) if e.is_integrity())
+    }
+}
+
+impl DrillReport {
+    pub fn passed(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// Runs the drill on `key`. A report that did not pass names what differs (exit 3).
+pub async fn drill(
+    store: &Store,
+    key: &str,
+    identity: Option<&Identity>,
+    options: &DrillOptions,
+) -> Result<DrillReport, DrillError> {
+    let started = Instant::now();
+    let url = store.location(key).to_string();
+    let manifest = Manifest::load(store, key).await?;
+    let Some((manifest, recorded)) = manifest.and_then(|m| m.contents.clone().map(|c| (m, c)))
+    else {
+        return Err(DrillError::NothingRecorded { url });
+    };
+    let tools = Tools::find(options.etcd_bin_dir.as_deref(), &manifest.etcd_version).await?;
+    let parent = options
+        .scratch_parent
+        .clone()
+        .unwrap_or_else(std::env::temp_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("etcd-drill-")
+        .tempdir_in(&parent)
+        .map_err(|source| DrillError::Io {
+            path: parent.clone(),
+            source,
+        })?;
+    let snapshot = scratch.path().join("snapshot.db");
+    crate::fetch(store, key, &snapshot, identity).await?;
+
+    let data_dir = scratch.path().join("data");
+    let peer = format!("http://127.0.0.1:{}", free_port()?);
+    let client_url = format!("http://127.0.0.1:{}", free_port()?);
+    tools.restore(&snapshot, &data_dir, &peer).await?;
+    // The restored copy is all it needs from now on.
+    let _ = std::fs::remove_file(&snapshot);
+    let log = scratch.path().join("etcd.log");
+    let mut etcd = tools.start(&data_dir, &peer, &client_url, &log)?;
+    let served = serve_and_answer(&client_url, &recorded, options.start_timeout, &mut etcd).await;
+    let _ = etcd.kill().await;
+    let _ = etcd.wait().await;
+    let (restored_revision, restored) = match served {
+        Ok(answers) => answers,
+        Err(message) => {
+            let tail = log_tail(&log);
+            return Err(DrillError::Etcd(format!(
+                "the restored member did not serve: {message}; its log ends: {tail}"
+            )));
+        }
+    };
+    let differences = match &restored {
+        Some(restored) => contents::compare(&recorded, restored),
+        None => vec![format!(
+            "the restore serves revision {restored_revision}, below the recorded {}",
+            recorded.revision
+        )],
+    };
+    Ok(DrillReport {
+        url,
+        etcd_version: tools.version,
+        recorded,
+        restored,
+        restored_revision,
+        differences,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Waits until the member at `url` serves, then asks it the recorded questions.
+async fn serve_and_answer(
+    url: &str,
+    recorded: &Contents,
+    timeout: Duration,
+    etcd: &mut tokio::process::Child,
+) -> Result<(i64, Option<Contents>), String> {
+    let deadline = Instant::now() + timeout;
+    let mut connection = EtcdConnection::new(vec![url.to_string()]);
+    connection.dial_timeout = Duration::from_secs(2);
+    let mut member = loop {
+        if let Ok(Some(status)) = etcd.try_wait() {
+            return Err(format!("etcd exited ({status})"));
+        }
+        match select_member(&connection).await {
+            Ok(member) => break member,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("not within {} s: {e}", timeout.as_secs()));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    // A revision the restore never reached cannot be asked about: the snapshot is not the one
+    // recorded.
+    if member.revision < recorded.revision {
+        return Ok((member.revision, None));
+    }
+    let hash = if recorded.hash_kv.is_some() {
+        HashKv::Take
+    } else {
+        HashKv::Skip
+    };
+    let answers = contents::take(&mut member.client, url, recorded.revision, hash)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((member.revision, Some(answers)))
+}
+
+/// The etcd programs of one version.
+struct Tools {
+    etcd: PathBuf,
+    /// `etcdutl` from 3.5, `etcdctl` (with `ETCDCTL_API=3`) in 3.4.
+    restore_tool: PathBuf,
+    version: String,
+}
+
+impl Tools {
+    /// Finds `etcd` and its restore tool, and checks that they are of the recorded version's
+    /// minor: a snapshot is restored by the etcd that wrote it (never an older minor).
+    async fn find(dir: Option<&Path>, recorded: &str) -> Result<Tools, DrillError> {
+        let locate = |name: &str| -> Option<PathBuf> {
+            match dir {
+                Some(dir) => Some(dir.join(name)).filter(|p| p.is_file()),
+                None => std::env::var_os("PATH").and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|p| p.join(name))
+                        .find(|p| p.is_file())
+                }),
+            }
+        };
+        let where_ = dir.map_or("PATH".to_string(), |d| d.display().to_string());
+        let etcd =
+            locate("etcd").ok_or_else(|| DrillError::Etcd(format!("no etcd in {where_}")))?;
+        let output = tokio::process::Command::new(&etcd)
+            .arg("--version")
+            .output()
+            .await
+            .map_err(|source| DrillError::Io {
+                path: etcd.clone(),
+                source,
+            })?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("etcd Version: "))
+            .map(|v| v.trim().to_string())
+            .ok_or_else(|| {
+                DrillError::Etcd(format!("{} --version said: {text}", etcd.display()))
+            })?;
+        let minor = |v: &str| {
+            v.trim_start_matches('v')
+                .splitn(3, '.')
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(".")
+        };
+        if minor(&version) != minor(recorded) {
+            return Err(DrillError::Etcd(format!(
+                "the backup was taken from etcd {recorded}; the etcd found ({}) is {version}: \
+                 drill with etcd {} (--etcd-bin-dir)",
+                etcd.display(),
+                minor(recorded)
+            )));
+        }
+        let restore_tool = if minor(&version) == "3.4" {
+            locate("etcdctl")
+        } else {
+            locate("etcdutl")
+        }
+        .ok_or_else(|| {
+            DrillError::Etcd(format!(
+                "no etcdutl (etcdctl for 3.4) beside etcd in {where_}"
+            ))
+        })?;
+        Ok(Tools {
+            etcd,
+            restore_tool,
+            version,
+        })
+    }
+
+    async fn restore(
+        &self,
+        snapshot: &Path,
+        data_dir: &Path,
+        peer: &str,
+    ) -> Result<(), DrillError> {
+        let output = tokio::process::Command::new(&self.restore_tool)
+            .env("ETCDCTL_API", "3")
+            .args(["snapshot", "restore"])
+            .arg(snapshot)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--name", "drill", "--initial-cluster-token", "etcd-drill"])
+            .args(["--initial-cluster", &format!("drill={peer}")])
+            .args(["--initial-advertise-peer-urls", peer])
+            .output()
+            .await
+            .map_err(|source| DrillError::Io {
+                path: self.restore_tool.clone(),
+                source,
+            })?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(DrillError::Etcd(format!(
+                "{} snapshot restore failed: {}",
+                self.restore_tool.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )))
+        }
+    }
+
+    /// A single member on loopback only: client and peer URLs on 127.0.0.1, nothing else.
+    fn start(
+        &self,
+        data_dir: &Path,
+        peer: &str,
+        client: &str,
+        log: &Path,
+    ) -> Result<tokio::process::Child, DrillError> {
+        let io = |source| DrillError::Io {
+            path: log.to_path_buf(),
+            source,
+        };
+        let out = std::fs::File::create(log).map_err(io)?;
+        let err = out.try_clone().map_err(io)?;
+        tokio::process::Command::new(&self.etcd)
+            .args(["--name", "drill"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args([
+                "--listen-client-urls",
+                client,
+                "--advertise-client-urls",
+                client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+            ])
+            .args(["--initial-cluster", &format!("drill={peer}")])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| DrillError::Io {
+                path: self.etcd.clone(),
+                source,
+            })
+    }
+}
+
+/// A free TCP port on loopback (the kernel's choice, released for etcd to take).
+fn free_port() -> Result<u16, DrillError> {
+    let io = |source| DrillError::Io {
+        path: PathBuf::from("127.0.0.1:0"),
+        source,
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io)?;
+    Ok(listener.local_addr().map_err(io)?.port())
+}
+
+/// The last lines of etcd's log, for a member that did not serve.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
