@@ -24,6 +24,10 @@ use crate::{
 /// MiB each), and level 3 on one core outruns most uplinks.
 const ZSTD_LEVEL: i32 = 3;
 
+/// How long the member may take for the key count and HashKV after the snapshot (HashKV reads
+/// its whole database).
+const CONTENTS_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Bytes so far, for progress bars and logs.
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
@@ -148,17 +152,23 @@ async fn save_within(
     };
     // Asked of the same member after the stream ended, at the revision it reported before:
     // the snapshot holds that revision. Not having them only means no drill can compare.
-    let contents = match contents::take(
+    // Bounded: a member that stopped answering must not hold the backup.
+    let asked = contents::take(
         &mut member.client,
         &member.endpoint,
         member.revision,
         options.hash_kv,
-    )
-    .await
+    );
+    let contents = match tokio::time::timeout(CONTENTS_TIMEOUT.max(options.stall_timeout), asked)
+        .await
     {
-        Ok(contents) => Some(contents),
-        Err(e) => {
+        Ok(Ok(contents)) => Some(contents),
+        Ok(Err(e)) => {
             tracing::warn!(%url, error = %e, "could not record the key count and HashKV for drills");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%url, "the member did not give the key count and HashKV in time; no drill can compare this backup");
             None
         }
     };
