@@ -1,199 +1,25 @@
 //! The command-line pieces the binaries share, so that `etcd-backup`, `mysql-backup` and the
-//! operator spell their flags, defaults and logs the same way: the `--s3-*` flags and the store
-//! they open, `--compress`, the encryption flags, `--log-format` with its logging set-up, and how
-//! they stop on a signal.
+//! operators spell their flags, defaults and logs the same way: `--log-format` with its logging
+//! set-up and the exit codes; with the `storage` feature also the `--s3-*` flags and the store
+//! they open, `--compress`, the encryption flags, and how they stop on a signal.
 
+#[cfg(feature = "storage")]
 mod interrupt;
+#[cfg(feature = "storage")]
+mod storage;
 
-use std::path::PathBuf;
+use clap::ValueEnum;
 
-use backup_storage::compress::Compression;
-use backup_storage::encryption::{EncryptionError, Identity, Recipients};
-use backup_storage::{CustomerKey, Location, S3Options, ServerSideEncryption, Store};
-use clap::{Args, ValueEnum};
-
+#[cfg(feature = "storage")]
 pub use interrupt::{Interrupt, exit_after, until_interrupted};
+#[cfg(feature = "storage")]
+pub use storage::{CompressArg, EncryptArgs, IdentityArgs, KeyError, S3Args, SseArg};
 
 /// Exit code of a run that failed for any reason but the data (unreachable, refused, missing).
 pub const EXIT_FAILED: u8 = 1;
 /// Exit code of a backup that failed verification, so callers (scripts, the restore operator)
 /// can tell "the data is bad" from "the network was down".
 pub const EXIT_DATA_BAD: u8 = 3;
-
-/// S3 settings beyond the standard AWS environment (`AWS_ACCESS_KEY_ID`,
-/// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_SHARED_CREDENTIALS_FILE`,
-/// `AWS_CONFIG_FILE`, web identity, instance profile), which is read as usual.
-#[derive(Args, Debug, Clone)]
-pub struct S3Args {
-    /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
-    #[arg(long, global = true)]
-    pub s3_endpoint: Option<String>,
-    /// S3 region (default: AWS_REGION or the AWS config, then us-east-1).
-    #[arg(long, global = true)]
-    pub s3_region: Option<String>,
-    /// Use path-style URLs (https://endpoint/bucket/key); most S3-compatible servers need it.
-    #[arg(long, global = true, env = "S3_FORCE_PATH_STYLE")]
-    pub s3_force_path_style: bool,
-    /// Extra CA bundle (PEM) to trust for the S3 endpoint.
-    #[arg(long, global = true)]
-    pub s3_ca_file: Option<PathBuf>,
-    /// Attempts per S3 request, with exponential backoff.
-    #[arg(long, global = true, default_value_t = 5)]
-    pub s3_max_attempts: u32,
-    /// S3 server-side encryption of what is written: AES256 (SSE-S3) or aws:kms (SSE-KMS).
-    /// Default: the bucket's own default encryption.
-    #[arg(long, global = true, value_enum, value_name = "MODE")]
-    pub s3_sse: Option<SseArg>,
-    /// The KMS key for --s3-sse aws:kms (default: the account's S3 KMS key).
-    #[arg(long, global = true, requires = "s3_sse", value_name = "KEY_ID")]
-    pub s3_sse_kms_key_id: Option<String>,
-    /// SSE-C: a file with the 256-bit key (32 raw bytes, or their base64) that every write and
-    /// read of the objects then carries. Never pass the key itself as an argument.
-    #[arg(long, global = true, conflicts_with = "s3_sse", value_name = "FILE")]
-    pub s3_sse_c_key_file: Option<PathBuf>,
-}
-
-/// `--s3-sse`.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SseArg {
-    #[value(name = "AES256")]
-    Aes256,
-    #[value(name = "aws:kms")]
-    AwsKms,
-}
-
-impl S3Args {
-    pub fn options(&self) -> backup_storage::Result<S3Options> {
-        let server_side_encryption = match (self.s3_sse, &self.s3_sse_c_key_file) {
-            (Some(SseArg::Aes256), _) => ServerSideEncryption::S3Managed,
-            (Some(SseArg::AwsKms), _) => ServerSideEncryption::Kms {
-                key_id: self.s3_sse_kms_key_id.clone(),
-            },
-            (None, Some(path)) => {
-                let bytes = std::fs::read(path).map_err(|e| backup_storage::StorageError::Io {
-                    path: path.clone(),
-                    source: e,
-                })?;
-                let key = CustomerKey::from_file_bytes(&bytes).map_err(|reason| {
-                    backup_storage::StorageError::SseCustomerKey {
-                        source_name: path.display().to_string(),
-                        reason,
-                    }
-                })?;
-                ServerSideEncryption::Customer(key)
-            }
-            (None, None) => ServerSideEncryption::BucketDefault,
-        };
-        let options = S3Options {
-            endpoint: self.s3_endpoint.clone(),
-            region: self.s3_region.clone(),
-            force_path_style: self.s3_force_path_style,
-            max_attempts: self.s3_max_attempts,
-            server_side_encryption,
-            ..S3Options::default()
-        };
-        match &self.s3_ca_file {
-            Some(ca) => options.with_ca_file(ca),
-            None => Ok(options),
-        }
-    }
-
-    /// Opens the store a user-typed URL (`s3://bucket/key`, `file:///path`) names.
-    pub async fn open(&self, url: &str) -> backup_storage::Result<(Store, Location)> {
-        let location = Location::parse(url)?;
-        let store = Store::open(&location, &self.options()?).await?;
-        Ok((store, location))
-    }
-}
-
-/// `--compress`.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CompressArg {
-    None,
-    Zstd,
-}
-
-impl From<CompressArg> for Compression {
-    fn from(c: CompressArg) -> Self {
-        match c {
-            CompressArg::None => Compression::None,
-            CompressArg::Zstd => Compression::Zstd,
-        }
-    }
-}
-
-/// Who can read the backups written: age recipients (public keys). Only the public keys are
-/// needed here; the private key stays with whoever restores.
-#[derive(Args, Debug, Clone, Default)]
-pub struct EncryptArgs {
-    /// Encrypt (age) to the recipients in this file: one public key (age1...) per line, `#`
-    /// comments, as `age -R` reads. Repeat for several files.
-    #[arg(long, value_name = "FILE")]
-    pub encrypt_to_file: Vec<PathBuf>,
-    /// Encrypt (age) to this recipient (age1...). Repeat for several; any one can decrypt.
-    #[arg(long, value_name = "RECIPIENT")]
-    pub encrypt_to: Vec<String>,
-}
-
-/// A failure to read keys, with the file named.
-#[derive(Debug, thiserror::Error)]
-pub enum KeyError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Invalid(#[from] EncryptionError),
-}
-
-impl EncryptArgs {
-    /// The recipients given, or `None` when encryption was not asked for.
-    pub fn recipients(&self) -> Result<Option<Recipients>, KeyError> {
-        let mut all: Option<Recipients> = None;
-        let mut add = |more: Recipients| match all.as_mut() {
-            Some(all) => all.extend(more),
-            None => all = Some(more),
-        };
-        for path in &self.encrypt_to_file {
-            let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            add(Recipients::parse(&text, &path.display().to_string())?);
-        }
-        for (i, recipient) in self.encrypt_to.iter().enumerate() {
-            add(Recipients::parse(
-                recipient,
-                &format!("--encrypt-to (number {})", i + 1),
-            )?);
-        }
-        Ok(all)
-    }
-}
-
-/// `--identity`: the private key that decrypts encrypted backups.
-#[derive(Args, Debug, Clone, Default)]
-pub struct IdentityArgs {
-    /// age identity file (AGE-SECRET-KEY-1..., as age-keygen writes) to decrypt encrypted
-    /// backups with. Never pass the key itself as an argument.
-    #[arg(long, value_name = "FILE")]
-    pub identity: Option<PathBuf>,
-}
-
-impl IdentityArgs {
-    pub fn load(&self) -> Result<Option<Identity>, KeyError> {
-        let Some(path) = &self.identity else {
-            return Ok(None);
-        };
-        let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(Some(Identity::parse(&text, &path.display().to_string())?))
-    }
-}
 
 /// `--log-format`: logs go to stderr, as text or one JSON object per line.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,90 +44,5 @@ pub fn init_logging(format: LogFormat, default_filter: &str) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        s3: S3Args,
-        #[arg(long, value_enum, default_value_t = CompressArg::None)]
-        compress: CompressArg,
-    }
-
-    #[test]
-    fn flags_become_s3_options() {
-        let cli = Cli::try_parse_from([
-            "t",
-            "--s3-endpoint",
-            "http://127.0.0.1:3900",
-            "--s3-region",
-            "garage",
-            "--s3-force-path-style",
-            "--s3-max-attempts",
-            "2",
-            "--compress",
-            "zstd",
-        ])
-        .unwrap();
-        let options = cli.s3.options().unwrap();
-        assert_eq!(options.endpoint.as_deref(), Some("http://127.0.0.1:3900"));
-        assert_eq!(options.region.as_deref(), Some("garage"));
-        assert!(options.force_path_style);
-        assert_eq!(options.max_attempts, 2);
-        assert_eq!(Compression::from(cli.compress), Compression::Zstd);
-    }
-
-    #[test]
-    fn server_side_encryption_flags_become_the_mode() {
-        let parse = |args: &[&str]| Cli::try_parse_from([&["t"], args].concat());
-        let options = |args: &[&str]| parse(args).unwrap().s3.options().unwrap();
-        assert_eq!(
-            options(&[]).server_side_encryption,
-            ServerSideEncryption::BucketDefault
-        );
-        assert_eq!(
-            options(&["--s3-sse", "AES256"]).server_side_encryption,
-            ServerSideEncryption::S3Managed
-        );
-        assert_eq!(
-            options(&["--s3-sse", "aws:kms", "--s3-sse-kms-key-id", "k1"]).server_side_encryption,
-            ServerSideEncryption::Kms {
-                key_id: Some("k1".into())
-            }
-        );
-        let dir = std::env::temp_dir().join(format!("sse-c-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let key = dir.join("key");
-        std::fs::write(&key, [9u8; 32]).unwrap();
-        let path = key.to_str().unwrap();
-        assert!(matches!(
-            options(&["--s3-sse-c-key-file", path]).server_side_encryption,
-            ServerSideEncryption::Customer(_)
-        ));
-        // One mode at a time; a KMS key only with aws:kms; a bad key file named.
-        assert!(parse(&["--s3-sse", "AES256", "--s3-sse-c-key-file", path]).is_err());
-        assert!(parse(&["--s3-sse-kms-key-id", "k1"]).is_err());
-        std::fs::write(&key, b"short").unwrap();
-        let err = parse(&["--s3-sse-c-key-file", path])
-            .unwrap()
-            .s3
-            .options()
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(path) && err.contains("32"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_missing_ca_file_is_named() {
-        let cli = Cli::try_parse_from(["t", "--s3-ca-file", "/nonexistent/ca.pem"]).unwrap();
-        let err = cli.s3.options().unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
     }
 }
