@@ -10,20 +10,17 @@
 //! - [`Download`] streams an object and resumes after a dropped connection.
 //! - Listing paginates, so retention sees every object.
 
+mod aborts;
 pub mod compress;
 pub mod encryption;
 mod error;
 pub mod layers;
 mod local;
 mod location;
+mod object;
 mod part_size;
 mod s3;
 mod store;
-
-use std::sync::LazyLock;
-use std::time::Duration;
-
-use tokio_util::task::TaskTracker;
 
 pub use error::{Result, StorageError};
 
@@ -34,32 +31,9 @@ pub const MANIFEST_SUFFIX: &str = ".manifest.json";
 pub fn manifest_key(object_key: &str) -> String {
     format!("{object_key}{MANIFEST_SUFFIX}")
 }
-/// The aborts of uploads dropped without commit or abort (a cancelled task, a signal), which
-/// run in the background; also the requests that start multipart uploads, which abort what
-/// they started when its writer was dropped meanwhile.
-static DROPPED_UPLOAD_ABORTS: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
-
-/// Runs `abort` in the background and tracks it, so [`finish_aborts`] can wait for it.
-pub(crate) fn spawn_abort(
-    runtime: &tokio::runtime::Handle,
-    abort: impl Future<Output = ()> + Send + 'static,
-) {
-    runtime.spawn(DROPPED_UPLOAD_ABORTS.track_future(abort));
-}
-
-/// Waits, at most `limit`, for the aborts of dropped uploads: a process that exits before they
-/// reach the server leaves parts behind. Call it last, once nothing uploads any more (on a
-/// signal, after the work was dropped). True when every abort finished in time.
-pub async fn finish_aborts(limit: Duration) -> bool {
-    DROPPED_UPLOAD_ABORTS.close();
-    let finished = tokio::time::timeout(limit, DROPPED_UPLOAD_ABORTS.wait())
-        .await
-        .is_ok();
-    DROPPED_UPLOAD_ABORTS.reopen();
-    finished
-}
-
+pub use aborts::finish_aborts;
 pub use location::Location;
+pub use object::{ObjectInfo, Precondition, UploadOptions};
 pub use part_size::PartSizer;
 pub use s3::{CustomerKey, S3Credentials, S3Options, ServerSideEncryption};
-pub use store::{Download, ObjectInfo, Precondition, Store, Upload, UploadOptions};
+pub use store::{Download, Store, Upload};

@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use tokio::fs::File;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 
-use crate::{ObjectInfo, Precondition, Result, StorageError};
+use crate::object::{ObjectInfo, Precondition};
+use crate::{Result, StorageError};
 
 const TEMP_MARKER: &str = ".part-";
 const WRITE_BUFFER: usize = 1024 * 1024;

@@ -4,9 +4,9 @@
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
-use super::{S3Store, object_info};
-use crate::store::backoff;
-use crate::{ObjectInfo, Result, StorageError};
+use super::{S3Store, backoff, object_info};
+use crate::object::ObjectInfo;
+use crate::{Result, StorageError};
 
 /// Consecutive failed resumes before giving up.
 const MAX_RESUMES: u32 = 8;

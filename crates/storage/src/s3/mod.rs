@@ -28,7 +28,8 @@ pub use download::S3Download;
 pub use sse::{CustomerKey, ServerSideEncryption};
 pub use upload::S3Upload;
 
-use crate::{ObjectInfo, Result, StorageError, UploadOptions};
+use crate::object::{ObjectInfo, UploadOptions};
+use crate::{Result, StorageError};
 use error::classify;
 
 /// Where S3 credentials come from.
@@ -485,7 +486,7 @@ impl S3Store {
             if started.elapsed() >= self.abort_retry_window || !err.is_transient() {
                 return Err(err);
             }
-            tokio::time::sleep(crate::store::backoff(attempt)).await;
+            tokio::time::sleep(backoff(attempt)).await;
             attempt += 1;
         }
     }
@@ -553,4 +554,9 @@ fn https_client_trusting(
         .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
         .tls_context(context)
         .build_https())
+}
+
+/// Retry pacing shared by the S3 abort and resume loops.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((250u64 << attempt.min(4)).min(4000))
 }

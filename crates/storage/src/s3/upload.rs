@@ -20,8 +20,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::{S3Store, checksum};
+use crate::object::{ObjectInfo, Precondition, UploadOptions};
 use crate::part_size::MAX_PARTS;
-use crate::{ObjectInfo, Precondition, Result, StorageError, UploadOptions};
+use crate::{Result, StorageError};
 
 pub struct S3Upload {
     store: S3Store,
@@ -107,7 +108,7 @@ impl S3Upload {
     /// The request runs in a tracked task of its own: dropped while it is in flight (a
     /// cancelled backup, a signal), this upload would never learn the ID of an upload the
     /// server may still create, and could not abort it. The task aborts such an orphan itself,
-    /// and [`crate::finish_aborts`] waits for it like for any other abort.
+    /// and [`crate::aborts::finish_aborts`] waits for it like for any other abort.
     async fn upload_id(&mut self) -> Result<String> {
         if let Some(id) = &self.upload_id {
             return Ok(id.clone());
@@ -126,7 +127,7 @@ impl S3Upload {
         // Sent once the ID is kept in `self`, whose `Drop` aborts it from then on.
         let (kept_tx, kept_rx) = oneshot::channel::<()>();
         let (store, key) = (self.store.clone(), self.key.clone());
-        crate::spawn_abort(&tokio::runtime::Handle::current(), async move {
+        crate::aborts::spawn_abort(&tokio::runtime::Handle::current(), async move {
             let out = request.send().await;
             let id = out
                 .as_ref()
@@ -493,7 +494,7 @@ impl Drop for S3Upload {
         {
             let store = self.store.clone();
             let key = self.key.clone();
-            crate::spawn_abort(&runtime, async move {
+            crate::aborts::spawn_abort(&runtime, async move {
                 if let Err(e) = store.abort_multipart(&key, &id).await {
                     tracing::warn!(key = %key, upload_id = %id, error = %e, "could not abort a dropped upload");
                 }
