@@ -11,7 +11,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::controller::{Context, Error, event};
+use crate::context::{Context, Error, event};
 
 /// The owner references an object should get to be adopted, or `None` when it already has a
 /// controller (this cluster or another owner it is not ours to take from).

@@ -17,69 +17,16 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use operator_runtime::backoff::PerObject;
-use operator_runtime::events::Events;
-use thiserror::Error;
 
 use crate::adopt;
 use crate::build::{self, Bootstrap};
-use crate::metrics::Metrics;
+pub use crate::context::{Context, Error, MANAGER};
+use crate::context::{event, ignore_missing, warn};
 use crate::observe::{self, Access, ClaimRecord, MemberPod};
-use crate::origin::{self, ProofKey};
-use crate::scope::Scope;
+use crate::origin;
 use crate::status;
 use crate::tls::{self, Dereferenced, TlsSecrets};
 use crate::upgrade;
-
-pub const MANAGER: &str = "etcd-operator";
-
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
-    #[error(transparent)]
-    Origin(#[from] origin::MakeError),
-    #[error("no member answers to carry out {0}")]
-    NoMember(&'static str),
-    #[error(
-        "claim {0} exists but is not this cluster's (no etcd_cluster label for it): the member \
-         is not started on data that may belong to something else; rename or delete that claim"
-    )]
-    ForeignClaim(String),
-}
-
-pub struct Context {
-    pub client: kube::Client,
-    pub events: Events,
-    pub metrics: Arc<Metrics>,
-    /// Which clusters are this operator's (the coreos scope annotation).
-    pub scope: Scope,
-    /// Retry delays of clusters whose reconcile keeps failing.
-    pub backoff: PerObject,
-    /// Proves the member pods it makes, and checks those it finds.
-    pub proof: ProofKey,
-}
-
-impl Context {
-    pub fn new(
-        client: kube::Client,
-        instance: Option<String>,
-        metrics: Arc<Metrics>,
-        scope: Scope,
-        proof: ProofKey,
-    ) -> Context {
-        Context {
-            events: Events::new(client.clone(), MANAGER, instance),
-            client,
-            metrics,
-            scope,
-            backoff: PerObject::default(),
-            proof,
-        }
-    }
-}
 
 /// Requeue at once after a step that changed something (the next one often can follow), soon
 /// while waiting for the world, slowly once converged.
@@ -565,13 +512,6 @@ fn etcd_asks_to_wait<T>(result: Result<T, etcd_client::Error>) -> Result<bool, E
     }
 }
 
-pub(crate) fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Error> {
-    match result {
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        other => Ok(other?),
-    }
-}
-
 /// Writes the status by server-side apply. With `unchanged_since` (a cluster as read), only if
 /// nothing changed the cluster since that read (its resource version is the precondition): a
 /// status that repeats the recorded membership change as read must not write it back over a
@@ -597,18 +537,6 @@ async fn patch_status(
     )
     .await?;
     Ok(())
-}
-
-pub(crate) async fn event(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
-    ctx.events
-        .normal(&cluster.object_ref(&()), reason, note)
-        .await;
-}
-
-pub(crate) async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
-    ctx.events
-        .warning(&cluster.object_ref(&()), reason, note)
-        .await;
 }
 
 /// Retries a failed reconcile after a delay that grows with each failure of that cluster

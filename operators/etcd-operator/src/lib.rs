@@ -4,6 +4,7 @@
 
 pub mod adopt;
 pub mod build;
+pub mod context;
 pub mod controller;
 pub mod metrics;
 pub mod observe;

@@ -165,7 +165,7 @@ pub fn report(
     pods: &[MemberPod],
     step: &Step,
     upgrade: Option<&UpgradeStep>,
-    outcome: &Result<(), crate::controller::Error>,
+    outcome: &Result<(), crate::context::Error>,
 ) -> Value {
     let members = observed.members.as_deref().unwrap_or(&[]);
     let phase = if observed.members.is_some() || bootstrapped(cluster) {

@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::build::{self, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION};
-use crate::controller::{Context, Error, event, ignore_missing, warn};
+use crate::context::{Context, Error, event, ignore_missing, warn};
 use crate::observe::{self, Access, ClaimRecord, MemberPod, same_image};
 
 /// Each member pod's version and state as the upgrade planner needs them, with what has run on

@@ -1,0 +1,83 @@
+//! What every stage of a reconcile shares: the operator's [`Context`], its [`Error`], and the
+//! one path events take.
+
+use std::sync::Arc;
+
+use backup_api::EtcdCluster;
+use kube::Resource;
+use operator_runtime::backoff::PerObject;
+use operator_runtime::events::Events;
+use thiserror::Error;
+
+use crate::metrics::Metrics;
+use crate::origin::{self, ProofKey};
+use crate::scope::Scope;
+
+pub const MANAGER: &str = "etcd-operator";
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error(transparent)]
+    Origin(#[from] origin::MakeError),
+    #[error("no member answers to carry out {0}")]
+    NoMember(&'static str),
+    #[error(
+        "claim {0} exists but is not this cluster's (no etcd_cluster label for it): the member \
+         is not started on data that may belong to something else; rename or delete that claim"
+    )]
+    ForeignClaim(String),
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub events: Events,
+    pub metrics: Arc<Metrics>,
+    /// Which clusters are this operator's (the coreos scope annotation).
+    pub scope: Scope,
+    /// Retry delays of clusters whose reconcile keeps failing.
+    pub backoff: PerObject,
+    /// Proves the member pods it makes, and checks those it finds.
+    pub proof: ProofKey,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        instance: Option<String>,
+        metrics: Arc<Metrics>,
+        scope: Scope,
+        proof: ProofKey,
+    ) -> Context {
+        Context {
+            events: Events::new(client.clone(), MANAGER, instance),
+            client,
+            metrics,
+            scope,
+            backoff: PerObject::default(),
+            proof,
+        }
+    }
+}
+
+pub(crate) fn ignore_missing(result: Result<(), kube::Error>) -> Result<(), Error> {
+    match result {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+pub(crate) async fn event(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
+    ctx.events
+        .normal(&cluster.object_ref(&()), reason, note)
+        .await;
+}
+
+pub(crate) async fn warn(ctx: &Context, cluster: &EtcdCluster, reason: &str, note: &str) {
+    ctx.events
+        .warning(&cluster.object_ref(&()), reason, note)
+        .await;
+}
