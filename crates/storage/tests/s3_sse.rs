@@ -12,12 +12,21 @@ use testbed::Garage;
 const MIB: usize = 1024 * 1024;
 
 async fn open(garage: &Garage, sse: ServerSideEncryption) -> Result<Store, StorageError> {
+    open_at(garage, &garage.endpoint, sse).await
+}
+
+/// Garage's bucket, reached at `endpoint` (Garage itself, or a proxy in front of it).
+async fn open_at(
+    garage: &Garage,
+    endpoint: &str,
+    sse: ServerSideEncryption,
+) -> Result<Store, StorageError> {
     let options = S3Options {
         max_attempts: 2,
         abort_retry_window: Duration::from_secs(30),
         server_side_encryption: sse,
         ..S3Options::s3_compatible(
-            &garage.endpoint,
+            endpoint,
             &garage.region,
             &garage.access_key,
             &garage.secret_key,
@@ -124,21 +133,9 @@ async fn server_managed_encryption_is_asked_on_the_requests_that_create_objects(
         ),
     ] {
         record.requests.lock().unwrap().clear();
-        let options = S3Options {
-            max_attempts: 1,
-            server_side_encryption: sse.clone(),
-            ..S3Options::s3_compatible(
-                &format!("http://{proxy}"),
-                &garage.region,
-                &garage.access_key,
-                &garage.secret_key,
-            )
-        };
-        let location = Location::S3 {
-            bucket: garage.bucket.clone(),
-            key: String::new(),
-        };
-        let store = Store::open(&location, &options).await.unwrap();
+        let store = open_at(&garage, &format!("http://{proxy}"), sse.clone())
+            .await
+            .unwrap();
         let big = data(9 * MIB);
         upload(&store, "sse/big", &big).await.unwrap();
         upload(&store, "sse/small", b"x").await.unwrap();
