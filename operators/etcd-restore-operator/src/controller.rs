@@ -34,11 +34,11 @@ use crate::metrics::Metrics;
 use crate::observe;
 use crate::plan::{self, ClusterView, Observed, PodRun, Step};
 use crate::pods;
-use crate::source::{self, Source};
 use crate::status::{
     self, ABANDONED_RESTORE_ANNOTATION, DETACHED_LABEL, PAUSED_BY_RESTORE_ANNOTATION,
     RESTORE_ANNOTATION,
 };
+use fetch_pod::source::{self, Source};
 
 pub const MANAGER: &str = "etcd-restore-operator";
 

@@ -11,5 +11,4 @@ pub mod observe;
 pub mod plan;
 pub mod pods;
 pub mod rbac;
-pub mod source;
 pub mod status;

@@ -15,14 +15,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
-use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium, SseMode};
+use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
+use fetch_pod::{FetchMounts, Source, fetch_container};
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaim, Pod,
-    PodAffinityTerm, WeightedPodAffinityTerm,
+    Affinity, Container, EmptyDirVolumeSource, EnvVar, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodSpec,
+    Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
@@ -30,8 +31,6 @@ use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::{self, RunAs};
 use serde_json::{Value, json};
-
-use crate::source::Source;
 
 /// Labels of the restore's pods and staged claims (not the members' `app=etcd`, so the
 /// EtcdCluster operator never takes them for members).
@@ -41,12 +40,6 @@ pub const RESTORE_LABEL: &str = "etcd_restore";
 pub const SNAPSHOT_DIR: &str = "/var/etcd-restore";
 /// The node label the scheduler's per-node topology uses.
 const HOSTNAME_TOPOLOGY: &str = "kubernetes.io/hostname";
-const AWS_DIR: &str = "/etc/etcd-restore/aws";
-const CA_DIR: &str = "/etc/etcd-restore/s3-ca";
-/// Where the fetch finds `spec.decryption`'s Secret (each key a file).
-const IDENTITY_DIR: &str = "/etc/etcd-restore/age";
-/// Where the fetch finds the SSE-C key's Secret.
-const SSE_C_DIR: &str = "/etc/etcd-restore/sse-c";
 
 pub fn restore_pod_name(member: &str) -> String {
     format!("{member}-restore")
@@ -97,10 +90,27 @@ pub fn own_labels(restore: &str) -> BTreeMap<String, String> {
 
 /// The scratch emptyDir the snapshot is fetched into: on the node's disk unless the restore
 /// asks for memory.
-fn scratch_volume(restore: &EtcdRestore) -> Value {
-    match restore.spec.scratch_medium.unwrap_or_default() {
-        ScratchMedium::Disk => json!({}),
-        ScratchMedium::Memory => json!({"medium": "Memory"}),
+fn scratch_volume(restore: &EtcdRestore) -> Volume {
+    let medium = match restore.spec.scratch_medium.unwrap_or_default() {
+        ScratchMedium::Disk => None,
+        ScratchMedium::Memory => Some("Memory".to_string()),
+    };
+    Volume {
+        name: "snapshot".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
     }
 }
 
@@ -127,132 +137,50 @@ pub fn restore_pod(
         &snapshot,
         DATA_DIR,
     );
-    let (mut volumes, mut mounts) = source_volumes(source);
-    volumes.push(json!({"name": "snapshot", "emptyDir": scratch_volume(restore)}));
-    mounts.push(json!({"name": "snapshot", "mountPath": SNAPSHOT_DIR}));
-    let identity = source
-        .identity
-        .as_ref()
-        .map(|key| format!("{IDENTITY_DIR}/{}", key.key));
-    let mut fetch_args = vec!["fetch", source.url.as_str(), "--out", snapshot.as_str()];
-    if let Some(identity) = &identity {
-        fetch_args.extend(["--identity", identity.as_str()]);
-    }
-    let fetch = json!({
-        "name": "fetch",
-        "image": image,
-        "args": tool_args(source, fetch_args),
-        "env": aws_env(source),
-        "volumeMounts": mounts,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
+    let mut volumes = FetchMounts::of(source).volumes;
+    volumes.push(scratch_volume(restore));
+    let fetch = fetch_container(
+        "fetch",
+        image,
+        source,
+        &snapshot,
+        mount("snapshot", SNAPSHOT_DIR, false),
+    );
+    volumes.push(Volume {
+        name: "etcd-data".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: member.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
     });
-    volumes.push(json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}}));
     let mut argv = command.argv.clone();
     argv[0] = format!("/usr/local/bin/{}", argv[0]);
-    let tool = json!({
-        "name": "restore",
-        "image": cluster.spec.image_of(&plan.version),
-        "command": argv,
-        "env": [{"name": "ETCDCTL_API", "value": "3"}],
-        "volumeMounts": [
-            {"name": "etcd-data", "mountPath": DATA_MOUNT},
-            {"name": "snapshot", "mountPath": SNAPSHOT_DIR, "readOnly": true},
-        ],
-        "resources": cluster.spec.pod.as_ref().and_then(|p| p.resources.clone()),
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    });
-    let spec = json!({"initContainers": [fetch], "containers": [tool], "volumes": volumes});
+    let tool = Container {
+        name: "restore".into(),
+        image: Some(cluster.spec.image_of(&plan.version)),
+        command: Some(argv),
+        env: Some(vec![EnvVar {
+            name: "ETCDCTL_API".into(),
+            value: Some("3".into()),
+            ..Default::default()
+        }]),
+        volume_mounts: Some(vec![
+            mount("etcd-data", DATA_MOUNT, false),
+            mount("snapshot", SNAPSHOT_DIR, true),
+        ]),
+        resources: cluster.spec.pod.as_ref().and_then(|p| p.resources.clone()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    };
+    let spec = PodSpec {
+        init_containers: Some(vec![fetch]),
+        containers: vec![tool],
+        volumes: Some(volumes),
+        ..Default::default()
+    };
     let pod = pod(restore, cluster, member, spec, sibling_nodes);
     (pod, command)
-}
-
-/// `etcd-backup`'s global flags for `source`, then the subcommand.
-fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let mut args = vec![
-        "--output".to_string(),
-        "json".into(),
-        "--log-format".into(),
-        "json".into(),
-    ];
-    if let Some(s3) = &source.s3 {
-        if let Some(endpoint) = &s3.endpoint {
-            args.extend(["--s3-endpoint".into(), endpoint.clone()]);
-        }
-        if let Some(region) = &s3.region {
-            args.extend(["--s3-region".into(), region.clone()]);
-        }
-        if s3.force_path_style {
-            args.push("--s3-force-path-style".into());
-        }
-        if s3.ca_secret.is_some() {
-            args.extend(["--s3-ca-file".into(), format!("{CA_DIR}/ca.crt")]);
-        }
-        // Reads need nothing for the server-managed modes; SSE-C needs its key on each.
-        if let Some(sse) = &s3.server_side_encryption
-            && let (SseMode::SseC, Some(key)) = (sse.mode, &sse.customer_key_secret)
-        {
-            args.extend([
-                "--s3-sse-c-key-file".into(),
-                format!("{SSE_C_DIR}/{}", key.key),
-            ]);
-        }
-    }
-    args.extend(command.into_iter().map(str::to_string));
-    args
-}
-
-/// The AWS shared files from the restore's Secret. No ambient identity: the pod has no service
-/// account token (no web identity), and unless the operator was started with
-/// `--allow-ambient-credentials` the SDK is told not to ask the node's instance metadata.
-fn aws_env(source: &Source) -> Value {
-    let Some(s3) = &source.s3 else {
-        return json!([]);
-    };
-    let mut env = Vec::new();
-    if s3.aws_secret.is_some() {
-        env.push(json!({"name": "AWS_SHARED_CREDENTIALS_FILE", "value": format!("{AWS_DIR}/credentials")}));
-        env.push(json!({"name": "AWS_CONFIG_FILE", "value": format!("{AWS_DIR}/config")}));
-    }
-    if !s3.ambient {
-        env.push(json!({"name": "AWS_EC2_METADATA_DISABLED", "value": "true"}));
-    }
-    json!(env)
-}
-
-fn source_volumes(source: &Source) -> (Vec<Value>, Vec<Value>) {
-    let mut volumes = Vec::new();
-    let mut mounts = Vec::new();
-    if let Some(s3) = &source.s3 {
-        if let Some(secret) = &s3.aws_secret {
-            volumes.push(json!({"name": "aws", "secret": {"secretName": secret}}));
-            mounts.push(json!({"name": "aws", "mountPath": AWS_DIR, "readOnly": true}));
-        }
-        if let Some(secret) = &s3.ca_secret {
-            volumes.push(json!({"name": "s3-ca", "secret": {"secretName": secret}}));
-            mounts.push(json!({"name": "s3-ca", "mountPath": CA_DIR, "readOnly": true}));
-        }
-        if let Some(key) = s3
-            .server_side_encryption
-            .as_ref()
-            .and_then(|sse| sse.customer_key_secret.as_ref())
-        {
-            volumes.push(
-                json!({"name": "sse-c", "secret": {"secretName": key.name, "defaultMode": 0o440}}),
-            );
-            mounts.push(json!({"name": "sse-c", "mountPath": SSE_C_DIR, "readOnly": true}));
-        }
-    }
-    if let Some(identity) = &source.identity {
-        // Not world-readable: the pod's user reads it through the pod's fsGroup.
-        volumes.push(json!({"name": "age-identity", "secret": {"secretName": identity.name, "defaultMode": 0o440}}));
-        mounts.push(json!({"name": "age-identity", "mountPath": IDENTITY_DIR, "readOnly": true}));
-    }
-    if let Some(claim) = &source.claim {
-        volumes.push(json!({"name": "backups", "persistentVolumeClaim": {"claimName": claim, "readOnly": true}}));
-        mounts
-            .push(json!({"name": "backups", "mountPath": LOCAL_PVC_MOUNT_PATH, "readOnly": true}));
-    }
-    (volumes, mounts)
 }
 
 /// The run-once pod of `restore` for `member`, scheduled like that member (node selector,
@@ -261,40 +189,39 @@ fn pod(
     restore: &EtcdRestore,
     cluster: &EtcdCluster,
     member: &str,
-    spec: Value,
+    mut spec: PodSpec,
     sibling_nodes: &[String],
 ) -> Pod {
     let policy = cluster.spec.pod.clone().unwrap_or_default();
     let affinity = restore_affinity(restore, cluster, member)
         .map(|a| off_sibling_nodes(a, restore, sibling_nodes));
-    let mut spec = spec;
-    spec["restartPolicy"] = json!("Never");
-    spec["automountServiceAccountToken"] = json!(false);
-    spec["enableServiceLinks"] = json!(false);
-    spec["nodeSelector"] = json!(policy.node_selector);
-    spec["tolerations"] = json!(policy.tolerations);
-    spec["affinity"] = json!(affinity);
-    let mut pod: Pod = serde_json::from_value(json!({"spec": spec})).expect("a valid pod");
+    spec.restart_policy = Some("Never".into());
+    spec.automount_service_account_token = Some(false);
+    spec.enable_service_links = Some(false);
+    spec.node_selector = policy.node_selector.clone();
+    spec.tolerations = policy.tolerations.clone();
+    spec.affinity = affinity;
     // Pod Security "restricted", like the member it restores; the claim is a fresh one, so its
     // data is the non-root user's (see build::run_as).
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.security_context = Some(pod_security::pod_context(
-            policy.security_context.as_ref(),
-            RunAs::NonRoot,
-        ));
-        let init = spec.init_containers.iter_mut().flatten();
-        for container in spec.containers.iter_mut().chain(init) {
-            container.security_context = Some(pod_security::container_context());
-        }
+    spec.security_context = Some(pod_security::pod_context(
+        policy.security_context.as_ref(),
+        RunAs::NonRoot,
+    ));
+    let init = spec.init_containers.iter_mut().flatten();
+    for container in spec.containers.iter_mut().chain(init) {
+        container.security_context = Some(pod_security::container_context());
     }
-    pod.metadata = ObjectMeta {
-        name: Some(restore_pod_name(member)),
-        namespace: restore.namespace(),
-        labels: Some(labels(restore)),
-        owner_references: restore.controller_owner_ref(&()).map(|o| vec![o]),
-        ..Default::default()
-    };
-    pod
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(restore_pod_name(member)),
+            namespace: restore.namespace(),
+            labels: Some(labels(restore)),
+            owner_references: restore.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
 }
 
 /// Where the restore pod of `member` may run: where the member may. On node-local volumes the
@@ -505,7 +432,7 @@ fn selects(term: &PodAffinityTerm, labels: &BTreeMap<String, String>, namespace:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::from_spec;
+    use fetch_pod::source::from_spec;
 
     fn restore() -> EtcdRestore {
         serde_saphyr::from_str(
@@ -570,7 +497,7 @@ mod tests {
             .iter()
             .position(|a| a == "--s3-sse-c-key-file")
             .unwrap();
-        assert_eq!(args[at + 1], "/etc/etcd-restore/sse-c/key.b64");
+        assert_eq!(args[at + 1], "/etc/etcd-backup/sse-c/key.b64");
         let volume = pod["spec"]["volumes"]
             .as_array()
             .unwrap()
@@ -581,7 +508,7 @@ mod tests {
         assert!(
             fetch["volumeMounts"]
                 .to_string()
-                .contains("/etc/etcd-restore/sse-c")
+                .contains("/etc/etcd-backup/sse-c")
         );
     }
 
@@ -598,7 +525,7 @@ mod tests {
         let fetch = &pod["spec"]["initContainers"][0];
         let args = fetch["args"].as_array().unwrap();
         let at = args.iter().position(|a| a == "--identity").unwrap();
-        assert_eq!(args[at + 1], "/etc/etcd-restore/age/identity.txt");
+        assert_eq!(args[at + 1], "/etc/etcd-backup/age/identity.txt");
         let volume = pod["spec"]["volumes"]
             .as_array()
             .unwrap()
@@ -612,7 +539,7 @@ mod tests {
                 .as_array()
                 .unwrap()
                 .iter()
-                .any(|m| m["name"] == "age-identity" && m["mountPath"] == "/etc/etcd-restore/age")
+                .any(|m| m["name"] == "age-identity" && m["mountPath"] == "/etc/etcd-backup/age")
         );
         // Only the fetch sees it: not the restore tool, and no env var anywhere.
         let tool = &pod["spec"]["containers"][0];
@@ -645,10 +572,7 @@ mod tests {
                 "/var/etcd-restore/snapshot.db"
             ])
         );
-        assert_eq!(
-            fetch["env"][0]["value"],
-            "/etc/etcd-restore/aws/credentials"
-        );
+        assert_eq!(fetch["env"][0]["value"], "/etc/etcd-backup/aws/credentials");
         assert_eq!(pod["spec"]["volumes"][0]["secret"]["secretName"], "aws");
     }
 

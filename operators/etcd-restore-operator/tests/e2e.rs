@@ -950,7 +950,7 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     assert!(!refused.succeeded && refused.plan.is_none(), "{refused:?}");
     let reason = refused.reason.unwrap_or_default();
     assert!(
-        reason.contains("spec.decryption names no identity"),
+        reason.contains("no identity (private key) is named"),
         "{reason}"
     );
     assert!(clusters.get_opt("copy-no-key").await.unwrap().is_none());

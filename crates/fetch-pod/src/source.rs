@@ -1,5 +1,6 @@
 //! Where the snapshot is and how a pod reaches it: the EtcdRestore's `s3`/`local` block, or the
-//! newest verified backup of the EtcdBackup that `backupRef` names. Pure.
+//! newest verified backup of an EtcdBackup (an EtcdRestore's `backupRef`, an EtcdBackup's
+//! drill). Pure.
 
 use backup_api::storage::{
     LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source, StorageType,
@@ -58,8 +59,8 @@ pub enum SourceError {
     #[error("EtcdBackup {name} recorded {url:?}, which is not an s3:// or file:// location")]
     BadRecordedUrl { name: String, url: String },
     #[error(
-        "the newest backup of EtcdBackup {name} is encrypted (to {recipients}) and \
-         spec.decryption names no identity; nothing was touched"
+        "the newest backup of EtcdBackup {name} is encrypted (to {recipients}) and no \
+         identity (private key) is named for it; nothing was touched"
     )]
     IdentityNeeded { name: String, recipients: String },
 }
@@ -104,20 +105,30 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
 /// EtcdBackup's own storage settings and credentials, decrypted with `spec`'s identity. A
 /// backup recorded as encrypted without an identity is refused here, before anything is done.
 pub fn from_backup(spec: &EtcdRestoreSpec, backup: &EtcdBackup) -> Result<Source, SourceError> {
+    newest_backup(backup, identity(spec))
+}
+
+/// The newest verified backup of `backup` (its `status.lastBackup`), reached with the
+/// EtcdBackup's own storage settings and credentials, decrypted with `identity`. A backup
+/// recorded as encrypted without an identity is refused here, before anything is done.
+pub fn newest_backup(
+    backup: &EtcdBackup,
+    identity: Option<SecretKeyRef>,
+) -> Result<Source, SourceError> {
     let name = backup.metadata.name.clone().unwrap_or_default();
     let record = backup
         .status
         .as_ref()
         .and_then(|s| s.last_backup.as_ref())
         .ok_or_else(|| SourceError::NoBackupYet(name.clone()))?;
-    if !record.encrypted_to.is_empty() && spec.decryption.is_none() {
+    if !record.encrypted_to.is_empty() && identity.is_none() {
         return Err(SourceError::IdentityNeeded {
             name,
             recipients: record.encrypted_to.join(", "),
         });
     }
     let mut source = recorded_source(backup, &name, record.object_key.clone())?;
-    source.identity = identity(spec);
+    source.identity = identity;
     Ok(source)
 }
 

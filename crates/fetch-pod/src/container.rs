@@ -1,0 +1,280 @@
+//! Typed builders of the `etcd-backup` container that fetches a [`Source`] and of the volumes
+//! it mounts. Every Secret is mounted as files; private keys are not world-readable (the pod's
+//! user reads them through its fsGroup).
+
+use backup_api::SseMode;
+use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, SecretVolumeSource, Volume, VolumeMount,
+};
+
+use crate::source::Source;
+
+/// Where the Secrets are mounted in the containers that reach the backup.
+const AWS_DIR: &str = "/etc/etcd-backup/aws";
+const CA_DIR: &str = "/etc/etcd-backup/s3-ca";
+/// The age identity of an encrypted backup (each Secret key a file).
+const IDENTITY_DIR: &str = "/etc/etcd-backup/age";
+/// The SSE-C key's Secret.
+const SSE_C_DIR: &str = "/etc/etcd-backup/sse-c";
+/// Mode of mounted private keys: owner and group (the pod's fsGroup) only.
+const PRIVATE_MODE: i32 = 0o440;
+
+/// The volumes a pod needs to reach `source`, and the mounts of the containers that do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FetchMounts {
+    pub volumes: Vec<Volume>,
+    /// For the container that fetches: every volume above.
+    pub fetch: Vec<VolumeMount>,
+    /// For a container that only reads manifests or lists (no decryption key).
+    pub without_identity: Vec<VolumeMount>,
+}
+
+impl FetchMounts {
+    pub fn of(source: &Source) -> FetchMounts {
+        let mut mounts = FetchMounts::default();
+        if let Some(s3) = &source.s3 {
+            if let Some(secret) = &s3.aws_secret {
+                mounts.add(secret_volume("aws", secret, None), AWS_DIR, true);
+            }
+            if let Some(secret) = &s3.ca_secret {
+                mounts.add(secret_volume("s3-ca", secret, None), CA_DIR, true);
+            }
+            if let Some(key) = s3
+                .server_side_encryption
+                .as_ref()
+                .and_then(|sse| sse.customer_key_secret.as_ref())
+            {
+                let volume = secret_volume("sse-c", &key.name, Some(PRIVATE_MODE));
+                mounts.add(volume, SSE_C_DIR, true);
+            }
+        }
+        if let Some(identity) = &source.identity {
+            let volume = secret_volume("age-identity", &identity.name, Some(PRIVATE_MODE));
+            mounts.add(volume, IDENTITY_DIR, false);
+        }
+        if let Some(claim) = &source.claim {
+            let volume = Volume {
+                name: "backups".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.clone(),
+                    read_only: Some(true),
+                }),
+                ..Default::default()
+            };
+            mounts.add(volume, LOCAL_PVC_MOUNT_PATH, true);
+        }
+        mounts
+    }
+
+    fn add(&mut self, volume: Volume, path: &str, without_identity: bool) {
+        let mount = VolumeMount {
+            name: volume.name.clone(),
+            mount_path: path.into(),
+            read_only: Some(true),
+            ..Default::default()
+        };
+        if without_identity {
+            self.without_identity.push(mount.clone());
+        }
+        self.fetch.push(mount);
+        self.volumes.push(volume);
+    }
+}
+
+fn secret_volume(name: &str, secret: &str, mode: Option<i32>) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            default_mode: mode,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container named `name` that runs `etcd-backup fetch` of `source` into `out` (a path on
+/// `scratch`, which the caller adds to the pod): the snapshot is verified while it streams and
+/// gets its name only when whole. Its termination message is its log's end when it fails.
+pub fn fetch_container(
+    name: &str,
+    image: &str,
+    source: &Source,
+    out: &str,
+    scratch: VolumeMount,
+) -> Container {
+    let identity = source
+        .identity
+        .as_ref()
+        .map(|key| format!("{IDENTITY_DIR}/{}", key.key));
+    let mut command = vec!["fetch", source.url.as_str(), "--out", out];
+    if let Some(identity) = &identity {
+        command.extend(["--identity", identity.as_str()]);
+    }
+    let mut mounts = FetchMounts::of(source).fetch;
+    mounts.push(scratch);
+    Container {
+        name: name.into(),
+        image: Some(image.into()),
+        args: Some(tool_args(source, command)),
+        env: Some(env(source)),
+        volume_mounts: Some(mounts),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }
+}
+
+/// `etcd-backup`'s global flags for `source` (JSON output and logs, the S3 settings and
+/// files), then `command`.
+pub fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut args = vec![
+        "--output".to_string(),
+        "json".into(),
+        "--log-format".into(),
+        "json".into(),
+    ];
+    if let Some(s3) = &source.s3 {
+        if let Some(endpoint) = &s3.endpoint {
+            args.extend(["--s3-endpoint".into(), endpoint.clone()]);
+        }
+        if let Some(region) = &s3.region {
+            args.extend(["--s3-region".into(), region.clone()]);
+        }
+        if s3.force_path_style {
+            args.push("--s3-force-path-style".into());
+        }
+        if s3.ca_secret.is_some() {
+            args.extend(["--s3-ca-file".into(), format!("{CA_DIR}/ca.crt")]);
+        }
+        // Reads need nothing for the server-managed modes; SSE-C needs its key on each.
+        if let Some(sse) = &s3.server_side_encryption
+            && let (SseMode::SseC, Some(key)) = (sse.mode, &sse.customer_key_secret)
+        {
+            args.extend([
+                "--s3-sse-c-key-file".into(),
+                format!("{SSE_C_DIR}/{}", key.key),
+            ]);
+        }
+    }
+    args.extend(command.into_iter().map(str::to_string));
+    args
+}
+
+/// The AWS shared files from the Secret. No ambient identity: the pod has no service account
+/// token (no web identity), and unless the operator was started with
+/// `--allow-ambient-credentials` the SDK is told not to ask the node's instance metadata.
+pub fn env(source: &Source) -> Vec<EnvVar> {
+    let Some(s3) = &source.s3 else {
+        return Vec::new();
+    };
+    let var = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    };
+    let mut env = Vec::new();
+    if s3.aws_secret.is_some() {
+        env.push(var(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            format!("{AWS_DIR}/credentials"),
+        ));
+        env.push(var("AWS_CONFIG_FILE", format!("{AWS_DIR}/config")));
+    }
+    if !s3.ambient {
+        env.push(var("AWS_EC2_METADATA_DISABLED", "true".into()));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::S3Access;
+    use backup_api::SecretKeyRef;
+
+    fn s3_source() -> Source {
+        Source {
+            url: "s3://bucket/etcd.backup".into(),
+            s3: Some(S3Access {
+                endpoint: Some("http://s3:3900".into()),
+                aws_secret: Some("aws".into()),
+                ..Default::default()
+            }),
+            claim: None,
+            identity: Some(SecretKeyRef {
+                name: "restore-key".into(),
+                key: "identity.txt".into(),
+            }),
+        }
+    }
+
+    fn scratch() -> VolumeMount {
+        VolumeMount {
+            name: "scratch".into(),
+            mount_path: "/scratch".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_fetch_reads_every_credential_from_a_file() {
+        let fetch = fetch_container(
+            "fetch",
+            "etcd-backup:dev",
+            &s3_source(),
+            "/scratch/s.db",
+            scratch(),
+        );
+        let args = fetch.args.unwrap();
+        let tail = &args[args.len() - 6..];
+        assert_eq!(
+            tail,
+            [
+                "fetch",
+                "s3://bucket/etcd.backup",
+                "--out",
+                "/scratch/s.db",
+                "--identity",
+                "/etc/etcd-backup/age/identity.txt"
+            ]
+        );
+        let env: Vec<_> = fetch.env.unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(
+            env,
+            [
+                "AWS_SHARED_CREDENTIALS_FILE",
+                "AWS_CONFIG_FILE",
+                "AWS_EC2_METADATA_DISABLED"
+            ]
+        );
+        let mounts: Vec<_> = fetch
+            .volume_mounts
+            .unwrap()
+            .into_iter()
+            .map(|m| m.mount_path)
+            .collect();
+        assert_eq!(
+            mounts,
+            ["/etc/etcd-backup/aws", "/etc/etcd-backup/age", "/scratch"]
+        );
+    }
+
+    #[test]
+    fn the_identity_is_private_and_only_for_the_fetch() {
+        let mounts = FetchMounts::of(&s3_source());
+        let identity = mounts
+            .volumes
+            .iter()
+            .find(|v| v.name == "age-identity")
+            .unwrap();
+        assert_eq!(identity.secret.as_ref().unwrap().default_mode, Some(0o440));
+        assert!(
+            mounts
+                .without_identity
+                .iter()
+                .all(|m| m.name != "age-identity")
+        );
+        assert_eq!(mounts.without_identity.len(), 1);
+    }
+}

@@ -1,0 +1,14 @@
+//! How the operators' run-once pods (restore pods, drill pods) reach a backup.
+//!
+//! - [`source`]: where the backup is and which Secrets reach it, from an EtcdRestore's own
+//!   block or from an EtcdBackup's newest verified backup. Pure.
+//! - [`container`]: the `etcd-backup fetch` container and the volumes it mounts: every
+//!   credential is a file from a Secret (never an argument or an environment value), the pod
+//!   gets no service account token, and the node's identity is off unless the operator was
+//!   told otherwise.
+
+pub mod container;
+pub mod source;
+
+pub use container::{FetchMounts, fetch_container, tool_args};
+pub use source::{S3Access, Source, SourceError};
