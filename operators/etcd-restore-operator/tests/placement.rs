@@ -4,7 +4,7 @@
 
 use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_restore_operator::pods::restore_pod;
-use etcd_restore_operator::source::from_spec;
+use fetch_pod::source::from_spec;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
