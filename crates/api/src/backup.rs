@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::{self, Condition};
+use crate::drill::{BackupDrill, DrillRecord, RecordedContents};
 use crate::encryption::BackupEncryption;
 use crate::error::{SpecError, check_storage};
 use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, StorageType};
@@ -69,7 +70,9 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
     validation = Rule::new("self.storageType != 'ABS' || has(self.abs)").message("storageType ABS requires the abs block"),
     validation = Rule::new("self.storageType != 'GCS' || has(self.gcs)").message("storageType GCS requires the gcs block"),
     validation = Rule::new("self.storageType != 'OSS' || has(self.oss)").message("storageType OSS requires the oss block"),
-    validation = Rule::new("self.storageType != 'Local' || has(self.local)").message("storageType Local requires the local block")
+    validation = Rule::new("self.storageType != 'Local' || has(self.local)").message("storageType Local requires the local block"),
+    validation = Rule::new("!has(self.drill) || self.storageType in ['S3', 'Local']").message("drills restore S3 and Local backups only"),
+    validation = Rule::new("!has(self.drill) || !has(self.encryption) || has(self.drill.identitySecret)").message("encrypted backups are drilled with a private key: set drill.identitySecret")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupSpec {
@@ -124,6 +127,10 @@ pub struct EtcdBackupSpec {
     /// as in coreos.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// Prove backups by restoring them: a run-once pod restores the newest backup with its
+    /// etcd version and compares what it serves with what was recorded at backup time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill: Option<BackupDrill>,
 }
 
 /// When and for how long to back up (coreos `BackupPolicy` plus `schedule`).
@@ -325,6 +332,12 @@ pub struct EtcdBackupStatus {
     /// When the last scheduled backup was started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_schedule_time: Option<Time>,
+    /// The newest restore drill (`Running` while its pod runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drill: Option<DrillRecord>,
+    /// The newest drill that succeeded; retention never deletes its backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_drill: Option<DrillRecord>,
 }
 
 /// A stored snapshot, as verified when it was written.
@@ -360,6 +373,12 @@ pub struct BackupRecord {
     /// The age recipients (public keys) the object is encrypted to; empty when it is not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub encrypted_to: Vec<String>,
+    /// How many backups this EtcdBackup has taken, this one included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<i64>,
+    /// The key space at backup time, as a drill must find it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<RecordedContents>,
 }
 
 /// A failed backup attempt.

@@ -9,6 +9,7 @@ pub mod backup;
 pub mod cluster;
 pub mod condition;
 mod crd;
+pub mod drill;
 pub mod encryption;
 pub mod error;
 pub mod restore;
@@ -23,6 +24,7 @@ pub use cluster::{
     MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
 };
 pub use crd::crds;
+pub use drill::{BackupDrill, DrillRecord, DrillResult, RecordedContents};
 pub use encryption::{BackupEncryption, RestoreDecryption, SecretKeyRef};
 pub use error::SpecError;
 pub use restore::{

@@ -123,11 +123,17 @@ pub async fn drill(
     let _ = std::fs::remove_file(&snapshot);
     let log = scratch.path().join("etcd.log");
     let mut etcd = tools.start(&data_dir, &peer, &client_url, &log)?;
-    let served = serve_and_answer(&client_url, &recorded, options.start_timeout, &mut etcd).await;
+    let served = serve_and_answer(
+        &client_url,
+        &recorded,
+        options.start_timeout,
+        Some(&mut etcd),
+    )
+    .await;
     let _ = etcd.kill().await;
     let _ = etcd.wait().await;
     let (restored_revision, restored) = match served {
-        Ok(answers) => answers,
+        Ok((revision, answers, _)) => (revision, answers),
         Err(message) => {
             let tail = log_tail(&log);
             return Err(DrillError::Etcd(format!(
@@ -135,6 +141,49 @@ pub async fn drill(
             )));
         }
     };
+    Ok(report(
+        url,
+        tools.version,
+        recorded,
+        restored,
+        restored_revision,
+        started,
+    ))
+}
+
+/// The drill's last step alone, for a member restored and started by someone else (the
+/// operator's drill pod runs the fetch, the restore and etcd in containers of their own):
+/// waits until the member at `endpoint` serves, then compares it with `recorded`. `object`
+/// names the backup in the report.
+pub async fn check_restored(
+    object: &str,
+    endpoint: &str,
+    recorded: &Contents,
+    timeout: Duration,
+) -> Result<DrillReport, DrillError> {
+    let started = Instant::now();
+    let served = serve_and_answer(endpoint, recorded, timeout, None).await;
+    let (restored_revision, restored, version) = served.map_err(|message| {
+        DrillError::Etcd(format!("the restored member did not serve: {message}"))
+    })?;
+    Ok(report(
+        object.to_string(),
+        version,
+        recorded.clone(),
+        restored,
+        restored_revision,
+        started,
+    ))
+}
+
+fn report(
+    url: String,
+    etcd_version: String,
+    recorded: Contents,
+    restored: Option<Contents>,
+    restored_revision: i64,
+    started: Instant,
+) -> DrillReport {
     let differences = match &restored {
         Some(restored) => contents::compare(&recorded, restored),
         None => vec![format!(
@@ -142,29 +191,31 @@ pub async fn drill(
             recorded.revision
         )],
     };
-    Ok(DrillReport {
+    DrillReport {
         url,
-        etcd_version: tools.version,
+        etcd_version,
         recorded,
         restored,
         restored_revision,
         differences,
         seconds: started.elapsed().as_secs_f64(),
-    })
+    }
 }
 
-/// Waits until the member at `url` serves, then asks it the recorded questions.
+/// Waits until the member at `url` serves, then asks it the recorded questions: its revision,
+/// its answers (none below the recorded revision) and its version. `etcd`: the member's
+/// process, when it is ours to watch.
 async fn serve_and_answer(
     url: &str,
     recorded: &Contents,
     timeout: Duration,
-    etcd: &mut tokio::process::Child,
-) -> Result<(i64, Option<Contents>), String> {
+    mut etcd: Option<&mut tokio::process::Child>,
+) -> Result<(i64, Option<Contents>, String), String> {
     let deadline = Instant::now() + timeout;
     let mut connection = EtcdConnection::new(vec![url.to_string()]);
     connection.dial_timeout = Duration::from_secs(2);
     let mut member = loop {
-        if let Ok(Some(status)) = etcd.try_wait() {
+        if let Some(Ok(Some(status))) = etcd.as_mut().map(|e| e.try_wait()) {
             return Err(format!("etcd exited ({status})"));
         }
         match select_member(&connection).await {
@@ -178,7 +229,7 @@ async fn serve_and_answer(
     // A revision the restore never reached cannot be asked about: the snapshot is not the one
     // recorded.
     if member.revision < recorded.revision {
-        return Ok((member.revision, None));
+        return Ok((member.revision, None, member.version));
     }
     let hash = if recorded.hash_kv.is_some() {
         HashKv::Take
@@ -188,7 +239,7 @@ async fn serve_and_answer(
     let answers = contents::take(&mut member.client, url, recorded.revision, hash)
         .await
         .map_err(|e| e.to_string())?;
-    Ok((member.revision, Some(answers)))
+    Ok((member.revision, Some(answers), member.version))
 }
 
 /// The etcd programs of one version.

@@ -20,7 +20,7 @@ mod verify;
 pub use backup_storage::compress::Compression;
 pub use backup_storage::encryption::{Encryption, Identity, Recipients};
 pub use contents::{Contents, HashKv};
-pub use drill::{DrillError, DrillOptions, DrillReport, drill};
+pub use drill::{DrillError, DrillOptions, DrillReport, check_restored, drill};
 pub use error::{Error, Result};
 pub use manifest::{MANIFEST_SUFFIX, Manifest, manifest_key, read_manifest};
 pub use member::{EtcdConnection, Member, TlsPem, select_member};

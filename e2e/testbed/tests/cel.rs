@@ -147,6 +147,44 @@ fn cases() -> Vec<Case> {
         });
     }
 
+    // spec.drill.
+    let with_drill = |storage: &str, block, drill: Value, encrypted: bool| {
+        let mut b = backup(storage, Some(block));
+        b["spec"]["drill"] = drill;
+        if encrypted {
+            b["spec"]["encryption"] = json!({"recipientsSecret": {"name": "r", "key": "k"}});
+        }
+        b
+    };
+    cases.push(Case {
+        message: "set either everyBackups or schedule, not both",
+        kind: "EtcdBackup",
+        valid: with_drill("S3", s3(), json!({"everyBackups": 2}), false),
+        broken: with_drill(
+            "S3",
+            s3(),
+            json!({"everyBackups": 2, "schedule": "0 4 * * *"}),
+            false,
+        ),
+    });
+    cases.push(Case {
+        message: "drills restore S3 and Local backups only",
+        kind: "EtcdBackup",
+        valid: with_drill("S3", s3(), json!({}), false),
+        broken: with_drill("ABS", abs(), json!({}), false),
+    });
+    cases.push(Case {
+        message: "encrypted backups are drilled with a private key: set drill.identitySecret",
+        kind: "EtcdBackup",
+        valid: with_drill(
+            "S3",
+            s3(),
+            json!({"identitySecret": {"name": "drill-key", "key": "identity.txt"}}),
+            true,
+        ),
+        broken: with_drill("S3", s3(), json!({}), true),
+    });
+
     let static_tls = |operator: bool| {
         let mut tls = json!({"member": {"peerSecret": "peer", "serverSecret": "server"}});
         if operator {

@@ -75,6 +75,28 @@ pub enum Command {
         #[arg(long, default_value_t = 120)]
         start_timeout: u64,
     },
+    /// The last step of a drill, for a member restored and started elsewhere (the operator's
+    /// drill pods run it beside etcd): wait until --member serves, compare it with the
+    /// contents recorded at backup time (--expect, the JSON `contents` of a manifest or an
+    /// EtcdBackup's status), print the verdict and write it to --report-file. Exit codes as
+    /// `drill`.
+    DrillCheck {
+        /// The restored member's client URL (loopback).
+        #[arg(long)]
+        member: String,
+        /// The recorded contents: {"revision": R, "keyCount": N, "hashKv": H, ...}.
+        #[arg(long)]
+        expect: String,
+        /// The backup drilled, named in the verdict.
+        #[arg(long, default_value = "")]
+        object: String,
+        /// Also write the JSON verdict here (a pod's /dev/termination-log).
+        #[arg(long)]
+        report_file: Option<PathBuf>,
+        /// Seconds the restored member may take to serve.
+        #[arg(long, default_value_t = 300)]
+        start_timeout: u64,
+    },
     /// List the backups under a prefix with their manifests.
     List {
         /// s3://bucket/prefix or file:///dir/prefix

@@ -5,8 +5,8 @@ use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
 use etcd_snapshot::{
-    Checked, DrillOptions, DrillReport, EtcdConnection, HashKv, MANIFEST_SUFFIX, ObjectName,
-    SaveOptions, TlsPem, read_manifest,
+    Checked, Contents, DrillOptions, DrillReport, EtcdConnection, HashKv, MANIFEST_SUFFIX,
+    ObjectName, SaveOptions, TlsPem, read_manifest,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -70,6 +70,33 @@ pub async fn run(cli: Cli) -> Result<()> {
             let report =
                 etcd_snapshot::drill(&store, &location.key(), identity.as_ref(), &options).await?;
             print_drill(&report, output);
+            if report.passed() {
+                Ok(())
+            } else {
+                Err(DrillFailed(report.differences.join("; ")).into())
+            }
+        }
+        Command::DrillCheck {
+            member,
+            expect,
+            object,
+            report_file,
+            start_timeout,
+        } => {
+            let recorded: Contents = serde_json::from_str(&expect)
+                .context("--expect is not the JSON of recorded contents")?;
+            let report = etcd_snapshot::check_restored(
+                &object,
+                &member,
+                &recorded,
+                Duration::from_secs(start_timeout),
+            )
+            .await?;
+            print_drill(&report, output);
+            if let Some(path) = report_file {
+                std::fs::write(&path, drill_json(&report).to_string())
+                    .with_context(|| format!("cannot write the verdict to {}", path.display()))?;
+            }
             if report.passed() {
                 Ok(())
             } else {
@@ -240,20 +267,22 @@ impl std::fmt::Display for DrillFailed {
 
 impl std::error::Error for DrillFailed {}
 
+/// The verdict as JSON: printed with `--output json`, read by the operator from drill pods.
+fn drill_json(r: &DrillReport) -> serde_json::Value {
+    json!({
+        "object": r.url, "passed": r.passed(), "etcdVersion": r.etcd_version,
+        "revision": r.recorded.revision, "restoredRevision": r.restored_revision,
+        "keyCount": r.recorded.key_count,
+        "restoredKeyCount": r.restored.as_ref().map(|c| c.key_count),
+        "hashKv": r.recorded.hash_kv,
+        "restoredHashKv": r.restored.as_ref().and_then(|c| c.hash_kv),
+        "differences": r.differences, "seconds": round(r.seconds),
+    })
+}
+
 fn print_drill(r: &DrillReport, output: Output) {
     match output {
-        Output::Json => println!(
-            "{}",
-            json!({
-                "object": r.url, "passed": r.passed(), "etcdVersion": r.etcd_version,
-                "revision": r.recorded.revision, "restoredRevision": r.restored_revision,
-                "keyCount": r.recorded.key_count,
-                "restoredKeyCount": r.restored.as_ref().map(|c| c.key_count),
-                "hashKv": r.recorded.hash_kv,
-                "restoredHashKv": r.restored.as_ref().and_then(|c| c.hash_kv),
-                "differences": r.differences, "seconds": round(r.seconds),
-            })
-        ),
+        Output::Json => println!("{}", drill_json(r)),
         Output::Text if r.passed() => println!(
             "drill passed: {} restored by etcd {} serves revision {} with {} keys at revision {}{} as recorded ({:.1} s)",
             r.url,

@@ -209,3 +209,81 @@ async fn a_drill_that_cannot_run_says_why_and_exits_1() {
         result.stderr
     );
 }
+
+/// `drill-check`, the drill pods' last step, against a member someone else started: the
+/// recorded contents match (exit 0, verdict written to the report file), a record that is
+/// not this key space's fails (exit 3, the verdict names it), and a member that never serves
+/// is a drill that could not run (exit 1).
+#[tokio::test]
+async fn drill_check_compares_a_running_member_with_the_record() {
+    let etcd = Etcd::start().await.unwrap();
+    write_sample_keys(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/etcd.backup", dir.path().display());
+    let saved = save(&etcd, &url, &[]).await;
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("etcd.backup.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let contents = manifest["contents"].clone();
+    assert!(contents["hashKv"].is_u64(), "{saved}");
+    let report = dir.path().join("verdict.json");
+    let check = |expect: Value, member: String| {
+        let report = report.to_str().unwrap().to_string();
+        async move {
+            run(
+                &[
+                    "drill-check",
+                    "--member",
+                    &member,
+                    "--expect",
+                    &expect.to_string(),
+                    "--object",
+                    "s3://b/etcd.backup",
+                    "--report-file",
+                    &report,
+                    "--start-timeout",
+                    "3",
+                ],
+                &[],
+            )
+            .await
+        }
+    };
+    let passed = check(contents.clone(), etcd.endpoint.clone()).await;
+    assert_eq!(passed.code, 0, "{}", passed.stderr);
+    let verdict: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(verdict["passed"], true, "{verdict}");
+    assert_eq!(verdict["object"], "s3://b/etcd.backup");
+    assert_eq!(verdict["restoredKeyCount"], contents["keyCount"]);
+
+    let mut other = contents.clone();
+    other["keyCount"] = (contents["keyCount"].as_i64().unwrap() + 1).into();
+    let failed = check(other, etcd.endpoint.clone()).await;
+    assert_eq!(failed.code, 3, "{}", failed.stderr);
+    let verdict: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(verdict["passed"], false);
+    assert!(
+        verdict["differences"]
+            .to_string()
+            .contains("keys at revision"),
+        "{verdict}"
+    );
+
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let could_not = check(contents, nobody).await;
+    assert_eq!(could_not.code, 1, "{}", could_not.stderr);
+    assert!(
+        could_not.stderr.contains("did not serve"),
+        "{}",
+        could_not.stderr
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
