@@ -283,6 +283,21 @@ impl EtcdBackupSpec {
         if self.stall_timeout_in_second.is_some_and(|v| v < 0) {
             return Err(SpecError::Negative("stallTimeoutInSecond"));
         }
+        if let Some(drill) = &self.drill {
+            if drill.every_backups.is_some() && drill.schedule.is_some() {
+                return Err(SpecError::Drill(
+                    "set either everyBackups or schedule, not both",
+                ));
+            }
+            if !matches!(self.storage_type, StorageType::S3 | StorageType::Local) {
+                return Err(SpecError::Drill("drills restore S3 and Local backups only"));
+            }
+            if self.encryption.is_some() && drill.identity_secret.is_none() {
+                return Err(SpecError::Drill(
+                    "encrypted backups are drilled with a private key: set drill.identitySecret",
+                ));
+            }
+        }
         Ok(())
     }
 }

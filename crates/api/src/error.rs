@@ -33,6 +33,9 @@ pub enum SpecError {
     /// A count or duration is below zero.
     #[error("spec.{0} must not be negative")]
     Negative(&'static str),
+    /// `spec.drill` that cannot run as written.
+    #[error("spec.drill: {0}")]
+    Drill(&'static str),
     /// coreos restores the cluster named like the EtcdRestore itself.
     #[error("EtcdRestore name {restore:?} must equal spec.etcdCluster.name {cluster:?}")]
     NameMismatch {

@@ -68,6 +68,34 @@ pub fn restore_command(
     }
 }
 
+/// A drill's restore: a single member named `drill` whose peer URL is `peer` (loopback), as
+/// the snapshot was taken: no revision bump and no compaction mark, so the restored member
+/// answers at the recorded revision exactly what the source member did.
+pub fn drill_restore_command(
+    version: &EtcdVersion,
+    snapshot: &str,
+    data_dir: &str,
+    peer: &str,
+) -> Vec<String> {
+    let tool = if version.has_etcdutl() {
+        "etcdutl"
+    } else {
+        "etcdctl"
+    };
+    [tool, "snapshot", "restore", snapshot]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "--name=drill".to_string(),
+            format!("--initial-cluster=drill={peer}"),
+            "--initial-cluster-token=etcd-drill".into(),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--data-dir={data_dir}"),
+            "--skip-hash-check".into(),
+        ])
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

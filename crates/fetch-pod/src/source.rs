@@ -39,7 +39,7 @@ pub struct S3Access {
     pub ambient: bool,
 }
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum SourceError {
     #[error("backupStorageType {0:?} cannot be restored by this controller; use S3 or Local")]
     Unsupported(StorageType),

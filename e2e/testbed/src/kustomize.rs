@@ -80,6 +80,18 @@ pub fn render_for_bed(dir: &Path, ns: &str) -> Result<Vec<Value>> {
          \x20           containers:\n\
          \x20             - name: operator\n\
          \x20               env:\n\
+         \x20                 - {{name: BACKUP_IMAGE, value: localhost/etcd-backup:dev}}\n\
+         \x20 - target: {{kind: Deployment, name: etcd-backup-operator}}\n\
+         \x20   patch: |-\n\
+         \x20     apiVersion: apps/v1\n\
+         \x20     kind: Deployment\n\
+         \x20     metadata: {{name: etcd-backup-operator}}\n\
+         \x20     spec:\n\
+         \x20       template:\n\
+         \x20         spec:\n\
+         \x20           containers:\n\
+         \x20             - name: operator\n\
+         \x20               env:\n\
          \x20                 - {{name: BACKUP_IMAGE, value: localhost/etcd-backup:dev}}\n",
         resource = inside.display(),
     );

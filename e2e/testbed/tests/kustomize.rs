@@ -125,15 +125,19 @@ fn all_in_one_overlays_install_the_crds_the_namespace_and_this_release_s_operato
             OPERATORS.iter().map(|s| s.to_string()).collect(),
             "{variant}"
         );
-        let restore = deployments
-            .iter()
-            .find(|d| d["metadata"]["name"] == "etcd-restore-operator")
-            .unwrap();
-        let backup_image = format!("etcd-backup:{VERSION}");
-        assert_eq!(
-            env(restore, "BACKUP_IMAGE"),
-            Some(Value::from(backup_image))
-        );
+        // The run-once pods (restores, drills) run the etcd-backup image of the release.
+        for operator in ["etcd-restore-operator", "etcd-backup-operator"] {
+            let deployment = deployments
+                .iter()
+                .find(|d| d["metadata"]["name"] == operator)
+                .unwrap();
+            let backup_image = format!("etcd-backup:{VERSION}");
+            assert_eq!(
+                env(deployment, "BACKUP_IMAGE"),
+                Some(Value::from(backup_image)),
+                "{operator}"
+            );
+        }
     }
 }
 

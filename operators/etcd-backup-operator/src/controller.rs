@@ -26,7 +26,7 @@ use crate::plan::{self, BackupPlan, InvalidSpec};
 use crate::runs::{RunGuard, Runs};
 use crate::schedule::{self, Due, History};
 use crate::secrets::SecretError;
-use crate::{secrets, status};
+use crate::{drill, secrets, status};
 use operator_runtime::backoff::PerObject;
 
 /// Field manager for status and finalizer writes; also the event reporter.
@@ -74,6 +74,8 @@ pub struct Context {
     pub allow_ambient_credentials: bool,
     /// How long a shutdown waits for the aborts of cancelled runs' uploads.
     pub shutdown_timeout: Duration,
+    /// The `etcd-backup` image the drill pods fetch and check with.
+    pub backup_image: String,
 }
 
 impl Context {
@@ -97,6 +99,7 @@ impl Context {
             finalizer_timeout: Duration::from_secs(300),
             allow_ambient_credentials: false,
             shutdown_timeout: Duration::from_secs(20),
+            backup_image: "localhost/etcd-backup:dev".into(),
         }
     }
 
@@ -159,7 +162,6 @@ pub fn error_policy(
 async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Action, Error> {
     let api = api_for(backup, ctx);
     let uid = backup.uid().unwrap_or_default();
-    let generation = backup.meta().generation;
     let prev = backup.status.clone().unwrap_or_default();
     let now = truncate((ctx.clock)());
 
@@ -185,31 +187,54 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
 
+    // Drills follow their own pods, whether or not a backup runs.
+    let drill_wait = drill::reconcile(backup, &plan, ctx, now).await?;
+    let backup_wait = schedule_backup(backup, &prev, plan, &api, ctx, now).await?;
+    Ok(
+        match [drill_wait, backup_wait].into_iter().flatten().min() {
+            Some(wait) => Action::requeue(wait),
+            None => Action::await_change(),
+        },
+    )
+}
+
+/// The backup side: records a finished run, or starts the one due; returns when to look
+/// again (`None`: on a change).
+async fn schedule_backup(
+    backup: &EtcdBackup,
+    prev: &EtcdBackupStatus,
+    plan: BackupPlan,
+    api: &Api<EtcdBackup>,
+    ctx: &Arc<Context>,
+    now: DateTime<Utc>,
+) -> Result<Option<Duration>, Error> {
+    let uid = backup.uid().unwrap_or_default();
+    let generation = backup.meta().generation;
     if ctx.runs.is_running(&uid) {
-        return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+        return Ok(Some(IN_FLIGHT_RECHECK));
     }
     if let Some(result) = ctx.runs.unwritten(&uid) {
         // A run's result the API server refused then: write it now, and the schedule goes on
         // from it (a failed write must never leave the object looking busy for good).
-        apply_status(&api, &backup.name_any(), &result).await?;
+        apply_status(api, &backup.name_any(), &result).await?;
         ctx.runs.written(&uid);
         tracing::info!(name = %backup.name_any(), "recorded the result of an earlier run");
-        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+        return Ok(Some(STALE_CACHE_RECHECK));
     }
     let last_run = prev.last_schedule_time.as_ref().map(status::chrono_time);
-    let progressing = status::prev_run_interrupted(&prev);
+    let progressing = status::prev_run_interrupted(prev);
     if progressing && last_run.is_some_and(|t| ctx.runs.finished(&uid, t)) {
         // The cache has not caught up with the result this process wrote; look again soon.
-        return Ok(Action::requeue(STALE_CACHE_RECHECK));
+        return Ok(Some(STALE_CACHE_RECHECK));
     }
-    if progressing && status::retry_interrupted(&prev) {
+    if progressing && status::retry_interrupted(prev) {
         // The retry of an interrupted run was interrupted too (the operator keeps stopping
         // mid-backup): record a failure rather than retry on every restart.
-        return give_up_interrupted(backup, &prev, &plan, last_run, &api, ctx, now).await;
+        return give_up_interrupted(backup, prev, &plan, last_run, api, ctx, now).await;
     }
     let history = History {
         last_run,
-        one_shot_finished: status::one_shot_finished(&prev),
+        one_shot_finished: status::one_shot_finished(prev),
         // Progressing=True with no run in this process: the operator died mid-backup.
         interrupted: progressing,
     };
@@ -221,29 +246,23 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         .unwrap_or(now);
     match schedule::due(&plan.trigger, history, created, now) {
         Due::Never => {
-            apply_if_changed(
-                &api,
-                backup,
-                &prev,
-                status::scheduled(&prev, generation, None),
-            )
-            .await?;
-            Ok(Action::await_change())
+            apply_if_changed(api, backup, prev, status::scheduled(prev, generation, None)).await?;
+            Ok(None)
         }
         Due::At(at) => {
-            let next = status::scheduled(&prev, generation, Some(at));
-            apply_if_changed(&api, backup, &prev, next).await?;
-            Ok(Action::requeue((at - now).to_std().unwrap_or_default()))
+            let next = status::scheduled(prev, generation, Some(at));
+            apply_if_changed(api, backup, prev, next).await?;
+            Ok(Some((at - now).to_std().unwrap_or_default()))
         }
         Due::Now => {
             let Some(guard) = ctx.runs.try_start(&uid) else {
-                return Ok(Action::requeue(IN_FLIGHT_RECHECK));
+                return Ok(Some(IN_FLIGHT_RECHECK));
             };
             // Recorded before any data moves, so a restart knows a run was under way.
-            let running = status::running(&prev, generation, now);
-            apply_status(&api, &backup.name_any(), &running).await?;
+            let running = status::running(prev, generation, now);
+            apply_status(api, &backup.name_any(), &running).await?;
             tokio::spawn(run(ctx.clone(), backup.clone(), plan, running, now, guard));
-            Ok(Action::requeue(IN_FLIGHT_RECHECK))
+            Ok(Some(IN_FLIGHT_RECHECK))
         }
     }
 }
@@ -258,7 +277,7 @@ async fn give_up_interrupted(
     api: &Api<EtcdBackup>,
     ctx: &Context,
     now: DateTime<Utc>,
-) -> Result<Action, Error> {
+) -> Result<Option<Duration>, Error> {
     let message = "the backup was interrupted twice (the operator stopped during it and during \
                    its retry); it is not retried again";
     let next = last_run.and_then(|t| schedule::next_after_run(&plan.trigger, t));
@@ -273,7 +292,7 @@ async fn give_up_interrupted(
     apply_status(api, &backup.name_any(), &failed).await?;
     let event = failure_event(INTERRUPTED, message);
     publish(ctx, &event, &backup.object_ref(&())).await;
-    Ok(Action::requeue(STALE_CACHE_RECHECK))
+    Ok(Some(STALE_CACHE_RECHECK))
 }
 
 /// The Warning for a failed run: its reason, then the cause.
@@ -302,6 +321,10 @@ async fn run(
     let namespace = backup.namespace().unwrap_or_default();
     let uid = backup.uid().unwrap_or_default();
     let token = guard.token.clone();
+    let drilled = prev
+        .last_successful_drill
+        .as_ref()
+        .map(|d| d.object_key.clone());
     let work = async {
         let _slot = ctx.runs.slot().await;
         let _in_flight = InFlight::new(&ctx.metrics.running);
@@ -310,7 +333,7 @@ async fn run(
             let location = execute::location(&plan, &namespace, ctx.local_volume.as_ref())?;
             let resolved =
                 secrets::resolve(&secrets_api, &plan, ctx.allow_ambient_credentials).await?;
-            execute::run_backup(&plan, &location, resolved, &uid).await
+            execute::run_backup(&plan, &location, resolved, &uid, drilled.as_deref()).await
         }
         .await
     };

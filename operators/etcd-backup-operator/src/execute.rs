@@ -130,11 +130,13 @@ pub fn location(
     })
 }
 
+/// `drilled`: the location of the newest backup a drill proved, which retention keeps.
 pub async fn run_backup(
     plan: &BackupPlan,
     location: &Location,
     resolved: Resolved,
     owner: &str,
+    drilled: Option<&str>,
 ) -> Result<Outcome, RunError> {
     let base = &location.key();
     // `timeoutInSecond` bounds the whole backup, the S3 calls before the snapshot too (a hung
@@ -166,7 +168,7 @@ pub async fn run_backup(
 
     let pruned = match plan.max_backups {
         Some(keep) if !plan.trigger.is_one_shot() => {
-            retention::prune(&store, base, owner, keep, &report.key)
+            retention::prune(&store, base, owner, keep, &report.key, drilled)
                 .await
                 .map_err(|e| e.to_string())
         }

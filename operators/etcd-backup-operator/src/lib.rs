@@ -6,6 +6,7 @@
 //! `controller`. `schedule` and `retention` hold the domain rules, free of Kubernetes.
 
 pub mod controller;
+pub mod drill;
 pub mod execute;
 pub mod local;
 pub mod metrics;

@@ -44,6 +44,13 @@ struct Args {
     /// it under the pod's `terminationGracePeriodSeconds` (30 in deploy/).
     #[arg(long, env = "SHUTDOWN_TIMEOUT_SECONDS", default_value_t = 20)]
     shutdown_timeout_seconds: u64,
+    /// The `etcd-backup` image whose `fetch` and `drill-check` the drill pods run.
+    #[arg(
+        long,
+        env = "BACKUP_IMAGE",
+        default_value = "localhost/etcd-backup:dev"
+    )]
+    backup_image: String,
 }
 
 #[tokio::main]
@@ -76,6 +83,7 @@ async fn main() -> Result<()> {
     ctx.finalizer_timeout = std::time::Duration::from_secs(args.finalizer_timeout_seconds);
     ctx.allow_ambient_credentials = args.allow_ambient_credentials;
     ctx.shutdown_timeout = std::time::Duration::from_secs(args.shutdown_timeout_seconds);
+    ctx.backup_image = args.backup_image;
     let ctx = Arc::new(ctx);
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),

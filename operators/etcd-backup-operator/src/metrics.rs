@@ -42,9 +42,19 @@ pub struct Metrics {
     pub prune_failures: Counter,
     pub running: Gauge,
     pub reconcile_errors: Counter,
+    pub last_drill_success: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
+    pub drill_interval: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
+    pub drill_failures: Family<FailureLabels, Counter>,
     /// Every EtcdBackup with series, and the failure reasons it has one for: what goes when
     /// the object goes.
-    objects: Mutex<HashMap<ObjectLabels, BTreeSet<String>>>,
+    objects: Mutex<HashMap<ObjectLabels, Reasons>>,
+}
+
+/// The reasons an EtcdBackup has failure series for.
+#[derive(Default)]
+struct Reasons {
+    backup: BTreeSet<String>,
+    drill: BTreeSet<String>,
 }
 
 impl Default for Metrics {
@@ -111,7 +121,28 @@ impl Default for Metrics {
             "Reconcile calls that failed (API errors)",
             reconcile_errors.clone(),
         );
+        let last_drill_success = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "last_drill_success_timestamp_seconds",
+            "Unix time the last successful restore drill of each EtcdBackup ended",
+            last_drill_success.clone(),
+        );
+        let drill_interval = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "drill_interval_seconds",
+            "Seconds between two drills of each EtcdBackup (every N backups times the backup period, or the drill's cron)",
+            drill_interval.clone(),
+        );
+        let drill_failures = Family::<FailureLabels, Counter>::default();
+        registry.register(
+            "drill_failures",
+            "Failed restore drills by reason",
+            drill_failures.clone(),
+        );
         Metrics {
+            last_drill_success,
+            drill_interval,
+            drill_failures,
             registry,
             last_success,
             last_size,
@@ -126,6 +157,14 @@ impl Default for Metrics {
             reconcile_errors,
             objects: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+fn failure(object: &ObjectLabels, reason: &str) -> FailureLabels {
+    FailureLabels {
+        namespace: object.namespace.clone(),
+        name: object.name.clone(),
+        reason: reason.to_string(),
     }
 }
 
@@ -147,7 +186,7 @@ impl Drop for InFlight {
 }
 
 impl Metrics {
-    fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectLabels, BTreeSet<String>>> {
+    fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectLabels, Reasons>> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -161,13 +200,21 @@ impl Metrics {
         self.objects()
             .entry(object.clone())
             .or_default()
+            .backup
             .insert(reason.to_string());
-        let labels = FailureLabels {
-            namespace: object.namespace.clone(),
-            name: object.name.clone(),
-            reason: reason.to_string(),
-        };
-        self.failures.get_or_create(&labels).inc();
+        self.failures.get_or_create(&failure(object, reason)).inc();
+    }
+
+    /// Counts a failed drill of `object` for `reason`.
+    pub fn drill_failed(&self, object: &ObjectLabels, reason: &str) {
+        self.objects()
+            .entry(object.clone())
+            .or_default()
+            .drill
+            .insert(reason.to_string());
+        self.drill_failures
+            .get_or_create(&failure(object, reason))
+            .inc();
     }
 
     /// Removes every series of `object` (deleted): nothing is exported for objects that are gone.
@@ -177,12 +224,13 @@ impl Metrics {
         self.last_size.remove(object);
         self.last_failure.remove(object);
         self.schedule_interval.remove(object);
-        for reason in reasons {
-            self.failures.remove(&FailureLabels {
-                namespace: object.namespace.clone(),
-                name: object.name.clone(),
-                reason,
-            });
+        self.last_drill_success.remove(object);
+        self.drill_interval.remove(object);
+        for reason in reasons.backup {
+            self.failures.remove(&failure(object, &reason));
+        }
+        for reason in reasons.drill {
+            self.drill_failures.remove(&failure(object, &reason));
         }
     }
 

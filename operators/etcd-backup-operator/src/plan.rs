@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use backup_api::storage::LocalSource;
 use backup_api::{
-    DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SecretKeyRef, SpecError, StorageType,
+    BackupDrill, DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SecretKeyRef, SpecError,
+    StorageType,
 };
 use etcd_snapshot::{Compression, ObjectName};
 
@@ -56,6 +57,25 @@ pub struct BackupPlan {
     pub deadline: Option<Duration>,
     pub max_backups: Option<u32>,
     pub deletion_policy: DeletionPolicy,
+    /// `spec.drill`, when set.
+    pub drill: Option<DrillPlan>,
+}
+
+/// When and how to drill (`spec.drill`).
+#[derive(Debug, Clone)]
+pub struct DrillPlan {
+    pub when: DrillWhen,
+    pub spec: BackupDrill,
+    /// From the drill pod's creation to its verdict.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum DrillWhen {
+    /// After every Nth successful backup.
+    EveryBackups(i64),
+    /// The newest backup, on a cron schedule.
+    Cron(Trigger),
 }
 
 /// Where the backups go.
@@ -125,6 +145,19 @@ pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
         deadline: spec.timeout(),
         max_backups: spec.max_backups(),
         deletion_policy: spec.deletion_policy(),
+        drill: spec.drill.as_ref().map(drill_plan).transpose()?,
+    })
+}
+
+fn drill_plan(drill: &BackupDrill) -> Result<DrillPlan, InvalidSpec> {
+    let when = match (&drill.schedule, drill.every()) {
+        (Some(cron), _) => DrillWhen::Cron(Trigger::cron("spec.drill.schedule", cron)?),
+        (None, every) => DrillWhen::EveryBackups(every.unwrap_or(1)),
+    };
+    Ok(DrillPlan {
+        when,
+        spec: drill.clone(),
+        timeout: Duration::from_secs(drill.timeout_seconds().unsigned_abs()),
     })
 }
 

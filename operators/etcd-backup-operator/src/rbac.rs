@@ -15,6 +15,11 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("etcd.database.coreos.com", "etcdbackups/status", "patch"),
     // secrets.rs: awsSecret, s3.caSecret and clientTLSSecret, read at each run.
     ("", "secrets", "get"),
+    // drill/mod.rs: the drill pods, created, followed by name, listed (by label) and deleted.
+    ("", "pods", "create"),
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "delete"),
     // kube Recorder: creates events and patches them into series.
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),

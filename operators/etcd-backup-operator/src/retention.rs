@@ -19,25 +19,28 @@ pub struct Candidate {
     pub owner: Option<String>,
 }
 
-/// Keys to delete so that the newest `keep` backups written by `owner` remain. `protect` (the
-/// backup just written) is never deleted, even if a skewed clock made its name sort older.
-/// Manifests go with their backup.
+/// Keys to delete so that the newest `keep` backups written by `owner` remain. `protect` is
+/// never deleted: the backup just written (even if a skewed clock made its name sort older)
+/// and the newest backup a drill proved, however old. Manifests go with their backup.
 pub fn select_prunable(
     base: &str,
     candidates: &[Candidate],
     owner: &str,
     keep: u32,
-    protect: &str,
+    protect: &[&str],
 ) -> Vec<String> {
     let ours: Vec<String> = candidates
         .iter()
         .filter(|c| c.owner.as_deref() == Some(owner) && parse_scheduled(base, &c.key).is_some())
         .flat_map(|c| [c.key.clone(), manifest_key(&c.key)])
         .collect();
-    let protected_manifest = manifest_key(protect);
+    let protected: Vec<String> = protect
+        .iter()
+        .flat_map(|k| [k.to_string(), manifest_key(k)])
+        .collect();
     select_for_deletion(base, ours.iter().map(String::as_str), keep as usize)
         .into_iter()
-        .filter(|k| k != protect && *k != protected_manifest)
+        .filter(|k| !protected.contains(k))
         .collect()
 }
 
@@ -87,16 +90,24 @@ pub async fn recorded_owner(
     }
 }
 
-/// Applies `maxBackups` after a successful scheduled run; returns the deleted keys.
+/// Applies `maxBackups` after a successful scheduled run; returns the deleted keys. `written`:
+/// the key just written; `drilled`: the location (`status.lastSuccessfulDrill.objectKey`) of
+/// the newest backup a drill proved.
 pub async fn prune(
     store: &Store,
     base: &str,
     owner: &str,
     keep: u32,
-    protect: &str,
+    written: &str,
+    drilled: Option<&str>,
 ) -> Result<Vec<String>, StorageError> {
     let found = candidates(store, base, true).await?;
-    let delete = select_prunable(base, &found, owner, keep, protect);
+    let drilled = found
+        .iter()
+        .map(|c| c.key.as_str())
+        .find(|key| drilled.is_some_and(|url| store.location(key).to_string() == url));
+    let protect: Vec<&str> = [Some(written), drilled].into_iter().flatten().collect();
+    let delete = select_prunable(base, &found, owner, keep, &protect);
     for key in &delete {
         store.delete(key).await?;
     }
@@ -145,7 +156,7 @@ mod tests {
             &found,
             "uid-1",
             2,
-            "etcd.backup_v100_2026-01-01-00:04:10",
+            &["etcd.backup_v100_2026-01-01-00:04:10"],
         );
         assert_eq!(
             delete,
@@ -171,7 +182,7 @@ mod tests {
                 owner: None,
             },
         ];
-        let delete = select_prunable("b", &found, "uid-1", 1, "b_v2_2026-01-02-00:00:00");
+        let delete = select_prunable("b", &found, "uid-1", 1, &["b_v2_2026-01-02-00:00:00"]);
         assert_eq!(
             delete,
             vec![
@@ -188,13 +199,36 @@ mod tests {
             ours("b_v10_2026-01-02-00:00:00"),
             ours("b_v11_2026-01-01-00:00:00"),
         ];
-        let delete = select_prunable("b", &found, "uid-1", 1, "b_v11_2026-01-01-00:00:00");
+        let delete = select_prunable("b", &found, "uid-1", 1, &["b_v11_2026-01-01-00:00:00"]);
         assert!(delete.is_empty(), "{delete:?}");
+    }
+
+    #[test]
+    fn the_newest_drilled_backup_is_kept_however_old() {
+        let found = [
+            ours("b_v1_2026-01-01-00:00:00"),
+            ours("b_v2_2026-01-02-00:00:00"),
+            ours("b_v3_2026-01-03-00:00:00"),
+        ];
+        let delete = select_prunable(
+            "b",
+            &found,
+            "uid-1",
+            1,
+            &["b_v3_2026-01-03-00:00:00", "b_v1_2026-01-01-00:00:00"],
+        );
+        assert_eq!(
+            delete,
+            vec![
+                "b_v2_2026-01-02-00:00:00",
+                "b_v2_2026-01-02-00:00:00.manifest.json"
+            ]
+        );
     }
 
     #[test]
     fn nothing_to_prune_within_the_limit() {
         let found = [ours("b_v1_2026-01-01-00:00:00")];
-        assert!(select_prunable("b", &found, "uid-1", 4, "b_v1_2026-01-01-00:00:00").is_empty());
+        assert!(select_prunable("b", &found, "uid-1", 4, &["b_v1_2026-01-01-00:00:00"]).is_empty());
     }
 }

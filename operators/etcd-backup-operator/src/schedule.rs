@@ -18,8 +18,10 @@ pub enum Trigger {
 
 /// A `schedule` the cron parser rejects.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("spec.backupPolicy.schedule {schedule:?} is not a valid cron expression: {message}")]
+#[error("{field} {schedule:?} is not a valid cron expression: {message}")]
 pub struct InvalidSchedule {
+    /// `spec.backupPolicy.schedule` or `spec.drill.schedule`.
+    pub field: &'static str,
     pub schedule: String,
     pub message: String,
 }
@@ -29,25 +31,29 @@ impl Trigger {
         match schedule {
             BackupSchedule::OneShot => Ok(Trigger::OneShot),
             BackupSchedule::Interval(every) => Ok(Trigger::Interval(every)),
-            BackupSchedule::Cron(text) => {
-                let invalid = |message: String| InvalidSchedule {
-                    schedule: text.to_string(),
-                    message,
-                };
-                // Five fields or a macro, as documented; croner would also take seconds and years.
-                let text = text.trim();
-                if !text.starts_with('@') && text.split_whitespace().count() != 5 {
-                    return Err(invalid(
-                        "expected five fields: minute hour day-of-month month day-of-week".into(),
-                    ));
-                }
-                let cron = Cron::from_str(text).map_err(|e| invalid(e.to_string()))?;
-                // A pattern that never fires (e.g. 30 February) is an input error, not a hang.
-                cron.find_next_occurrence(&Utc::now(), false)
-                    .map_err(|e| invalid(e.to_string()))?;
-                Ok(Trigger::Cron(Box::new(cron)))
-            }
+            BackupSchedule::Cron(text) => Trigger::cron("spec.backupPolicy.schedule", text),
         }
+    }
+
+    /// A cron schedule (UTC) given in `field`.
+    pub fn cron(field: &'static str, text: &str) -> Result<Trigger, InvalidSchedule> {
+        let invalid = |message: String| InvalidSchedule {
+            field,
+            schedule: text.to_string(),
+            message,
+        };
+        // Five fields or a macro, as documented; croner would also take seconds and years.
+        let text = text.trim();
+        if !text.starts_with('@') && text.split_whitespace().count() != 5 {
+            return Err(invalid(
+                "expected five fields: minute hour day-of-month month day-of-week".into(),
+            ));
+        }
+        let cron = Cron::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        // A pattern that never fires (e.g. 30 February) is an input error, not a hang.
+        cron.find_next_occurrence(&Utc::now(), false)
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(Trigger::Cron(Box::new(cron)))
     }
 
     pub fn is_one_shot(&self) -> bool {

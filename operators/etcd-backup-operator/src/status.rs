@@ -2,7 +2,7 @@
 //! one, because a server-side apply drops fields the manager stops sending.
 
 use backup_api::condition::{self, PROGRESSING, READY};
-use backup_api::{BackupFailure, BackupRecord, Compression, EtcdBackupStatus};
+use backup_api::{BackupFailure, BackupRecord, Compression, EtcdBackupStatus, RecordedContents};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -101,6 +101,19 @@ pub fn succeeded(
             .as_ref()
             .map(|e| e.recipients.clone())
             .unwrap_or_default(),
+        number: Some(
+            prev.last_backup
+                .as_ref()
+                .and_then(|b| b.number)
+                .unwrap_or(0)
+                + 1,
+        ),
+        contents: m.contents.as_ref().map(|c| RecordedContents {
+            revision: c.revision,
+            key_count: c.key_count,
+            hash_kv: c.hash_kv.map(i64::from),
+            compact_revision: c.compact_revision,
+        }),
     });
     s.next_schedule_time = next.map(time);
     let message = match &outcome.pruned {
@@ -210,7 +223,16 @@ pub fn one_shot_finished(s: &EtcdBackupStatus) -> bool {
 }
 
 /// The server-side apply body for the status subresource.
+/// The backup side's fields: everything but the drills', which the drill side applies under
+/// its own field manager ([`crate::drill`]), so neither overwrites the other's with a stale
+/// copy (a backup run's status is built from the object as it was when the run started).
 pub fn apply_body(status: &EtcdBackupStatus) -> serde_json::Value {
+    let mut status = status.clone();
+    status.last_drill = None;
+    status.last_successful_drill = None;
+    status
+        .conditions
+        .retain(|c| c.type_ != crate::drill::CONDITION);
     serde_json::json!({
         "apiVersion": backup_api::API_VERSION,
         "kind": "EtcdBackup",

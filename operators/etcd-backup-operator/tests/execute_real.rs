@@ -59,7 +59,7 @@ async fn one_shot_writes_exactly_the_path_verified_and_tagged() {
     let (etcd, garage) = (Etcd::start().await.unwrap(), Garage::start().await.unwrap());
     etcd.put("/hello", "world").await.unwrap();
     let plan = plan(&etcd, &garage, "etcd.backup", json!({}));
-    let outcome = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID)
+    let outcome = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID, None)
         .await
         .unwrap();
 
@@ -105,6 +105,7 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
         &location(&other_plan),
         resolved(&other_plan, &garage),
         "someone-else",
+        None,
     )
     .await
     .unwrap()
@@ -124,7 +125,7 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
         // Names have one-second resolution; distinct revisions and seconds keep them apart.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
         etcd.put("/k", &i.to_string()).await.unwrap();
-        let outcome = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID)
+        let outcome = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID, None)
             .await
             .unwrap();
         let parsed = etcd_snapshot::naming::parse_scheduled("etcd.backup", &outcome.report.key)
@@ -175,6 +176,7 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         &location(&missing_bucket),
         resolved(&missing_bucket, &garage),
         UID,
+        None,
     )
     .await
     .unwrap_err();
@@ -187,6 +189,7 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         &location(&unreachable),
         resolved(&unreachable, &garage),
         UID,
+        None,
     )
     .await
     .unwrap_err();
@@ -211,7 +214,7 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         tls: None,
         recipients: None,
     };
-    let err = run_backup(&bad_key, &location(&bad_key), resolved, UID)
+    let err = run_backup(&bad_key, &location(&bad_key), resolved, UID, None)
         .await
         .unwrap_err();
     assert!(
@@ -253,7 +256,9 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
     for _ in 0..3 {
         // The coreos suffix has one-second resolution.
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-        let outcome = run_backup(&plan, &location, resolved(), UID).await.unwrap();
+        let outcome = run_backup(&plan, &location, resolved(), UID, None)
+            .await
+            .unwrap();
         assert!(outcome.pruned.is_ok(), "{:?}", outcome.pruned);
         assert!(
             outcome
@@ -320,7 +325,7 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
         .await
         .unwrap();
     let p = one_shot("tool.bin");
-    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID, None)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
@@ -334,11 +339,12 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
         &location(&p),
         resolved(&p, &garage),
         "uid-of-another-team",
+        None,
     )
     .await
     .unwrap();
     let theirs = store.head("theirs.backup").await.unwrap().unwrap();
-    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID, None)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("uid-of-another-team"), "{err}");
@@ -350,7 +356,7 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
     // Its own earlier backup: rewritten.
     let p = one_shot("ours.backup");
     for _ in 0..2 {
-        run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+        run_backup(&p, &location(&p), resolved(&p, &garage), UID, None)
             .await
             .unwrap();
     }
@@ -372,7 +378,7 @@ async fn a_one_shot_never_overwrites_an_object_it_did_not_write() {
             .unwrap()
             .is_some()
     );
-    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID)
+    let err = run_backup(&p, &location(&p), resolved(&p, &garage), UID, None)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
@@ -410,7 +416,7 @@ async fn a_one_shot_never_overwrites_what_appeared_while_it_ran() {
         tls: None,
         recipients: None,
     };
-    let run = tokio::spawn(async move { run_backup(&plan, &location, resolved, UID).await });
+    let run = tokio::spawn(async move { run_backup(&plan, &location, resolved, UID, None).await });
 
     // Once the backup is streaming (its hidden temp file exists), another writer's file appears.
     let target = volume_dir.path().join("etcd.backup");
@@ -470,7 +476,7 @@ async fn a_scheduled_name_taken_by_another_writer_is_not_overwritten() {
             .unwrap();
     }
 
-    let err = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID)
+    let err = run_backup(&plan, &location(&plan), resolved(&plan, &garage), UID, None)
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "ObjectNotOwned", "{err}");
@@ -500,7 +506,7 @@ async fn the_deadline_covers_the_calls_before_the_snapshot() {
     signal("-STOP");
     let started = std::time::Instant::now();
     let target = location(&plan);
-    let run = run_backup(&plan, &target, resolved(&plan, &garage), UID);
+    let run = run_backup(&plan, &target, resolved(&plan, &garage), UID, None);
     let result = tokio::time::timeout(std::time::Duration::from_secs(60), run).await;
     signal("-CONT");
     let err = result.expect("the run ended by its deadline").unwrap_err();
@@ -528,7 +534,7 @@ async fn an_encrypted_backup_opens_only_with_its_identity() {
     )]);
     let mut resolved = resolved(&plan, &garage);
     resolved.recipients = Some(secrets::recipients(&key, &data).unwrap());
-    let outcome = run_backup(&plan, &location(&plan), resolved, UID)
+    let outcome = run_backup(&plan, &location(&plan), resolved, UID, None)
         .await
         .unwrap();
     let encryption = outcome.report.manifest.encryption.clone().unwrap();
@@ -569,7 +575,7 @@ async fn an_sse_c_backup_is_written_with_the_secrets_key() {
     resolved.s3.server_side_encryption =
         secrets::server_side_encryption(plan.s3().unwrap(), Some(&key)).unwrap();
     let with_key = resolved.s3.clone();
-    run_backup(&plan, &location(&plan), resolved, UID)
+    run_backup(&plan, &location(&plan), resolved, UID, None)
         .await
         .unwrap();
 
