@@ -102,21 +102,9 @@ async fn start(
         start_time: Some(time(now)),
         ..Default::default()
     };
-    let built = build_pod(backup, drill, prev, &name, ctx);
-    let drill_pod = match built {
+    let drill_pod = match build_pod(backup, drill, prev, &name, ctx) {
         Ok(p) => p,
-        Err(e) => {
-            finish(
-                backup,
-                prev,
-                running,
-                failed(e.reason(), &e.to_string()),
-                ctx,
-                now,
-            )
-            .await?;
-            return Ok(None);
-        }
+        Err(e) => return cannot_drill(backup, prev, running, e, ctx, now).await,
     };
     // The pod of the last drill (kept when it failed) has served its purpose.
     delete_drill_pods(pods, backup, None).await?;
@@ -219,21 +207,25 @@ async fn follow(
                     create(pods, &drill_pod).await?;
                     Ok(Some(FOLLOW_EVERY))
                 }
-                Err(e) => {
-                    finish(
-                        backup,
-                        prev,
-                        running,
-                        failed(e.reason(), &e.to_string()),
-                        ctx,
-                        now,
-                    )
-                    .await?;
-                    Ok(None)
-                }
+                Err(e) => cannot_drill(backup, prev, running, e, ctx, now).await,
             }
         }
     }
+}
+
+/// Records a drill that could not even be set up (nothing recorded to compare with, no way
+/// to reach the backup) as failed.
+async fn cannot_drill(
+    backup: &EtcdBackup,
+    prev: &EtcdBackupStatus,
+    running: DrillRecord,
+    why: CannotDrill,
+    ctx: &Context,
+    now: DateTime<Utc>,
+) -> Result<Option<Duration>, Error> {
+    let verdict = failed(why.reason(), &why.to_string());
+    finish(backup, prev, running, verdict, ctx, now).await?;
+    Ok(None)
 }
 
 fn failed(reason: &str, message: &str) -> Verdict {

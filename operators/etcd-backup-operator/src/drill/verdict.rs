@@ -4,10 +4,8 @@
 
 use backup_api::DrillResult;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use operator_runtime::events::truncate_note;
 use serde::Deserialize;
-
-/// Status and events carry at most this much of a container's message.
-const MESSAGE_LIMIT: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
@@ -40,23 +38,11 @@ fn failed(reason: &str, message: String) -> Verdict {
     Verdict {
         result: DrillResult::Failed,
         reason: reason.into(),
-        message: cut(message),
+        message: truncate_note(message),
         etcd_version: None,
         revision: None,
         key_count: None,
     }
-}
-
-fn cut(mut message: String) -> String {
-    if message.len() > MESSAGE_LIMIT {
-        let mut end = MESSAGE_LIMIT;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push_str("...");
-    }
-    message
 }
 
 /// The exit code and message of a container that has terminated.
