@@ -124,6 +124,9 @@ fn exported() -> BTreeSet<String> {
         &backups.last_success,
         &backups.last_failure,
         &backups.schedule_interval,
+        &backups.last_drill_success,
+        &backups.last_drill_failure,
+        &backups.drill_interval,
     ] {
         family.get_or_create(&labels).set(1.0);
     }
@@ -138,6 +141,7 @@ fn exported() -> BTreeSet<String> {
         reason: "x".into(),
     };
     backups.failures.get_or_create(&failure).inc();
+    backups.drill_failures.get_or_create(&failure).inc();
 
     use etcd_restore_operator::metrics as restore;
     let restores = restore::Metrics::default();

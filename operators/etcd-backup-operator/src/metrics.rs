@@ -43,6 +43,7 @@ pub struct Metrics {
     pub running: Gauge,
     pub reconcile_errors: Counter,
     pub last_drill_success: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
+    pub last_drill_failure: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub drill_interval: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub drill_failures: Family<FailureLabels, Counter>,
     /// Every EtcdBackup with series, and the failure reasons it has one for: what goes when
@@ -127,6 +128,12 @@ impl Default for Metrics {
             "Unix time the last successful restore drill of each EtcdBackup ended",
             last_drill_success.clone(),
         );
+        let last_drill_failure = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "last_drill_failure_timestamp_seconds",
+            "Unix time the last failed restore drill of each EtcdBackup ended",
+            last_drill_failure.clone(),
+        );
         let drill_interval = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "drill_interval_seconds",
@@ -141,6 +148,7 @@ impl Default for Metrics {
         );
         Metrics {
             last_drill_success,
+            last_drill_failure,
             drill_interval,
             drill_failures,
             registry,
@@ -225,6 +233,7 @@ impl Metrics {
         self.last_failure.remove(object);
         self.schedule_interval.remove(object);
         self.last_drill_success.remove(object);
+        self.last_drill_failure.remove(object);
         self.drill_interval.remove(object);
         for reason in reasons.backup {
             self.failures.remove(&failure(object, &reason));

@@ -294,6 +294,10 @@ async fn finish(
             .set(now.timestamp() as f64);
     } else {
         ctx.metrics.drill_failed(&labels, &verdict.reason);
+        ctx.metrics
+            .last_drill_failure
+            .get_or_create(&labels)
+            .set(now.timestamp() as f64);
     }
     tracing::info!(namespace = %labels.namespace, name = %labels.name, object = %record.object_key, reason = %verdict.reason, "restore drill finished");
     let event = Event {
@@ -437,15 +441,26 @@ fn observe(
     if let Some(period) = period {
         ctx.metrics.drill_interval.get_or_create(labels).set(period);
     }
-    if let Some(done) = prev
-        .last_successful_drill
+    let ended = |d: Option<&DrillRecord>| {
+        d.and_then(|d| d.completion_time.as_ref())
+            .map(|t| chrono_time(t).timestamp() as f64)
+    };
+    let failed = prev
+        .last_drill
         .as_ref()
-        .and_then(|d| d.completion_time.as_ref())
-    {
-        let gauge = ctx.metrics.last_drill_success.get_or_create(labels);
-        let recorded = chrono_time(done).timestamp() as f64;
-        if gauge.get() < recorded {
-            gauge.set(recorded);
+        .filter(|d| d.result == DrillResult::Failed);
+    for (family, recorded) in [
+        (
+            &ctx.metrics.last_drill_success,
+            ended(prev.last_successful_drill.as_ref()),
+        ),
+        (&ctx.metrics.last_drill_failure, ended(failed)),
+    ] {
+        if let Some(recorded) = recorded {
+            let gauge = family.get_or_create(labels);
+            if gauge.get() < recorded {
+                gauge.set(recorded);
+            }
         }
     }
 }
