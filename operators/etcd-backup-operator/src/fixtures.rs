@@ -84,6 +84,22 @@ impl ApiServer {
         applied["status"].clone()
     }
 
+    /// A status server-side apply by the drill side's field manager.
+    pub async fn expect_drill_status_apply(&mut self, obj: &EtcdBackup) -> Value {
+        let path = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdbackups/b/status";
+        let obj = serde_json::to_value(obj).unwrap();
+        let applied = self
+            .0
+            .expect_status_apply(path, crate::drill::MANAGER, &obj)
+            .await;
+        applied["status"].clone()
+    }
+
+    /// The mock server itself, for calls without a helper here.
+    pub fn mock(&mut self) -> &mut MockApi {
+        &mut self.0
+    }
+
     /// An events.k8s.io/v1 Event creation; returns the event.
     pub async fn expect_event(&mut self) -> Value {
         self.0.expect_event("ns").await

@@ -12,6 +12,8 @@
 
 pub mod plan;
 pub mod pod;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod verdict;
 
 use std::time::Duration;
