@@ -150,11 +150,30 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
     assert!(left.contains(&"etcd.backup_v1_2000-01-01-00:00:00".to_string()));
     assert!(!left.contains(&ours[0]));
 
+    // The newest backup a drill proved is kept beyond maxBackups: the fourth run would prune
+    // ours[1], which status names as drilled (by its URL).
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    etcd.put("/k", "4").await.unwrap();
+    let drilled = store.location(&ours[1]).to_string();
+    let outcome = run_backup(
+        &plan,
+        &location(&plan),
+        resolved(&plan, &garage),
+        UID,
+        Some(&drilled),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.pruned.as_ref().unwrap(), &Vec::<String>::new());
+    let left = keys(&store, "etcd.backup").await;
+    assert!(left.contains(&ours[1]), "{left:?}");
+    ours.push(outcome.report.key);
+
     // Delete policy: only what this EtcdBackup wrote goes.
     let deleted = delete_backups(&location(&plan), &resolved(&plan, &garage).s3, UID)
         .await
         .unwrap();
-    assert_eq!(deleted.len(), 4, "{deleted:?}");
+    assert_eq!(deleted.len(), 6, "{deleted:?}");
     let left = keys(&store, "etcd.backup").await;
     assert!(
         left.contains(&theirs) && !left.contains(&ours[2]),
