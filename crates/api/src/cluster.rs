@@ -68,6 +68,13 @@ pub struct EtcdClusterSpec {
     /// TLS for peers and clients (coreos key `TLS`).
     #[serde(rename = "TLS", default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsPolicy>,
+    /// Scheduled defragmentation, one member at a time, the leader last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<crate::defrag::Defragmentation>,
+    /// How members compact their history (new members; running ones keep their flags until
+    /// they are recreated). Unset: periodic, keeping one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compaction: Option<crate::defrag::AutoCompaction>,
 }
 
 impl EtcdClusterSpec {
@@ -234,6 +241,9 @@ pub struct EtcdClusterStatus {
     /// restarted at any point finishes or undoes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership_change: Option<MembershipChange>,
+    /// Defragmentation rounds: the one under way, the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<crate::defrag::DefragStatus>,
 }
 
 /// A membership change the operator has started.

@@ -9,6 +9,7 @@ pub mod backup;
 pub mod cluster;
 pub mod condition;
 mod crd;
+pub mod defrag;
 pub mod drill;
 pub mod encryption;
 pub mod error;
@@ -24,6 +25,10 @@ pub use cluster::{
     MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
 };
 pub use crd::crds;
+pub use defrag::{
+    AutoCompaction, CompactionMode, DefragMember, DefragRound, DefragRoundResult, DefragStatus,
+    Defragmentation,
+};
 pub use drill::{BackupDrill, DrillRecord, DrillResult, RecordedContents};
 pub use encryption::{BackupEncryption, RestoreDecryption, SecretKeyRef};
 pub use error::SpecError;

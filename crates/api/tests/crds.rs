@@ -171,7 +171,7 @@ fn cel_rules_exist() {
     // EtcdBackup: 5 storage + schedule/interval + local path + 2 of s3.serverSideEncryption;
     // EtcdRestore: name + immutable + 5 storage + local path + the same 2; EtcdCluster: TLS
     // pairing. Each is evaluated by a real API server in testbed's tests/cel.rs.
-    assert_eq!(counts, [12, 10, 1]);
+    assert_eq!(counts, [12, 10, 2]);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! version spells the switches of etcd's data corruption checks ([`checks`]).
 
 pub mod checks;
+pub mod defrag;
 pub mod naming;
 pub mod plan;
 pub mod restore;

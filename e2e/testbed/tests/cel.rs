@@ -185,6 +185,20 @@ fn cases() -> Vec<Case> {
         broken: with_drill("S3", s3(), json!({}), true),
     });
 
+    let compaction = |retention: &str| {
+        object(
+            "EtcdCluster",
+            "c",
+            json!({"size": 3, "autoCompaction": {"mode": "revision", "retention": retention}}),
+        )
+    };
+    cases.push(Case {
+        message: "with mode revision, retention is a number of revisions",
+        kind: "EtcdCluster",
+        valid: compaction("10000"),
+        broken: compaction("1h"),
+    });
+
     let static_tls = |operator: bool| {
         let mut tls = json!({"member": {"peerSecret": "peer", "serverSecret": "server"}});
         if operator {

@@ -270,7 +270,11 @@ pub fn pod(
                 // check, say) is then in the pod's status.
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "args": args,
-                "env": member_env(policy.etcd_env.clone().unwrap_or_default(), version),
+                "env": member_env(
+                    policy.etcd_env.clone().unwrap_or_default(),
+                    version,
+                    spec.auto_compaction.as_ref(),
+                ),
                 "ports": [
                     {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
                     {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
@@ -306,9 +310,44 @@ pub fn pod(
     pod
 }
 
-/// The user's `etcdEnv`, then the variables that turn on etcd's data corruption checks in the
-/// spelling of `version` (see `etcd_cluster::checks`), unless the user's names one of them.
-fn member_env(mut env: Vec<EnvVar>, version: &str) -> Vec<EnvVar> {
+/// etcd's auto-compaction variables.
+const COMPACTION_VARIABLES: [&str; 2] = [
+    "ETCD_AUTO_COMPACTION_MODE",
+    "ETCD_AUTO_COMPACTION_RETENTION",
+];
+
+/// The user's `etcdEnv`; then auto-compaction (`spec.autoCompaction`, default periodic keeping
+/// one hour: without it history grows until the quota), unless the user's variables set it;
+/// then the variables that turn on etcd's data corruption checks in the spelling of `version`
+/// (see `etcd_cluster::checks`), unless the user's name one of them.
+fn member_env(
+    mut env: Vec<EnvVar>,
+    version: &str,
+    compaction: Option<&backup_api::AutoCompaction>,
+) -> Vec<EnvVar> {
+    let var = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    };
+    if !env
+        .iter()
+        .any(|e| COMPACTION_VARIABLES.contains(&e.name.as_str()))
+    {
+        let (mode, retention) = match compaction {
+            Some(c) => (c.mode, c.retention.clone()),
+            None => (
+                backup_api::CompactionMode::Periodic,
+                backup_api::defrag::DEFAULT_COMPACTION_RETENTION.to_string(),
+            ),
+        };
+        let mode = match mode {
+            backup_api::CompactionMode::Periodic => "periodic",
+            backup_api::CompactionMode::Revision => "revision",
+        };
+        env.push(var(COMPACTION_VARIABLES[0], mode.into()));
+        env.push(var(COMPACTION_VARIABLES[1], retention));
+    }
     let users_own = env
         .iter()
         .any(|e| checks::VARIABLES.contains(&e.name.as_str()));
@@ -524,8 +563,15 @@ spec:
         };
         let mut c = cluster(COREOS);
         let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        // Without the compaction variables, which the next test is about.
+        let checks_of = |c: &EtcdCluster, version: &str| -> Vec<(String, String)> {
+            env_of(c, version)
+                .into_iter()
+                .filter(|(k, _)| !COMPACTION_VARIABLES.contains(&k.as_str()))
+                .collect()
+        };
         assert_eq!(
-            env_of(&c, "3.5.33"),
+            checks_of(&c, "3.5.33"),
             [
                 pair("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true"),
                 pair("ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED", "true"),
@@ -535,8 +581,8 @@ spec:
             "ETCD_FEATURE_GATES",
             "InitialCorruptCheck=true,CompactHashCheck=true",
         )];
-        assert_eq!(env_of(&c, "3.7.3"), gates);
-        assert_eq!(env_of(&c, "3.6.16"), gates);
+        assert_eq!(checks_of(&c, "3.7.3"), gates);
+        assert_eq!(checks_of(&c, "3.6.16"), gates);
         // The user's own variables first; their choice of a check variable stands alone.
         c.spec.pod.as_mut().unwrap().etcd_env =
             serde_saphyr::from_str("[{name: ETCD_QUOTA_BACKEND_BYTES, value: '1'}]").unwrap();
@@ -544,14 +590,60 @@ spec:
             env_of(&c, "3.7.3")[0],
             pair("ETCD_QUOTA_BACKEND_BYTES", "1")
         );
-        assert_eq!(env_of(&c, "3.7.3")[1..], gates);
+        assert_eq!(checks_of(&c, "3.7.3")[1..], gates);
         c.spec.pod.as_mut().unwrap().etcd_env = serde_saphyr::from_str(
             "[{name: ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK, value: 'false'}]",
         )
         .unwrap();
         assert_eq!(
-            env_of(&c, "3.6.16"),
+            checks_of(&c, "3.6.16"),
             [pair("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "false")]
+        );
+    }
+
+    #[test]
+    fn members_compact_their_history_by_default_as_the_spec_says_or_as_the_user_set() {
+        let compaction_of = |c: &EtcdCluster| -> Vec<(String, String)> {
+            let pod = pod(
+                c,
+                "example-0",
+                &Bootstrap::New { token: "t".into() },
+                "3.6.16",
+                RunAs::NonRoot,
+            );
+            pod.spec.unwrap().containers[0]
+                .env
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| e.name.starts_with("ETCD_AUTO_COMPACTION"))
+                .map(|e| (e.name, e.value.unwrap_or_default()))
+                .collect()
+        };
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let mut c = cluster(COREOS);
+        assert_eq!(
+            compaction_of(&c),
+            [
+                pair("ETCD_AUTO_COMPACTION_MODE", "periodic"),
+                pair("ETCD_AUTO_COMPACTION_RETENTION", "1h")
+            ]
+        );
+        c.spec.auto_compaction =
+            Some(serde_saphyr::from_str("{mode: revision, retention: '10000'}").unwrap());
+        assert_eq!(
+            compaction_of(&c),
+            [
+                pair("ETCD_AUTO_COMPACTION_MODE", "revision"),
+                pair("ETCD_AUTO_COMPACTION_RETENTION", "10000")
+            ]
+        );
+        c.spec.pod.as_mut().unwrap().etcd_env =
+            serde_saphyr::from_str("[{name: ETCD_AUTO_COMPACTION_RETENTION, value: '5m'}]")
+                .unwrap();
+        assert_eq!(
+            compaction_of(&c),
+            [pair("ETCD_AUTO_COMPACTION_RETENTION", "5m")]
         );
     }
 

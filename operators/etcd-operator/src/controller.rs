@@ -22,6 +22,7 @@ use crate::adopt;
 use crate::build::{self, Bootstrap};
 pub use crate::context::{Context, Error, MANAGER};
 use crate::context::{event, ignore_missing, warn};
+use crate::defrag;
 use crate::observe::{self, Access, ClaimRecord, MemberPod};
 use crate::origin;
 use crate::status;
@@ -108,7 +109,8 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         names: names.clone(),
         tls: client_tls,
     };
-    let etcd = observe::members(&access, &pods).await;
+    let mut etcd = observe::members(&access, &pods).await;
+    let databases = std::mem::take(&mut etcd.databases);
     let mut live_claims = observe::live_claims(&claims);
     upgrade::record_ran(&ctx, &cluster, &pods, &mut live_claims).await?;
     let observed = Observed {
@@ -176,7 +178,20 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         outcome = upgrade::execute(&ctx, &cluster, &access, &pods, upgrade).await;
         ctx.metrics.observe_upgrade(&ns, &name, upgrade);
     }
-    let report = status::report(
+    // Defragmentation only once membership has converged and no upgrade is under way.
+    let may_defragment = matches!(step, Step::Converged)
+        && matches!(upgrade, None | Some(UpgradeStep::Done))
+        && outcome.is_ok();
+    let view = observe::EtcdView {
+        members: observed.members.clone(),
+        leader_list: observed.leader_list,
+        errors: observed.member_errors.clone(),
+        databases,
+    };
+    let now = chrono::Utc::now();
+    let defrag =
+        defrag::reconcile(&ctx, &cluster, &access, &pods, &view, may_defragment, now).await;
+    let mut report = status::report(
         &cluster,
         &observed,
         &pods,
@@ -184,12 +199,24 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         upgrade.as_ref(),
         &outcome,
     );
+    if let Some(defragmentation) = &defrag.status {
+        report["defragmentation"] = serde_json::to_value(defragmentation).unwrap_or_default();
+    }
+    let last_round = defrag.status.as_ref().and_then(|d| d.last_round.as_ref());
+    if let Some(condition) = status::defragmented(&cluster, last_round)
+        && let Some(conditions) = report["conditions"].as_array_mut()
+    {
+        conditions.push(serde_json::to_value(condition).unwrap_or_default());
+    }
     ctx.metrics
         .observe(&ns, &name, cluster.spec.size, &observed, &step);
     announce(&ctx, &cluster, &report).await;
     patch_status(&clusters, &name, None, report).await?;
     outcome?;
+    defrag.result?;
     Ok(match step {
+        // A defragmentation round under way: its next step soon.
+        Step::Converged if defrag.busy => Action::requeue(BUSY),
         _ if matches!(upgrade, Some(UpgradeStep::Failed { .. })) => Action::requeue(IDLE),
         Step::Converged
             if matches!(
@@ -216,6 +243,9 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
         return Err(format!("size {size} is outside 1..7"));
     }
     EtcdVersion::parse_supported(cluster.spec.version()).map_err(|e| e.to_string())?;
+    if let Some(d) = &cluster.spec.defragmentation {
+        defrag::check_schedule(&d.schedule)?;
+    }
     TlsSecrets::of(&cluster.spec).validate()
 }
 

@@ -6,6 +6,7 @@ pub mod adopt;
 pub mod build;
 pub mod context;
 pub mod controller;
+pub mod defrag;
 pub mod metrics;
 pub mod observe;
 pub mod origin;

@@ -6,11 +6,19 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClusterLabels {
     pub namespace: String,
     pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabels {
+    pub namespace: String,
+    pub name: String,
+    pub member: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -29,6 +37,19 @@ pub struct Metrics {
     pub membership_changes: Family<ChangeLabels, Counter>,
     pub upgrade_steps: Family<ChangeLabels, Counter>,
     pub reconcile_errors: Counter,
+    pub db_size: Family<MemberLabels, Gauge>,
+    pub db_size_in_use: Family<MemberLabels, Gauge>,
+    pub db_quota: Family<MemberLabels, Gauge>,
+    pub last_defrag: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    pub last_defrag_duration: Family<MemberLabels, Gauge<f64, AtomicU64>>,
+    pub alarms: Family<AlarmLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlarmLabels {
+    pub namespace: String,
+    pub name: String,
+    pub alarm: String,
 }
 
 impl Default for Metrics {
@@ -72,7 +93,49 @@ impl Default for Metrics {
             "Reconciles that failed",
             reconcile_errors.clone(),
         );
+        let db_size = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "member_db_size_bytes",
+            "Size of each member's database file",
+            db_size.clone(),
+        );
+        let db_size_in_use = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "member_db_size_in_use_bytes",
+            "Part of each member's database file in use (the rest is freed by defragmentation)",
+            db_size_in_use.clone(),
+        );
+        let db_quota = Family::<MemberLabels, Gauge>::default();
+        registry.register(
+            "member_db_quota_bytes",
+            "Each member's backend quota: etcd refuses writes (alarm NOSPACE) when the file reaches it",
+            db_quota.clone(),
+        );
+        let last_defrag = Family::<MemberLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "member_last_defrag_timestamp_seconds",
+            "Unix time each member's last defragmentation by the operator ended",
+            last_defrag.clone(),
+        );
+        let last_defrag_duration = Family::<MemberLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "member_last_defrag_duration_seconds",
+            "How long each member's last defragmentation took, until it answered healthy again",
+            last_defrag_duration.clone(),
+        );
+        let alarms = Family::<AlarmLabels, Gauge>::default();
+        registry.register(
+            "alarm",
+            "1 while etcd reports the alarm (NOSPACE, CORRUPT) for the cluster",
+            alarms.clone(),
+        );
         Metrics {
+            db_size,
+            db_size_in_use,
+            db_quota,
+            last_defrag,
+            last_defrag_duration,
+            alarms,
             registry,
             size,
             members,

@@ -390,6 +390,18 @@ pub async fn members(access: &Access, pods: &[MemberPod]) -> EtcdView {
         }
     }
     let leader = statuses.values().map(|s| s.leader()).find(|l| *l != 0);
+    let databases = statuses
+        .iter()
+        .map(|(name, s)| {
+            let database = Database {
+                size: s.db_size(),
+                in_use: s.raft_used_db_size(),
+                // Reported from 3.6; before, etcd's default unless etcdEnv set another.
+                quota: Some(s.db_size_quota()).filter(|q| *q > 0),
+            };
+            (name.to_string(), database)
+        })
+        .collect();
     let errors = statuses
         .iter()
         .filter(|(_, s)| !s.errors().is_empty())
@@ -398,6 +410,7 @@ pub async fn members(access: &Access, pods: &[MemberPod]) -> EtcdView {
     let Some(list) = list else {
         return EtcdView {
             errors,
+            databases,
             ..EtcdView::default()
         };
     };
@@ -425,6 +438,7 @@ pub async fn members(access: &Access, pods: &[MemberPod]) -> EtcdView {
         members: Some(members),
         leader_list,
         errors,
+        databases,
     }
 }
 
@@ -442,6 +456,17 @@ pub struct EtcdView {
     pub leader_list: bool,
     /// What members report wrong with themselves (status errors: alarms), by name.
     pub errors: BTreeMap<String, Vec<String>>,
+    /// Each answering member's database file, by name.
+    pub databases: BTreeMap<String, Database>,
+}
+
+/// A member's database file, as its status reports it (bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Database {
+    pub size: i64,
+    pub in_use: i64,
+    /// The backend quota, where the member reports it (3.6 and later).
+    pub quota: Option<i64>,
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 /// Where members keep their data (False: emptyDir).
 pub const DATA_PERSISTENT: &str = "DataPersistent";
+/// How the last defragmentation round ended (only once a round has ended).
+pub const DEFRAGMENTED: &str = "Defragmented";
 
 /// The change recorded in status, as the planner's intent.
 pub fn intent(cluster: &EtcdCluster) -> Option<Intent> {
@@ -108,7 +110,7 @@ fn change_json(cluster: &EtcdCluster, intent: &Option<Intent>) -> Value {
 /// A condition, keeping `lastTransitionTime` while its status holds and `lastUpdateTime` while
 /// nothing in it changes, so an unchanged status is a no-op write (no new resourceVersion, no
 /// watch event, no reconcile loop).
-fn condition(
+pub(crate) fn condition(
     cluster: &EtcdCluster,
     type_: &str,
     status: bool,
@@ -394,6 +396,7 @@ pub fn new_warnings(previous: &Value, new: &Value) -> Vec<(String, String)> {
                 ["InvalidSpec", "UpgradeRefused", "UpgradeFailed"].contains(&reason)
             }
             (DEGRADED, "True") => !message.starts_with("unready members"),
+            (DEFRAGMENTED, "False") => true,
             _ => false,
         };
         // The Degraded causes with a name of their own keep it; the others say Degraded.
@@ -487,6 +490,34 @@ pub fn invalid(cluster: &EtcdCluster, problem: &str) -> Value {
         "conditions": [condition(cluster, PROGRESSING, false, "InvalidSpec", &format!("{problem}; nothing of the running cluster is changed"))],
         "membershipChange": previous.membership_change,
     })
+}
+
+/// The `Defragmented` condition from the last round: True when it went through, False (a
+/// Warning when it turns so) when it stopped.
+pub fn defragmented(
+    cluster: &EtcdCluster,
+    last: Option<&backup_api::DefragRoundResult>,
+) -> Option<ClusterCondition> {
+    let last = last?;
+    let succeeded = last.result == "Succeeded";
+    let (reason, message) = if succeeded {
+        (
+            "RoundSucceeded",
+            format!("the round started {} went through", last.started),
+        )
+    } else {
+        (
+            "DefragmentationStopped",
+            last.reason.clone().unwrap_or_default(),
+        )
+    };
+    Some(condition(
+        cluster,
+        DEFRAGMENTED,
+        succeeded,
+        reason,
+        &message,
+    ))
 }
 
 #[cfg(test)]

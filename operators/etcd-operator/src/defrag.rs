@@ -1,0 +1,432 @@
+//! Scheduled defragmentation (`spec.defragmentation`), one member at a time: a round starts on
+//! the cron schedule (or at once on a `NOSPACE` alarm), and each reconcile takes one step of it
+//! ([`etcd_cluster::defrag::next_step`], pure). The round lives in `status.defragmentation`:
+//! the member about to be defragmented is recorded there before the call, so a restarted
+//! operator finds it and waits for it to answer healthy (or stops the round when it does not
+//! in time). Rounds run only while membership has converged and no upgrade is under way (a
+//! restore pauses the cluster, and a paused cluster is not reconciled at all). After a round
+//! that leaves every member's file below its quota, a `NOSPACE` alarm is disarmed.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use backup_api::{DefragMember, DefragRound, DefragRoundResult, DefragStatus, EtcdCluster};
+use chrono::{DateTime, Utc};
+use croner::Cron;
+use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+use etcd_cluster::defrag::{DefragStep, MemberDb, RoundState, Thresholds, next_step};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+
+use crate::context::{Context, Error, event};
+use crate::metrics::MemberLabels;
+use crate::observe::{self, Access, Database, EtcdView, MemberPod};
+
+/// etcd's default backend quota (`--quota-backend-bytes`), for members that do not report theirs.
+pub const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
+/// A `NOSPACE` alarm starts a round at once, but not again sooner than this after the last.
+const NOSPACE_RETRY: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+/// What a reconcile did to the round: the status to report, and whether to look again soon.
+pub struct Outcome {
+    pub status: Option<DefragStatus>,
+    pub busy: bool,
+    pub result: Result<(), Error>,
+}
+
+/// One step of the defragmentation of `cluster`. `may_run`: membership has converged and no
+/// upgrade is under way.
+pub async fn reconcile(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    access: &Access,
+    pods: &[MemberPod],
+    view: &EtcdView,
+    may_run: bool,
+    now: DateTime<Utc>,
+) -> Outcome {
+    observe_metrics(ctx, cluster, view);
+    let previous = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.defragmentation.clone());
+    let Some(spec) = cluster.spec.defragmentation.clone() else {
+        // Turned off: a round under way ends here (a member being defragmented finishes on
+        // its own); the last round stays on record.
+        let status = previous.map(|mut p| {
+            p.round = None;
+            p
+        });
+        return Outcome {
+            status,
+            busy: false,
+            result: Ok(()),
+        };
+    };
+    let mut status = previous.unwrap_or_default();
+    let nospace = has_alarm(view, "NOSPACE");
+    if status.round.is_none() {
+        match due(cluster, &spec.schedule, &status, nospace, now) {
+            Some(trigger) => {
+                status.round = Some(DefragRound {
+                    started: now.to_rfc3339(),
+                    trigger: trigger.into(),
+                    ..Default::default()
+                });
+                let note = format!("defragmentation round started ({trigger})");
+                event(ctx, cluster, "DefragmentationStarted", &note).await;
+            }
+            None => {
+                return Outcome {
+                    status: Some(status),
+                    busy: false,
+                    result: Ok(()),
+                };
+            }
+        }
+    }
+    if !may_run {
+        return Outcome {
+            status: Some(status),
+            busy: true,
+            result: Ok(()),
+        };
+    }
+    let round = status.round.clone().unwrap_or_default();
+    let members = member_dbs(view);
+    let state = RoundState {
+        done: round.done.iter().map(|m| m.member.clone()).collect(),
+        current: round.current.clone(),
+        current_for: since(round.current_started.as_deref(), now),
+    };
+    let thresholds = Thresholds {
+        min_free_percent: i64::from(spec.min_free_percent()),
+        min_free_bytes: spec.min_free_bytes(),
+    };
+    let timeout = Duration::from_secs(spec.member_timeout_seconds().unsigned_abs());
+    let size = cluster.spec.size as usize;
+    let step = next_step(&state, &members, size, thresholds, timeout);
+    tracing::debug!(cluster = %cluster.name_any(), ?step, "defragmentation");
+    let db = |name: &str| view.databases.get(name).copied().unwrap_or_default();
+    let mut round = round;
+    let result = match &step {
+        DefragStep::Wait(_) => Ok(()),
+        DefragStep::Finished { member } => {
+            let seconds = since(round.current_started.as_deref(), now).as_secs_f64();
+            round.done.push(DefragMember {
+                member: member.clone(),
+                result: "Defragmented".into(),
+                size_before: round.current_size_before.take(),
+                size_after: Some(db(member).size),
+                seconds: Some(seconds),
+            });
+            round.current = None;
+            round.current_started = None;
+            let labels = member_labels(cluster, member);
+            ctx.metrics
+                .last_defrag
+                .get_or_create(&labels)
+                .set(now.timestamp() as f64);
+            ctx.metrics
+                .last_defrag_duration
+                .get_or_create(&labels)
+                .set(seconds);
+            Ok(())
+        }
+        DefragStep::Skip { member } => {
+            round.done.push(DefragMember {
+                member: member.clone(),
+                result: "Skipped".into(),
+                size_before: Some(db(member).size),
+                ..Default::default()
+            });
+            Ok(())
+        }
+        DefragStep::Defragment { member, .. } => {
+            round.current = Some(member.clone());
+            round.current_started = Some(now.to_rfc3339());
+            round.current_size_before = Some(db(member).size);
+            status.round = Some(round.clone());
+            defragment(ctx, cluster, access, pods, &status, member, timeout).await
+        }
+        DefragStep::MoveLeader { member, to } => {
+            move_leader(ctx, cluster, access, pods, member, *to).await
+        }
+        DefragStep::Complete => {
+            let freed: i64 = round
+                .done
+                .iter()
+                .filter_map(|m| Some(m.size_before? - m.size_after?))
+                .sum();
+            status.last_round = Some(DefragRoundResult {
+                started: round.started.clone(),
+                finished: now.to_rfc3339(),
+                result: "Succeeded".into(),
+                reason: None,
+                members: std::mem::take(&mut round.done),
+            });
+            let note = format!(
+                "defragmentation round done: {} MiB freed",
+                freed / (1024 * 1024)
+            );
+            event(ctx, cluster, "DefragmentationDone", &note).await;
+            if nospace {
+                disarm_if_room(ctx, cluster, access, pods, view).await
+            } else {
+                Ok(())
+            }
+        }
+        DefragStep::Stop { reason, .. } => {
+            status.last_round = Some(DefragRoundResult {
+                started: round.started.clone(),
+                finished: now.to_rfc3339(),
+                result: "Stopped".into(),
+                reason: Some(reason.clone()),
+                members: std::mem::take(&mut round.done),
+            });
+            Ok(())
+        }
+    };
+    status.round = match step {
+        DefragStep::Complete | DefragStep::Stop { .. } => None,
+        _ => Some(round),
+    };
+    Outcome {
+        busy: status.round.is_some(),
+        status: Some(status),
+        result,
+    }
+}
+
+/// Whether a round is due: the cron schedule passed since the last round started (or since
+/// the cluster was made), or the cluster is out of space.
+fn due(
+    cluster: &EtcdCluster,
+    schedule: &str,
+    status: &DefragStatus,
+    nospace: bool,
+    now: DateTime<Utc>,
+) -> Option<&'static str> {
+    let last = status
+        .last_round
+        .as_ref()
+        .and_then(|r| DateTime::parse_from_rfc3339(&r.started).ok())
+        .map(|t| t.to_utc());
+    if nospace && last.is_none_or(|t| now - t > NOSPACE_RETRY) {
+        return Some("NoSpaceAlarm");
+    }
+    let from = last.or_else(|| {
+        cluster
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+    })?;
+    let cron = Cron::from_str(schedule).ok()?;
+    let next = cron.find_next_occurrence(&from, false).ok()?;
+    (next <= now).then_some("Schedule")
+}
+
+/// The cron schedule parses (checked with the spec, so a bad one is an input error).
+pub fn check_schedule(schedule: &str) -> Result<(), String> {
+    let text = schedule.trim();
+    if !text.starts_with('@') && text.split_whitespace().count() != 5 {
+        return Err(format!(
+            "spec.defragmentation.schedule {schedule:?}: expected five fields: minute hour day-of-month month day-of-week"
+        ));
+    }
+    let cron = Cron::from_str(text)
+        .map_err(|e| format!("spec.defragmentation.schedule {schedule:?}: {e}"))?;
+    cron.find_next_occurrence(&Utc::now(), false)
+        .map(|_| ())
+        .map_err(|e| format!("spec.defragmentation.schedule {schedule:?}: {e}"))
+}
+
+fn since(rfc3339: Option<&str>, now: DateTime<Utc>) -> Duration {
+    rfc3339
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .and_then(|t| (now - t.to_utc()).to_std().ok())
+        .unwrap_or_default()
+}
+
+fn member_dbs(view: &EtcdView) -> Vec<MemberDb> {
+    view.members
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            let name = m.name.clone()?;
+            let db = view.databases.get(&name).copied().unwrap_or_default();
+            Some(MemberDb {
+                id: m.id,
+                leader: m.leader,
+                learner: m.learner,
+                healthy: m.healthy && m.started,
+                db_size: db.size,
+                in_use: db.in_use,
+                name,
+            })
+        })
+        .collect()
+}
+
+fn has_alarm(view: &EtcdView, alarm: &str) -> bool {
+    view.errors
+        .values()
+        .flatten()
+        .any(|e| e.contains(&format!("alarm:{alarm}")))
+}
+
+/// Records `member` as the one being defragmented, then defragments it (bounded by the
+/// member timeout; a call cut short leaves the member to finish on its own).
+async fn defragment(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    access: &Access,
+    pods: &[MemberPod],
+    status: &DefragStatus,
+    member: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let clusters: Api<EtcdCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"status": {"defragmentation": status}});
+    clusters
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    let mut client = connect(access, pods, member).await?;
+    tracing::info!(cluster = %cluster.name_any(), %member, "defragmenting");
+    match tokio::time::timeout(timeout, client.defragment()).await {
+        Ok(done) => {
+            done?;
+            event(
+                ctx,
+                cluster,
+                "MemberDefragmented",
+                &format!("defragmented {member}"),
+            )
+            .await;
+            Ok(())
+        }
+        Err(_) => Ok(()),
+    }
+}
+
+async fn move_leader(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    access: &Access,
+    pods: &[MemberPod],
+    leader: &str,
+    to: u64,
+) -> Result<(), Error> {
+    let mut client = connect(access, pods, leader).await?;
+    client.move_leader(to).await?;
+    let note =
+        format!("moved leadership from {leader} to member {to:x} before defragmenting {leader}");
+    event(ctx, cluster, "LeaderMoved", &note).await;
+    Ok(())
+}
+
+async fn connect(
+    access: &Access,
+    pods: &[MemberPod],
+    member: &str,
+) -> Result<etcd_client::Client, Error> {
+    let ip = observe::answering(pods)
+        .find(|(name, _)| *name == member)
+        .map(|(_, ip)| ip.to_string())
+        .ok_or(Error::NoMember("the defragmentation"))?;
+    Ok(access.connect(member, &ip).await?)
+}
+
+/// Disarms `NOSPACE` when every member's file is below its quota again.
+async fn disarm_if_room(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    access: &Access,
+    pods: &[MemberPod],
+    view: &EtcdView,
+) -> Result<(), Error> {
+    let mut client = observe::any_member(access, pods)
+        .await
+        .ok_or(Error::NoMember("disarming the NOSPACE alarm"))?;
+    // The sizes after the round, asked now.
+    for (name, ip) in observe::answering(pods) {
+        let mut member = access.connect(name, ip).await?;
+        let status = member.status().await?;
+        let quota = Some(status.db_size_quota())
+            .filter(|q| *q > 0)
+            .or_else(|| view.databases.get(name).and_then(|d| d.quota))
+            .unwrap_or(DEFAULT_QUOTA);
+        if status.db_size() >= quota * 9 / 10 {
+            return Ok(());
+        }
+    }
+    let alarms = client
+        .alarm(AlarmAction::Get, AlarmType::None, None)
+        .await?;
+    for alarm in alarms.alarms() {
+        if alarm.alarm() == AlarmType::Nospace {
+            let mut options = AlarmOptions::new();
+            options.with_member(alarm.member_id());
+            client
+                .alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options))
+                .await?;
+        }
+    }
+    event(
+        ctx,
+        cluster,
+        "AlarmDisarmed",
+        "NOSPACE disarmed: every member's database is below 90 % of its quota after defragmentation",
+    )
+    .await;
+    Ok(())
+}
+
+fn member_labels(cluster: &EtcdCluster, member: &str) -> MemberLabels {
+    MemberLabels {
+        namespace: cluster.namespace().unwrap_or_default(),
+        name: cluster.name_any(),
+        member: member.into(),
+    }
+}
+
+/// Each member's database size, use and quota, and the cluster's alarms.
+fn observe_metrics(ctx: &Context, cluster: &EtcdCluster, view: &EtcdView) {
+    for (
+        member,
+        Database {
+            size,
+            in_use,
+            quota,
+        },
+    ) in &view.databases
+    {
+        let labels = member_labels(cluster, member);
+        ctx.metrics.db_size.get_or_create(&labels).set(*size);
+        ctx.metrics
+            .db_size_in_use
+            .get_or_create(&labels)
+            .set(*in_use);
+        ctx.metrics
+            .db_quota
+            .get_or_create(&labels)
+            .set(quota.unwrap_or(DEFAULT_QUOTA));
+    }
+    for alarm in ["NOSPACE", "CORRUPT"] {
+        let labels = crate::metrics::AlarmLabels {
+            namespace: cluster.namespace().unwrap_or_default(),
+            name: cluster.name_any(),
+            alarm: alarm.into(),
+        };
+        ctx.metrics
+            .alarms
+            .get_or_create(&labels)
+            .set(i64::from(has_alarm(view, alarm)));
+    }
+}
