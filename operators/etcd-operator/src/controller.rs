@@ -199,9 +199,6 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         upgrade.as_ref(),
         &outcome,
     );
-    if let Some(defragmentation) = &defrag.status {
-        report["defragmentation"] = serde_json::to_value(defragmentation).unwrap_or_default();
-    }
     let last_round = defrag.status.as_ref().and_then(|d| d.last_round.as_ref());
     if let Some(condition) = status::defragmented(&cluster, last_round)
         && let Some(conditions) = report["conditions"].as_array_mut()

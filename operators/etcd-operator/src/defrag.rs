@@ -22,6 +22,11 @@ use crate::context::{Context, Error, event};
 use crate::metrics::MemberLabels;
 use crate::observe::{self, Access, Database, EtcdView, MemberPod};
 
+/// Field manager of `status.defragmentation`: the round is written by itself (before a member
+/// is defragmented, and after each step), never by the cluster's status report, so neither
+/// write undoes the other.
+pub const MANAGER: &str = "etcd-operator-defragmentation";
+
 /// etcd's default backend quota (`--quota-backend-bytes`), for members that do not report theirs.
 pub const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
 /// A `NOSPACE` alarm starts a round at once, but not again sooner than this after the last.
@@ -34,9 +39,51 @@ pub struct Outcome {
     pub result: Result<(), Error>,
 }
 
-/// One step of the defragmentation of `cluster`. `may_run`: membership has converged and no
-/// upgrade is under way.
+/// One step of the defragmentation of `cluster`, and its record in status. `may_run`:
+/// membership has converged and no upgrade is under way.
 pub async fn reconcile(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    access: &Access,
+    pods: &[MemberPod],
+    view: &EtcdView,
+    may_run: bool,
+    now: DateTime<Utc>,
+) -> Outcome {
+    let mut outcome = step_round(ctx, cluster, access, pods, view, may_run, now).await;
+    let previous = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.defragmentation.as_ref());
+    if outcome.status.as_ref() != previous
+        && let Some(status) = &outcome.status
+        && let Err(e) = apply(ctx, cluster, status).await
+    {
+        outcome.result = outcome.result.and(Err(e));
+    }
+    outcome
+}
+
+/// Writes `status.defragmentation` under [`MANAGER`].
+async fn apply(ctx: &Context, cluster: &EtcdCluster, status: &DefragStatus) -> Result<(), Error> {
+    let clusters: Api<EtcdCluster> =
+        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
+    let body = serde_json::json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdCluster",
+        "status": {"defragmentation": status},
+    });
+    clusters
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn step_round(
     ctx: &Context,
     cluster: &EtcdCluster,
     access: &Access,
@@ -287,16 +334,7 @@ async fn defragment(
     member: &str,
     timeout: Duration,
 ) -> Result<(), Error> {
-    let clusters: Api<EtcdCluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let patch = serde_json::json!({"status": {"defragmentation": status}});
-    clusters
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+    apply(ctx, cluster, status).await?;
     let mut client = connect(access, pods, member).await?;
     tracing::info!(cluster = %cluster.name_any(), %member, "defragmenting");
     match tokio::time::timeout(timeout, client.defragment()).await {

@@ -1876,3 +1876,180 @@ async fn a_missing_image_and_a_refused_claim_spec_are_reported() {
     assert!(pods.get_opt("bad-claim-0").await.unwrap().is_none());
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// The member's database file size and the part in use, from its status.
+async fn db_sizes(kube: &KubeTestbed, ns: &str, member: &str) -> (i64, i64, bool) {
+    let mut client = member_client(kube, ns, member).await;
+    let status = client.status().await.unwrap();
+    let leader = status
+        .header()
+        .is_some_and(|h| h.member_id() == status.leader());
+    (status.db_size(), status.raft_used_db_size(), leader)
+}
+
+/// Scheduled defragmentation on the bed: a cluster whose files are mostly free space (keys
+/// written, deleted and compacted) is defragmented one member at a time, followers first and
+/// the leader last (after it handed leadership over), each file shrinks, and a client writing
+/// throughout is never refused for longer than an election.
+#[tokio::test]
+async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
+    let Running {
+        kube,
+        ns,
+        clusters,
+        _report,
+        _operator,
+    } = running_cluster_at("defrag", "3.5.33").await;
+    let members = member_pods(&kube, &ns).await;
+    let mut client = member_client(&kube, &ns, &members[0]).await;
+    let value = "x".repeat(100 * 1024);
+    for i in 0..200 {
+        client
+            .put(format!("/bulk/{i:03}"), value.clone(), None)
+            .await
+            .unwrap();
+    }
+    let deleted = client
+        .delete(
+            "/bulk/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let revision = deleted.header().unwrap().revision();
+    client
+        .compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    // The compacted pages count as free once later writes have committed past every reader.
+    let mut before = std::collections::BTreeMap::new();
+    let mut leader = None;
+    for attempt in 0.. {
+        client
+            .put("/settle", attempt.to_string(), None)
+            .await
+            .unwrap();
+        before.clear();
+        let mut mostly_free = true;
+        for member in &members {
+            let (size, in_use, leads) = db_sizes(&kube, &ns, member).await;
+            mostly_free &= size - in_use > 10 * 1024 * 1024;
+            if leads {
+                leader = Some(member.clone());
+            }
+            before.insert(member.clone(), (size, in_use));
+        }
+        if mostly_free {
+            break;
+        }
+        assert!(
+            attempt < 100,
+            "the files never showed their free space: {before:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let before: std::collections::BTreeMap<String, i64> =
+        before.into_iter().map(|(m, (size, _))| (m, size)).collect();
+    let leader = leader.expect("a leader");
+
+    // A client writing throughout; the longest stretch without a successful write is measured.
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let mut endpoints = Vec::new();
+    for member in &members {
+        endpoints.push(format!(
+            "http://{}:2379",
+            testbed::cluster::pod_ip(&pods, member).await
+        ));
+    }
+    let options =
+        etcd_client::ConnectOptions::new().with_timeout(std::time::Duration::from_secs(2));
+    let mut writer = etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writing = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut last_ok, mut longest, mut writes) =
+                (std::time::Instant::now(), std::time::Duration::ZERO, 0u32);
+            while !stop.is_cancelled() {
+                if writer
+                    .put("during-defrag", writes.to_string(), None)
+                    .await
+                    .is_ok()
+                {
+                    longest = longest.max(last_ok.elapsed());
+                    last_ok = std::time::Instant::now();
+                    writes += 1;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            (longest.max(last_ok.elapsed()), writes)
+        })
+    };
+
+    // Every minute: the first round is due at once (its first time since creation has passed).
+    let patch = json!({"spec": {"defragmentation": {"schedule": "* * * * *", "minFreePercent": 10, "minFreeMiB": 1}}});
+    clusters
+        .patch(
+            "example-etcd-cluster",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let done = wait_until(
+        &clusters,
+        "example-etcd-cluster",
+        "a defragmentation round",
+        240,
+        |c: &EtcdCluster| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.defragmentation.as_ref())
+                .is_some_and(|d| d.last_round.is_some())
+        },
+    )
+    .await
+    .unwrap();
+    stop.cancel();
+    let (longest, writes) = writing.await.unwrap();
+    eprintln!("defragmentation round: {writes} writes, longest stretch without one {longest:?}");
+    let round = done
+        .status
+        .unwrap()
+        .defragmentation
+        .unwrap()
+        .last_round
+        .unwrap();
+    assert_eq!(round.result, "Succeeded", "{round:?}");
+    let order: Vec<&str> = round.members.iter().map(|m| m.member.as_str()).collect();
+    assert_eq!(order.len(), 3, "{round:?}");
+    assert_eq!(order[2], leader, "the leader last: {round:?}");
+    for m in &round.members {
+        assert_eq!(m.result, "Defragmented", "{round:?}");
+        let (size_before, size_after) = (m.size_before.unwrap(), m.size_after.unwrap());
+        assert!(size_after < size_before - 10 * 1024 * 1024, "{m:?}");
+        let (now, _, _) = db_sizes(&kube, &ns, &m.member).await;
+        assert!(
+            now < before[&m.member] - 10 * 1024 * 1024,
+            "{}: {now}",
+            m.member
+        );
+    }
+    assert!(writes > 20, "only {writes} writes succeeded");
+    assert!(
+        longest < std::time::Duration::from_secs(3),
+        "writes refused for {longest:?}"
+    );
+    let condition = condition(
+        &clusters.get("example-etcd-cluster").await.unwrap(),
+        "Defragmented",
+    )
+    .cloned()
+    .unwrap();
+    assert_eq!(condition.status, "True");
+}
