@@ -112,6 +112,23 @@ fn exported() -> BTreeSet<String> {
         family.get_or_create(&labels).set(1);
     }
     cluster.membership_changes.get_or_create(&change).inc();
+    let member = etcd_operator::metrics::MemberLabels {
+        namespace: "ns".into(),
+        name: "c".into(),
+        member: "c-0".into(),
+    };
+    for family in [&cluster.db_size, &cluster.db_size_in_use, &cluster.db_quota] {
+        family.get_or_create(&member).set(1);
+    }
+    for family in [&cluster.last_defrag, &cluster.last_defrag_duration] {
+        family.get_or_create(&member).set(1.0);
+    }
+    let alarm = etcd_operator::metrics::AlarmLabels {
+        namespace: "ns".into(),
+        name: "c".into(),
+        alarm: "NOSPACE".into(),
+    };
+    cluster.alarms.get_or_create(&alarm).set(1);
     cluster.upgrade_steps.get_or_create(&change).inc();
 
     use etcd_backup_operator::metrics as backup;
