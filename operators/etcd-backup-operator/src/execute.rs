@@ -216,6 +216,7 @@ async fn save(
     let mut options = SaveOptions::new(name);
     options.compression = plan.compression;
     options.recipients = resolved.recipients;
+    options.hash_kv = plan.hash_kv;
     options.stall_timeout = plan.stall_timeout;
     options.deadline = plan.deadline;
     options.upload = UploadOptions {

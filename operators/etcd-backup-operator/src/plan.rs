@@ -8,7 +8,7 @@ use backup_api::{
     BackupDrill, DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SecretKeyRef, SpecError,
     StorageType,
 };
-use etcd_snapshot::{Compression, ObjectName};
+use etcd_snapshot::{Compression, HashKv, ObjectName};
 
 use crate::schedule::{InvalidSchedule, Trigger};
 
@@ -59,6 +59,8 @@ pub struct BackupPlan {
     pub deletion_policy: DeletionPolicy,
     /// `spec.drill`, when set.
     pub drill: Option<DrillPlan>,
+    /// Whether to record `HashKV` with each backup (`spec.recordHashKV`).
+    pub hash_kv: HashKv,
 }
 
 /// When and how to drill (`spec.drill`).
@@ -146,6 +148,10 @@ pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
         max_backups: spec.max_backups(),
         deletion_policy: spec.deletion_policy(),
         drill: spec.drill.as_ref().map(drill_plan).transpose()?,
+        hash_kv: match spec.record_hash_kv {
+            Some(false) => HashKv::Skip,
+            _ => HashKv::Take,
+        },
     })
 }
 
@@ -177,6 +183,14 @@ s3: {path: mybucket/etcd.backup, awsSecret: aws}
 "#,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn hash_kv_is_recorded_unless_turned_off() {
+        let mut spec = coreos_periodic();
+        assert_eq!(build(&spec).unwrap().hash_kv, HashKv::Take);
+        spec.record_hash_kv = Some(false);
+        assert_eq!(build(&spec).unwrap().hash_kv, HashKv::Skip);
     }
 
     #[test]

@@ -84,6 +84,26 @@ async fn one_shot_writes_exactly_the_path_verified_and_tagged() {
         Some(UID)
     );
     assert!(outcome.report.manifest.etcd_revision >= 2);
+    // What a drill compares with is recorded: the key count and HashKV at the revision.
+    let contents = outcome.report.manifest.contents.clone().unwrap();
+    assert_eq!(contents.key_count, 1);
+    assert!(contents.hash_kv.is_some(), "{contents:?}");
+
+    // recordHashKV: false (very large clusters) records the count only, and says why.
+    let mut without = plan.clone();
+    without.hash_kv = etcd_snapshot::HashKv::Skip;
+    let outcome = run_backup(
+        &without,
+        &location(&without),
+        resolved(&without, &garage),
+        UID,
+        None,
+    )
+    .await
+    .unwrap();
+    let contents = outcome.report.manifest.contents.unwrap();
+    assert_eq!((contents.key_count, contents.hash_kv), (1, None));
+    assert_eq!(contents.hash_skipped.as_deref(), Some("turned off"));
 }
 
 #[tokio::test]
