@@ -134,6 +134,9 @@ pub struct DefragMember {
 pub struct DefragRoundResult {
     pub started: String,
     pub finished: String,
+    /// Why it started: `Schedule` or `NoSpaceAlarm`.
+    #[serde(default)]
+    pub trigger: String,
     /// `Succeeded`, or `Stopped` (a member did not come back healthy in time; `reason`).
     pub result: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -22,6 +22,8 @@ pub struct MemberDb {
     /// The database file's size, and the part of it in use (etcd's `dbSize`, `dbSizeInUse`).
     pub db_size: i64,
     pub in_use: i64,
+    /// The backend quota: etcd refuses writes (`NOSPACE`) once the file reaches it.
+    pub quota: i64,
 }
 
 impl MemberDb {
@@ -39,9 +41,14 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
+    /// Enough free space to return, or a file at 80 % of its quota or more: etcd counts the
+    /// file's size against the quota, free pages included (and pages freed while no write can
+    /// commit, as under `NOSPACE`, do not show as free yet), so such a member is defragmented
+    /// whatever the thresholds say.
     pub fn worth_it(&self, m: &MemberDb) -> bool {
         let free = m.free();
-        free >= self.min_free_bytes && free * 100 >= self.min_free_percent * m.db_size
+        let enough = free >= self.min_free_bytes && free * 100 >= self.min_free_percent * m.db_size;
+        enough || (m.quota > 0 && m.db_size * 10 >= m.quota * 8)
     }
 }
 
@@ -167,6 +174,7 @@ mod tests {
             healthy: true,
             db_size: size_mib * MIB,
             in_use: in_use_mib * MIB,
+            quota: 2048 * MIB,
         }
     }
 
@@ -232,12 +240,18 @@ mod tests {
                 member: "c-1".into()
             }
         );
-        // 100 MiB free of 2 GiB: below 30 %.
-        members[1].db_size = 2048 * MIB;
-        members[1].in_use = 1948 * MIB;
+        // 100 MiB free of 1 GiB: below 30 %.
+        members[1].db_size = 1024 * MIB;
+        members[1].in_use = 924 * MIB;
         assert!(matches!(
             next_step(&state(&[]), &members, 3, T, TIMEOUT),
             DefragStep::Skip { .. }
+        ));
+        // The same at 80 % of its quota: defragmented whatever the thresholds say.
+        members[1].quota = 1280 * MIB;
+        assert!(matches!(
+            next_step(&state(&[]), &members, 3, T, TIMEOUT),
+            DefragStep::Defragment { member, .. } if member == "c-1"
         ));
     }
 

@@ -55,10 +55,13 @@ pub const METRICS_PORT: u16 = 8080;
 /// Every member's readiness: etcd's `/health` every second, because each new member
 /// (scaling, healing, a restore) waits for it and a slow probe delays all of them (every 2 s,
 /// a restored member turned ready up to 2 s after etcd was healthy); 16 failures in a row
-/// (16 s or more) make it unready, as 3 x 5 s did before.
+/// (16 s or more) make it unready, as 3 x 5 s did before. A `NOSPACE` alarm does not count
+/// (`exclude=NOSPACE`, etcd 3.5 and later, as kubeadm probes): the members still serve reads,
+/// deletes and compaction, which is how the cluster gets out of it, and an unready member
+/// would also hold up the defragmentation that returns the space.
 pub fn readiness_probe() -> serde_json::Value {
     json!({
-        "httpGet": {"path": "/health", "port": METRICS_PORT},
+        "httpGet": {"path": "/health?exclude=NOSPACE", "port": METRICS_PORT},
         "periodSeconds": 1, "failureThreshold": 16, "timeoutSeconds": 5,
     })
 }

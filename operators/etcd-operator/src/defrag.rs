@@ -112,8 +112,15 @@ async fn step_round(
     };
     let mut status = previous.unwrap_or_default();
     let nospace = has_alarm(view, "NOSPACE");
+    let thresholds = Thresholds {
+        min_free_percent: i64::from(spec.min_free_percent()),
+        min_free_bytes: spec.min_free_bytes(),
+    };
+    let members = member_dbs(view, configured_quota(cluster));
+    // Out of space with room to return (compaction freed pages): at once, again if need be.
+    let room = nospace && members.iter().any(|m| thresholds.worth_it(m));
     if status.round.is_none() {
-        match due(cluster, &spec.schedule, &status, nospace, now) {
+        match due(cluster, &spec.schedule, &status, nospace, room, now) {
             Some(trigger) => {
                 status.round = Some(DefragRound {
                     started: now.to_rfc3339(),
@@ -140,15 +147,10 @@ async fn step_round(
         };
     }
     let round = status.round.clone().unwrap_or_default();
-    let members = member_dbs(view);
     let state = RoundState {
         done: round.done.iter().map(|m| m.member.clone()).collect(),
         current: round.current.clone(),
         current_for: since(round.current_started.as_deref(), now),
-    };
-    let thresholds = Thresholds {
-        min_free_percent: i64::from(spec.min_free_percent()),
-        min_free_bytes: spec.min_free_bytes(),
     };
     let timeout = Duration::from_secs(spec.member_timeout_seconds().unsigned_abs());
     let size = cluster.spec.size as usize;
@@ -208,6 +210,7 @@ async fn step_round(
             status.last_round = Some(DefragRoundResult {
                 started: round.started.clone(),
                 finished: now.to_rfc3339(),
+                trigger: round.trigger.clone(),
                 result: "Succeeded".into(),
                 reason: None,
                 members: std::mem::take(&mut round.done),
@@ -227,6 +230,7 @@ async fn step_round(
             status.last_round = Some(DefragRoundResult {
                 started: round.started.clone(),
                 finished: now.to_rfc3339(),
+                trigger: round.trigger.clone(),
                 result: "Stopped".into(),
                 reason: Some(reason.clone()),
                 members: std::mem::take(&mut round.done),
@@ -239,19 +243,22 @@ async fn step_round(
         _ => Some(round),
     };
     Outcome {
-        busy: status.round.is_some(),
+        // Out of space, the next look comes soon too: a member may have room to return.
+        busy: status.round.is_some() || nospace,
         status: Some(status),
         result,
     }
 }
 
 /// Whether a round is due: the cron schedule passed since the last round started (or since
-/// the cluster was made), or the cluster is out of space.
+/// the cluster was made), or the cluster is out of space: at once when a member has room to
+/// return (`room`: compaction freed pages), else at most every [`NOSPACE_RETRY`].
 fn due(
     cluster: &EtcdCluster,
     schedule: &str,
     status: &DefragStatus,
     nospace: bool,
+    room: bool,
     now: DateTime<Utc>,
 ) -> Option<&'static str> {
     let last = status
@@ -259,7 +266,7 @@ fn due(
         .as_ref()
         .and_then(|r| DateTime::parse_from_rfc3339(&r.started).ok())
         .map(|t| t.to_utc());
-    if nospace && last.is_none_or(|t| now - t > NOSPACE_RETRY) {
+    if nospace && (room || last.is_none_or(|t| now - t > NOSPACE_RETRY)) {
         return Some("NoSpaceAlarm");
     }
     let from = last.or_else(|| {
@@ -296,7 +303,8 @@ fn since(rfc3339: Option<&str>, now: DateTime<Utc>) -> Duration {
         .unwrap_or_default()
 }
 
-fn member_dbs(view: &EtcdView) -> Vec<MemberDb> {
+/// The members with their files; `quota` for members that do not report theirs.
+fn member_dbs(view: &EtcdView, quota: i64) -> Vec<MemberDb> {
     view.members
         .iter()
         .flatten()
@@ -310,6 +318,7 @@ fn member_dbs(view: &EtcdView) -> Vec<MemberDb> {
                 healthy: m.healthy && m.started,
                 db_size: db.size,
                 in_use: db.in_use,
+                quota: db.quota.unwrap_or(quota),
                 name,
             })
         })
@@ -399,7 +408,7 @@ async fn disarm_if_room(
         let quota = Some(status.db_size_quota())
             .filter(|q| *q > 0)
             .or_else(|| view.databases.get(name).and_then(|d| d.quota))
-            .unwrap_or(DEFAULT_QUOTA);
+            .unwrap_or_else(|| configured_quota(cluster));
         if status.db_size() >= quota * 9 / 10 {
             return Ok(());
         }
@@ -424,6 +433,22 @@ async fn disarm_if_room(
     )
     .await;
     Ok(())
+}
+
+/// The quota members run with where they do not report it (before 3.6): `etcdEnv`'s
+/// `ETCD_QUOTA_BACKEND_BYTES`, else etcd's default.
+fn configured_quota(cluster: &EtcdCluster) -> i64 {
+    cluster
+        .spec
+        .pod
+        .as_ref()
+        .and_then(|p| p.etcd_env.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|e| e.name == "ETCD_QUOTA_BACKEND_BYTES")
+        .and_then(|e| e.value.as_deref()?.trim().parse().ok())
+        .filter(|q: &i64| *q > 0)
+        .unwrap_or(DEFAULT_QUOTA)
 }
 
 fn member_labels(cluster: &EtcdCluster, member: &str) -> MemberLabels {
@@ -454,7 +479,7 @@ fn observe_metrics(ctx: &Context, cluster: &EtcdCluster, view: &EtcdView) {
         ctx.metrics
             .db_quota
             .get_or_create(&labels)
-            .set(quota.unwrap_or(DEFAULT_QUOTA));
+            .set(quota.unwrap_or_else(|| configured_quota(cluster)));
     }
     for alarm in ["NOSPACE", "CORRUPT"] {
         let labels = crate::metrics::AlarmLabels {

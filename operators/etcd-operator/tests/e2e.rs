@@ -2053,3 +2053,117 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
     .unwrap();
     assert_eq!(condition.status, "True");
 }
+
+/// Out of space: a cluster with a small quota is written until etcd raises `NOSPACE` and refuses
+/// writes; once the history is deleted and compacted, the operator starts a round at once (its
+/// schedule is months away), defragments every member and disarms the alarm, and writes go
+/// through again.
+#[tokio::test]
+async fn a_nospace_alarm_starts_a_round_at_once_and_is_disarmed_once_there_is_room() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("nospace").await;
+    let _operator = Operator::start(&kube, &ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    let mut cluster = serde_json::to_value(example(3)).unwrap();
+    cluster["spec"]["version"] = json!("3.6.16");
+    cluster["spec"]["pod"]["etcdEnv"] =
+        json!([{"name": "ETCD_QUOTA_BACKEND_BYTES", "value": "16777216"}]);
+    cluster["spec"]["defragmentation"] =
+        json!({"schedule": "0 0 1 1 *", "minFreePercent": 10, "minFreeMiB": 1});
+    let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    wait_until(
+        &clusters,
+        "example-etcd-cluster",
+        "3 ready members",
+        240,
+        converged(3),
+    )
+    .await
+    .unwrap();
+    let members = member_pods(&kube, &ns).await;
+    let mut client = member_client(&kube, &ns, &members[0]).await;
+    let value = "x".repeat(100 * 1024);
+    let mut refused = None;
+    for i in 0..400 {
+        if let Err(e) = client
+            .put(format!("/fill/{i:03}"), value.clone(), None)
+            .await
+        {
+            refused = Some(e.to_string());
+            break;
+        }
+    }
+    let refused = refused.expect("etcd never refused a write");
+    assert!(refused.contains("database space exceeded"), "{refused}");
+    // Deletes and compaction are still allowed: they free the pages defragmentation returns.
+    let deleted = client
+        .delete(
+            "/fill/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let revision = deleted.header().unwrap().revision();
+    client
+        .compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+    let done = wait_until(
+        &clusters,
+        "example-etcd-cluster",
+        "a round after NOSPACE",
+        240,
+        |c: &EtcdCluster| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.defragmentation.as_ref())
+                .is_some_and(|d| d.last_round.is_some())
+        },
+    )
+    .await
+    .unwrap();
+    let round = done
+        .status
+        .unwrap()
+        .defragmentation
+        .unwrap()
+        .last_round
+        .unwrap();
+    assert_eq!(
+        (round.trigger.as_str(), round.result.as_str()),
+        ("NoSpaceAlarm", "Succeeded"),
+        "{round:?}"
+    );
+    assert_eq!(round.members.len(), 3, "{round:?}");
+    // Disarmed once every member has returned its room (a member whose turn came before the
+    // compaction gets another round): a write goes through again, and no alarm is left.
+    let mut accepted = false;
+    for _ in 0..120 {
+        if client.put("/after", "room", None).await.is_ok() {
+            accepted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    assert!(accepted, "writes are still refused");
+    let alarms = client
+        .alarm(
+            etcd_client::AlarmAction::Get,
+            etcd_client::AlarmType::None,
+            None,
+        )
+        .await
+        .unwrap();
+    let left: Vec<String> = alarms
+        .alarms()
+        .iter()
+        .map(|a| format!("{:x} {:?}", a.member_id(), a.alarm()))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
