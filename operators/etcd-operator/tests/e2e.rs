@@ -1877,6 +1877,26 @@ async fn a_missing_image_and_a_refused_claim_spec_are_reported() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
+/// Deletes every key under `prefix` and compacts the history up to that deletion, so the
+/// pages the keys used are free in every member's file (what defragmentation returns).
+async fn delete_and_compact(client: &mut etcd_client::Client, prefix: &str) {
+    let deleted = client
+        .delete(
+            prefix,
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let revision = deleted.header().unwrap().revision();
+    client
+        .compact(
+            revision,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .unwrap();
+}
+
 /// The member's database file size and the part in use, from its status.
 async fn db_sizes(kube: &KubeTestbed, ns: &str, member: &str) -> (i64, i64, bool) {
     let mut client = member_client(kube, ns, member).await;
@@ -1909,21 +1929,7 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
             .await
             .unwrap();
     }
-    let deleted = client
-        .delete(
-            "/bulk/",
-            Some(etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    let revision = deleted.header().unwrap().revision();
-    client
-        .compact(
-            revision,
-            Some(etcd_client::CompactionOptions::new().with_physical()),
-        )
-        .await
-        .unwrap();
+    delete_and_compact(&mut client, "/bulk/").await;
     // The compacted pages count as free once later writes have committed past every reader.
     let mut before = std::collections::BTreeMap::new();
     let mut leader = None;
@@ -2099,21 +2105,7 @@ async fn a_nospace_alarm_starts_a_round_at_once_and_is_disarmed_once_there_is_ro
     let refused = refused.expect("etcd never refused a write");
     assert!(refused.contains("database space exceeded"), "{refused}");
     // Deletes and compaction are still allowed: they free the pages defragmentation returns.
-    let deleted = client
-        .delete(
-            "/fill/",
-            Some(etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    let revision = deleted.header().unwrap().revision();
-    client
-        .compact(
-            revision,
-            Some(etcd_client::CompactionOptions::new().with_physical()),
-        )
-        .await
-        .unwrap();
+    delete_and_compact(&mut client, "/fill/").await;
     let done = wait_until(
         &clusters,
         "example-etcd-cluster",
