@@ -37,6 +37,8 @@ pub const FINALIZER: &str = "etcd.database.coreos.com/delete-backups";
 const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(300);
 const STALE_CACHE_RECHECK: Duration = Duration::from_secs(5);
 const RESULT_WRITE_ATTEMPTS: u32 = 3;
+/// A failed drill step is tried again after this.
+const DRILL_RETRY: Duration = Duration::from_secs(30);
 /// `lastFailure.reason` of a run interrupted twice.
 const INTERRUPTED: &str = "Interrupted";
 
@@ -187,8 +189,25 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
 
-    // Drills follow their own pods, whether or not a backup runs.
-    let drill_wait = drill::reconcile(backup, &plan, ctx, now).await?;
+    // Drills follow their own pods, whether or not a backup runs. A drill step that fails (the
+    // API server refusing pods, say, to an operator whose RBAC predates drills) is retried on
+    // its own and never holds the backups up.
+    let drill_wait = match drill::reconcile(backup, &plan, ctx, now).await {
+        Ok(wait) => wait,
+        Err(e) => {
+            tracing::warn!(name = %backup.name_any(), error = %e, "restore drill step failed; retried");
+            ctx.metrics.reconcile_errors.inc();
+            let event = Event {
+                type_: EventType::Warning,
+                reason: "DrillStepFailed".into(),
+                note: Some(format!("the restore drill could not go on (retried): {e}")),
+                action: "Drill".into(),
+                secondary: None,
+            };
+            publish(ctx, &event, &backup.object_ref(&())).await;
+            Some(DRILL_RETRY)
+        }
+    };
     let backup_wait = schedule_backup(backup, &prev, plan, &api, ctx, now).await?;
     Ok(
         match [drill_wait, backup_wait].into_iter().flatten().min() {

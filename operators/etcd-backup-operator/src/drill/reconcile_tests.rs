@@ -140,3 +140,21 @@ async fn a_verdict_is_recorded_before_the_pod_goes() {
     );
     api.expect_silence().await;
 }
+
+#[tokio::test]
+async fn a_drill_step_the_api_refuses_is_retried_and_holds_no_backup_up() {
+    let (ctx, mut api) = context();
+    let obj = backup(drilled_spec(), Some(status(None)));
+    let task = reconciled(obj, &ctx).await;
+    // Listing the earlier drill pods is refused (as to an operator whose RBAC predates drills).
+    api.expect_refused().await;
+    let event = api.expect_event().await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "DrillStepFailed");
+    // The backup side went on (a finished one-shot: nothing to do), the drill comes back later.
+    assert_eq!(
+        task.await.unwrap(),
+        Action::requeue(Duration::from_secs(30))
+    );
+    api.expect_silence().await;
+}
