@@ -22,6 +22,8 @@ packages+=(openssl)
 # beds' readiness checks.
 packages+=(runc containernetworking-plugins catatonit busybox-static dnsmasq-base iptables
   iproute2 conntrack umoci curl)
+# mmdebstrap makes the MariaDB and mysql-backup images' Debian trees (e2e/cluster/images.sh).
+packages+=(mmdebstrap)
 # The reference age tool: encrypted backups must open with it, and its files with ours.
 packages+=(age)
 # pip, to install the aws CLI below when it is missing.

@@ -11,6 +11,9 @@
 #   localhost/<binary>:dev               one per project binary found in the binaries dir:
 #                                        etcd-operator, etcd-backup-operator, etcd-restore-operator,
 #                                        etcd-backup (distroless/cc's file set, as the Dockerfile)
+#   localhost/mysql-backup:dev           the Dockerfile's mysql-backup target, from Debian 12's packages
+#   localhost/mariadb-fixture:10.11      a test fixture standing in for the official mariadb:10.11
+#                                        image (Debian 12's MariaDB, mariadb-fixture/ scripts)
 #
 #   images.sh SOCKET WORKDIR [BINDIR]    BINDIR defaults to the workspace's target/debug
 #
@@ -78,6 +81,47 @@ import_image() {
   log "localhost/$name:$tag"
 }
 
+# debian_rootfs NAME ROOT USER PACKAGES...: ROOT becomes a Debian 12 minbase tree with PACKAGES
+# (mariadb-* pinned to this machine's versions), made by mmdebstrap from this machine's apt
+# sources, without apt's lists, documentation or locales. USER "mysql" creates mysql as 999:999
+# before the packages install (their scripts keep an existing user); otherwise nonroot is made as
+# the Dockerfile's `useradd` does. Cached as a tarball named by the package versions and this
+# script, so a bed start does not download them again.
+debian_rootfs() {
+  local name=$1 root=$2 user=$3 spec=() p version hook
+  shift 3
+  for p in "$@"; do
+    if [[ $p == mariadb-* ]]; then
+      version=$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null) \
+        || { log "$p is not installed here (e2e/install-deps.sh installs it)"; exit 1; }
+      spec+=("$p=$version")
+    else
+      spec+=("$p")
+    fi
+  done
+  local key
+  key=$(printf '%s\n' "$user" "${spec[@]}" | cat - "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)
+  local cache=$upstream_cache/debian-rootfs/$name-$key.tar
+  local apt_sources=/etc/apt/sources.list.d/debian.sources
+  [[ -f $apt_sources ]] || apt_sources=/etc/apt/sources.list
+  rm -rf "$root" && mkdir -p "$root"
+  if [[ ! -f $cache ]]; then
+    if [[ $user == mysql ]]; then
+      hook=(--essential-hook='echo "mysql:x:999:" >>"$1/etc/group"; echo "mysql:x:999:999:MariaDB Server:/nonexistent:/bin/false" >>"$1/etc/passwd"; echo "mysql:*:20000:0:99999:7:::" >>"$1/etc/shadow"')
+    else
+      hook=(--customize-hook='chroot "$1" /usr/sbin/useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin nonroot')
+    fi
+    log "mmdebstrap $name: ${spec[*]}"
+    mkdir -p "$(dirname "$cache")"
+    mmdebstrap --quiet --format=tar --variant=minbase --include="$(IFS=,; echo "${spec[*]}")" "${hook[@]}" \
+      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+      --dpkgopt='path-exclude=/usr/share/locale/*' \
+      bookworm "$cache.partial" "$apt_sources"
+    mv "$cache.partial" "$cache"
+  fi
+  tar -C "$root" -xf "$cache"
+}
+
 mkdir -p "$work/oci"
 started=$SECONDS
 
@@ -114,7 +158,32 @@ for binary in etcd-operator etcd-backup-operator etcd-restore-operator etcd-back
   install -D -m 0755 "$bindir/$binary" "$root/usr/local/bin/$binary"
   import_image "$binary" dev "$root" 65532:65532 "/usr/local/bin/$binary"
 done
-# No mysql-backup image: its target is Debian's bookworm-slim with mariadb-backup, which this
-# machine cannot reproduce file for file, and no test runs the runner in a pod.
+
+# mysql-backup: the Dockerfile's target is debian:bookworm-slim plus mariadb-backup and
+# ca-certificates, user nonroot (65532) and the binary. The bed makes the same from Debian 12's
+# packages with mmdebstrap (minbase, as bookworm-slim is), mariadb-* at this machine's versions
+# (the ones the tests run as processes). testbed's tests/images.rs lists what differs.
+if [[ -x $bindir/mysql-backup ]]; then
+  root=$work/rootfs/mysql-backup
+  debian_rootfs mysql-backup "$root" "" mariadb-backup ca-certificates
+  install -D -m 0755 "$bindir/mysql-backup" "$root/usr/local/bin/mysql-backup"
+  import_image mysql-backup dev "$root" 65532:65532 /usr/local/bin/mysql-backup
+else
+  log "no $bindir/mysql-backup: no localhost/mysql-backup:dev image"
+fi
+
+# mariadb-fixture: the stand-in for the official `mariadb:10.11` image that examples/mysql names
+# (not pullable here): Debian 12's mariadb-server and client, user mysql as 999 like the official
+# image, and fixture scripts giving the part of the official image's interface the example uses
+# (mariadb-fixture/: initialisation from MARIADB_ROOT_PASSWORD[_FILE] and
+# /docker-entrypoint-initdb.d, `healthcheck.sh --connect`). Listening on every address, as the
+# official image does (Debian's default binds 127.0.0.1).
+root=$work/rootfs/mariadb-fixture
+debian_rootfs mariadb-fixture "$root" mysql mariadb-server mariadb-client
+install -D -m 0755 "$here/mariadb-fixture/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
+install -D -m 0755 "$here/mariadb-fixture/healthcheck.sh" "$root/usr/local/bin/healthcheck.sh"
+sed -i 's/^bind-address/#&/' "$root/etc/mysql/mariadb.conf.d/50-server.cnf"
+rm -rf "$root/var/lib/mysql" && install -d -o 999 -g 999 "$root/var/lib/mysql" "$root/run/mysqld"
+import_image mariadb-fixture 10.11 "$root" 999:999 /usr/local/bin/docker-entrypoint.sh
 rm -rf "$work/rootfs"
 log "images built and imported in $((SECONDS - started)) s"

@@ -99,6 +99,36 @@ pub fn render_for_bed(dir: &Path, ns: &str) -> Result<Vec<Value>> {
     render(scratch.path())
 }
 
+/// Files of this repository (paths from its root, e.g. `examples/mysql/statefulset.yaml`) as the
+/// bed runs them: an overlay that moves them to namespace `ns` and renames the images per
+/// `images` (`(name in the file, bed image name, bed tag)`). Nothing else is changed.
+pub fn render_files_for_bed(
+    files: &[&str],
+    ns: &str,
+    images: &[(&str, &str, &str)],
+) -> Result<Vec<Value>> {
+    let scratch_parent = root().join("target/kustomize-overlays");
+    std::fs::create_dir_all(&scratch_parent)?;
+    let scratch = tempfile::tempdir_in(&scratch_parent)?;
+    // Copied byte for byte: kustomize loads no single file from outside the overlay's directory.
+    let mut resources = String::new();
+    for (i, file) in files.iter().enumerate() {
+        let copy = format!("{i}-{}", file.rsplit('/').next().unwrap_or(file));
+        std::fs::copy(root().join(file), scratch.path().join(&copy))
+            .with_context(|| file.to_string())?;
+        resources.push_str(&format!("  - {copy}\n"));
+    }
+    let images: String = images
+        .iter()
+        .map(|(name, new_name, tag)| {
+            format!("  - {{name: {name}, newName: {new_name}, newTag: \"{tag}\"}}\n")
+        })
+        .collect();
+    let kustomization = format!("resources:\n{resources}namespace: {ns}\nimages:\n{images}");
+    std::fs::write(scratch.path().join("kustomization.yaml"), kustomization)?;
+    render(scratch.path())
+}
+
 /// A `kubectl` whose kustomize is v4 or later: the bed's when built, else the one on `PATH`.
 fn kubectl() -> Result<&'static Path> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
