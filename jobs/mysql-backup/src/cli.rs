@@ -85,9 +85,12 @@ pub enum Command {
     },
     /// Download, verify, extract, prepare and move a backup into an empty data dir.
     Restore {
-        /// s3://bucket/key or file:///dir/name.
+        /// s3://bucket/key or file:///dir/name; with --newest, the prefix the backups share.
         #[arg(long)]
         from: String,
+        /// Restore the newest complete backup under the prefix --from (what `list` shows first).
+        #[arg(long, conflicts_with = "force")]
+        newest: bool,
         #[arg(long)]
         datadir: PathBuf,
         /// Restore an object without a valid manifest (the stream checks still apply).
@@ -97,6 +100,26 @@ pub enum Command {
         identity: IdentityArgs,
         #[command(flatten)]
         prepare: PrepareArgs,
+    },
+    /// The complete backups under a prefix (object and manifest), newest first.
+    List {
+        /// s3://bucket/prefix or file:///dir/prefix.
+        prefix: String,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Delete the complete backups under a prefix beyond the newest --keep (the newest is never
+    /// deleted), each object before its manifest, and manifests left without their object.
+    /// Objects without a manifest (unfinished, or not mysql-backup's) are left alone.
+    Prune {
+        /// s3://bucket/prefix or file:///dir/prefix.
+        prefix: String,
+        /// How many of the newest backups to keep (at least 1).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        keep: u64,
+        /// Show what would be deleted without deleting.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Abort the unfinished multipart uploads under a prefix that runners killed outright
     /// (SIGKILL, a lost node) left behind, started more than --older-than seconds ago. Objects
@@ -209,6 +232,12 @@ pub struct PrepareArgs {
     /// Extractor threads.
     #[arg(long)]
     pub parallel: Option<u32>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

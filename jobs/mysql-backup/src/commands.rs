@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
+use mysql_backup::catalog::{Backup, Catalog};
 use mysql_backup::credentials::DbConnection;
 use mysql_backup::ingest::IngestOptions;
 use mysql_backup::manifest::Manifest;
@@ -15,9 +16,50 @@ use mysql_backup::serve::{self, ServeConfig};
 use serde_json::json;
 
 use crate::cli::{
-    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PrepareArgs, RemoteArgs, S3Args, StoreArgs,
-    ToolArg,
+    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, Output, PrepareArgs, RemoteArgs, S3Args,
+    StoreArgs, ToolArg,
 };
+
+fn print_list(storage: &Store, backups: &[Backup], output: Output) {
+    match output {
+        Output::Json => {
+            let rows: Vec<_> = backups
+                .iter()
+                .map(|b| {
+                    let m = &b.manifest;
+                    json!({
+                        "url": storage.location(&b.key).to_string(),
+                        "storedBytes": m.stored_bytes,
+                        "completionTime": m.completion_time,
+                        "compression": m.compression.as_str(),
+                        "encrypted": m.encryption.is_some(),
+                        "binlog": m.backup.binlog,
+                        "serverVersion": m.backup.server_version,
+                        "source": m.source,
+                    })
+                })
+                .collect();
+            println!("{}", json!(rows));
+        }
+        Output::Text => {
+            println!(
+                "{:<70} {:>12} {:<25} {:<6} {:<4}",
+                "BACKUP", "BYTES", "COMPLETED", "COMPR", "AGE"
+            );
+            for b in backups {
+                let m = &b.manifest;
+                println!(
+                    "{:<70} {:>12} {:<25} {:<6} {:<4}",
+                    storage.location(&b.key).to_string(),
+                    m.stored_bytes,
+                    m.completion_time.to_rfc3339(),
+                    m.compression.as_str(),
+                    if m.encryption.is_some() { "yes" } else { "no" },
+                )
+            }
+        }
+    }
+}
 
 /// 3 marks "the data is bad" as opposed to "something was unreachable" (1).
 pub fn exit_code(err: &anyhow::Error) -> u8 {
@@ -123,6 +165,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Restore {
             from,
+            newest,
             datadir,
             force,
             identity,
@@ -130,10 +173,25 @@ pub async fn run(cli: Cli) -> Result<()> {
         } => {
             let identity = identity.load()?;
             let (storage, location) = open(&from, &cli.s3).await?;
+            let key = if newest {
+                let backups = Catalog::read(&storage, &location.key()).await?.backups();
+                let Some(newest) = backups.into_iter().next() else {
+                    bail!("no complete backup (object and manifest) under {from}");
+                };
+                tracing::info!(
+                    backup = %storage.location(&newest.key),
+                    completed = %newest.manifest.completion_time,
+                    "restoring the newest backup under {from}"
+                );
+                newest.key
+            } else {
+                location.key()
+            };
+            let from = storage.location(&key).to_string();
             let s = restore::restore(
                 &profile,
                 &storage,
-                &location.key(),
+                &key,
                 &datadir,
                 &prepare_options(&prepare),
                 force,
@@ -143,6 +201,33 @@ pub async fn run(cli: Cli) -> Result<()> {
             println!(
                 "{}",
                 json!({"restored": from, "datadir": datadir, "files": s.files, "streamBytes": s.stream_bytes})
+            );
+        }
+        Command::List { prefix, output } => {
+            let (storage, location) = open(&prefix, &cli.s3).await?;
+            let backups = Catalog::read(&storage, &location.key()).await?.backups();
+            print_list(&storage, &backups, output);
+        }
+        Command::Prune {
+            prefix,
+            keep,
+            dry_run,
+        } => {
+            let (storage, location) = open(&prefix, &cli.s3).await?;
+            let catalog = Catalog::read(&storage, &location.key()).await?;
+            let delete = catalog.select_for_deletion(keep as usize);
+            if !dry_run {
+                for key in &delete {
+                    storage.delete(key).await?;
+                }
+            }
+            let urls: Vec<String> = delete
+                .iter()
+                .map(|k| storage.location(k).to_string())
+                .collect();
+            println!(
+                "{}",
+                json!({"prefix": prefix, "keep": keep, "dryRun": dry_run, "deleted": urls})
             );
         }
         Command::CleanUploads { prefix, older_than } => {

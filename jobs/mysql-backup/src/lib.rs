@@ -6,6 +6,7 @@
 //! cleanly; everything else aborts the upload.
 
 pub mod backup;
+pub mod catalog;
 pub use backup_storage::compress;
 pub mod credentials;
 pub mod datadir;

@@ -116,8 +116,15 @@ fn examples_parse_and_use_real_subcommands_and_flags() {
         }
     }
     assert!(files >= 3, "examples missing in {DIR}");
-    let expected: BTreeSet<String> = ["clone", "configure-replication", "pull", "restore", "serve"]
-        .map(String::from)
-        .into();
+    let expected: BTreeSet<String> = [
+        "clone",
+        "configure-replication",
+        "prune",
+        "pull",
+        "restore",
+        "serve",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(used, expected);
 }

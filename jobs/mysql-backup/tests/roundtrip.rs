@@ -197,3 +197,56 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
     );
     assert!(!datadir.exists() || list_files(&datadir).is_empty());
 }
+
+/// Backups sharing a prefix: `list` shows the complete ones newest first (by the manifests'
+/// completion time, not the names), `restore --newest` restores that one, and `prune --keep 1`
+/// deletes the older backup with its manifest and leaves an object without a manifest alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_newest_backup_under_a_prefix_is_listed_restored_and_kept() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let store = tempfile::tempdir().unwrap();
+    let url = |name: &str| format!("file://{}/nightly-{name}", store.path().display());
+    // Named so that string order and time order disagree.
+    run(&source.backup_to(&url("b"), &[]), &[]).await.ok();
+    source.sql("DELETE FROM shop.orders WHERE id < 10;");
+    let newest = source.sample_digest();
+    run(&source.backup_to(&url("a"), &[]), &[]).await.ok();
+    std::fs::write(
+        store.path().join("nightly-z"),
+        b"an upload that never finished",
+    )
+    .unwrap();
+
+    let prefix = url("");
+    let listed = run(&args(&["list", &prefix, "--output", "json"]), &[])
+        .await
+        .ok()
+        .json();
+    let urls: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(urls, [url("a"), url("b")]);
+
+    let newest_restored = restore_and_digest(&prefix, &args(&["--newest"]), &[]).await;
+    assert_eq!(newest_restored, newest);
+
+    let pruned = run(&args(&["prune", &prefix, "--keep", "1"]), &[])
+        .await
+        .ok()
+        .json();
+    assert_eq!(
+        pruned["deleted"],
+        serde_json::json!([url("b"), format!("{}.manifest.json", url("b"))])
+    );
+    let left = list_files(store.path());
+    assert!(
+        left.iter().any(|f| f.ends_with("nightly-a"))
+            && left.iter().any(|f| f.ends_with("nightly-z"))
+            && !left.iter().any(|f| f.contains("nightly-b")),
+        "{left:?}"
+    );
+}

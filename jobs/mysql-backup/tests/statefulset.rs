@@ -1,34 +1,52 @@
-//! The replicated MySQL StatefulSet of `examples/mysql`, as shipped, on the kubelet bed: the
-//! overlay (testbed::kustomize::render_files_for_bed) renames the images and the namespace and
-//! changes nothing else. The namespace enforces Pod Security `restricted`. Images:
-//! `localhost/mysql-backup:dev` is the Dockerfile's mysql-backup target with this build's binary;
-//! `localhost/mariadb-fixture:10.11` stands in for the official `mariadb:10.11` image, which the
-//! bed cannot pull (e2e/cluster/mariadb-fixture/ says what it provides).
+//! The replicated MySQL StatefulSet of `examples/mysql`, with its backup CronJob and restore Job,
+//! as shipped, on the kubelet bed: the overlay (testbed::kustomize::render_files_for_bed)
+//! renames the images and the namespace and changes nothing else; the site settings a user
+//! replaces (S3 endpoint, bucket, credentials, the age recipients) get the test's values. The
+//! namespace enforces Pod Security `restricted`. Images: `localhost/mysql-backup:dev` is the
+//! Dockerfile's mysql-backup target with this build's binary; `localhost/mariadb-fixture:10.11`
+//! stands in for the official `mariadb:10.11` image, which the bed cannot pull
+//! (e2e/cluster/mariadb-fixture/ says what it provides). S3 is Garage.
 //!
 //! One StatefulSet through its life, each step checked by what MariaDB serves:
 //! 1. 3 replicas: mysql-0 initialises as primary, mysql-1 and mysql-2 clone from the previous
 //!    ordinal through `serve`/`clone` (encrypted, token-authenticated) and replicate; rows
-//!    written on mysql-0 are read from mysql-2 through the `mysql-read` Service.
+//!    written on mysql-0 are read from every server through the `mysql-read` Service.
 //! 2. Scale to 4: mysql-3 clones and catches up. mysql-2's pod deleted: it comes back on its
 //!    claim without cloning (the marker) and still replicates. mysql-2's pod and claim deleted:
 //!    it clones afresh.
-//! 3. The token in the Secret replaced, then scale to 5: mysql-4's clone is refused by mysql-3's
-//!    `serve` (which holds the old token), the pod stays in init with the reason in its log, and
-//!    its data dir stays empty.
+//! 3. The backup CronJob, its schedule set to every minute (the one change: the test cannot
+//!    wait for 02:30), writes two encrypted backups, rows written between them, that
+//!    `mysql-backup list` shows; the example's retention keeps both.
+//! 4. Disaster, as docs/operations/mysql-disaster-recovery.md tells it: the StatefulSet and its
+//!    claims deleted (their volumes retained), the restore Job restores the newest backup into
+//!    a new claim, the StatefulSet applied again: mysql-0 has every row of the newest backup
+//!    (and none written after it), the replicas clone from it and replicate.
+//! 5. The token in the Secret replaced, then scale to 4: mysql-3's clone is refused by
+//!    mysql-2's `serve` (which holds the old token), the pod stays in init with the reason in
+//!    its log, and its data dir stays empty.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use kube::Api;
-use kube::api::{DeleteParams, LogParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use serde_json::{Value, json};
+use testbed::Garage;
+use testbed::cluster::host_address;
 use testbed::kube::{KubeTestbed, wait_until};
 
-const FILES: [&str; 2] = [
+const STATEFULSET: &str = "examples/mysql/statefulset.yaml";
+const FILES: [&str; 3] = [
     "examples/mysql/secrets.yaml",
-    "examples/mysql/statefulset.yaml",
+    STATEFULSET,
+    "examples/mysql/backup-cronjob.yaml",
+];
+const RESTORE: [&str; 2] = [
+    "examples/mysql/restore-claim.yaml",
+    "examples/mysql/restore-job.yaml",
 ];
 const IMAGES: [(&str, &str, &str); 2] = [
     ("mariadb", "localhost/mariadb-fixture", "10.11"),
@@ -165,13 +183,98 @@ async fn insert_rows(kube: &KubeTestbed, ns: &str, from: u32, to: u32) {
 
 const COUNT: &str = "SELECT COUNT(*) FROM demo.t";
 
+/// The document of `kind` named `name` among `manifests`.
+fn doc<'a>(manifests: &'a mut [Value], kind: &str, name: &str) -> &'a mut Value {
+    manifests
+        .iter_mut()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the example"))
+}
+
+/// What a user replaces in secrets.yaml: where the backups go, the S3 key, the recipients.
+fn site_settings(manifests: &mut [Value], garage: &Garage, prefix: &str, recipient: &str) {
+    let storage = doc(manifests, "ConfigMap", "mysql-backup-storage");
+    storage["data"] = json!({
+        "BACKUP_PREFIX": prefix,
+        "AWS_ENDPOINT_URL": garage.endpoint,
+        "AWS_REGION": garage.region,
+        "S3_FORCE_PATH_STYLE": "true",
+    });
+    doc(manifests, "Secret", "mysql-backup-s3")["stringData"]["credentials"] = json!(format!(
+        "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+        garage.access_key, garage.secret_key
+    ));
+    doc(manifests, "Secret", "mysql-backup-recipients")["stringData"]["recipients.txt"] =
+        json!(format!("{recipient}\n"));
+}
+
+/// `mysql-backup list PREFIX --output json`, run here against the same bucket.
+async fn list_backups(garage: &Garage, prefix: &str) -> Vec<Value> {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
+    testbed::cli::without_ambient_aws(&mut command)
+        .envs(garage.env())
+        .env("S3_FORCE_PATH_STYLE", "true")
+        .args(["list", prefix, "--output", "json"]);
+    let output = command.output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "mysql-backup list: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    listed.as_array().unwrap().clone()
+}
+
+/// The Jobs the CronJob made so far.
+async fn backup_jobs(jobs: &Api<Job>) -> Vec<Job> {
+    let list = jobs.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter(|j| {
+            j.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "CronJob")
+        })
+        .collect()
+}
+
+/// Waits until a Job the CronJob made, other than those in `seen`, has succeeded, and returns
+/// its name; a failed backup Job panics.
+async fn new_backup_succeeded(jobs: &Api<Job>, seen: &BTreeSet<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        for job in backup_jobs(jobs).await {
+            let status = job.status.clone().unwrap_or_default();
+            assert_eq!(
+                status.failed.unwrap_or(0),
+                0,
+                "backup Job failed: {status:?}"
+            );
+            let name = job.metadata.name.unwrap();
+            if status.succeeded == Some(1) && !seen.contains(&name) {
+                return name;
+            }
+        }
+        assert!(Instant::now() < deadline, "no new backup Job succeeded");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 #[tokio::test]
-async fn the_example_statefulset_clones_replicates_heals_and_refuses_a_wrong_token() {
+async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_and_refuses_a_wrong_token()
+ {
     let (kube, ns, _report) = testbed::cluster::test_namespace("mysql-sts").await;
-    let manifests = testbed::kustomize::render_files_for_bed(&FILES, &ns, &IMAGES).unwrap();
+    let garage = Garage::start_on(&host_address()).await.unwrap();
+    let prefix = format!("s3://{}/mysql/nightly-", garage.bucket);
+    let (identity, recipient) = backup_storage::encryption::Identity::generate();
+    let mut manifests = testbed::kustomize::render_files_for_bed(&FILES, &ns, &IMAGES).unwrap();
+    site_settings(&mut manifests, &garage, &prefix, &recipient);
     kube.apply(&manifests, &ns).await.unwrap();
     let sets: Api<StatefulSet> = Api::namespaced(kube.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
 
     // 1. Three replicas: a primary and two clones that replicate.
     ready(&sets, 3).await;
@@ -241,7 +344,6 @@ async fn the_example_statefulset_clones_replicates_heals_and_refuses_a_wrong_tok
     eventually(&kube, &ns, "mysql-2", COUNT, "200").await;
 
     // mysql-2's pod and claim deleted: a new claim, cloned afresh.
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
     let old_claim = claims.get("data-mysql-2").await.unwrap().metadata.uid;
     let old = pods.get("mysql-2").await.unwrap().metadata.uid.unwrap();
     claims
@@ -262,9 +364,123 @@ async fn the_example_statefulset_clones_replicates_heals_and_refuses_a_wrong_tok
             .contains("receiving backup")
     );
     eventually(&kube, &ns, "mysql-2", COUNT, "200").await;
+    // mysql-1 (the CronJob's source) has every row before the backups start.
+    eventually(&kube, &ns, "mysql-1", COUNT, "200").await;
 
-    // 3. Another token in the Secret; mysql-3's serve holds the one it started with.
+    // 3. The backup CronJob on a schedule of every minute: two runs, both kept.
+    let crons: Api<CronJob> = Api::namespaced(kube.client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(kube.client.clone(), &ns);
+    let every_minute = Patch::Merge(json!({"spec": {"schedule": "* * * * *"}}));
+    crons
+        .patch(
+            "mysql-backup-nightly",
+            &PatchParams::default(),
+            &every_minute,
+        )
+        .await
+        .unwrap();
+    new_backup_succeeded(&jobs, &BTreeSet::new()).await;
+    // Rows the second backup has and the first has not: the restore must take the newest.
+    insert_rows(&kube, &ns, 200, 210).await;
+    eventually(&kube, &ns, "mysql-1", COUNT, "210").await;
+    let made_before: BTreeSet<String> = backup_jobs(&jobs)
+        .await
+        .into_iter()
+        .map(|j| j.metadata.name.unwrap())
+        .collect();
+    new_backup_succeeded(&jobs, &made_before).await;
+    let suspend = Patch::Merge(json!({"spec": {"suspend": true}}));
+    crons
+        .patch("mysql-backup-nightly", &PatchParams::default(), &suspend)
+        .await
+        .unwrap();
+    let listed = list_backups(&garage, &prefix).await;
+    assert!(listed.len() >= 2, "the retention kept {listed:?}");
+    assert!(listed.iter().all(|b| b["encrypted"] == true), "{listed:?}");
+    // Written after the backups: a restore of the newest must not have them.
+    insert_rows(&kube, &ns, 210, 250).await;
+
+    // 4. Disaster: the StatefulSet and every claim gone (their volumes kept, as the runbook
+    // says), then the restore Job and the StatefulSet again.
+    let volumes: Api<PersistentVolume> = Api::all(kube.client.clone());
+    let mut kept = Vec::new();
+    for claim in claims.list(&ListParams::default()).await.unwrap() {
+        let volume = claim.spec.unwrap().volume_name.unwrap();
+        let retain = Patch::Merge(json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}));
+        volumes
+            .patch(&volume, &PatchParams::default(), &retain)
+            .await
+            .unwrap();
+        kept.push(volume);
+    }
+    sets.delete("mysql", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    claims
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let members = ListParams::default().labels("app=mysql");
+    while !pods.list(&members).await.unwrap().items.is_empty()
+        || !claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    {
+        assert!(Instant::now() < deadline, "pods or claims still there");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for volume in &kept {
+        let phase = volumes
+            .get(volume)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase);
+        assert_eq!(phase.as_deref(), Some("Released"), "{volume}");
+    }
+    let key = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "mysql-restore-key"},
+        "stringData": {"identity.txt": identity}});
+    kube.apply(&[key], &ns).await.unwrap();
+    let restore = testbed::kustomize::render_files_for_bed(&RESTORE, &ns, &IMAGES).unwrap();
+    kube.apply(&restore, &ns).await.unwrap();
+    let restored = wait_until(&jobs, "mysql-restore", "restore done", 600, |j: &Job| {
+        j.status
+            .as_ref()
+            .is_some_and(|s| s.succeeded == Some(1) || s.failed.unwrap_or(0) > 0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        restored.status.unwrap().succeeded,
+        Some(1),
+        "the restore Job failed"
+    );
     let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
+    secrets
+        .delete("mysql-restore-key", &DeleteParams::default())
+        .await
+        .unwrap();
+    let statefulset =
+        testbed::kustomize::render_files_for_bed(&[STATEFULSET], &ns, &IMAGES).unwrap();
+    kube.apply(&statefulset, &ns).await.unwrap();
+    ready(&sets, 3).await;
+    assert_eq!(sql(&kube, &ns, "mysql-0", "", COUNT).unwrap(), "210");
+    assert!(
+        clone_log(&pods, "mysql-1")
+            .await
+            .contains("receiving backup")
+    );
+    insert_rows(&kube, &ns, 210, 220).await;
+    for replica in ["mysql-1", "mysql-2"] {
+        eventually(&kube, &ns, replica, COUNT, "220").await;
+    }
+
+    // 5. Another token in the Secret; mysql-2's serve holds the one it started with.
     secrets
         .patch(
             "mysql-backup",
@@ -273,11 +489,11 @@ async fn the_example_statefulset_clones_replicates_heals_and_refuses_a_wrong_tok
         )
         .await
         .unwrap();
-    scale(&sets, 5).await;
+    scale(&sets, 4).await;
     // Positive signal: the clone container ended with a failure (at least once).
     let refused = wait_until(
         &pods,
-        "mysql-4",
+        "mysql-3",
         "clone failed",
         PER_REPLICA_SECONDS,
         |p: &Pod| {
@@ -298,7 +514,7 @@ async fn the_example_statefulset_clones_replicates_heals_and_refuses_a_wrong_tok
     .await
     .unwrap();
     let phase = refused.status.and_then(|s| s.phase);
-    assert_eq!(phase.as_deref(), Some("Pending"), "mysql-4 left init");
+    assert_eq!(phase.as_deref(), Some("Pending"), "mysql-3 left init");
     let mut log = String::new();
     for previous in [true, false] {
         let params = LogParams {
@@ -306,24 +522,32 @@ async fn the_example_statefulset_clones_replicates_heals_and_refuses_a_wrong_tok
             previous,
             ..LogParams::default()
         };
-        log.push_str(&pods.logs("mysql-4", &params).await.unwrap_or_default());
+        log.push_str(&pods.logs("mysql-3", &params).await.unwrap_or_default());
     }
     assert!(
         log.contains("does not hold the same token"),
-        "mysql-4's clone log: {log}"
+        "mysql-3's clone log: {log}"
     );
     // Its data dir, read by a pod of its own on the same claim: empty.
     // As mysql (999), like the StatefulSet's pods: another fsGroup would change the claim's files.
     let look: Value = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "look-at-data-mysql-4"},
+        "metadata": {"name": "look-at-data-mysql-3"},
         "spec": {"restartPolicy": "Never",
             "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999},
             "containers": [{"name": "ls", "image": "localhost/mysql-backup:dev",
                 "imagePullPolicy": "Never", "command": ["bash", "-ec",
                 "n=$(ls -A /var/lib/mysql | grep -v '^lost+found$' | wc -l); test \"$n\" = 0"],
                 "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-mysql-4"}}]}});
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-mysql-3"}}]}});
     testbed::cluster::run_once(&pods, look, 120).await;
 
     kube.delete_namespace(&ns).await.unwrap();
+    // Released volumes given back to the provisioner, which deletes their directories.
+    let delete = Patch::Merge(json!({"spec": {"persistentVolumeReclaimPolicy": "Delete"}}));
+    for volume in &kept {
+        volumes
+            .patch(volume, &PatchParams::default(), &delete)
+            .await
+            .ok();
+    }
 }

@@ -1,0 +1,183 @@
+//! The backups under a prefix, as the store says: what `list` shows, what `restore --newest`
+//! takes and what `prune` keeps.
+//!
+//! An object is a backup only when the manifest beside it parses and records the object's size:
+//! the manifest is written after the object committed, so a backup that did not finish (or an
+//! object of another tool under the same prefix) is never listed, restored as the newest, or
+//! counted as a kept backup. Order is the manifest's completion time (then the key), never the
+//! object's name or modification time.
+
+use std::collections::{BTreeSet, HashMap};
+
+use backup_storage::{MANIFEST_SUFFIX, ObjectInfo, Store};
+
+use crate::error::Result;
+use crate::manifest::{Manifest, manifest_key};
+
+/// One complete backup.
+#[derive(Debug, Clone)]
+pub struct Backup {
+    pub key: String,
+    pub manifest: Manifest,
+}
+
+/// The prefix's objects and the manifests that parsed, keyed by the object they describe.
+pub struct Catalog {
+    pub objects: Vec<ObjectInfo>,
+    pub manifests: HashMap<String, Manifest>,
+}
+
+impl Catalog {
+    /// Lists `prefix` and reads every manifest under it (small objects, one request each).
+    pub async fn read(store: &Store, prefix: &str) -> Result<Catalog> {
+        let objects = store.list(prefix).await?;
+        let mut manifests = HashMap::new();
+        for object in &objects {
+            let Some(described) = object.key.strip_suffix(MANIFEST_SUFFIX) else {
+                continue;
+            };
+            // None: deleted since the listing.
+            if let Some(bytes) = store.get_small(&object.key).await? {
+                match Manifest::parse(&bytes) {
+                    Ok(m) => {
+                        manifests.insert(described.to_string(), m);
+                    }
+                    Err(e) => tracing::warn!(key = object.key, "not a manifest of ours: {e}"),
+                }
+            }
+        }
+        Ok(Catalog { objects, manifests })
+    }
+
+    /// The complete backups, newest first.
+    pub fn backups(&self) -> Vec<Backup> {
+        let mut backups: Vec<Backup> = self
+            .objects
+            .iter()
+            .filter(|o| !o.key.ends_with(MANIFEST_SUFFIX))
+            .filter_map(|o| {
+                let m = self.manifests.get(&o.key)?;
+                (m.stored_bytes == o.size).then(|| Backup {
+                    key: o.key.clone(),
+                    manifest: m.clone(),
+                })
+            })
+            .collect();
+        backups.sort_by(|a, b| {
+            (b.manifest.completion_time, &b.key).cmp(&(a.manifest.completion_time, &a.key))
+        });
+        backups
+    }
+
+    /// What `prune --keep keep` deletes, in order: each backup older than the newest `keep`
+    /// (at least 1: the newest is never deleted), its object first and then its manifest (a
+    /// manifest whose object is gone is not a backup, so an interrupted prune leaves nothing
+    /// that looks restorable), and manifests left without their object. Objects without a
+    /// manifest are never deleted: they may be another tool's.
+    pub fn select_for_deletion(&self, keep: usize) -> Vec<String> {
+        let mut delete = Vec::new();
+        for old in self.backups().into_iter().skip(keep.max(1)) {
+            let manifest = manifest_key(&old.key);
+            delete.push(old.key);
+            delete.push(manifest);
+        }
+        let present: BTreeSet<&str> = self.objects.iter().map(|o| o.key.as_str()).collect();
+        let mut orphans: Vec<String> = self
+            .manifests
+            .keys()
+            .filter(|described| !present.contains(described.as_str()))
+            .map(|described| manifest_key(described))
+            .collect();
+        orphans.sort();
+        delete.extend(orphans);
+        delete
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{DateTime, Utc};
+
+    fn manifest(stored_bytes: u64, completed: &str) -> Manifest {
+        let time = completed.parse::<DateTime<Utc>>().unwrap();
+        Manifest {
+            format: crate::manifest::FORMAT.into(),
+            stored_bytes,
+            stored_sha256: String::new(),
+            stored_etag: None,
+            compression: Default::default(),
+            encryption: None,
+            stream_bytes: 0,
+            stream_sha256: None,
+            payload_bytes: 0,
+            file_count: 0,
+            tool_family: crate::profile::Family::Mariadb,
+            backup: Default::default(),
+            source: "local".into(),
+            start_time: time,
+            completion_time: time,
+            duration_seconds: 0.0,
+            runner: String::new(),
+        }
+    }
+
+    fn object(key: &str, size: u64) -> ObjectInfo {
+        ObjectInfo {
+            key: key.into(),
+            size,
+            last_modified: None,
+            etag: None,
+            metadata: Default::default(),
+        }
+    }
+
+    /// Three complete backups whose names sort against their times, one upload without a
+    /// manifest, one whose manifest records another size, another tool's object, and a
+    /// manifest whose object is gone.
+    fn catalog() -> Catalog {
+        let mut manifests = HashMap::new();
+        manifests.insert("m/b".to_string(), manifest(10, "2026-11-25T02:30:00Z"));
+        manifests.insert("m/c".to_string(), manifest(10, "2026-11-26T02:30:00Z"));
+        manifests.insert("m/a".to_string(), manifest(10, "2026-11-27T02:30:00Z"));
+        manifests.insert("m/short".to_string(), manifest(99, "2026-11-28T02:30:00Z"));
+        manifests.insert("m/gone".to_string(), manifest(10, "2026-11-20T02:30:00Z"));
+        let mut objects = Vec::new();
+        for key in ["m/a", "m/b", "m/c", "m/short"] {
+            objects.push(object(key, 10));
+            objects.push(object(&manifest_key(key), 1));
+        }
+        objects.push(object("m/unfinished", 10));
+        objects.push(object("m/notes.txt", 3));
+        objects.push(object(&manifest_key("m/gone"), 1));
+        Catalog { objects, manifests }
+    }
+
+    #[test]
+    fn only_objects_their_manifest_describes_are_backups_newest_first_by_completion() {
+        let keys: Vec<String> = catalog().backups().into_iter().map(|b| b.key).collect();
+        assert_eq!(keys, ["m/a", "m/c", "m/b"]);
+    }
+
+    #[test]
+    fn prune_keeps_the_newest_and_deletes_objects_before_their_manifests() {
+        let c = catalog();
+        assert_eq!(
+            c.select_for_deletion(2),
+            ["m/b", "m/b.manifest.json", "m/gone.manifest.json"]
+        );
+        // keep 0 still keeps the newest; other tools' objects and unfinished uploads stay.
+        let all = c.select_for_deletion(0);
+        assert_eq!(
+            all,
+            [
+                "m/c",
+                "m/c.manifest.json",
+                "m/b",
+                "m/b.manifest.json",
+                "m/gone.manifest.json"
+            ]
+        );
+        assert_eq!(c.select_for_deletion(3), ["m/gone.manifest.json"]);
+    }
+}
