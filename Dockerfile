@@ -52,7 +52,8 @@ FROM debian:bookworm-slim AS mysql-backup
 RUN apt-get update \
  && apt-get install -y --no-install-recommends mariadb-backup ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin nonroot
+ && groupadd --gid 65532 nonroot \
+ && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nonroot
 COPY --from=builder /out/mysql-backup /usr/local/bin/mysql-backup
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/mysql-backup"]

@@ -85,7 +85,7 @@ import_image() {
 # (mariadb-* pinned to this machine's versions), made by mmdebstrap from this machine's apt
 # sources, without apt's lists, documentation or locales. USER "mysql" creates mysql as 999:999
 # before the packages install (their scripts keep an existing user); otherwise nonroot is made as
-# the Dockerfile's `useradd` does. Cached as a tarball named by the package versions and this
+# the Dockerfile's `groupadd`/`useradd` do. Cached as a tarball named by the package versions and this
 # script, so a bed start does not download them again.
 debian_rootfs() {
   local name=$1 root=$2 user=$3 spec=() p version hook
@@ -109,7 +109,7 @@ debian_rootfs() {
     if [[ $user == mysql ]]; then
       hook=(--essential-hook='echo "mysql:x:999:" >>"$1/etc/group"; echo "mysql:x:999:999:MariaDB Server:/nonexistent:/bin/false" >>"$1/etc/passwd"; echo "mysql:*:20000:0:99999:7:::" >>"$1/etc/shadow"')
     else
-      hook=(--customize-hook='chroot "$1" /usr/sbin/useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin nonroot')
+      hook=(--customize-hook='chroot "$1" /usr/sbin/groupadd --gid 65532 nonroot && chroot "$1" /usr/sbin/useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nonroot')
     fi
     log "mmdebstrap $name: ${spec[*]}"
     mkdir -p "$(dirname "$cache")"

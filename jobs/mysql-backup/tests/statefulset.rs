@@ -404,7 +404,9 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
     // says), then the restore Job and the StatefulSet again.
     let volumes: Api<PersistentVolume> = Api::all(kube.client.clone());
     let mut kept = Vec::new();
-    for claim in claims.list(&ListParams::default()).await.unwrap() {
+    // As the runbook does it: by the label the StatefulSet gives its claims.
+    let members = ListParams::default().labels("app=mysql");
+    for claim in claims.list(&members).await.unwrap() {
         let volume = claim.spec.unwrap().volume_name.unwrap();
         let retain = Patch::Merge(json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}}));
         volumes
@@ -413,22 +415,17 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
             .unwrap();
         kept.push(volume);
     }
+    assert_eq!(kept.len(), 4, "claims labelled app=mysql: {kept:?}");
     sets.delete("mysql", &DeleteParams::foreground())
         .await
         .unwrap();
     claims
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .delete_collection(&DeleteParams::default(), &members)
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
-    let members = ListParams::default().labels("app=mysql");
     while !pods.list(&members).await.unwrap().items.is_empty()
-        || !claims
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+        || !claims.list(&members).await.unwrap().items.is_empty()
     {
         assert!(Instant::now() < deadline, "pods or claims still there");
         tokio::time::sleep(Duration::from_secs(1)).await;
