@@ -4,7 +4,7 @@
 //! operator killed in the middle of creation finishes the job after a restart; upgrades,
 //! refusals, quorum loss, and the coreos scope annotation.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use backup_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -17,75 +17,8 @@ use serde_json::json;
 use testbed::kube::{KubeTestbed, wait_until};
 use testbed::logs::logged_at;
 
-const EXAMPLE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../examples/coreos/example-etcd-cluster.yaml"
-);
-
-/// The operator process, watching one namespace; killed on drop.
-struct Operator(Child);
-
-impl Operator {
-    fn start(kube: &KubeTestbed, ns: &str) -> Operator {
-        Operator::start_with(kube, &["--namespace", ns])
-    }
-
-    fn start_with(kube: &KubeTestbed, args: &[&str]) -> Operator {
-        let child = Command::new(env!("CARGO_BIN_EXE_etcd-operator"))
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("KUBECONFIG", &kube.kubeconfig)
-            .env("RUST_LOG", "info,etcd_operator=debug")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start etcd-operator");
-        Operator(child)
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The coreos example, on the bed's etcd image and with a claim per member.
-fn example(size: i32) -> EtcdCluster {
-    let mut cluster: serde_json::Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
-    cluster["spec"]["size"] = json!(size);
-    cluster["spec"]["repository"] = json!("localhost/etcd");
-    cluster["spec"]["version"] = json!("3.4.23");
-    cluster["spec"]["pod"] = json!({
-        "ClusterDomain": ".cluster.local",
-        "persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
-    });
-    serde_json::from_value(cluster).unwrap()
-}
-
-fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static {
-    move |c: &EtcdCluster| {
-        let Some(status) = &c.status else {
-            return false;
-        };
-        let ready = status
-            .members
-            .as_ref()
-            .and_then(|m| m.ready.as_ref())
-            .map_or(0, Vec::len);
-        let progressing = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Progressing")
-            .is_some_and(|c| c.status == "False" && c.reason.as_deref() == Some("Converged"));
-        ready == size
-            && status.size == Some(size as i32)
-            && progressing
-            && status.membership_change.is_none()
-    }
-}
+mod common;
+use common::*;
 
 /// A member's addition is recorded (in flight).
 fn adding(c: &EtcdCluster) -> bool {
@@ -93,29 +26,6 @@ fn adding(c: &EtcdCluster) -> bool {
         .as_ref()
         .and_then(|s| s.membership_change.as_ref())
         .is_some_and(|m| m.action == "Add")
-}
-
-/// A client for member pod `name`.
-async fn member_client(kube: &KubeTestbed, ns: &str, name: &str) -> etcd_client::Client {
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let ip = testbed::cluster::pod_ip(&pods, name).await;
-    etcd_client::Client::connect([format!("http://{ip}:2379")], None)
-        .await
-        .unwrap()
-}
-
-async fn member_pods(kube: &KubeTestbed, ns: &str) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let mut names: Vec<String> = pods
-        .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
-    names.sort();
-    names
 }
 
 /// A pod of that name made again (not the one with `old_uid`) and ready.
@@ -174,47 +84,6 @@ async fn resize(clusters: &Api<EtcdCluster>, size: i32) {
         )
         .await
         .unwrap();
-}
-
-/// A fresh namespace with the operator running and the example cluster converged at 3.
-struct Running {
-    kube: KubeTestbed,
-    ns: String,
-    clusters: Api<EtcdCluster>,
-    _report: testbed::cluster::FailureReport,
-    _operator: Operator,
-}
-
-async fn running_cluster(prefix: &str) -> Running {
-    running_cluster_at(prefix, "3.4.23").await
-}
-
-async fn running_cluster_at(prefix: &str, version: &str) -> Running {
-    let (kube, ns, _report) = testbed::cluster::test_namespace(prefix).await;
-    let _operator = Operator::start(&kube, &ns);
-    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
-    let mut cluster = example(3);
-    cluster.spec.version = Some(version.into());
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .unwrap();
-    wait_until(
-        &clusters,
-        "example-etcd-cluster",
-        "3 ready members",
-        240,
-        converged(3),
-    )
-    .await
-    .unwrap();
-    Running {
-        kube,
-        ns,
-        clusters,
-        _report,
-        _operator,
-    }
 }
 
 #[tokio::test]
@@ -469,54 +338,7 @@ async fn upgrade_while_writing(
     for pod in member_pods(kube, ns).await {
         before.push(pods.get(&pod).await.unwrap());
     }
-    // A client writing throughout, as one that names the members by DNS would: after a failed
-    // write it connects again to where the members are now (a member given a new pod has a new
-    // address). The longest stretch without a successful write is measured.
-    let connect = {
-        let (kube, ns) = (kube.clone(), ns.to_string());
-        move || {
-            let (kube, ns) = (kube.clone(), ns.clone());
-            async move {
-                let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
-                let mut endpoints = Vec::new();
-                for name in member_pods(&kube, &ns).await {
-                    let pod = pods.get(&name).await.unwrap();
-                    if let Some(ip) = pod.status.and_then(|s| s.pod_ip) {
-                        endpoints.push(format!("http://{ip}:2379"));
-                    }
-                }
-                let options = etcd_client::ConnectOptions::new()
-                    .with_timeout(std::time::Duration::from_secs(2));
-                etcd_client::Client::connect(endpoints, Some(options))
-                    .await
-                    .ok()
-            }
-        }
-    };
-    let mut writer = connect().await.expect("a client");
-    let stop = tokio_util::sync::CancellationToken::new();
-    let writing = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let (mut last_ok, mut longest, mut writes) =
-                (std::time::Instant::now(), std::time::Duration::ZERO, 0u32);
-            while !stop.is_cancelled() {
-                if writer
-                    .put("during-upgrade", writes.to_string(), None)
-                    .await
-                    .is_ok()
-                {
-                    longest = longest.max(last_ok.elapsed());
-                    last_ok = std::time::Instant::now();
-                    writes += 1;
-                } else if let Some(again) = connect().await {
-                    writer = again;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            (longest.max(last_ok.elapsed()), writes)
-        })
-    };
+    let writer = Writer::start(kube, ns, "during-upgrade").await;
 
     set_version(clusters, version).await;
     let upgraded = {
@@ -531,8 +353,7 @@ async fn upgrade_while_writing(
     wait_until(clusters, "example-etcd-cluster", &what, 300, upgraded)
         .await
         .unwrap();
-    stop.cancel();
-    let (longest, writes) = writing.await.unwrap();
+    let (longest, writes) = writer.stop().await;
     eprintln!("upgrade to {version}: {writes} writes, longest stretch without one {longest:?}");
     assert!(writes > 20, "only {writes} writes succeeded");
     // At most an election (1 s by default) plus the client's 2 s request timeout before it
@@ -1877,36 +1698,6 @@ async fn a_missing_image_and_a_refused_claim_spec_are_reported() {
     kube.delete_namespace(&ns).await.unwrap();
 }
 
-/// Deletes every key under `prefix` and compacts the history up to that deletion, so the
-/// pages the keys used are free in every member's file (what defragmentation returns).
-async fn delete_and_compact(client: &mut etcd_client::Client, prefix: &str) {
-    let deleted = client
-        .delete(
-            prefix,
-            Some(etcd_client::DeleteOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    let revision = deleted.header().unwrap().revision();
-    client
-        .compact(
-            revision,
-            Some(etcd_client::CompactionOptions::new().with_physical()),
-        )
-        .await
-        .unwrap();
-}
-
-/// The member's database file size and the part in use, from its status.
-async fn db_sizes(kube: &KubeTestbed, ns: &str, member: &str) -> (i64, i64, bool) {
-    let mut client = member_client(kube, ns, member).await;
-    let status = client.status().await.unwrap();
-    let leader = status
-        .header()
-        .is_some_and(|h| h.member_id() == status.leader());
-    (status.db_size(), status.raft_used_db_size(), leader)
-}
-
 /// Scheduled defragmentation on the bed: a cluster whose files are mostly free space (keys
 /// written, deleted and compacted) is defragmented one member at a time, followers first and
 /// the leader last (after it handed leadership over), each file shrinks, and a client writing
@@ -1922,80 +1713,12 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
     } = running_cluster_at("defrag", "3.5.33").await;
     let members = member_pods(&kube, &ns).await;
     let mut client = member_client(&kube, &ns, &members[0]).await;
-    let value = "x".repeat(100 * 1024);
-    for i in 0..200 {
-        client
-            .put(format!("/bulk/{i:03}"), value.clone(), None)
-            .await
-            .unwrap();
-    }
-    delete_and_compact(&mut client, "/bulk/").await;
-    // The compacted pages count as free once later writes have committed past every reader.
-    let mut before = std::collections::BTreeMap::new();
-    let mut leader = None;
-    for attempt in 0.. {
-        client
-            .put("/settle", attempt.to_string(), None)
-            .await
-            .unwrap();
-        before.clear();
-        let mut mostly_free = true;
-        for member in &members {
-            let (size, in_use, leads) = db_sizes(&kube, &ns, member).await;
-            mostly_free &= size - in_use > 10 * 1024 * 1024;
-            if leads {
-                leader = Some(member.clone());
-            }
-            before.insert(member.clone(), (size, in_use));
-        }
-        if mostly_free {
-            break;
-        }
-        assert!(
-            attempt < 100,
-            "the files never showed their free space: {before:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    }
+    let (before, leader) = fragment(&kube, &ns, &mut client, "/bulk/", 200).await;
     let before: std::collections::BTreeMap<String, i64> =
         before.into_iter().map(|(m, (size, _))| (m, size)).collect();
-    let leader = leader.expect("a leader");
 
     // A client writing throughout; the longest stretch without a successful write is measured.
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
-    let mut endpoints = Vec::new();
-    for member in &members {
-        endpoints.push(format!(
-            "http://{}:2379",
-            testbed::cluster::pod_ip(&pods, member).await
-        ));
-    }
-    let options =
-        etcd_client::ConnectOptions::new().with_timeout(std::time::Duration::from_secs(2));
-    let mut writer = etcd_client::Client::connect(endpoints, Some(options))
-        .await
-        .unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let writing = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let (mut last_ok, mut longest, mut writes) =
-                (std::time::Instant::now(), std::time::Duration::ZERO, 0u32);
-            while !stop.is_cancelled() {
-                if writer
-                    .put("during-defrag", writes.to_string(), None)
-                    .await
-                    .is_ok()
-                {
-                    longest = longest.max(last_ok.elapsed());
-                    last_ok = std::time::Instant::now();
-                    writes += 1;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            (longest.max(last_ok.elapsed()), writes)
-        })
-    };
+    let writer = Writer::start(&kube, &ns, "during-defrag").await;
 
     // Every minute: the first round is due at once (its first time since creation has passed).
     let patch = json!({"spec": {"defragmentation": {"schedule": "* * * * *", "minFreePercent": 10, "minFreeMiB": 1}}});
@@ -2021,8 +1744,7 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
     )
     .await
     .unwrap();
-    stop.cancel();
-    let (longest, writes) = writing.await.unwrap();
+    let (longest, writes) = writer.stop().await;
     eprintln!("defragmentation round: {writes} writes, longest stretch without one {longest:?}");
     let round = done
         .status
