@@ -20,11 +20,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use backup_api::EtcdCluster;
 use common::*;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
-use testbed::kube::{KubeTestbed, wait_until};
+use testbed::kube::KubeTestbed;
 
 fn mib(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -120,38 +117,9 @@ async fn bench_operator_round_against_etcdctl_defrag_cluster() {
     let before_mib = total_mib(&kube, &ns).await;
     let writer = Writer::start(&kube, &ns, "during-defrag").await;
     let started = Instant::now();
-    let patch = json!({"spec": {"defragmentation": {"schedule": "* * * * *", "minFreePercent": 10, "minFreeMiB": 1}}});
-    clusters
-        .patch(
-            "example-etcd-cluster",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
-    let done = wait_until(
-        &clusters,
-        "example-etcd-cluster",
-        "a defragmentation round",
-        600,
-        |c: &EtcdCluster| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.defragmentation.as_ref())
-                .is_some_and(|d| d.last_round.is_some())
-        },
-    )
-    .await
-    .unwrap();
+    let round = scheduled_round(&clusters, 600).await;
     let wall = started.elapsed();
     let (longest, writes) = writer.stop().await;
-    let round = done
-        .status
-        .unwrap()
-        .defragmentation
-        .unwrap()
-        .last_round
-        .unwrap();
     assert_eq!(round.result, "Succeeded", "{round:?}");
     let operator = Figures {
         longest,

@@ -1720,39 +1720,9 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
     // A client writing throughout; the longest stretch without a successful write is measured.
     let writer = Writer::start(&kube, &ns, "during-defrag").await;
 
-    // Every minute: the first round is due at once (its first time since creation has passed).
-    let patch = json!({"spec": {"defragmentation": {"schedule": "* * * * *", "minFreePercent": 10, "minFreeMiB": 1}}});
-    clusters
-        .patch(
-            "example-etcd-cluster",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
-    let done = wait_until(
-        &clusters,
-        "example-etcd-cluster",
-        "a defragmentation round",
-        240,
-        |c: &EtcdCluster| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.defragmentation.as_ref())
-                .is_some_and(|d| d.last_round.is_some())
-        },
-    )
-    .await
-    .unwrap();
+    let round = scheduled_round(&clusters, 240).await;
     let (longest, writes) = writer.stop().await;
     eprintln!("defragmentation round: {writes} writes, longest stretch without one {longest:?}");
-    let round = done
-        .status
-        .unwrap()
-        .defragmentation
-        .unwrap()
-        .last_round
-        .unwrap();
     assert_eq!(round.result, "Succeeded", "{round:?}");
     let order: Vec<&str> = round.members.iter().map(|m| m.member.as_str()).collect();
     assert_eq!(order.len(), 3, "{round:?}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use backup_api::EtcdCluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testbed::kube::{KubeTestbed, wait_until};
 
@@ -292,4 +292,40 @@ impl Writer {
         self.stop.cancel();
         self.writing.await.unwrap()
     }
+}
+
+/// Schedules defragmentation every minute (the first round is due at once: its first time
+/// since creation has passed) with low thresholds, and waits up to `seconds` for the round's
+/// record.
+pub async fn scheduled_round(
+    clusters: &Api<EtcdCluster>,
+    seconds: u64,
+) -> backup_api::DefragRoundResult {
+    let patch = json!({"spec": {"defragmentation": {"schedule": "* * * * *", "minFreePercent": 10, "minFreeMiB": 1}}});
+    clusters
+        .patch(
+            "example-etcd-cluster",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let done = wait_until(
+        clusters,
+        "example-etcd-cluster",
+        "a defragmentation round",
+        seconds,
+        |c: &EtcdCluster| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.defragmentation.as_ref())
+                .is_some_and(|d| d.last_round.is_some())
+        },
+    )
+    .await
+    .unwrap();
+    done.status
+        .and_then(|s| s.defragmentation)
+        .and_then(|d| d.last_round)
+        .unwrap()
 }
