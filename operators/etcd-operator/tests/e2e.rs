@@ -1798,27 +1798,7 @@ async fn a_nospace_alarm_starts_a_round_at_once_and_is_disarmed_once_there_is_ro
     assert!(refused.contains("database space exceeded"), "{refused}");
     // Deletes and compaction are still allowed: they free the pages defragmentation returns.
     delete_and_compact(&mut client, "/fill/").await;
-    let done = wait_until(
-        &clusters,
-        "example-etcd-cluster",
-        "a round after NOSPACE",
-        240,
-        |c: &EtcdCluster| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.defragmentation.as_ref())
-                .is_some_and(|d| d.last_round.is_some())
-        },
-    )
-    .await
-    .unwrap();
-    let round = done
-        .status
-        .unwrap()
-        .defragmentation
-        .unwrap()
-        .last_round
-        .unwrap();
+    let round = round_recorded(&clusters, "a round after NOSPACE", 240).await;
     assert_eq!(
         (round.trigger.as_str(), round.result.as_str()),
         ("NoSpaceAlarm", "Succeeded"),

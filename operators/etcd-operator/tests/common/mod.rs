@@ -310,10 +310,19 @@ pub async fn scheduled_round(
         )
         .await
         .unwrap();
+    round_recorded(clusters, "a defragmentation round", seconds).await
+}
+
+/// Waits up to `seconds` until the cluster's status records a defragmentation round; returns it.
+pub async fn round_recorded(
+    clusters: &Api<EtcdCluster>,
+    what: &str,
+    seconds: u64,
+) -> backup_api::DefragRoundResult {
     let done = wait_until(
         clusters,
         "example-etcd-cluster",
-        "a defragmentation round",
+        what,
         seconds,
         |c: &EtcdCluster| {
             c.status
