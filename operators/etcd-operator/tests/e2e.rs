@@ -1713,15 +1713,30 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
     } = running_cluster_at("defrag", "3.5.33").await;
     let members = member_pods(&kube, &ns).await;
     let mut client = member_client(&kube, &ns, &members[0]).await;
+    // Live data, so that each member's defragmentation (which copies it) lasts long enough for
+    // the members' own metrics to show it.
+    let value = "x".repeat(100 * 1024);
+    for i in 0..300 {
+        client
+            .put(format!("/live/{i:03}"), value.clone(), None)
+            .await
+            .unwrap();
+    }
     let (before, leader) = fragment(&kube, &ns, &mut client, "/bulk/", 200).await;
     let before: std::collections::BTreeMap<String, i64> =
         before.into_iter().map(|(m, (size, _))| (m, size)).collect();
 
     // A client writing throughout; the longest stretch without a successful write is measured.
     let writer = Writer::start(&kube, &ns, "during-defrag").await;
+    let watch = DefragWatch::start(&kube, &ns).await;
 
     let round = scheduled_round(&clusters, 240).await;
+    let seen = watch.stop().await;
     let (longest, writes) = writer.stop().await;
+    eprintln!("the members' own metrics during the round: {seen:?}");
+    // No two members defragmenting at once, by what they say; each was seen at it.
+    assert_eq!(seen.most_at_once, 1, "{seen:?}");
+    assert_eq!(seen.members.len(), 3, "{seen:?}");
     eprintln!("defragmentation round: {writes} writes, longest stretch without one {longest:?}");
     assert_eq!(round.result, "Succeeded", "{round:?}");
     let order: Vec<&str> = round.members.iter().map(|m| m.member.as_str()).collect();

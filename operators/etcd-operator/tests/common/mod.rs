@@ -338,3 +338,66 @@ pub async fn round_recorded(
         .and_then(|d| d.last_round)
         .unwrap()
 }
+
+/// Samples every member's `etcd_disk_defrag_inflight` (1 while etcd defragments it) from its
+/// metrics, every 20 ms until stopped: what the members themselves say, independent of the
+/// operator's record.
+pub struct DefragWatch {
+    stop: tokio_util::sync::CancellationToken,
+    watching: tokio::task::JoinHandle<DefragSeen>,
+}
+
+#[derive(Debug, Default)]
+pub struct DefragSeen {
+    /// The most members seen defragmenting in one sample.
+    pub most_at_once: usize,
+    /// Every member seen defragmenting.
+    pub members: std::collections::BTreeSet<String>,
+    pub samples: u32,
+}
+
+impl DefragWatch {
+    pub async fn start(kube: &KubeTestbed, ns: &str) -> DefragWatch {
+        let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+        let mut members = Vec::new();
+        for name in member_pods(kube, ns).await {
+            members.push((testbed::cluster::pod_ip(&pods, &name).await, name));
+        }
+        let stop = tokio_util::sync::CancellationToken::new();
+        let watching = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut seen = DefragSeen::default();
+                while !stop.is_cancelled() {
+                    let metrics = futures::future::join_all(
+                        members
+                            .iter()
+                            .map(|(ip, _)| testbed::http_get(ip, 2379, "/metrics")),
+                    )
+                    .await;
+                    let busy: Vec<&String> = members
+                        .iter()
+                        .zip(&metrics)
+                        .filter(|(_, m)| {
+                            m.as_ref().is_some_and(|(_, text)| {
+                                text.lines().any(|l| l == "etcd_disk_defrag_inflight 1")
+                            })
+                        })
+                        .map(|((_, name), _)| name)
+                        .collect();
+                    seen.most_at_once = seen.most_at_once.max(busy.len());
+                    seen.members.extend(busy.into_iter().cloned());
+                    seen.samples += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                seen
+            })
+        };
+        DefragWatch { stop, watching }
+    }
+
+    pub async fn stop(self) -> DefragSeen {
+        self.stop.cancel();
+        self.watching.await.unwrap()
+    }
+}
