@@ -14,6 +14,8 @@
 #   localhost/mysql-backup:dev           the Dockerfile's mysql-backup target, from Debian 12's packages
 #   localhost/mariadb-fixture:10.11      a test fixture standing in for the official mariadb:10.11
 #                                        image (Debian 12's MariaDB, mariadb-fixture/ scripts)
+#   localhost/ncat-clone:bench           the tutorial's clone tools (mariadb-backup, ncat), for
+#                                        the clone benchmark
 #
 #   images.sh SOCKET WORKDIR [BINDIR]    BINDIR defaults to the workspace's target/debug
 #
@@ -185,5 +187,12 @@ install -D -m 0755 "$here/mariadb-fixture/healthcheck.sh" "$root/usr/local/bin/h
 sed -i 's/^bind-address/#&/' "$root/etc/mysql/mariadb.conf.d/50-server.cnf"
 rm -rf "$root/var/lib/mysql" && install -d -o 999 -g 999 "$root/var/lib/mysql" "$root/run/mysqld"
 import_image mariadb-fixture 10.11 "$root" 999:999 /usr/local/bin/docker-entrypoint.sh
+
+# ncat-clone: for the clone benchmark only (jobs/mysql-backup/tests/clone_bench.rs), the tools of
+# the Kubernetes tutorial's replicated MySQL: `mariadb-backup --stream | ncat` on the source,
+# `ncat | mbstream -x`, `--prepare` and the client for CHANGE MASTER on the new replica.
+root=$work/rootfs/ncat-clone
+debian_rootfs ncat-clone "$root" mysql mariadb-backup mariadb-client ncat
+import_image ncat-clone bench "$root" 999:999 /bin/bash
 rm -rf "$work/rootfs"
 log "images built and imported in $((SECONDS - started)) s"
