@@ -12,6 +12,9 @@
 //!
 //!   cargo test -p mysql-backup --test clone_bench -- --ignored --nocapture
 //!
+//! The bed's mysql-backup image holds the binary of the build the bed was given (a debug build
+//! by default): the docs page says how to measure the release build, as shipped.
+//!
 //! BENCH_CLONE_MIB (default 1024): the data set's size. The bench's own changes to the example
 //! (for (b) only): a sidecar streaming `mariadb-backup` through ncat on port 3308 of mysql-0.
 
