@@ -175,13 +175,13 @@ else
 fi
 
 # mariadb-fixture: the stand-in for the official `mariadb:10.11` image that examples/mysql names
-# (not pullable here): Debian 12's mariadb-server and client, user mysql as 999 like the official
-# image, and fixture scripts giving the part of the official image's interface the example uses
-# (mariadb-fixture/: initialisation from MARIADB_ROOT_PASSWORD[_FILE] and
-# /docker-entrypoint-initdb.d, `healthcheck.sh --connect`). Listening on every address, as the
-# official image does (Debian's default binds 127.0.0.1).
+# (not pullable here): Debian 12's mariadb-server, client and backup tool (the official image has
+# all three), user mysql as 999 like the official image, and fixture scripts giving the part of
+# the official image's interface the example uses (mariadb-fixture/: initialisation from
+# MARIADB_ROOT_PASSWORD[_FILE] and /docker-entrypoint-initdb.d, `healthcheck.sh --connect`).
+# Listening on every address, as the official image does (Debian's default binds 127.0.0.1).
 root=$work/rootfs/mariadb-fixture
-debian_rootfs mariadb-fixture "$root" mysql mariadb-server mariadb-client
+debian_rootfs mariadb-fixture "$root" mysql mariadb-server mariadb-client mariadb-backup
 install -D -m 0755 "$here/mariadb-fixture/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
 install -D -m 0755 "$here/mariadb-fixture/healthcheck.sh" "$root/usr/local/bin/healthcheck.sh"
 sed -i 's/^bind-address/#&/' "$root/etc/mysql/mariadb.conf.d/50-server.cnf"
