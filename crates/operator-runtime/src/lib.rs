@@ -4,7 +4,8 @@
 //! `coordination.k8s.io/v1` Lease ([`leader`]), and the start-up that ties them together with
 //! the flags every operator takes ([`process`]), Events about managed objects ([`events`]) and
 //! per-object retry backoff ([`backoff`]), and the security settings of the pods they make
-//! ([`pod_security`]). Logging set-up is `backup_cli::init_logging`, shared
+//! ([`pod_security`]); the shape of the API calls each operator lists for its RBAC tests
+//! ([`rbac`]). Logging set-up is `backup_cli::init_logging`, shared
 //! with the jobs.
 
 pub mod backoff;
@@ -13,5 +14,6 @@ pub mod http;
 pub mod leader;
 pub mod pod_security;
 pub mod process;
+pub mod rbac;
 pub mod shutdown;
 pub mod tenant_credentials;

@@ -1,8 +1,7 @@
 //! Every Kubernetes API call the operator makes, in one place. The manifests test checks the
 //! RBAC rules under `deploy/` grant each of them; add a line here with any new call.
 
-/// `(apiGroup, resource, verb)`.
-pub type ApiCall = (&'static str, &'static str, &'static str);
+pub use operator_runtime::rbac::ApiCall;
 
 /// Calls in the watched namespace(s).
 pub const NAMESPACED_CALLS: &[ApiCall] = &[

@@ -230,7 +230,7 @@ fn statefulset(ns: &str) -> Vec<Value> {
                             "--initial-cluster-state=new", "--initial-cluster-token=bench",
                         ],
                         // The operator's probe, so both ways wait for readiness alike.
-                        "readinessProbe": etcd_operator::build::readiness_probe(),
+                        "readinessProbe": etcd_members::build::readiness_probe(),
                         "securityContext": operator_runtime::pod_security::container_context(),
                         "volumeMounts": [{"name": "data", "mountPath": "/var/etcd"}],
                     }],

@@ -10,8 +10,8 @@ use operator_runtime::events::Events;
 use thiserror::Error;
 
 use crate::metrics::Metrics;
-use crate::origin::{self, ProofKey};
 use crate::scope::Scope;
+use etcd_members::origin::{self, ProofKey};
 
 pub const MANAGER: &str = "etcd-operator";
 

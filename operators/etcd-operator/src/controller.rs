@@ -19,15 +19,17 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 
 use crate::adopt;
-use crate::build::{self, Bootstrap};
 pub use crate::context::{Context, Error, MANAGER};
 use crate::context::{event, ignore_missing, warn};
 use crate::defrag;
-use crate::observe::{self, Access, ClaimRecord, MemberPod};
-use crate::origin;
+use crate::observe::{self, ClaimRecord, MemberPod};
 use crate::status;
-use crate::tls::{self, Dereferenced, TlsSecrets};
 use crate::upgrade;
+use etcd_members::access::Access;
+use etcd_members::build::{self, Bootstrap};
+use etcd_members::labels;
+use etcd_members::origin;
+use etcd_members::tls::{self, Dereferenced, TlsSecrets};
 
 /// Requeue at once after a step that changed something (the next one often can follow), soon
 /// while waiting for the world, slowly once converged.
@@ -90,7 +92,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), &ns)
         .patch(&name, &apply, &Patch::Apply(&budget))
         .await?;
-    let selector = ListParams::default().labels(&build::label_selector(&name));
+    let selector = ListParams::default().labels(&labels::label_selector(&name));
     let pod_api = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
     let labelled = pod_api.list(&selector).await?.items;
     // Only the pods the operators made are members (see origin.rs).
@@ -492,7 +494,7 @@ async fn create_member(
             // not started on it (it holds other data: a detached volume, a user's claim).
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let existing = claims.get(member).await?;
-                let cluster_label = existing.labels().get(build::CLUSTER_LABEL);
+                let cluster_label = existing.labels().get(labels::CLUSTER_LABEL);
                 if cluster_label != Some(&cluster.name_any()) {
                     return Err(Error::ForeignClaim(member.to_string()));
                 }
@@ -505,7 +507,7 @@ async fn create_member(
     let mut pod = build::pod(cluster, member, bootstrap, version, run_as);
     if let Some(from) = upgraded_from {
         pod.annotations_mut()
-            .insert(build::UPGRADED_FROM_ANNOTATION.into(), from);
+            .insert(labels::UPGRADED_FROM_ANNOTATION.into(), from);
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     origin::make_member_pod(&pods, &ctx.proof, &pod).await?;

@@ -20,7 +20,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::context::{Context, Error, event};
 use crate::metrics::MemberLabels;
-use crate::observe::{self, Access, Database, EtcdView, MemberPod};
+use crate::observe::{self, Database, EtcdView, MemberPod};
+use etcd_members::access::Access;
 
 /// Field manager of `status.defragmentation`: the round is written by itself (before a member
 /// is defragmented, and after each step), never by the cluster's status report, so neither

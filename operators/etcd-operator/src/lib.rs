@@ -1,17 +1,15 @@
 //! The EtcdCluster operator: reconcile is observe (pods, claims, etcd's member list) -> plan
 //! one step (`etcd_cluster::plan`, pure) -> record intent -> execute -> status. Builders of
-//! pods, claims and Services are pure ([`build`]).
+//! pods, claims and Services, labels, TLS and proofs of origin are `etcd_members`', shared with
+//! the EtcdRestore operator.
 
 pub mod adopt;
-pub mod build;
 pub mod context;
 pub mod controller;
 pub mod defrag;
 pub mod metrics;
 pub mod observe;
-pub mod origin;
 pub mod rbac;
 pub mod scope;
 pub mod status;
-pub mod tls;
 pub mod upgrade;

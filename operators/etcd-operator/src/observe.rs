@@ -4,22 +4,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, StatusResponse, TlsOptions};
+use etcd_client::{Client, StatusResponse};
 use etcd_cluster::checks::{self, Spelling};
-use etcd_cluster::naming::CLIENT_PORT;
 use etcd_cluster::upgrade::SNAPSHOT_SAVES_METRIC;
 use etcd_cluster::{ClusterNames, ContainerFailure, DataRan, Member, PodState};
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
-use crate::build::{
-    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, METRICS_PORT, NOTHING_RAN, UPGRADED_FROM_ANNOTATION,
+use etcd_members::access::Access;
+use etcd_members::build::METRICS_PORT;
+use etcd_members::labels::{
+    APP_LABEL, CLUSTER_LABEL, MEMBER_LABEL, NOTHING_RAN, UPGRADED_FROM_ANNOTATION,
     VERSION_ANNOTATION, VERSION_RAN_ANNOTATION,
 };
-use crate::tls::ClientTls;
-
-/// Dial and request timeout for each member.
-const MEMBER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A member pod with what the planner and the status need.
 #[derive(Clone, Debug)]
@@ -269,34 +266,6 @@ pub fn terminating_claims(claims: &[PersistentVolumeClaim]) -> BTreeSet<String> 
         .filter(|c| c.metadata.deletion_timestamp.is_some())
         .filter_map(|c| c.labels().get(MEMBER_LABEL).cloned())
         .collect()
-}
-
-/// How the operator reaches members: through their pod IPs (which work from inside and outside
-/// the cluster), plain or with the operator Secret's client certificate. With TLS the member's
-/// certificate is checked against its name ([`ClusterNames::server_name`]), as the IP is not in
-/// it.
-#[derive(Clone, Debug)]
-pub struct Access {
-    pub names: ClusterNames,
-    pub tls: Option<ClientTls>,
-}
-
-impl Access {
-    pub async fn connect(&self, member: &str, ip: &str) -> Result<Client, etcd_client::Error> {
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(MEMBER_TIMEOUT)
-            .with_timeout(MEMBER_TIMEOUT);
-        if let Some(tls) = self.tls.as_ref().filter(|_| self.names.client_tls) {
-            options = options.with_tls(
-                TlsOptions::new()
-                    .ca_certificate(Certificate::from_pem(&tls.ca))
-                    .identity(Identity::from_pem(&tls.cert, &tls.key))
-                    .domain_name(self.names.server_name(member)),
-            );
-        }
-        let url = format!("{}://{ip}:{CLIENT_PORT}", self.names.client_scheme());
-        Client::connect([url], Some(options)).await
-    }
 }
 
 /// Pods etcd is asked through, by name and IP: not those being deleted, which after a restore

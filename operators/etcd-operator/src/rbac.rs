@@ -1,8 +1,7 @@
 //! Every Kubernetes API call the operator makes, in one place. The manifests test checks the
 //! RBAC rules under `deploy/` grant exactly these; add a line here with any new call.
 
-/// `(apiGroup, resource, verb)`.
-pub type ApiCall = (&'static str, &'static str, &'static str);
+pub use operator_runtime::rbac::ApiCall;
 
 /// Calls in the watched namespace(s).
 pub const NAMESPACED_CALLS: &[ApiCall] = &[
@@ -43,23 +42,4 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("events.k8s.io", "events", "patch"),
 ];
 
-/// Calls in the operator's own namespace: leader election (operator-runtime's
-/// `LEASE_CALLS`), and the Secret with the member pods' proof key (etcd-operator's origin.rs),
-/// read, or made on first start.
-pub const OWN_NAMESPACE_CALLS: &[ApiCall] = &[
-    ("coordination.k8s.io", "leases", "get"),
-    ("coordination.k8s.io", "leases", "create"),
-    ("coordination.k8s.io", "leases", "update"),
-    ("", "secrets", "get"),
-    ("", "secrets", "create"),
-];
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_own_namespace_calls_include_leader_election() {
-        for call in operator_runtime::leader::LEASE_CALLS {
-            assert!(super::OWN_NAMESPACE_CALLS.contains(call), "{call:?}");
-        }
-    }
-}
+pub use etcd_members::rbac::OWN_NAMESPACE_CALLS;

@@ -11,6 +11,7 @@ use etcd_cluster::checks;
 use etcd_cluster::{
     ContainerFailure, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version,
 };
+use etcd_members::labels;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
@@ -456,7 +457,7 @@ pub fn paused(cluster: &EtcdCluster) -> Value {
     let previous = cluster.status.clone().unwrap_or_default();
     let abandoned = cluster
         .annotations()
-        .get(crate::build::ABANDONED_RESTORE_ANNOTATION);
+        .get(labels::ABANDONED_RESTORE_ANNOTATION);
     let (reason, message) = match abandoned {
         Some(restore) => (
             "HeldByAbandonedRestore",

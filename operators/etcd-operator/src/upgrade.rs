@@ -17,9 +17,11 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::build::{self, UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION};
 use crate::context::{Context, Error, event, ignore_missing, warn};
-use crate::observe::{self, Access, ClaimRecord, MemberPod, same_image};
+use crate::observe::{self, ClaimRecord, MemberPod, same_image};
+use etcd_members::access::Access;
+use etcd_members::build;
+use etcd_members::labels::{UPGRADED_FROM_ANNOTATION, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION};
 
 /// Each member pod's version and state as the upgrade planner needs them, with what has run on
 /// its data (its claim's record, and what the pod has run; for a member without a claim, what

@@ -1,8 +1,9 @@
-//! The cluster operator manages members; it never touches backup storage, so it links neither
-//! the storage crate nor the AWS SDK (the layout shows the architecture).
+//! The layout shows the architecture: the cluster operator manages members and never touches
+//! backup storage, so it links neither the storage crate nor the AWS SDK; no operator depends on
+//! another operator's crate.
 
-#[test]
-fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
+/// Every crate in `package`'s normal dependency tree, one `name vX.Y.Z` per line.
+fn normal_dependencies(package: &str) -> String {
     let output = std::process::Command::new(env!("CARGO"))
         .args([
             "tree",
@@ -13,7 +14,7 @@ fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
             "--prefix",
             "none",
         ])
-        .args(["-p", "etcd-operator", "--format", "{p}"])
+        .args(["-p", package, "--format", "{p}"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
@@ -22,8 +23,17 @@ fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let tree = String::from_utf8(output.stdout).unwrap();
-    assert!(tree.contains("backup-cli"), "{tree}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn depends_on(tree: &str, package: &str) -> bool {
+    tree.lines().any(|l| l.split(' ').next() == Some(package))
+}
+
+#[test]
+fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
+    let tree = normal_dependencies("etcd-operator");
+    assert!(depends_on(&tree, "backup-cli"), "{tree}");
     for forbidden in [
         "backup-storage",
         "aws-sdk-s3",
@@ -31,8 +41,31 @@ fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
         "etcd-snapshot",
     ] {
         assert!(
-            !tree.lines().any(|l| l.starts_with(forbidden)),
+            !depends_on(&tree, forbidden),
             "etcd-operator depends on {forbidden}:\n{tree}"
         );
     }
+}
+
+/// What the operators share lives in library crates (`etcd-members` for the cluster and the
+/// restore operator, `operator-runtime` for all three), never in another operator's crate.
+#[test]
+fn no_operator_depends_on_another_operator() {
+    const OPERATORS: [&str; 3] = [
+        "etcd-operator",
+        "etcd-backup-operator",
+        "etcd-restore-operator",
+    ];
+    for operator in OPERATORS {
+        let tree = normal_dependencies(operator);
+        assert!(depends_on(&tree, operator), "{tree}");
+        for other in OPERATORS.iter().filter(|o| **o != operator) {
+            assert!(
+                !depends_on(&tree, other),
+                "{operator} depends on {other}:\n{tree}"
+            );
+        }
+    }
+    let restore = normal_dependencies("etcd-restore-operator");
+    assert!(depends_on(&restore, "etcd-members"), "{restore}");
 }

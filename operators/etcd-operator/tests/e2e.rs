@@ -1414,7 +1414,7 @@ async fn a_pod_that_passes_for_a_member_is_not_trusted() {
         let pod = pods.get(member).await.unwrap();
         assert!(
             pod.annotations()
-                .contains_key(etcd_operator::origin::PROOF_ANNOTATION),
+                .contains_key(etcd_members::origin::PROOF_ANNOTATION),
             "{member} has no proof of origin"
         );
         assert!(

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use backup_api::EtcdCluster;
+use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_operator::controller::{self, Context};
 use etcd_operator::metrics::Metrics;
-use etcd_operator::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_operator::scope::Scope;
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;

@@ -12,10 +12,11 @@ use backup_api::{
     EtcdBackup, EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePhase, RestorePlan,
 };
 use etcd_cluster::EtcdVersion;
-use etcd_operator::build::{self, Bootstrap};
-use etcd_operator::observe::Access;
-use etcd_operator::origin::{self, Origin, ProofKey};
-use etcd_operator::tls::{self, Dereferenced, TlsSecrets};
+use etcd_members::access::Access;
+use etcd_members::build::{self, Bootstrap};
+use etcd_members::labels::{self, ABANDONED_RESTORE_ANNOTATION, DETACHED_LABEL};
+use etcd_members::origin::{self, Origin, ProofKey};
+use etcd_members::tls::{self, Dereferenced, TlsSecrets};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
@@ -34,10 +35,7 @@ use crate::metrics::Metrics;
 use crate::observe;
 use crate::plan::{self, ClusterView, Observed, PodRun, Step};
 use crate::pods;
-use crate::status::{
-    self, ABANDONED_RESTORE_ANNOTATION, DETACHED_LABEL, PAUSED_BY_RESTORE_ANNOTATION,
-    RESTORE_ANNOTATION,
-};
+use crate::status::{self, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
 use fetch_pod::source::{self, Source};
 
 pub const MANAGER: &str = "etcd-restore-operator";
@@ -51,7 +49,7 @@ pub enum Error {
     #[error("{what} refused by the API server: {message}")]
     Refused { what: String, message: String },
     #[error(transparent)]
-    Origin(#[from] etcd_operator::origin::MakeError),
+    Origin(#[from] etcd_members::origin::MakeError),
 }
 
 pub struct Context {
@@ -103,7 +101,7 @@ const BUSY: Duration = Duration::from_secs(2);
 
 /// The restore a member pod's change may concern: the one named like its cluster.
 pub fn restore_of_member(pod: Pod) -> Option<ObjectRef<EtcdRestore>> {
-    let cluster = pod.labels().get(build::CLUSTER_LABEL)?;
+    let cluster = pod.labels().get(labels::CLUSTER_LABEL)?;
     Some(ObjectRef::new(cluster).within(&pod.namespace()?))
 }
 
@@ -156,7 +154,7 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     // Observe.
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let members = ListParams::default().labels(&build::label_selector(&cluster_name));
+    let members = ListParams::default().labels(&labels::label_selector(&cluster_name));
     // Only the pods the operators made count as members (a pod that passes for one is not
     // asked whether the restored data is served).
     let member_pods: Vec<Pod> = pod_api
@@ -176,7 +174,7 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
             .iter()
             .filter(move |c| selector.matches(c.labels()))
     };
-    let claims: Vec<&PersistentVolumeClaim> = labelled(build::selector(&cluster_name)).collect();
+    let claims: Vec<&PersistentVolumeClaim> = labelled(labels::selector(&cluster_name)).collect();
     let staged_claims: Vec<&PersistentVolumeClaim> = labelled(pods::own_labels(&name)).collect();
     let uid = restore.uid().unwrap_or_default();
     let detached: Vec<&PersistentVolumeClaim> =
@@ -919,7 +917,7 @@ async fn detach(
         .collect();
     let patch = json!({
         "metadata": {
-            "labels": {build::CLUSTER_LABEL: null, DETACHED_LABEL: cluster},
+            "labels": {labels::CLUSTER_LABEL: null, DETACHED_LABEL: cluster},
             "annotations": {RESTORE_ANNOTATION: uid},
             "ownerReferences": owners,
         }

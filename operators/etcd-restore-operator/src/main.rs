@@ -8,7 +8,7 @@ use anyhow::Result;
 use backup_api::{EtcdCluster, EtcdRestore};
 use backup_cli::LogFormat;
 use clap::Parser;
-use etcd_operator::origin::ProofKey;
+use etcd_members::origin::ProofKey;
 use etcd_restore_operator::controller::{self, Context, MANAGER};
 use etcd_restore_operator::metrics::Metrics;
 use futures::StreamExt;

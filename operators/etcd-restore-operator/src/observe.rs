@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_operator::observe::Access;
+use etcd_members::access::Access;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 

@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
-use etcd_operator::build::{self, DATA_DIR, DATA_MOUNT};
+use etcd_members::build::{self, DATA_DIR, DATA_MOUNT};
+use etcd_members::labels;
 use fetch_pod::{FetchMounts, Source, fetch_container};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EmptyDirVolumeSource, EnvVar, NodeSelectorRequirement, NodeSelectorTerm,
@@ -238,7 +239,7 @@ fn restore_affinity(
 ) -> Option<Affinity> {
     let mut affinity = build::member_affinity(cluster)?;
     let name = cluster.name_any();
-    let member = build::member_labels(&cluster.spec, &name, member);
+    let member = labels::member_labels(&cluster.spec, &name, member);
     let namespace = cluster.namespace().unwrap_or_default();
     let of_members = |t: &PodAffinityTerm| selects(t, &member, &namespace);
     let of_restore_pods = |t: &PodAffinityTerm| PodAffinityTerm {
@@ -255,7 +256,7 @@ fn restore_affinity(
             .label_selector
             .as_ref()
             .and_then(|s| s.match_labels.as_ref());
-        pinned.and_then(|l| l.get(build::CLUSTER_LABEL)) == Some(&name)
+        pinned.and_then(|l| l.get(labels::CLUSTER_LABEL)) == Some(&name)
     };
     // Apart from the members: apart from the restore's pods instead (in place), and when the
     // term selects others' pods too, it stays without this cluster's and the restore pods' term
@@ -271,7 +272,7 @@ fn restore_affinity(
             .match_expressions
             .get_or_insert_default()
             .push(LabelSelectorRequirement {
-                key: build::CLUSTER_LABEL.to_string(),
+                key: labels::CLUSTER_LABEL.to_string(),
                 operator: "NotIn".to_string(),
                 values: Some(vec![name.clone()]),
             });

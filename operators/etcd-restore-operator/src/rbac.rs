@@ -1,7 +1,7 @@
 //! Every Kubernetes API call the restore controller makes, in one place. The manifests test
 //! checks the RBAC rules under `deploy/` grant exactly these; add a line here with any new call.
 
-pub use etcd_operator::rbac::ApiCall;
+pub use operator_runtime::rbac::ApiCall;
 
 /// Calls in the watched namespace(s).
 pub const NAMESPACED_CALLS: &[ApiCall] = &[
@@ -60,4 +60,4 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
 
 /// Calls in the operator's own namespace: the EtcdCluster operator's (leader election, and
 /// the member pods' proof key the two share).
-pub use etcd_operator::rbac::OWN_NAMESPACE_CALLS;
+pub use etcd_members::rbac::OWN_NAMESPACE_CALLS;

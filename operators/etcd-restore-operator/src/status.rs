@@ -18,12 +18,9 @@ pub const RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/restore";
 /// touching any member unpauses it again (one the user had paused, or the restore created,
 /// stays paused).
 pub const PAUSED_BY_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/paused-by-restore";
-pub use etcd_operator::build::ABANDONED_RESTORE_ANNOTATION;
 /// On an EtcdRestore from the moment it first holds its cluster: deleting the restore lets go
 /// of what it held first (see `controller::abandon`).
 pub const FINALIZER: &str = "etcd.database.coreos.com/restore-release";
-/// Label on the claims of replaced members: the cluster they were detached from.
-pub const DETACHED_LABEL: &str = "etcd.database.coreos.com/detached-from";
 
 /// Said when the restore tool of the cluster's version cannot move the revision forward.
 const NOT_BUMPED: &str = "; the revision is not bumped (this etcd version's restore tool cannot; \

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use backup_api::EtcdRestore;
-use etcd_operator::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
+use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_restore_operator::controller::{self, Context};
 use etcd_restore_operator::metrics::Metrics;
 use http::{Method, StatusCode};

@@ -291,7 +291,7 @@ async fn hold(
 
 /// The Lease calls [`acquire`] makes, for the operators' RBAC lists: `(apiGroup, resource,
 /// verb)`.
-pub const LEASE_CALLS: &[(&str, &str, &str)] = &[
+pub const LEASE_CALLS: &[crate::rbac::ApiCall] = &[
     ("coordination.k8s.io", "leases", "get"),
     ("coordination.k8s.io", "leases", "create"),
     ("coordination.k8s.io", "leases", "update"),

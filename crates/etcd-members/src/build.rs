@@ -8,7 +8,10 @@ use etcd_cluster::checks::{self, Spelling};
 use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
 use etcd_cluster::{ClusterNames, EtcdVersion};
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, PersistentVolumeClaim, Pod, PodAffinityTerm, PodAntiAffinity, Service,
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm,
+    PodAntiAffinity, PodSpec, Probe, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -16,35 +19,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::{self, RunAs};
-use serde_json::json;
 
+use crate::labels::{
+    NOTHING_RAN, POD_SECURITY_ANNOTATION, RESTRICTED, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION,
+    member_labels, selector,
+};
 use crate::tls::{PEER_DIR, SERVER_DIR, TlsSecrets};
 
-/// Labels coreos put on member pods and that select them; the restore controller's pods carry
-/// the same (the adoption contract).
-pub const APP_LABEL: &str = "app";
-pub const CLUSTER_LABEL: &str = "etcd_cluster";
-pub const MEMBER_LABEL: &str = "etcd_node";
-/// Annotation with the etcd version a pod runs.
-pub const VERSION_ANNOTATION: &str = "etcd.version";
-/// Annotation on a member's claim made by this operator (or a restore) since member pods run as
-/// a non-root user by default: its data is that user's. A claim without it was written by pods
-/// that ran as the image's user (root), and its member keeps that user (see
-/// [`operator_runtime::pod_security`]).
-pub const POD_SECURITY_ANNOTATION: &str = "etcd.pod-security";
-/// Its value.
-pub const RESTRICTED: &str = "restricted";
-/// Annotation with the version an in-place upgrade moved a pod from, until the upgrade is done
-/// (what a failed upgrade goes back to).
-pub const UPGRADED_FROM_ANNOTATION: &str = "etcd.version.upgraded-from";
-/// On a claim: the newest etcd version that has run on its data (`none` for a claim no etcd
-/// has run on yet). Data is never moved back to an older version than that; a claim without
-/// it (made before it existed, or by a restore) is never moved back at all.
-pub const VERSION_RAN_ANNOTATION: &str = "etcd.version.ran";
-pub const NOTHING_RAN: &str = "none";
-/// On an EtcdCluster: the EtcdRestore (name) that was deleted after it had begun replacing the
-/// cluster's members. The cluster stays paused; the paused status says so and how to go on.
-pub const ABANDONED_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/abandoned-restore";
 /// Where the data volume is mounted, and etcd's data dir in it (coreos layout).
 pub const DATA_MOUNT: &str = "/var/etcd";
 pub const DATA_DIR: &str = "/var/etcd/data";
@@ -59,11 +40,18 @@ pub const METRICS_PORT: u16 = 8080;
 /// (`exclude=NOSPACE`, etcd 3.5 and later, as kubeadm probes): the members still serve reads,
 /// deletes and compaction, which is how the cluster gets out of it, and an unready member
 /// would also hold up the defragmentation that returns the space.
-pub fn readiness_probe() -> serde_json::Value {
-    json!({
-        "httpGet": {"path": "/health?exclude=NOSPACE", "port": METRICS_PORT},
-        "periodSeconds": 1, "failureThreshold": 16, "timeoutSeconds": 5,
-    })
+pub fn readiness_probe() -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/health?exclude=NOSPACE".into()),
+            port: IntOrString::Int(METRICS_PORT.into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(1),
+        failure_threshold: Some(16),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
 }
 
 /// How the member starts.
@@ -88,36 +76,6 @@ pub fn names(cluster: &EtcdCluster) -> ClusterNames {
         domain,
     )
     .with_tls(tls.peer.is_some(), tls.server.is_some())
-}
-
-/// The labels selecting every member pod and claim of a cluster.
-pub fn selector(cluster: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (APP_LABEL.to_string(), "etcd".to_string()),
-        (CLUSTER_LABEL.to_string(), cluster.to_string()),
-    ])
-}
-
-pub fn label_selector(cluster: &str) -> String {
-    format!("{APP_LABEL}=etcd,{CLUSTER_LABEL}={cluster}")
-}
-
-/// The labels of `member`'s pod: the user's `pod.labels`, then the selector and the member's name.
-pub fn member_labels(
-    spec: &EtcdClusterSpec,
-    cluster: &str,
-    member: &str,
-) -> BTreeMap<String, String> {
-    let mut labels = spec
-        .pod
-        .as_ref()
-        .and_then(|p| p.labels.clone())
-        .unwrap_or_default();
-    // Reserved keys win over user labels (coreos rejected `app` and `etcd_*`).
-    labels.retain(|k, _| k != APP_LABEL && !k.starts_with("etcd_"));
-    labels.extend(selector(cluster));
-    labels.insert(MEMBER_LABEL.to_string(), member.to_string());
-    labels
 }
 
 fn owned_meta(cluster: &EtcdCluster, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
@@ -207,8 +165,8 @@ pub fn pod(
     ];
     // TLS.static: certificates from the mounted Secrets, client certificates required.
     let tls = TlsSecrets::of(spec);
-    let mut volumes = Vec::new();
-    let mut mounts = vec![json!({"name": "etcd-data", "mountPath": DATA_MOUNT})];
+    let mut volumes = vec![data_volume(spec, member)];
+    let mut mounts = vec![mount("etcd-data", DATA_MOUNT, false)];
     if let Some(secret) = &tls.peer {
         args.extend([
             format!("--peer-cert-file={PEER_DIR}/peer.crt"),
@@ -216,8 +174,8 @@ pub fn pod(
             format!("--peer-trusted-ca-file={PEER_DIR}/peer-ca.crt"),
             "--peer-client-cert-auth=true".into(),
         ]);
-        volumes.push(json!({"name": "member-peer-tls", "secret": {"secretName": secret}}));
-        mounts.push(json!({"name": "member-peer-tls", "mountPath": PEER_DIR, "readOnly": true}));
+        volumes.push(secret_volume("member-peer-tls", secret));
+        mounts.push(mount("member-peer-tls", PEER_DIR, true));
     }
     if let Some(secret) = &tls.server {
         args.extend([
@@ -226,9 +184,8 @@ pub fn pod(
             format!("--trusted-ca-file={SERVER_DIR}/server-ca.crt"),
             "--client-cert-auth=true".into(),
         ]);
-        volumes.push(json!({"name": "member-server-tls", "secret": {"secretName": secret}}));
-        mounts
-            .push(json!({"name": "member-server-tls", "mountPath": SERVER_DIR, "readOnly": true}));
+        volumes.push(secret_volume("member-server-tls", secret));
+        mounts.push(mount("member-server-tls", SERVER_DIR, true));
     }
     match bootstrap {
         Bootstrap::New { token } => {
@@ -245,72 +202,107 @@ pub fn pod(
             args.push("--initial-cluster-state=existing".into());
         }
     }
-    volumes.insert(
-        0,
-        match persistent(spec) {
-            true => json!({"name": "etcd-data", "persistentVolumeClaim": {"claimName": member}}),
-            false => json!({"name": "etcd-data", "emptyDir": {}}),
-        },
-    );
     let mut annotations = policy.annotations.clone().unwrap_or_default();
     annotations.insert(VERSION_ANNOTATION.to_string(), version.to_string());
-    let pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"annotations": annotations},
-        "spec": {
-            "hostname": member,
-            "subdomain": names.peer_service(),
-            "restartPolicy": "Always",
-            // Service link variables (ETCD_CLIENT_PORT, ...) would be read as etcd flags.
-            "enableServiceLinks": false,
-            "automountServiceAccountToken": false,
-            "containers": [{
-                "name": "etcd",
-                "image": spec.image_of(version),
-                "command": ["/usr/local/bin/etcd"],
-                // etcd's last log lines when it exits: why it stopped (a failed corruption
-                // check, say) is then in the pod's status.
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-                "args": args,
-                "env": member_env(
-                    policy.etcd_env.clone().unwrap_or_default(),
-                    version,
-                    spec.auto_compaction.as_ref(),
-                ),
-                "ports": [
-                    {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
-                    {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
-                    {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
-                ],
-                "readinessProbe": readiness_probe(),
-                "volumeMounts": mounts,
-                "resources": policy.resources.clone().unwrap_or_default(),
-            }],
-            "volumes": volumes,
-            "nodeSelector": policy.node_selector.clone(),
-            "tolerations": policy.tolerations.clone(),
-            "affinity": member_affinity(cluster),
-        }
-    });
-    let mut pod: Pod = serde_json::from_value(pod).expect("a valid pod");
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.security_context = Some(pod_security::pod_context(
-            policy.security_context.as_ref(),
-            run_as,
-        ));
-        for container in &mut spec.containers {
-            container.security_context = Some(pod_security::container_context());
-        }
-    }
-    let mut meta = owned_meta(
+    let mut metadata = owned_meta(
         cluster,
         member,
         member_labels(spec, &cluster.name_any(), member),
     );
-    meta.annotations = pod.metadata.annotations.take();
-    pod.metadata = meta;
-    pod
+    metadata.annotations = Some(annotations);
+    let etcd = Container {
+        name: "etcd".into(),
+        image: Some(spec.image_of(version)),
+        command: Some(vec!["/usr/local/bin/etcd".into()]),
+        // etcd's last log lines when it exits: why it stopped (a failed corruption check, say)
+        // is then in the pod's status.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        args: Some(args),
+        env: Some(member_env(
+            policy.etcd_env.clone().unwrap_or_default(),
+            version,
+            spec.auto_compaction.as_ref(),
+        )),
+        ports: Some(vec![
+            container_port("client", CLIENT_PORT),
+            container_port("peer", PEER_PORT),
+            container_port("metrics", METRICS_PORT),
+        ]),
+        readiness_probe: Some(readiness_probe()),
+        volume_mounts: Some(mounts),
+        resources: Some(policy.resources.clone().unwrap_or_default()),
+        security_context: Some(pod_security::container_context()),
+        ..Default::default()
+    };
+    Pod {
+        metadata,
+        spec: Some(PodSpec {
+            hostname: Some(member.to_string()),
+            subdomain: Some(names.peer_service().to_string()),
+            restart_policy: Some("Always".into()),
+            // Service link variables (ETCD_CLIENT_PORT, ...) would be read as etcd flags.
+            enable_service_links: Some(false),
+            automount_service_account_token: Some(false),
+            containers: vec![etcd],
+            volumes: Some(volumes),
+            node_selector: policy.node_selector.clone(),
+            tolerations: policy.tolerations.clone(),
+            affinity: member_affinity(cluster),
+            security_context: Some(pod_security::pod_context(
+                policy.security_context.as_ref(),
+                run_as,
+            )),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The member's data: its claim, named like it, or an emptyDir without a claim spec.
+fn data_volume(spec: &EtcdClusterSpec, member: &str) -> Volume {
+    let mut volume = Volume {
+        name: "etcd-data".into(),
+        ..Default::default()
+    };
+    match persistent(spec) {
+        true => {
+            volume.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource {
+                claim_name: member.to_string(),
+                ..Default::default()
+            })
+        }
+        false => volume.empty_dir = Some(EmptyDirVolumeSource::default()),
+    }
+    volume
+}
+
+fn secret_volume(name: &str, secret: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_string()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+fn container_port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port.into(),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
 }
 
 /// etcd's auto-compaction variables.
@@ -405,22 +397,33 @@ pub fn member_affinity(cluster: &EtcdCluster) -> Option<Affinity> {
 pub fn services(cluster: &EtcdCluster) -> [Service; 2] {
     let names = names(cluster);
     let name = cluster.name_any();
-    let port = |name: &str, port: u16| json!({"name": name, "port": port, "targetPort": port, "protocol": "TCP"});
-    let peer = json!({
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": true,
-            "selector": selector(&name),
-            "ports": [port("client", CLIENT_PORT), port("peer", PEER_PORT)],
-        }
-    });
-    let client = json!({
-        "spec": {"selector": selector(&name), "ports": [port("client", CLIENT_PORT)]}
-    });
-    let mut peer: Service = serde_json::from_value(peer).expect("a valid service");
-    let mut client: Service = serde_json::from_value(client).expect("a valid service");
-    peer.metadata = owned_meta(cluster, names.peer_service(), selector(&name));
-    client.metadata = owned_meta(cluster, &names.client_service(), selector(&name));
+    let port = |name: &str, port: u16| ServicePort {
+        name: Some(name.into()),
+        port: port.into(),
+        target_port: Some(IntOrString::Int(port.into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    };
+    let peer = Service {
+        metadata: owned_meta(cluster, names.peer_service(), selector(&name)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(&name)),
+            ports: Some(vec![port("client", CLIENT_PORT), port("peer", PEER_PORT)]),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let client = Service {
+        metadata: owned_meta(cluster, &names.client_service(), selector(&name)),
+        spec: Some(ServiceSpec {
+            selector: Some(selector(&name)),
+            ports: Some(vec![port("client", CLIENT_PORT)]),
+            ..Default::default()
+        }),
+        status: None,
+    };
     [peer, client]
 }
 
@@ -748,8 +751,10 @@ spec:
         let labels = term.label_selector.clone().unwrap().match_labels.unwrap();
         assert_eq!(labels["etcd_cluster"], "example");
         // An explicit affinity wins, as in coreos.
-        c.spec.pod.as_mut().unwrap().affinity =
-            Some(serde_json::from_value(json!({"nodeAffinity": {}})).unwrap());
+        c.spec.pod.as_mut().unwrap().affinity = Some(Affinity {
+            node_affinity: Some(Default::default()),
+            ..Default::default()
+        });
         let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot)
             .spec
             .unwrap();
@@ -790,7 +795,11 @@ spec:
         assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
         // The user's pod.securityContext wins field by field.
         c.spec.pod.as_mut().unwrap().security_context =
-            Some(serde_json::from_value(json!({"runAsUser": 1000, "fsGroup": 1000})).unwrap());
+            Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                run_as_user: Some(1000),
+                fs_group: Some(1000),
+                ..Default::default()
+            });
         let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::NonRoot)
             .spec
             .unwrap();

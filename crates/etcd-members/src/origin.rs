@@ -29,7 +29,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use sha2::Sha256;
 
-use crate::build::MEMBER_LABEL;
+use crate::labels::MEMBER_LABEL;
 
 /// The annotation that carries a member pod's proof of origin.
 pub const PROOF_ANNOTATION: &str = "etcd.database.coreos.com/proof-of-origin";

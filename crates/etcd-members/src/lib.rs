@@ -1,0 +1,19 @@
+//! What the EtcdCluster operator and the EtcdRestore operator share about etcd members on
+//! Kubernetes: the adoption contract as one explicit API. A restore makes member pods, claims
+//! and Services with these builders, labels and proofs of origin, so that the cluster operator
+//! takes them over as exactly what it would have made itself. Neither operator depends on the
+//! other's crate; the pure domain logic (naming, versions, planning) is `etcd-cluster`'s.
+//!
+//! - [`labels`]: labels and annotations both operators read or write.
+//! - [`build`]: pure builders of member pods, claims, Services and the disruption budget.
+//! - [`tls`]: the TLS Secrets of a cluster, mounted into members and used to reach them.
+//! - [`origin`]: the proof that a pod was made by this operator (or a restore of it).
+//! - [`access`]: connecting to a member through its pod IP.
+//! - [`rbac`]: the API calls in the operator's own namespace that making member pods needs.
+
+pub mod access;
+pub mod build;
+pub mod labels;
+pub mod origin;
+pub mod rbac;
+pub mod tls;
