@@ -10,8 +10,7 @@ use etcd_cluster::{ClusterNames, EtcdVersion};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
     PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm,
-    PodAntiAffinity, PodSpec, Probe, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount,
+    PodAntiAffinity, PodSpec, Probe, Service, ServicePort, ServiceSpec, Volume,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -19,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::{self, RunAs};
+use operator_runtime::volumes::{mount, secret_volume};
 
 use crate::labels::{
     NOTHING_RAN, POD_SECURITY_ANNOTATION, RESTRICTED, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION,
@@ -174,7 +174,7 @@ pub fn pod(
             format!("--peer-trusted-ca-file={PEER_DIR}/peer-ca.crt"),
             "--peer-client-cert-auth=true".into(),
         ]);
-        volumes.push(secret_volume("member-peer-tls", secret));
+        volumes.push(secret_volume("member-peer-tls", secret, None));
         mounts.push(mount("member-peer-tls", PEER_DIR, true));
     }
     if let Some(secret) = &tls.server {
@@ -184,7 +184,7 @@ pub fn pod(
             format!("--trusted-ca-file={SERVER_DIR}/server-ca.crt"),
             "--client-cert-auth=true".into(),
         ]);
-        volumes.push(secret_volume("member-server-tls", secret));
+        volumes.push(secret_volume("member-server-tls", secret, None));
         mounts.push(mount("member-server-tls", SERVER_DIR, true));
     }
     match bootstrap {
@@ -274,26 +274,6 @@ fn data_volume(spec: &EtcdClusterSpec, member: &str) -> Volume {
         false => volume.empty_dir = Some(EmptyDirVolumeSource::default()),
     }
     volume
-}
-
-fn secret_volume(name: &str, secret: &str) -> Volume {
-    Volume {
-        name: name.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.to_string()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    }
 }
 
 fn container_port(name: &str, port: u16) -> ContainerPort {

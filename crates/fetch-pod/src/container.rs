@@ -5,8 +5,10 @@
 use backup_api::SseMode;
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PersistentVolumeClaimVolumeSource, SecretVolumeSource, Volume, VolumeMount,
+    Container, EnvVar, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
 };
+
+use operator_runtime::volumes::secret_volume;
 
 use crate::source::Source;
 
@@ -79,18 +81,6 @@ impl FetchMounts {
         }
         self.fetch.push(mount);
         self.volumes.push(volume);
-    }
-}
-
-fn secret_volume(name: &str, secret: &str, mode: Option<i32>) -> Volume {
-    Volume {
-        name: name.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.into()),
-            default_mode: mode,
-            ..Default::default()
-        }),
-        ..Default::default()
     }
 }
 

@@ -5,7 +5,7 @@
 //! the flags every operator takes ([`process`]), Events about managed objects ([`events`]) and
 //! per-object retry backoff ([`backoff`]), and the security settings of the pods they make
 //! ([`pod_security`]); the shape of the API calls each operator lists for its RBAC tests
-//! ([`rbac`]). Logging set-up is `backup_cli::init_logging`, shared
+//! ([`rbac`]); volume and mount builders ([`volumes`]). Logging set-up is `backup_cli::init_logging`, shared
 //! with the jobs.
 
 pub mod backoff;
@@ -17,3 +17,4 @@ pub mod process;
 pub mod rbac;
 pub mod shutdown;
 pub mod tenant_credentials;
+pub mod volumes;

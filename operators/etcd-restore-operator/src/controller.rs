@@ -607,23 +607,7 @@ async fn execute(
                 .new_cluster
                 .clone()
                 .expect("planned with newCluster");
-            let mut claim = json!({
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": new.storage}},
-            });
-            if let Some(class) = &new.storage_class_name {
-                claim["storageClassName"] = json!(class);
-            }
-            let cluster: EtcdCluster = serde_json::from_value(json!({
-                "apiVersion": "etcd.database.coreos.com/v1beta2",
-                "kind": "EtcdCluster",
-                "metadata": {"name": cluster_name, "annotations": {RESTORE_ANNOTATION: uid}},
-                "spec": {
-                    "size": new.size, "version": new.version, "repository": new.repository,
-                    "paused": true, "pod": {"persistentVolumeClaimSpec": claim},
-                },
-            }))
-            .expect("a valid EtcdCluster");
+            let cluster = pods::new_cluster(&cluster_name, &uid, &new);
             create(&clusters, &cluster).await?;
         }
         Step::PauseCluster => {

@@ -15,7 +15,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backup_api::{EtcdCluster, EtcdRestore, RestorePlan, ScratchMedium};
+use backup_api::{
+    EtcdCluster, EtcdClusterSpec, EtcdRestore, NewCluster, PodPolicy, RestorePlan, ScratchMedium,
+};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::{RestoreCommand, restore_command};
 use etcd_members::build::{self, DATA_DIR, DATA_MOUNT};
@@ -23,15 +25,19 @@ use etcd_members::labels;
 use fetch_pod::{FetchMounts, Source, fetch_container};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EmptyDirVolumeSource, EnvVar, NodeSelectorRequirement, NodeSelectorTerm,
-    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodAffinityTerm, PodSpec,
-    Volume, VolumeMount, WeightedPodAffinityTerm,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, Pod,
+    PodAffinityTerm, PodSpec, Volume, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::ObjectMeta;
 use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::{self, RunAs};
+use operator_runtime::volumes::mount;
 use serde_json::{Value, json};
+
+use crate::status::RESTORE_ANNOTATION;
 
 /// Labels of the restore's pods and staged claims (not the members' `app=etcd`, so the
 /// EtcdCluster operator never takes them for members).
@@ -106,13 +112,41 @@ fn scratch_volume(restore: &EtcdRestore) -> Volume {
     }
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
+/// The EtcdCluster a restore with `spec.newCluster` creates when the cluster does not exist:
+/// paused (the restore unpauses it once the members are restored) and held by the restore
+/// (`uid` in [`RESTORE_ANNOTATION`]), one claim per member of the size and class asked for.
+pub fn new_cluster(name: &str, uid: &str, new: &NewCluster) -> EtcdCluster {
+    let claim = PersistentVolumeClaimSpec {
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        resources: Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity(new.storage.clone()),
+            )])),
+            ..Default::default()
+        }),
+        storage_class_name: new.storage_class_name.clone(),
         ..Default::default()
-    }
+    };
+    let mut cluster = EtcdCluster::new(
+        name,
+        EtcdClusterSpec {
+            size: new.size,
+            version: Some(new.version.clone()),
+            repository: new.repository.clone(),
+            paused: Some(true),
+            pod: Some(PodPolicy {
+                persistent_volume_claim_spec: Some(claim),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    cluster.metadata.annotations = Some(BTreeMap::from([(
+        RESTORE_ANNOTATION.to_string(),
+        uid.to_string(),
+    )]));
+    cluster
 }
 
 /// The pod that restores `member` of `plan` onto its claim (which must exist: the pod mounts it
@@ -434,6 +468,33 @@ fn selects(term: &PodAffinityTerm, labels: &BTreeMap<String, String>, namespace:
 mod tests {
     use super::*;
     use fetch_pod::source::from_spec;
+
+    #[test]
+    fn a_new_cluster_is_created_paused_held_by_the_restore_with_a_claim_per_member() {
+        let new: NewCluster = serde_saphyr::from_str(
+            "{size: 3, version: 3.5.16, repository: localhost/etcd, storage: 1Gi, storageClassName: fast}",
+        )
+        .unwrap();
+        let expected: EtcdCluster = serde_saphyr::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdCluster\n\
+             metadata: {name: c, annotations: {etcd.database.coreos.com/restore: r-uid}}\n\
+             spec: {size: 3, version: 3.5.16, repository: localhost/etcd, paused: true,\n\
+               pod: {persistentVolumeClaimSpec: {accessModes: [ReadWriteOnce],\n\
+                 resources: {requests: {storage: 1Gi}}, storageClassName: fast}}}",
+        )
+        .unwrap();
+        assert_eq!(new_cluster("c", "r-uid", &new), expected);
+        let default_class = NewCluster {
+            storage_class_name: None,
+            repository: None,
+            ..new
+        };
+        let built = new_cluster("c", "r-uid", &default_class);
+        let pod = built.spec.pod.unwrap();
+        let claim = pod.persistent_volume_claim_spec.unwrap();
+        assert_eq!(claim.storage_class_name, None);
+        assert_eq!(built.spec.repository, None);
+    }
 
     fn restore() -> EtcdRestore {
         serde_saphyr::from_str(

@@ -23,12 +23,11 @@ use backup_api::{BackupDrill, BackupRecord, EtcdBackup};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::drill_restore_command;
 use fetch_pod::{FetchMounts, Source, fetch_container};
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, Pod, PodSpec, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, EnvVar, Pod, PodSpec, Volume};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::{self, RunAs};
+use operator_runtime::volumes::mount;
 
 /// Labels of drill pods: found by the EtcdBackup's UID (names may be longer than a label).
 pub const APP: &str = "etcd-backup-drill";
@@ -84,15 +83,6 @@ pub fn pod_name(backup: &EtcdBackup, started: i64) -> String {
     let mut base = backup.name_any();
     base.truncate(200);
     format!("{base}-drill-{started}")
-}
-
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    }
 }
 
 /// The drill pod `name` for `record` (the newest backup), reached through `source`.
