@@ -13,7 +13,7 @@ pub mod upgrade;
 pub mod version;
 
 pub use naming::ClusterNames;
-pub use plan::{Intent, Member, Observed, PodState, Step, plan};
+pub use plan::{Intent, Member, MembershipObserved, MembershipStep, PodState, plan};
 pub use upgrade::{
     ContainerFailure, DataRan, PodVersion, UpgradeStep, current_version, failed_upgrade,
     plan_upgrade, settled, starting_version,

@@ -14,7 +14,7 @@
 //! 3. Never act destructively without quorum: with fewer healthy voters than a majority,
 //!    nothing is removed or deleted. It is waited for while every unhealthy voter can come
 //!    back on its data (it has its claim and does not keep crashing on it: its pod starting,
-//!    or being deleted as in a drain), else it is [`Step::QuorumLost`].
+//!    or being deleted as in a drain), else it is [`MembershipStep::QuorumLost`].
 //! 4. Heal: a member whose data is gone (no claim, or emptyDir), or that keeps crashing on its
 //!    data while the others hold quorum, is removed, to be replaced by a new member under a new
 //!    name (the healthy majority holds every committed write).
@@ -26,7 +26,7 @@
 //! When no member answers: the recorded seed is made (its failed pod deleted); an empty world
 //! is seeded, or reported lost once the cluster was created; members restart on their claims
 //! (missing pods made, failed ones deleted to be made again); pods starting, and pods with
-//! claims being deleted, are waited for; anything else is [`Step::QuorumLost`].
+//! claims being deleted, are waited for; anything else is [`MembershipStep::QuorumLost`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,7 +80,7 @@ pub enum Intent {
 
 /// What exists now.
 #[derive(Clone, Debug, Default)]
-pub struct Observed {
+pub struct MembershipObserved {
     /// Member pods of this cluster, by name.
     pub pods: BTreeMap<String, PodState>,
     /// Data claims, by member name.
@@ -115,7 +115,7 @@ pub struct Observed {
 
 /// The next step. Steps that change membership come with the intent to record first.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
+pub enum MembershipStep {
     /// Record [`Intent::Seed`], then create the claim and pod of the first member with
     /// `--initial-cluster-state=new` and a fresh token.
     Seed { member: String },
@@ -157,12 +157,12 @@ pub enum Step {
 pub const LEARNER_START_SECONDS: u64 = 300;
 
 /// The next step towards `size` members.
-pub fn plan(names: &ClusterNames, size: usize, observed: &Observed) -> Step {
+pub fn plan(names: &ClusterNames, size: usize, observed: &MembershipObserved) -> MembershipStep {
     // A pod that passes for a member holds the name of one, and may be meant to: nothing is
     // created, removed or deleted until a human has looked at it.
     if !observed.foreign_pods.is_empty() {
         let pods: Vec<&str> = observed.foreign_pods.iter().map(String::as_str).collect();
-        return Step::Wait {
+        return MembershipStep::Wait {
             reason: format!(
                 "pod {} carries this cluster's member labels but was not made by the operators (no proof of origin): nothing is done until it is deleted",
                 pods.join(", ")
@@ -176,7 +176,7 @@ pub fn plan(names: &ClusterNames, size: usize, observed: &Observed) -> Step {
 }
 
 /// Names of every member-like thing seen: new members get a name above all of them.
-fn used_names(observed: &Observed) -> Vec<String> {
+fn used_names(observed: &MembershipObserved) -> Vec<String> {
     let mut used: Vec<String> = observed
         .pods
         .keys()
@@ -199,8 +199,8 @@ fn used_names(observed: &Observed) -> Vec<String> {
 }
 
 /// No member answered.
-fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
-    let Observed {
+fn plan_unreachable(names: &ClusterNames, observed: &MembershipObserved) -> MembershipStep {
+    let MembershipObserved {
         pods,
         claims,
         intent,
@@ -210,26 +210,26 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
         return match pods.get(member) {
             // Evicted before it answered: its pod is made again (on its data, when it has a
             // claim: etcd then ignores the bootstrap flags).
-            Some(PodState::Failed) => Step::DeletePod {
+            Some(PodState::Failed) => MembershipStep::DeletePod {
                 member: member.clone(),
             },
-            Some(_) => Step::Wait {
+            Some(_) => MembershipStep::Wait {
                 reason: format!("seed member {member} is starting"),
             },
-            None => Step::Seed {
+            None => MembershipStep::Seed {
                 member: member.clone(),
             },
         };
     }
     if pods.is_empty() && claims.is_empty() {
         if observed.bootstrapped {
-            return Step::QuorumLost {
+            return MembershipStep::QuorumLost {
                 dead: Vec::new(),
                 reason: "every member pod and data volume is gone".into(),
             };
         }
         let used = used_names(observed);
-        return Step::Seed {
+        return MembershipStep::Seed {
             member: names.next_member(used.iter().map(String::as_str)),
         };
     }
@@ -243,13 +243,13 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
     if observed.persistent {
         let restartable = || claims.iter().filter(|c| Some(c.as_str()) != removing);
         if let Some(member) = restartable().find(|c| !pods.contains_key(*c)) {
-            return Step::StartMember {
+            return MembershipStep::StartMember {
                 member: member.clone(),
                 initial_cluster: claims.iter().cloned().collect(),
             };
         }
         if let Some(member) = restartable().find(|c| pods.get(*c) == Some(&PodState::Failed)) {
-            return Step::DeletePod {
+            return MembershipStep::DeletePod {
                 member: member.clone(),
             };
         }
@@ -258,7 +258,7 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
         .values()
         .any(|p| matches!(p, PodState::Pending | PodState::Running { ready: false }))
     {
-        return Step::Wait {
+        return MembershipStep::Wait {
             reason: "no member answers yet; members are starting".into(),
         };
     }
@@ -272,14 +272,14 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
         .map(|(name, _)| name.as_str())
         .collect();
     if !leaving.is_empty() {
-        return Step::Wait {
+        return MembershipStep::Wait {
             reason: format!(
                 "no member answers; the pods of {} are being deleted and restart on their claims once gone",
                 leaving.join(", ")
             ),
         };
     }
-    Step::QuorumLost {
+    MembershipStep::QuorumLost {
         dead: pods.keys().cloned().collect(),
         reason: "no member answers".into(),
     }
@@ -288,10 +288,10 @@ fn plan_unreachable(names: &ClusterNames, observed: &Observed) -> Step {
 fn plan_reachable(
     names: &ClusterNames,
     size: usize,
-    observed: &Observed,
+    observed: &MembershipObserved,
     members: &[Member],
-) -> Step {
-    let Observed {
+) -> MembershipStep {
+    let MembershipObserved {
         pods,
         claims,
         intent,
@@ -319,13 +319,13 @@ fn plan_reachable(
         }
         match pods.get(name) {
             None => {
-                return Step::StartMember {
+                return MembershipStep::StartMember {
                     member: name.clone(),
                     initial_cluster: all_names(),
                 };
             }
             Some(PodState::Failed) => {
-                return Step::DeletePod {
+                return MembershipStep::DeletePod {
                     member: name.clone(),
                 };
             }
@@ -337,9 +337,9 @@ fn plan_reachable(
     match intent {
         Some(Intent::Seed { member }) => {
             return if by_name(member).is_some() {
-                Step::ClearIntent
+                MembershipStep::ClearIntent
             } else {
-                Step::Wait {
+                MembershipStep::Wait {
                     reason: format!("seed member {member} is starting"),
                 }
             };
@@ -347,26 +347,26 @@ fn plan_reachable(
         Some(Intent::Add { member }) => {
             return match by_name(member) {
                 // A follower's list may not show the add yet: ask the leader first.
-                None if !observed.leader_list => Step::Wait {
+                None if !observed.leader_list => MembershipStep::Wait {
                     reason: "the leader does not answer; the add is checked with it first".into(),
                 },
                 None if members.len() < size && members.iter().all(|m| m.healthy) => {
-                    Step::AddLearner {
+                    MembershipStep::AddLearner {
                         member: member.clone(),
                     }
                 }
                 // Not in etcd, so nothing happened yet: no longer wanted (size went down
                 // meanwhile), or a member is unhealthy and healing comes first.
-                None => Step::ClearIntent,
+                None => MembershipStep::ClearIntent,
                 // Started only while it is a learner, or on its own data: a promoted voter
                 // must never come back on an empty disk (it would have forgotten its log).
                 Some(m) if !pods.contains_key(member) && (m.learner || has_data(member)) => {
-                    Step::StartMember {
+                    MembershipStep::StartMember {
                         member: member.clone(),
                         initial_cluster: all_names(),
                     }
                 }
-                Some(m) if !pods.contains_key(member) && !m.learner => Step::ClearIntent,
+                Some(m) if !pods.contains_key(member) && !m.learner => MembershipStep::ClearIntent,
                 // A learner holds no data anyone needs: one no longer wanted (size went down),
                 // that keeps crashing or that never starts is removed instead of waited for.
                 Some(m)
@@ -378,7 +378,7 @@ fn plan_reachable(
                                     .intent_age_seconds
                                     .is_some_and(|age| age > LEARNER_START_SECONDS)) =>
                 {
-                    Step::RemoveMember {
+                    MembershipStep::RemoveMember {
                         member: Some(member.clone()),
                         id: m.id,
                         reason: match observed.crashing.get(member) {
@@ -392,26 +392,26 @@ fn plan_reachable(
                         },
                     }
                 }
-                Some(m) if m.learner && m.started && m.healthy => Step::Promote {
+                Some(m) if m.learner && m.started && m.healthy => MembershipStep::Promote {
                     member: member.clone(),
                     id: m.id,
                 },
-                Some(m) if m.learner => Step::Wait {
+                Some(m) if m.learner => MembershipStep::Wait {
                     reason: format!("learner {member} is catching up"),
                 },
-                Some(_) => Step::ClearIntent,
+                Some(_) => MembershipStep::ClearIntent,
             };
         }
         Some(Intent::Remove { member, id, reason }) => {
             if members.iter().any(|m| m.id == *id) {
-                return Step::RemoveMember {
+                return MembershipStep::RemoveMember {
                     member: member.clone(),
                     id: *id,
                     reason: reason.clone(),
                 };
             }
             if !observed.leader_list {
-                return Step::Wait {
+                return MembershipStep::Wait {
                     reason: "the leader does not answer; the removal is checked with it first"
                         .into(),
                 };
@@ -419,11 +419,11 @@ fn plan_reachable(
             if let Some(member) = member
                 && (pods.contains_key(member) || claims.contains(member))
             {
-                return Step::DeleteMemberResources {
+                return MembershipStep::DeleteMemberResources {
                     member: member.clone(),
                 };
             }
-            return Step::ClearIntent;
+            return MembershipStep::ClearIntent;
         }
         None => {}
     }
@@ -443,7 +443,7 @@ fn plan_reachable(
         let down: Vec<&&Member> = voters.iter().filter(|m| !m.healthy).collect();
         if down.iter().all(returning) {
             let down: Vec<String> = down.iter().map(|m| display(m)).collect();
-            return Step::Wait {
+            return MembershipStep::Wait {
                 reason: format!(
                     "{healthy_voters} of {} voting members healthy; {} restarting on their data",
                     voters.len(),
@@ -451,7 +451,7 @@ fn plan_reachable(
                 ),
             };
         }
-        return Step::QuorumLost {
+        return MembershipStep::QuorumLost {
             dead: voters
                 .iter()
                 .filter(|m| !m.healthy)
@@ -466,7 +466,7 @@ fn plan_reachable(
 
     // Everything below may remove or delete: only on the leader's member list.
     if !observed.leader_list {
-        return Step::Wait {
+        return MembershipStep::Wait {
             reason: "the leader does not answer; nothing is removed until it does".into(),
         };
     }
@@ -476,7 +476,7 @@ fn plan_reachable(
         let Some(name) = &m.name else { continue };
         match pods.get(name) {
             None if has_data(name) => {
-                return Step::StartMember {
+                return MembershipStep::StartMember {
                     member: name.clone(),
                     initial_cluster: all_names(),
                 };
@@ -487,19 +487,19 @@ fn plan_reachable(
                 } else {
                     "it was added but never started"
                 };
-                return Step::RemoveMember {
+                return MembershipStep::RemoveMember {
                     member: Some(name.clone()),
                     id: m.id,
                     reason: reason.into(),
                 };
             }
             Some(PodState::Failed) => {
-                return Step::DeletePod {
+                return MembershipStep::DeletePod {
                     member: name.clone(),
                 };
             }
             Some(_) if !m.healthy && observed.crashing.contains_key(name) => {
-                return Step::RemoveMember {
+                return MembershipStep::RemoveMember {
                     member: Some(name.clone()),
                     id: m.id,
                     reason: format!(
@@ -521,7 +521,7 @@ fn plan_reachable(
         .map(|(name, _)| name);
     for name in staying.chain(claims.iter()) {
         if by_name(name).is_none() && names.ordinal(name).is_some() {
-            return Step::DeleteMemberResources {
+            return MembershipStep::DeleteMemberResources {
                 member: name.clone(),
             };
         }
@@ -531,12 +531,12 @@ fn plan_reachable(
     if let Some(m) = members.iter().find(|m| m.learner) {
         let name = display(m);
         return if m.started && m.healthy {
-            Step::Promote {
+            MembershipStep::Promote {
                 member: name,
                 id: m.id,
             }
         } else {
-            Step::Wait {
+            MembershipStep::Wait {
                 reason: format!("learner {name} is catching up"),
             }
         };
@@ -548,7 +548,7 @@ fn plan_reachable(
                 "the cluster is larger than its size and this member is unhealthy",
             );
         }
-        return Step::Wait {
+        return MembershipStep::Wait {
             reason: format!("member {} is not healthy", display(m)),
         };
     }
@@ -556,7 +556,7 @@ fn plan_reachable(
     // 7. Scale, one member at a time.
     if members.len() < size {
         let used = used_names(observed);
-        return Step::AddLearner {
+        return MembershipStep::AddLearner {
             member: names.next_member(used.iter().map(String::as_str)),
         };
     }
@@ -574,15 +574,15 @@ fn plan_reachable(
         .iter()
         .find(|(_, p)| !matches!(p, PodState::Running { ready: true }))
     {
-        return Step::Wait {
+        return MembershipStep::Wait {
             reason: format!("member {name} is not ready"),
         };
     }
-    Step::Converged
+    MembershipStep::Converged
 }
 
-fn remove(m: &Member, reason: &str) -> Step {
-    Step::RemoveMember {
+fn remove(m: &Member, reason: &str) -> MembershipStep {
+    MembershipStep::RemoveMember {
         member: m.name.clone(),
         id: m.id,
         reason: reason.into(),

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use etcd_cluster::{ClusterNames, Intent, Member, Observed, PodState, Step, plan};
+use etcd_cluster::{
+    ClusterNames, Intent, Member, MembershipObserved, MembershipStep, PodState, plan,
+};
 
 fn names() -> ClusterNames {
     ClusterNames::new("c", "ns", Some("cluster.local"))
@@ -23,9 +25,9 @@ fn voter(id: u64, name: &str) -> Member {
 }
 
 /// A persistent cluster whose members `c-0..c-{n-1}` all run, healthy, with claims.
-fn healthy(n: u64) -> Observed {
+fn healthy(n: u64) -> MembershipObserved {
     let members: Vec<Member> = (0..n).map(|i| voter(i + 1, &format!("c-{i}"))).collect();
-    Observed {
+    MembershipObserved {
         pods: members
             .iter()
             .map(|m| (m.name.clone().unwrap(), READY))
@@ -44,7 +46,7 @@ fn healthy(n: u64) -> Observed {
     }
 }
 
-fn member<'a>(o: &'a mut Observed, name: &str) -> &'a mut Member {
+fn member<'a>(o: &'a mut MembershipObserved, name: &str) -> &'a mut Member {
     o.members
         .as_mut()
         .unwrap()
@@ -55,18 +57,18 @@ fn member<'a>(o: &'a mut Observed, name: &str) -> &'a mut Member {
 
 #[test]
 fn a_new_cluster_starts_with_one_seed_and_grows_by_learners() {
-    let empty = Observed {
+    let empty = MembershipObserved {
         persistent: true,
         ..Default::default()
     };
     assert_eq!(
         plan(&names(), 3, &empty),
-        Step::Seed {
+        MembershipStep::Seed {
             member: "c-0".into()
         }
     );
     // Operator restarted after recording the seed: the same seed, never a second one.
-    let recorded = Observed {
+    let recorded = MembershipObserved {
         intent: Some(Intent::Seed {
             member: "c-0".into(),
         }),
@@ -74,21 +76,24 @@ fn a_new_cluster_starts_with_one_seed_and_grows_by_learners() {
     };
     assert_eq!(
         plan(&names(), 3, &recorded),
-        Step::Seed {
+        MembershipStep::Seed {
             member: "c-0".into()
         }
     );
     let mut starting = recorded.clone();
     starting.pods.insert("c-0".into(), PodState::Pending);
     starting.claims.insert("c-0".into());
-    assert!(matches!(plan(&names(), 3, &starting), Step::Wait { .. }));
+    assert!(matches!(
+        plan(&names(), 3, &starting),
+        MembershipStep::Wait { .. }
+    ));
     let mut seeded = healthy(1);
     seeded.intent = recorded.intent.clone();
-    assert_eq!(plan(&names(), 3, &seeded), Step::ClearIntent);
+    assert_eq!(plan(&names(), 3, &seeded), MembershipStep::ClearIntent);
     seeded.intent = None;
     assert_eq!(
         plan(&names(), 3, &seeded),
-        Step::AddLearner {
+        MembershipStep::AddLearner {
             member: "c-1".into()
         }
     );
@@ -104,7 +109,7 @@ fn an_add_is_finished_or_undone_after_a_crash_at_any_point() {
     o.intent = add.clone();
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::AddLearner {
+        MembershipStep::AddLearner {
             member: "c-1".into()
         }
     );
@@ -119,7 +124,7 @@ fn an_add_is_finished_or_undone_after_a_crash_at_any_point() {
     });
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::StartMember {
+        MembershipStep::StartMember {
             member: "c-1".into(),
             initial_cluster: vec!["c-0".into(), "c-1".into()]
         }
@@ -127,28 +132,28 @@ fn an_add_is_finished_or_undone_after_a_crash_at_any_point() {
     // Pod runs, learner not caught up yet: wait; caught up: promote; promoted: done.
     o.pods
         .insert("c-1".into(), PodState::Running { ready: false });
-    assert!(matches!(plan(&names(), 3, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 3, &o), MembershipStep::Wait { .. }));
     member(&mut o, "c-1").started = true;
     member(&mut o, "c-1").healthy = true;
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::Promote {
+        MembershipStep::Promote {
             member: "c-1".into(),
             id: 9
         }
     );
     member(&mut o, "c-1").learner = false;
-    assert_eq!(plan(&names(), 3, &o), Step::ClearIntent);
+    assert_eq!(plan(&names(), 3, &o), MembershipStep::ClearIntent);
     // Size lowered to 1 while the add was recorded but not made: drop the intent; the
     // leftover pod goes next.
     let mut moot = healthy(1);
     moot.intent = add;
     moot.pods.insert("c-1".into(), PodState::Pending);
-    assert_eq!(plan(&names(), 1, &moot), Step::ClearIntent);
+    assert_eq!(plan(&names(), 1, &moot), MembershipStep::ClearIntent);
     moot.intent = None;
     assert_eq!(
         plan(&names(), 1, &moot),
-        Step::DeleteMemberResources {
+        MembershipStep::DeleteMemberResources {
             member: "c-1".into()
         }
     );
@@ -167,7 +172,7 @@ fn a_phantom_member_nobody_intended_is_removed_before_anything_else() {
         leader: false,
     });
     match plan(&names(), 3, &o) {
-        Step::RemoveMember { id: 7, .. } => {}
+        MembershipStep::RemoveMember { id: 7, .. } => {}
         other => panic!("{other:?}"),
     }
 }
@@ -183,38 +188,38 @@ fn a_removal_is_completed_after_a_crash() {
     o.intent = intent.clone();
     assert!(matches!(
         plan(&names(), 2, &o),
-        Step::RemoveMember { id: 3, .. }
+        MembershipStep::RemoveMember { id: 3, .. }
     ));
     o.members.as_mut().unwrap().retain(|m| m.id != 3);
     assert_eq!(
         plan(&names(), 2, &o),
-        Step::DeleteMemberResources {
+        MembershipStep::DeleteMemberResources {
             member: "c-2".into()
         }
     );
     o.pods.remove("c-2");
     o.claims.remove("c-2");
-    assert_eq!(plan(&names(), 2, &o), Step::ClearIntent);
+    assert_eq!(plan(&names(), 2, &o), MembershipStep::ClearIntent);
     o.intent = None;
-    assert_eq!(plan(&names(), 2, &o), Step::Converged);
+    assert_eq!(plan(&names(), 2, &o), MembershipStep::Converged);
 }
 
 #[test]
 fn scale_down_removes_the_newest_non_leader_one_at_a_time() {
     let mut o = healthy(5);
     assert!(
-        matches!(plan(&names(), 3, &o), Step::RemoveMember { member: Some(ref m), .. } if m == "c-4")
+        matches!(plan(&names(), 3, &o), MembershipStep::RemoveMember { member: Some(ref m), .. } if m == "c-4")
     );
     // The newest is the leader: take the next one.
     member(&mut o, "c-0").leader = false;
     member(&mut o, "c-4").leader = true;
     assert!(
-        matches!(plan(&names(), 3, &o), Step::RemoveMember { member: Some(ref m), .. } if m == "c-3")
+        matches!(plan(&names(), 3, &o), MembershipStep::RemoveMember { member: Some(ref m), .. } if m == "c-3")
     );
     // An unhealthy member goes first.
     member(&mut o, "c-1").healthy = false;
     assert!(
-        matches!(plan(&names(), 3, &o), Step::RemoveMember { member: Some(ref m), .. } if m == "c-1")
+        matches!(plan(&names(), 3, &o), MembershipStep::RemoveMember { member: Some(ref m), .. } if m == "c-1")
     );
 }
 
@@ -225,7 +230,7 @@ fn a_member_restarts_on_its_claim_and_is_replaced_when_its_data_is_gone() {
     member(&mut o, "c-1").healthy = false;
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::StartMember {
+        MembershipStep::StartMember {
             member: "c-1".into(),
             initial_cluster: vec!["c-0".into(), "c-1".into(), "c-2".into()]
         }
@@ -234,12 +239,12 @@ fn a_member_restarts_on_its_claim_and_is_replaced_when_its_data_is_gone() {
     o.claims.remove("c-1");
     assert!(matches!(
         plan(&names(), 3, &o),
-        Step::RemoveMember { id: 2, .. }
+        MembershipStep::RemoveMember { id: 2, .. }
     ));
     o.members.as_mut().unwrap().retain(|m| m.id != 2);
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::AddLearner {
+        MembershipStep::AddLearner {
             member: "c-3".into()
         }
     );
@@ -248,7 +253,7 @@ fn a_member_restarts_on_its_claim_and_is_replaced_when_its_data_is_gone() {
     failed.pods.insert("c-2".into(), PodState::Failed);
     assert_eq!(
         plan(&names(), 3, &failed),
-        Step::DeletePod {
+        MembershipStep::DeletePod {
             member: "c-2".into()
         }
     );
@@ -263,25 +268,30 @@ fn without_quorum_nothing_destructive_happens() {
         o.claims.remove(name);
     }
     match plan(&names(), 3, &o) {
-        Step::QuorumLost { dead, .. } => assert_eq!(dead, vec!["c-1".to_string(), "c-2".into()]),
+        MembershipStep::QuorumLost { dead, .. } => {
+            assert_eq!(dead, vec!["c-1".to_string(), "c-2".into()])
+        }
         other => panic!("{other:?}"),
     }
     // Every pod and volume gone after the cluster existed: report, never re-seed empty.
-    let gone = Observed {
+    let gone = MembershipObserved {
         persistent: true,
         bootstrapped: true,
         ..Default::default()
     };
-    assert!(matches!(plan(&names(), 3, &gone), Step::QuorumLost { .. }));
+    assert!(matches!(
+        plan(&names(), 3, &gone),
+        MembershipStep::QuorumLost { .. }
+    ));
     // Pods deleted, claims kept: members restart on their data.
-    let mut claims_only = Observed {
+    let mut claims_only = MembershipObserved {
         persistent: true,
         bootstrapped: true,
         ..Default::default()
     };
     claims_only.claims = BTreeSet::from(["c-0".to_string(), "c-1".into(), "c-2".into()]);
     assert!(
-        matches!(plan(&names(), 3, &claims_only), Step::StartMember { ref member, .. } if member == "c-0")
+        matches!(plan(&names(), 3, &claims_only), MembershipStep::StartMember { ref member, .. } if member == "c-0")
     );
 }
 
@@ -289,18 +299,21 @@ fn without_quorum_nothing_destructive_happens() {
 fn scaling_waits_for_every_member_to_be_healthy() {
     let mut o = healthy(3);
     member(&mut o, "c-2").healthy = false;
-    assert!(matches!(plan(&names(), 5, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 5, &o), MembershipStep::Wait { .. }));
     let mut not_ready = healthy(3);
     not_ready.pods = BTreeMap::from([
         ("c-0".into(), READY),
         ("c-1".into(), READY),
         ("c-2".into(), PodState::Running { ready: false }),
     ]);
-    assert!(matches!(plan(&names(), 3, &not_ready), Step::Wait { .. }));
-    assert_eq!(plan(&names(), 3, &healthy(3)), Step::Converged);
+    assert!(matches!(
+        plan(&names(), 3, &not_ready),
+        MembershipStep::Wait { .. }
+    ));
+    assert_eq!(plan(&names(), 3, &healthy(3)), MembershipStep::Converged);
     assert_eq!(
         plan(&names(), 5, &healthy(3)),
-        Step::AddLearner {
+        MembershipStep::AddLearner {
             member: "c-3".into()
         }
     );
@@ -315,7 +328,7 @@ fn members_whose_pods_were_deleted_restart_on_their_claims_even_without_quorum()
         o.pods.remove(name);
     }
     assert!(
-        matches!(plan(&names(), 3, &o), Step::StartMember { ref member, .. } if member == "c-1")
+        matches!(plan(&names(), 3, &o), MembershipStep::StartMember { ref member, .. } if member == "c-1")
     );
 }
 
@@ -330,11 +343,11 @@ fn a_promoted_member_without_data_is_never_restarted_empty() {
     o.intent = Some(Intent::Add {
         member: "c-2".into(),
     });
-    assert_eq!(plan(&names(), 3, &o), Step::ClearIntent);
+    assert_eq!(plan(&names(), 3, &o), MembershipStep::ClearIntent);
     o.intent = None;
     assert!(matches!(
         plan(&names(), 3, &o),
-        Step::RemoveMember { id: 3, .. }
+        MembershipStep::RemoveMember { id: 3, .. }
     ));
 }
 
@@ -352,7 +365,7 @@ fn a_recorded_change_etcd_refuses_does_not_keep_a_member_down() {
     member(&mut o, "c-1").healthy = false;
     assert_eq!(
         plan(&names(), 2, &o),
-        Step::StartMember {
+        MembershipStep::StartMember {
             member: "c-1".into(),
             initial_cluster: vec!["c-0".into(), "c-1".into(), "c-2".into()]
         }
@@ -367,7 +380,7 @@ fn a_recorded_change_etcd_refuses_does_not_keep_a_member_down() {
     o.pods.remove("c-2");
     assert!(matches!(
         plan(&names(), 2, &o),
-        Step::RemoveMember { id: 3, .. }
+        MembershipStep::RemoveMember { id: 3, .. }
     ));
 }
 
@@ -378,9 +391,9 @@ fn an_add_etcd_has_not_seen_is_dropped_while_a_member_is_unhealthy() {
         member: "c-3".into(),
     });
     member(&mut o, "c-2").healthy = false;
-    assert_eq!(plan(&names(), 5, &o), Step::ClearIntent);
+    assert_eq!(plan(&names(), 5, &o), MembershipStep::ClearIntent);
     o.intent = None;
-    assert!(matches!(plan(&names(), 5, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 5, &o), MembershipStep::Wait { .. }));
 }
 
 #[test]
@@ -389,7 +402,7 @@ fn a_new_member_never_takes_the_name_of_a_claim_being_deleted() {
     o.reserved.insert("c-3".into());
     assert_eq!(
         plan(&names(), 4, &o),
-        Step::AddLearner {
+        MembershipStep::AddLearner {
             member: "c-4".into()
         }
     );
@@ -402,11 +415,11 @@ fn a_member_that_keeps_crashing_is_replaced_only_while_the_others_hold_quorum() 
     o.pods
         .insert("c-1".into(), PodState::Running { ready: false });
     // Not crashing (yet): wait for it.
-    assert!(matches!(plan(&names(), 3, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 3, &o), MembershipStep::Wait { .. }));
     o.crashing
         .insert("c-1".into(), "CrashLoopBackOff, 3 restarts".into());
     match plan(&names(), 3, &o) {
-        Step::RemoveMember {
+        MembershipStep::RemoveMember {
             member: Some(m),
             id: 2,
             reason,
@@ -418,7 +431,10 @@ fn a_member_that_keeps_crashing_is_replaced_only_while_the_others_hold_quorum() 
     }
     // Without quorum nothing is removed, crashing or not.
     member(&mut o, "c-2").healthy = false;
-    assert!(matches!(plan(&names(), 3, &o), Step::QuorumLost { .. }));
+    assert!(matches!(
+        plan(&names(), 3, &o),
+        MembershipStep::QuorumLost { .. }
+    ));
 }
 
 #[test]
@@ -429,11 +445,11 @@ fn nothing_is_removed_or_deleted_on_a_list_the_leader_did_not_give() {
     o.pods.insert("c-3".into(), READY);
     o.claims.insert("c-3".into());
     o.leader_list = false;
-    assert!(matches!(plan(&names(), 3, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 3, &o), MembershipStep::Wait { .. }));
     o.leader_list = true;
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::DeleteMemberResources {
+        MembershipStep::DeleteMemberResources {
             member: "c-3".into()
         }
     );
@@ -455,26 +471,30 @@ fn a_learner_no_longer_wanted_or_unable_to_start_is_removed_not_waited_for() {
     });
     o.pods
         .insert("c-3".into(), PodState::Running { ready: false });
-    assert!(matches!(plan(&names(), 4, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 4, &o), MembershipStep::Wait { .. }));
     // Size lowered back to 3 meanwhile.
     assert!(matches!(
         plan(&names(), 3, &o),
-        Step::RemoveMember { id: 9, .. }
+        MembershipStep::RemoveMember { id: 9, .. }
     ));
     // Or it never starts (a pod that cannot be scheduled, a claim that never binds).
     o.pods.insert("c-3".into(), PodState::Pending);
     o.intent_age_seconds = Some(60);
-    assert!(matches!(plan(&names(), 4, &o), Step::Wait { .. }));
+    assert!(matches!(plan(&names(), 4, &o), MembershipStep::Wait { .. }));
     o.intent_age_seconds = Some(301);
     match plan(&names(), 4, &o) {
-        Step::RemoveMember { id: 9, reason, .. } => assert!(reason.contains("did not start")),
+        MembershipStep::RemoveMember { id: 9, reason, .. } => {
+            assert!(reason.contains("did not start"))
+        }
         other => panic!("{other:?}"),
     }
     o.intent_age_seconds = None;
     // Or it keeps crashing.
     o.crashing.insert("c-3".into(), "CrashLoopBackOff".into());
     match plan(&names(), 4, &o) {
-        Step::RemoveMember { id: 9, reason, .. } => assert!(reason.contains("cannot start")),
+        MembershipStep::RemoveMember { id: 9, reason, .. } => {
+            assert!(reason.contains("cannot start"))
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -495,19 +515,19 @@ fn pods_of_replaced_members_being_deleted_are_left_to_go() {
     // Waited for (converged means they are gone), never deleted as leftovers with their
     // claims' names.
     assert!(
-        matches!(plan(&names(), 3, &o), Step::Wait { ref reason } if reason.contains("c-0")),
+        matches!(plan(&names(), 3, &o), MembershipStep::Wait { ref reason } if reason.contains("c-0")),
         "{:?}",
         plan(&names(), 3, &o)
     );
     for i in 0..3 {
         o.pods.remove(&format!("c-{i}"));
     }
-    assert_eq!(plan(&names(), 3, &o), Step::Converged);
+    assert_eq!(plan(&names(), 3, &o), MembershipStep::Converged);
     // One that is not being deleted is a leftover, as before.
     o.pods.insert("c-0".into(), READY);
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::DeleteMemberResources {
+        MembershipStep::DeleteMemberResources {
             member: "c-0".into()
         }
     );
@@ -524,7 +544,7 @@ fn a_cluster_whose_every_pod_was_evicted_or_drained_comes_back_on_its_claims() {
     }
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::DeletePod {
+        MembershipStep::DeletePod {
             member: "c-0".into()
         }
     );
@@ -533,13 +553,13 @@ fn a_cluster_whose_every_pod_was_evicted_or_drained_comes_back_on_its_claims() {
         *pod = PodState::Terminating;
     }
     match plan(&names(), 3, &o) {
-        Step::Wait { reason } => assert!(reason.contains("c-0, c-1, c-2"), "{reason}"),
+        MembershipStep::Wait { reason } => assert!(reason.contains("c-0, c-1, c-2"), "{reason}"),
         other => panic!("{other:?}"),
     }
     // Once they are gone, the members restart on their claims.
     o.pods.clear();
     assert!(
-        matches!(plan(&names(), 3, &o), Step::StartMember { ref member, .. } if member == "c-0")
+        matches!(plan(&names(), 3, &o), MembershipStep::StartMember { ref member, .. } if member == "c-0")
     );
     // Without claims (emptyDir) the data went with the pods: that is reported.
     let mut empty_dir = healthy(3);
@@ -551,10 +571,10 @@ fn a_cluster_whose_every_pod_was_evicted_or_drained_comes_back_on_its_claims() {
     }
     assert!(matches!(
         plan(&names(), 3, &empty_dir),
-        Step::QuorumLost { .. }
+        MembershipStep::QuorumLost { .. }
     ));
     // A seed evicted before it answered is made again.
-    let seed = Observed {
+    let seed = MembershipObserved {
         pods: BTreeMap::from([("c-0".to_string(), PodState::Failed)]),
         claims: BTreeSet::from(["c-0".to_string()]),
         intent: Some(Intent::Seed {
@@ -565,7 +585,7 @@ fn a_cluster_whose_every_pod_was_evicted_or_drained_comes_back_on_its_claims() {
     };
     assert_eq!(
         plan(&names(), 3, &seed),
-        Step::DeletePod {
+        MembershipStep::DeletePod {
             member: "c-0".into()
         }
     );
@@ -581,13 +601,16 @@ fn quorum_lost_while_members_restart_on_their_data_is_waited_for_not_reported_de
     o.pods.insert("c-1".into(), PodState::Pending);
     o.pods.insert("c-2".into(), PodState::Terminating);
     match plan(&names(), 3, &o) {
-        Step::Wait { reason } => assert!(reason.contains("c-1, c-2"), "{reason}"),
+        MembershipStep::Wait { reason } => assert!(reason.contains("c-1, c-2"), "{reason}"),
         other => panic!("{other:?}"),
     }
     // Its pod ready while etcd elects a leader: still coming back.
     let mut electing = o.clone();
     electing.pods.insert("c-2".into(), READY);
-    assert!(matches!(plan(&names(), 3, &electing), Step::Wait { .. }));
+    assert!(matches!(
+        plan(&names(), 3, &electing),
+        MembershipStep::Wait { .. }
+    ));
     // One that keeps crashing on its data is not coming back by itself, and one whose claim is
     // gone has no data to come back on: reported.
     let mut crashing = o.clone();
@@ -596,7 +619,7 @@ fn quorum_lost_while_members_restart_on_their_data_is_waited_for_not_reported_de
     no_claim.claims.remove("c-2");
     for o in [crashing, no_claim] {
         assert!(
-            matches!(plan(&names(), 3, &o), Step::QuorumLost { ref dead, .. } if dead.len() == 2),
+            matches!(plan(&names(), 3, &o), MembershipStep::QuorumLost { ref dead, .. } if dead.len() == 2),
             "{:?}",
             plan(&names(), 3, &o)
         );
@@ -617,7 +640,7 @@ fn a_member_being_removed_is_not_restarted_when_no_member_answers() {
     o.pods.insert("c-1".into(), PodState::Failed);
     assert_eq!(
         plan(&names(), 3, &o),
-        Step::DeletePod {
+        MembershipStep::DeletePod {
             member: "c-1".into()
         }
     );
@@ -630,11 +653,11 @@ fn nothing_is_done_while_a_pod_passes_for_a_member() {
     let mut observed = healthy(3);
     assert!(!matches!(
         plan(&names(), 1, &observed),
-        Step::Wait { .. } | Step::Converged
+        MembershipStep::Wait { .. } | MembershipStep::Converged
     ));
     observed.foreign_pods.insert("c-9".into());
     match plan(&names(), 1, &observed) {
-        Step::Wait { reason } => {
+        MembershipStep::Wait { reason } => {
             assert!(reason.contains("c-9") && reason.contains("proof of origin"))
         }
         other => panic!("expected a wait, got {other:?}"),

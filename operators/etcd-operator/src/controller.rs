@@ -9,8 +9,8 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    EtcdVersion, Intent, Observed, Step, UpgradeStep, failed_upgrade, plan, plan_upgrade, settled,
-    starting_version,
+    EtcdVersion, Intent, MembershipObserved, MembershipStep, UpgradeStep, failed_upgrade, plan,
+    plan_upgrade, settled, starting_version,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -115,7 +115,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let databases = std::mem::take(&mut etcd.databases);
     let mut live_claims = observe::live_claims(&claims);
     upgrade::record_ran(&ctx, &cluster, &pods, &mut live_claims).await?;
-    let observed = Observed {
+    let observed = MembershipObserved {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
         claims: live_claims.keys().cloned().collect(),
         reserved: observe::terminating_claims(&claims)
@@ -151,8 +151,11 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // While an upgrade is paused only restarts on claims go on (they delete nothing).
     let step = match (&failed, planned) {
         (None, step) => step,
-        (Some(_), step @ (Step::StartMember { .. } | Step::DeletePod { .. })) => step,
-        (Some(_), _) => Step::Wait {
+        (
+            Some(_),
+            step @ (MembershipStep::StartMember { .. } | MembershipStep::DeletePod { .. }),
+        ) => step,
+        (Some(_), _) => MembershipStep::Wait {
             reason: "the upgrade is paused".into(),
         },
     };
@@ -161,7 +164,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Otherwise upgrades only once membership has converged.
     let upgrade = match (failed, &step, &observed.members) {
         (Some(failed), _, _) => Some(failed),
-        (None, Step::Converged, Some(members)) => {
+        (None, MembershipStep::Converged, Some(members)) => {
             Some(match plan_upgrade(&target, &versions, members) {
                 // No member moves while etcd reports an alarm.
                 UpgradeStep::Upgrade { .. } | UpgradeStep::FlushLog { .. }
@@ -181,7 +184,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         ctx.metrics.observe_upgrade(&ns, &name, upgrade);
     }
     // Defragmentation only once membership has converged and no upgrade is under way.
-    let may_defragment = matches!(step, Step::Converged)
+    let may_defragment = matches!(step, MembershipStep::Converged)
         && matches!(upgrade, None | Some(UpgradeStep::Done))
         && outcome.is_ok();
     let view = observe::EtcdView {
@@ -215,9 +218,9 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     defrag.result?;
     Ok(match step {
         // A defragmentation round under way: its next step soon.
-        Step::Converged if defrag.busy => Action::requeue(BUSY),
+        MembershipStep::Converged if defrag.busy => Action::requeue(BUSY),
         _ if matches!(upgrade, Some(UpgradeStep::Failed { .. })) => Action::requeue(IDLE),
-        Step::Converged
+        MembershipStep::Converged
             if matches!(
                 upgrade,
                 Some(
@@ -229,9 +232,9 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         {
             Action::requeue(BUSY)
         }
-        Step::Converged => Action::requeue(IDLE),
-        Step::QuorumLost { .. } => Action::requeue(IDLE),
-        Step::Wait { .. } => Action::requeue(BUSY),
+        MembershipStep::Converged => Action::requeue(IDLE),
+        MembershipStep::QuorumLost { .. } => Action::requeue(IDLE),
+        MembershipStep::Wait { .. } => Action::requeue(BUSY),
         _ => Action::requeue(CHANGED),
     })
 }
@@ -281,7 +284,7 @@ async fn execute(
     access: &Access,
     pods: &[MemberPod],
     claims: &BTreeMap<String, ClaimRecord>,
-    step: &Step,
+    step: &MembershipStep,
 ) -> Result<(), Error> {
     // The version a pod is created with (see `starting_version`), and for a member restarting
     // in the middle of an upgrade, the version it came from.
@@ -314,7 +317,7 @@ async fn execute(
         }
     };
     match step {
-        Step::Seed { member } => {
+        MembershipStep::Seed { member } => {
             record(Some(Intent::Seed {
                 member: member.clone(),
             }))
@@ -342,7 +345,7 @@ async fn execute(
             )
             .await;
         }
-        Step::AddLearner { member } => {
+        MembershipStep::AddLearner { member } => {
             record(Some(Intent::Add {
                 member: member.clone(),
             }))
@@ -359,7 +362,7 @@ async fn execute(
                 event(ctx, cluster, "MemberAdded", &note).await;
             }
         }
-        Step::StartMember {
+        MembershipStep::StartMember {
             member,
             initial_cluster,
         } => {
@@ -376,7 +379,7 @@ async fn execute(
             )
             .await;
         }
-        Step::Promote { member, id } => {
+        MembershipStep::Promote { member, id } => {
             let mut client = observe::any_member(access, pods)
                 .await
                 .ok_or(Error::NoMember("the membership change"))?;
@@ -389,7 +392,7 @@ async fn execute(
             )
             .await;
         }
-        Step::RemoveMember { member, id, reason } => {
+        MembershipStep::RemoveMember { member, id, reason } => {
             record(Some(Intent::Remove {
                 member: member.clone(),
                 id: *id,
@@ -405,7 +408,7 @@ async fn execute(
                 event(ctx, cluster, "MemberRemoved", &note).await;
             }
         }
-        Step::DeleteMemberResources { member } => {
+        MembershipStep::DeleteMemberResources { member } => {
             delete_pod(ctx, &ns, member).await?;
             // Only the claim observed as this cluster's, unchanged since (uid and
             // resourceVersion): one detached meanwhile (relabelled by a restore keeping the old
@@ -433,7 +436,7 @@ async fn execute(
             )
             .await;
         }
-        Step::DeletePod { member } => {
+        MembershipStep::DeletePod { member } => {
             delete_pod(ctx, &ns, member).await?;
             event(
                 ctx,
@@ -443,9 +446,11 @@ async fn execute(
             )
             .await;
         }
-        Step::ClearIntent => record(None).await?,
+        MembershipStep::ClearIntent => record(None).await?,
         // Reported by the status (and a Warning when newly so), nothing done.
-        Step::QuorumLost { .. } | Step::Wait { .. } | Step::Converged => {}
+        MembershipStep::QuorumLost { .. }
+        | MembershipStep::Wait { .. }
+        | MembershipStep::Converged => {}
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Prometheus metrics (`/metrics`), prefixed `etcd_cluster_`.
 
-use etcd_cluster::{Observed, Step, UpgradeStep};
+use etcd_cluster::{MembershipObserved, MembershipStep, UpgradeStep};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -154,8 +154,8 @@ impl Metrics {
         namespace: &str,
         name: &str,
         size: i32,
-        observed: &Observed,
-        step: &Step,
+        observed: &MembershipObserved,
+        step: &MembershipStep,
     ) {
         let labels = ClusterLabels {
             namespace: namespace.into(),
@@ -173,13 +173,13 @@ impl Metrics {
             .get_or_create(&labels)
             .set(crate::status::quorum_lost(observed, step) as i64);
         let kind = match step {
-            Step::Seed { .. } => "seed",
-            Step::AddLearner { .. } => "add",
-            Step::StartMember { .. } => "start",
-            Step::Promote { .. } => "promote",
-            Step::RemoveMember { .. } => "remove",
-            Step::DeleteMemberResources { .. } => "delete",
-            Step::DeletePod { .. } => "restart",
+            MembershipStep::Seed { .. } => "seed",
+            MembershipStep::AddLearner { .. } => "add",
+            MembershipStep::StartMember { .. } => "start",
+            MembershipStep::Promote { .. } => "promote",
+            MembershipStep::RemoveMember { .. } => "remove",
+            MembershipStep::DeleteMemberResources { .. } => "delete",
+            MembershipStep::DeletePod { .. } => "restart",
             _ => return,
         };
         let labels = ChangeLabels {

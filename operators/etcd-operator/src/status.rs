@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use etcd_cluster::checks;
 use etcd_cluster::{
-    ContainerFailure, Intent, Observed, PodState, PodVersion, Step, UpgradeStep, current_version,
+    ContainerFailure, Intent, MembershipObserved, MembershipStep, PodState, PodVersion,
+    UpgradeStep, current_version,
 };
 use etcd_members::labels;
 use kube::ResourceExt;
@@ -68,20 +69,20 @@ pub fn bootstrapped(cluster: &EtcdCluster) -> bool {
 }
 
 /// The intent in force once `step` has been executed.
-fn intent_after(step: &Step, before: &Option<Intent>) -> Option<Intent> {
+fn intent_after(step: &MembershipStep, before: &Option<Intent>) -> Option<Intent> {
     match step {
-        Step::Seed { member } => Some(Intent::Seed {
+        MembershipStep::Seed { member } => Some(Intent::Seed {
             member: member.clone(),
         }),
-        Step::AddLearner { member } => Some(Intent::Add {
+        MembershipStep::AddLearner { member } => Some(Intent::Add {
             member: member.clone(),
         }),
-        Step::RemoveMember { member, id, reason } => Some(Intent::Remove {
+        MembershipStep::RemoveMember { member, id, reason } => Some(Intent::Remove {
             member: member.clone(),
             id: *id,
             reason: reason.clone(),
         }),
-        Step::ClearIntent => None,
+        MembershipStep::ClearIntent => None,
         _ => before.clone(),
     }
 }
@@ -152,21 +153,21 @@ pub(crate) fn condition(
 /// Whether the cluster has no quorum now: reported as lost by the planner, none of the members
 /// of a created cluster answers, or fewer voters are healthy than a majority (also while
 /// members come back on their data: the cluster is down meanwhile).
-pub fn quorum_lost(observed: &Observed, step: &Step) -> bool {
+pub fn quorum_lost(observed: &MembershipObserved, step: &MembershipStep) -> bool {
     let voters: Vec<_> = (observed.members.iter().flatten())
         .filter(|m| !m.learner)
         .collect();
     let healthy = voters.iter().filter(|m| m.healthy).count();
-    matches!(step, Step::QuorumLost { .. })
+    matches!(step, MembershipStep::QuorumLost { .. })
         || observed.members.is_none() && observed.bootstrapped
         || observed.members.is_some() && healthy < voters.len() / 2 + 1
 }
 
 pub fn report(
     cluster: &EtcdCluster,
-    observed: &Observed,
+    observed: &MembershipObserved,
     pods: &[MemberPod],
-    step: &Step,
+    step: &MembershipStep,
     upgrade: Option<&UpgradeStep>,
     outcome: &Result<(), crate::context::Error>,
 ) -> Value {
@@ -188,7 +189,7 @@ pub fn report(
     let voters = members.iter().filter(|m| !m.learner).count();
     let healthy_voters = healthy;
     let (available, available_reason, available_message) = match step {
-        Step::QuorumLost { dead, reason } => (
+        MembershipStep::QuorumLost { dead, reason } => (
             false,
             "QuorumLost",
             format!(
@@ -241,12 +242,12 @@ pub fn report(
             "RevertingUpgrade",
             format!("moving {member} to {to}: the image it was given never ran"),
         ),
-        (Step::Converged, Some(UpgradeStep::Refused(e))) => (
+        (MembershipStep::Converged, Some(UpgradeStep::Refused(e))) => (
             false,
             "UpgradeRefused",
             format!("{e}; no member was touched"),
         ),
-        (Step::Converged, Some(UpgradeStep::Upgrade { member, from })) => (
+        (MembershipStep::Converged, Some(UpgradeStep::Upgrade { member, from })) => (
             true,
             "Upgrading",
             format!(
@@ -254,7 +255,7 @@ pub fn report(
                 cluster.spec.version()
             ),
         ),
-        (Step::Converged, Some(UpgradeStep::FlushLog { member })) => (
+        (MembershipStep::Converged, Some(UpgradeStep::FlushLog { member })) => (
             true,
             "Upgrading",
             format!(
@@ -262,16 +263,18 @@ pub fn report(
                 cluster.spec.version()
             ),
         ),
-        (Step::Converged, Some(UpgradeStep::Wait { reason })) => {
+        (MembershipStep::Converged, Some(UpgradeStep::Wait { reason })) => {
             (true, "Upgrading", reason.clone())
         }
-        (Step::Converged, _) => (
+        (MembershipStep::Converged, _) => (
             false,
             "Converged",
             format!("{} members, nothing in flight", members.len()),
         ),
-        (Step::QuorumLost { .. }, _) => (false, "QuorumLost", "waiting for a restore".to_string()),
-        (Step::Wait { reason }, _) => (true, "Waiting", reason.clone()),
+        (MembershipStep::QuorumLost { .. }, _) => {
+            (false, "QuorumLost", "waiting for a restore".to_string())
+        }
+        (MembershipStep::Wait { reason }, _) => (true, "Waiting", reason.clone()),
         (other, _) => (true, step_reason(other), format!("{other:?}")),
     };
     let versions: BTreeMap<String, PodVersion> = pods
@@ -441,13 +444,17 @@ fn persistence(cluster: &EtcdCluster, persistent: bool) -> ClusterCondition {
     }
 }
 
-fn step_reason(step: &Step) -> &'static str {
+fn step_reason(step: &MembershipStep) -> &'static str {
     match step {
-        Step::Seed { .. } => "CreatingSeed",
-        Step::AddLearner { .. } | Step::StartMember { .. } | Step::Promote { .. } => "AddingMember",
-        Step::RemoveMember { .. } | Step::DeleteMemberResources { .. } => "RemovingMember",
-        Step::DeletePod { .. } => "RestartingMember",
-        Step::ClearIntent => "FinishingChange",
+        MembershipStep::Seed { .. } => "CreatingSeed",
+        MembershipStep::AddLearner { .. }
+        | MembershipStep::StartMember { .. }
+        | MembershipStep::Promote { .. } => "AddingMember",
+        MembershipStep::RemoveMember { .. } | MembershipStep::DeleteMemberResources { .. } => {
+            "RemovingMember"
+        }
+        MembershipStep::DeletePod { .. } => "RestartingMember",
+        MembershipStep::ClearIntent => "FinishingChange",
         _ => "Reconciling",
     }
 }
@@ -536,10 +543,10 @@ mod tests {
             healthy,
             leader: false,
         };
-        let wait = Step::Wait {
+        let wait = MembershipStep::Wait {
             reason: "restarting".into(),
         };
-        let with = |members: Option<Vec<Member>>, bootstrapped: bool| Observed {
+        let with = |members: Option<Vec<Member>>, bootstrapped: bool| MembershipObserved {
             members,
             bootstrapped,
             ..Default::default()
@@ -557,7 +564,7 @@ mod tests {
         assert!(quorum_lost(&with(None, true), &wait));
         // Not created yet: the seed is starting.
         assert!(!quorum_lost(&with(None, false), &wait));
-        let lost = Step::QuorumLost {
+        let lost = MembershipStep::QuorumLost {
             dead: vec![],
             reason: "gone".into(),
         };
@@ -580,7 +587,7 @@ mod tests {
             healthy: true,
             leader: true,
         };
-        let observed = Observed {
+        let observed = MembershipObserved {
             members: Some(vec![member]),
             ..Default::default()
         };
@@ -598,9 +605,23 @@ mod tests {
             data_differs: false,
             ran: None,
         }];
-        let first = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
+        let first = report(
+            &cluster,
+            &observed,
+            &pods,
+            &MembershipStep::Converged,
+            None,
+            &Ok(()),
+        );
         cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
-        let second = report(&cluster, &observed, &pods, &Step::Converged, None, &Ok(()));
+        let second = report(
+            &cluster,
+            &observed,
+            &pods,
+            &MembershipStep::Converged,
+            None,
+            &Ok(()),
+        );
         assert_eq!(first, second);
         assert_eq!(first["phase"], "Running");
         assert_eq!(first["conditions"][0]["observedGeneration"], 2);
@@ -609,7 +630,7 @@ mod tests {
             &cluster,
             &observed,
             &pods,
-            &Step::Wait { reason: "x".into() },
+            &MembershipStep::Wait { reason: "x".into() },
             None,
             &Ok(()),
         );
@@ -638,10 +659,17 @@ mod tests {
             data_differs: false,
             ran: None,
         }];
-        let step = Step::Wait {
+        let step = MembershipStep::Wait {
             reason: "seed member c-0 is starting".into(),
         };
-        let report = report(&cluster, &Observed::default(), &pods, &step, None, &Ok(()));
+        let report = report(
+            &cluster,
+            &MembershipObserved::default(),
+            &pods,
+            &step,
+            None,
+            &Ok(()),
+        );
         let warnings = new_warnings(&Value::Null, &report);
         assert!(
             warnings.contains(&("Degraded".into(), "c-0: ErrImagePull: not found".into())),
@@ -660,7 +688,14 @@ mod tests {
         );
     }
 
-    fn report_of(cluster: &EtcdCluster, pods: &[MemberPod], step: &Step) -> Value {
-        report(cluster, &Observed::default(), pods, step, None, &Ok(()))
+    fn report_of(cluster: &EtcdCluster, pods: &[MemberPod], step: &MembershipStep) -> Value {
+        report(
+            cluster,
+            &MembershipObserved::default(),
+            pods,
+            step,
+            None,
+            &Ok(()),
+        )
     }
 }

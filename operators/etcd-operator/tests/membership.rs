@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use etcd_client::{MemberAddOptions, MemberListResponse};
-use etcd_cluster::{ClusterNames, Intent, Member, Observed, PodState, Step, plan};
+use etcd_cluster::{
+    ClusterNames, Intent, Member, MembershipObserved, MembershipStep, PodState, plan,
+};
 use testbed::Etcd;
 
 fn names() -> ClusterNames {
@@ -30,7 +32,7 @@ fn observed(
     list: &MemberListResponse,
     named: &BTreeMap<String, String>,
     running: &[&str],
-) -> Observed {
+) -> MembershipObserved {
     let leader = list.members()[0].id();
     let members = list
         .members()
@@ -48,7 +50,7 @@ fn observed(
             }
         })
         .collect();
-    Observed {
+    MembershipObserved {
         pods: running
             .iter()
             .map(|n| (n.to_string(), PodState::Running { ready: true }))
@@ -84,7 +86,7 @@ async fn learner_add_promote_remove_and_a_phantom_member() {
         member: "c-1".into(),
     });
     assert!(
-        matches!(plan(&names(), 3, &world), Step::StartMember { ref member, .. } if member == "c-1"),
+        matches!(plan(&names(), 3, &world), MembershipStep::StartMember { ref member, .. } if member == "c-1"),
         "{:?}",
         plan(&names(), 3, &world)
     );
@@ -147,7 +149,7 @@ async fn learner_add_promote_remove_and_a_phantom_member() {
     let world = observed(&list, &named, &["c-0", "c-1"]);
     assert_eq!(
         plan(&names(), 3, &world),
-        Step::RemoveMember {
+        MembershipStep::RemoveMember {
             member: Some("c-2".into()),
             id: phantom,
             reason: "it was added but never started".into()

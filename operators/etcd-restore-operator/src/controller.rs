@@ -8,89 +8,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY};
-use backup_api::{
-    EtcdBackup, EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePhase, RestorePlan,
-};
+use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore, RestorePhase, RestorePlan};
 use etcd_cluster::EtcdVersion;
-use etcd_members::access::Access;
 use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels::{self, ABANDONED_RESTORE_ANNOTATION, DETACHED_LABEL};
-use etcd_members::origin::{self, Origin, ProofKey};
-use etcd_members::tls::{self, Dereferenced, TlsSecrets};
+use etcd_members::origin;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
-use kube::core::{Selector, SelectorExt};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use operator_runtime::backoff::PerObject;
-use operator_runtime::events::Events;
 use operator_runtime::pod_security::RunAs;
 use operator_runtime::tenant_credentials;
 use serde_json::json;
-use thiserror::Error;
 
-use crate::metrics::Metrics;
+use crate::context::{Context, Error, MANAGER};
 use crate::observe;
-use crate::plan::{self, ClusterView, Observed, PodRun, Step};
+use crate::plan;
 use crate::pods;
 use crate::status::{self, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
+use crate::step::RestoreStep;
 use fetch_pod::source::{self, Source};
-
-pub const MANAGER: &str = "etcd-restore-operator";
-
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The API server refused to make an object (Pod Security, a ResourceQuota, an admission
-    /// webhook: 403; an invalid object: 422). Retrying the same request cannot help.
-    #[error("{what} refused by the API server: {message}")]
-    Refused { what: String, message: String },
-    #[error(transparent)]
-    Origin(#[from] etcd_members::origin::MakeError),
-}
-
-pub struct Context {
-    pub client: kube::Client,
-    pub events: Events,
-    pub metrics: Arc<Metrics>,
-    /// The `etcd-backup` image the fetch containers run.
-    pub backup_image: String,
-    /// Retry delays of restores whose reconcile keeps failing.
-    pub backoff: PerObject,
-    /// Restores without AWS keys may read S3 with the node's identity (the deployment's
-    /// explicit choice, `--allow-ambient-credentials`; off by default).
-    pub allow_ambient_credentials: bool,
-    /// How long a restore pod may take to start a container (`observe::START_DEADLINE`
-    /// unless the deployment says otherwise).
-    pub start_deadline: Duration,
-    /// Proves the member pods it makes (the EtcdCluster operator takes only proven pods for
-    /// members), and checks those it finds.
-    pub proof: ProofKey,
-}
-
-impl Context {
-    pub fn new(
-        client: kube::Client,
-        instance: Option<String>,
-        metrics: Arc<Metrics>,
-        backup_image: String,
-        proof: ProofKey,
-    ) -> Context {
-        Context {
-            events: Events::new(client.clone(), MANAGER, instance),
-            client,
-            metrics,
-            backup_image,
-            backoff: PerObject::default(),
-            allow_ambient_credentials: false,
-            start_deadline: observe::START_DEADLINE,
-            proof,
-        }
-    }
-}
 
 /// Look again soon while something runs; at once after a step changed something: its own
 /// status write does not wake the controller (spec changes only), and every reconcile reads
@@ -153,167 +92,23 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
 
     // Observe.
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let members = ListParams::default().labels(&labels::label_selector(&cluster_name));
-    // Only the pods the operators made count as members (a pod that passes for one is not
-    // asked whether the restored data is served).
-    let member_pods: Vec<Pod> = pod_api
-        .list(&members)
-        .await?
-        .items
-        .into_iter()
-        .filter(|p| matches!(ctx.proof.origin(p), Origin::Proven | Origin::Older))
-        .collect();
-    // Every claim of the namespace, read once (one consistent view): the cluster's, those
-    // detached from it earlier, those made for restores of this name and not yet given to the
-    // cluster, and the names a new member must not take, whoever's claims they are.
-    let every_claim = claim_api.list(&ListParams::default()).await?.items;
-    let labelled = |labels: BTreeMap<String, String>| {
-        let selector = Selector::from_iter(labels);
-        every_claim
-            .iter()
-            .filter(move |c| selector.matches(c.labels()))
-    };
-    let claims: Vec<&PersistentVolumeClaim> = labelled(labels::selector(&cluster_name)).collect();
-    let staged_claims: Vec<&PersistentVolumeClaim> = labelled(pods::own_labels(&name)).collect();
-    let uid = restore.uid().unwrap_or_default();
-    let detached: Vec<&PersistentVolumeClaim> =
-        labelled([(DETACHED_LABEL.to_string(), cluster_name.clone())].into()).collect();
-    let detached_claims: BTreeSet<String> = detached.iter().map(|c| c.name_any()).collect();
-    // Its detach step writes its uid on each claim it detaches.
-    let detached_by_this: BTreeSet<String> = detached
-        .iter()
-        .filter(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid))
-        .map(|c| c.name_any())
-        .collect();
-    let own = ListParams::default().labels(&pods::label_selector(&name));
-    // This restore's pods; those of an earlier restore of the same name (deleted, its pods
-    // not yet collected) are deleted and not read: their names are needed again.
-    let (own_pods, stale): (Vec<Pod>, Vec<Pod>) = pod_api
-        .list(&own)
-        .await?
-        .items
-        .into_iter()
-        .partition(|p| p.owner_references().iter().any(|o| o.uid == uid));
-    for pod in &stale {
-        delete(&pod_api, &pod.name_any()).await?;
+    let world = observe::world(&ctx, &restore, &source, cluster.as_ref()).await?;
+    // Pods of an earlier restore of the same name (deleted, its pods not yet collected) are
+    // deleted: their names are needed again.
+    for pod in &world.stale_pods {
+        delete(&pod_api, pod).await?;
     }
-    let plan_recorded = recorded.plan.clone();
-    let planned_members: Vec<String> = plan_recorded
-        .iter()
-        .flat_map(|p| p.members.clone())
-        .collect();
-    // The nodes each member's restore is tied to, pods being deleted included: a pod made late
-    // keeps off its siblings' when the pods must be one per node.
-    let restore_nodes = pods::restore_nodes(&planned_members, &own_pods, &staged_claims);
-    // Pods being deleted count as gone (a discarded restore waits for its claims instead).
-    let own_pods: BTreeMap<String, Pod> = own_pods
-        .into_iter()
-        .filter(|p| p.meta().deletion_timestamp.is_none())
-        .map(|p| (p.name_any(), p))
-        .collect();
-    let mut restore_pods: BTreeMap<String, PodRun> = planned_members
-        .iter()
-        .filter_map(|m| {
-            let pod = own_pods.get(&pods::restore_pod_name(m))?;
-            Some((
-                m.clone(),
-                observe::pod_run(pod, Timestamp::now(), ctx.start_deadline),
-            ))
-        })
-        .collect();
-    // The fetches' reports are read once every member's restore succeeded, until the snapshot
-    // they verified is recorded.
-    let all_restored = !planned_members.is_empty()
-        && planned_members
-            .iter()
-            .all(|m| matches!(restore_pods.get(m), Some(PodRun::Succeeded { .. })));
-    if all_restored && recorded.snapshot.is_none() {
-        let log_of = |container: &str| LogParams {
-            container: Some(container.into()),
-            ..LogParams::default()
-        };
-        for member in &planned_members {
-            let pod = pods::restore_pod_name(member);
-            let fetched = pod_api.logs(&pod, &log_of("fetch")).await?;
-            // The restore tool's log says the snapshot's own revision (plan::parse_verified).
-            let restored = pod_api.logs(&pod, &log_of("restore")).await?;
-            let output = format!("{fetched}\n{restored}");
-            restore_pods.insert(member.clone(), PodRun::Succeeded { output });
-        }
-    }
-    let ready: BTreeMap<String, bool> = member_pods
-        .iter()
-        .filter(|p| p.meta().deletion_timestamp.is_none())
-        .map(|p| (p.name_any(), is_ready(p)))
-        .collect();
+    let observed = world.observed;
+    let restore_nodes = world.restore_nodes;
+    let uid = observed.uid.clone();
     let names = cluster.as_ref().map(build::names);
-    let health = match (&cluster, &plan_recorded) {
-        (Some(cluster), Some(plan)) if plan.members.iter().all(|m| ready.get(m) == Some(&true)) => {
-            member_health(&ctx, cluster, plan, &member_pods).await?
-        }
-        _ => None,
-    };
-    let observed = Observed {
-        uid: uid.clone(),
-        phase: recorded.phase,
-        snapshot: recorded.snapshot.clone(),
-        plan: plan_recorded.clone(),
-        revision_bumped: recorded.revision_bumped,
-        restored_revision: recorded.restored_revision,
-        source_url: source.as_ref().map(|s| s.url.clone()).unwrap_or_default(),
-        source_problem: source.as_ref().err().cloned(),
-        cluster: cluster.as_ref().map(cluster_view),
-        member_pods: ready,
-        member_problems: member_pods
-            .iter()
-            .filter(|p| p.meta().deletion_timestamp.is_none())
-            .filter_map(|p| Some((p.name_any(), observe::member_problem(p)?)))
-            .collect(),
-        member_pods_going: member_pods
-            .iter()
-            .filter(|p| p.meta().deletion_timestamp.is_some())
-            .map(|p| p.name_any())
-            .collect(),
-        claims: claims
-            .iter()
-            .filter(|c| c.meta().deletion_timestamp.is_none())
-            .map(|c| c.name_any())
-            .collect(),
-        detached_by_this,
-        detached_claims,
-        all_claims: every_claim.iter().map(|c| c.name_any()).collect(),
-        staged_claims: staged_claims
-            .iter()
-            .filter(|c| c.meta().deletion_timestamp.is_none())
-            .map(|c| c.name_any())
-            .collect(),
-        terminating: member_pods
-            .iter()
-            .map(|p| p.meta())
-            .chain(claims.iter().map(|c| c.meta()))
-            .chain(staged_claims.iter().map(|c| c.meta()))
-            .filter(|m| m.deletion_timestamp.is_some())
-            .filter_map(|m| m.name.clone())
-            .collect(),
-        restore_pods,
-        failing: recorded
-            .reason
-            .as_deref()
-            .and_then(|r| r.split_once(": "))
-            .map(|(reason, message)| (reason.to_string(), message.to_string())),
-        health,
-        delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()
-            == OldVolumesPolicy::Delete,
-        can_create_cluster: restore.spec.new_cluster.is_some(),
-    };
 
     // Plan one step, execute it, report.
     let names = names.unwrap_or_else(|| etcd_cluster::ClusterNames::new(&cluster_name, &ns, None));
     let step = plan::plan(&names, &observed);
-    let phase = plan::phase_of(&step, &observed);
+    let phase = status::phase_of(&step, &observed);
     tracing::debug!(restore = %name, ?step, ?phase, "planned");
-    if let Step::Done = step {
+    if let RestoreStep::Done = step {
         return Ok(Action::await_change());
     }
     let executed = execute(
@@ -380,16 +175,18 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         .is_some_and(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid));
     let ended = matches!(
         step,
-        Step::Succeed { .. } | Step::Fail { release: true, .. }
+        RestoreStep::Succeed { .. } | RestoreStep::Fail { release: true, .. }
     );
     if ended || (phase.is_terminal() && !still_holds) {
         let_go_of_finalizer(&restores, &restore).await?;
     }
     Ok(match step {
-        Step::Wait { .. } | Step::MembersUnhealthy(_) | Step::Discard { .. } => {
-            Action::requeue(BUSY)
+        RestoreStep::Wait { .. }
+        | RestoreStep::MembersUnhealthy(_)
+        | RestoreStep::Discard { .. } => Action::requeue(BUSY),
+        RestoreStep::Fail { .. } | RestoreStep::Succeed { .. } | RestoreStep::Done => {
+            Action::await_change()
         }
-        Step::Fail { .. } | Step::Succeed { .. } | Step::Done => Action::await_change(),
         _ => Action::requeue(CHANGED),
     })
 }
@@ -479,52 +276,6 @@ async fn resolve_source(
     Ok(Ok(source))
 }
 
-fn cluster_view(cluster: &EtcdCluster) -> ClusterView {
-    let status = cluster.status.clone().unwrap_or_default();
-    ClusterView {
-        paused: cluster.spec.is_paused(),
-        pause_seen: status.control_paused == Some(true)
-            && status.observed_generation >= cluster.metadata.generation,
-        restore: cluster.annotations().get(RESTORE_ANNOTATION).cloned(),
-        size: cluster.spec.size.max(1) as usize,
-        version: cluster.spec.version().to_string(),
-        persistent: build::persistent(&cluster.spec),
-    }
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The planned members' health, with the cluster's client TLS when it has it.
-async fn member_health(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    plan: &RestorePlan,
-    member_pods: &[Pod],
-) -> Result<Option<plan::Health>, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let Dereferenced::Ready(client_tls) =
-        tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await?
-    else {
-        return Ok(None);
-    };
-    let access = Access {
-        names: build::names(cluster),
-        tls: client_tls,
-    };
-    let members: Vec<(String, String)> = member_pods
-        .iter()
-        .filter(|p| plan.members.contains(&p.name_any()))
-        .filter_map(|p| Some((p.name_any(), p.status.as_ref()?.pod_ip.clone()?)))
-        .collect();
-    Ok(Some(observe::health(&access, &members).await))
-}
-
 /// Executes one step.
 /// `restore_nodes`: the nodes each member's restore is tied to ([`pods::restore_nodes`]).
 async fn execute(
@@ -533,7 +284,7 @@ async fn execute(
     cluster: Option<&EtcdCluster>,
     source: Option<&Source>,
     restore_nodes: &BTreeMap<String, BTreeSet<String>>,
-    step: &Step,
+    step: &RestoreStep,
 ) -> Result<(), Error> {
     let ns = restore.namespace().unwrap_or_default();
     let name = restore.name_any();
@@ -547,18 +298,18 @@ async fn execute(
     match step {
         // A failed restore keeps its pods and staged claims (their logs say what went wrong;
         // deleting the EtcdRestore deletes them).
-        Step::Done
-        | Step::Wait { .. }
-        | Step::MembersUnhealthy(_)
-        | Step::Fail { release: false, .. } => {}
-        Step::Fail { release: true, .. } => {
+        RestoreStep::Done
+        | RestoreStep::Wait { .. }
+        | RestoreStep::MembersUnhealthy(_)
+        | RestoreStep::Fail { release: false, .. } => {}
+        RestoreStep::Fail { release: true, .. } => {
             if let Some(cluster) = cluster {
                 release(&clusters, cluster, &uid).await?;
             }
         }
         // Success: the run-once pods go, and with them the fetched snapshots on the nodes'
         // scratch space (a copy of the database per member).
-        Step::Succeed { .. } => {
+        RestoreStep::Succeed { .. } => {
             let plan = restore
                 .status
                 .as_ref()
@@ -568,7 +319,7 @@ async fn execute(
                 delete(&pod_api, &pods::restore_pod_name(member)).await?;
             }
         }
-        Step::Discard {
+        RestoreStep::Discard {
             reason,
             message,
             claims,
@@ -586,7 +337,7 @@ async fn execute(
                 delete(&claim_api, claim).await?;
             }
         }
-        Step::RecordSnapshot(snapshot) => {
+        RestoreStep::RecordSnapshot(snapshot) => {
             // Intent first: from here on old members may be touched, so a failure must leave
             // the cluster paused; without this record a later restore of the same cluster
             // would unpause it on its own failure.
@@ -600,7 +351,7 @@ async fn execute(
                 .patch_status(&name, &PatchParams::default(), &merge(patch))
                 .await?;
         }
-        Step::CreateCluster => {
+        RestoreStep::CreateCluster => {
             hold_until_released(&restores, restore).await?;
             let new = restore
                 .spec
@@ -610,7 +361,7 @@ async fn execute(
             let cluster = pods::new_cluster(&cluster_name, &uid, &new);
             create(&clusters, &cluster).await?;
         }
-        Step::PauseCluster => {
+        RestoreStep::PauseCluster => {
             let cluster = cluster.expect("planned with a cluster");
             hold_until_released(&restores, restore).await?;
             // A new restore of a cluster an earlier one abandoned takes it over.
@@ -629,7 +380,7 @@ async fn execute(
                 .patch(&cluster_name, &PatchParams::default(), &merge(patch))
                 .await?;
         }
-        Step::RecordPlan(plan) => {
+        RestoreStep::RecordPlan(plan) => {
             let version = EtcdVersion::parse(&plan.version);
             let bumped = version.is_ok_and(|v| v.restore_can_bump_revision());
             // The source is pinned with the plan: every member fetches the same object (a
@@ -640,17 +391,17 @@ async fn execute(
                 .patch_status(&name, &PatchParams::default(), &merge(patch))
                 .await?;
         }
-        Step::DeleteOldPods(pods) | Step::RestartMembers(pods) => {
+        RestoreStep::DeleteOldPods(pods) | RestoreStep::RestartMembers(pods) => {
             for pod in pods {
                 delete(&pod_api, pod).await?;
             }
         }
-        Step::DetachClaims(old) => {
+        RestoreStep::DetachClaims(old) => {
             for claim in old {
                 detach(&claim_api, &cluster_name, claim, &uid).await?;
             }
         }
-        Step::RestoreMembers(members) => {
+        RestoreStep::RestoreMembers(members) => {
             let cluster = cluster.expect("planned with a cluster");
             let source = source.expect("planned with a source");
             let plan = recorded_plan(restore);
@@ -671,7 +422,7 @@ async fn execute(
                 create(&pod_api, &pod).await?;
             }
         }
-        Step::JoinClaims(members) => {
+        RestoreStep::JoinClaims(members) => {
             let cluster = cluster.expect("planned with a cluster");
             let plan = recorded_plan(restore);
             for member in members {
@@ -682,7 +433,7 @@ async fn execute(
                 }
             }
         }
-        Step::StartMembers(members) => {
+        RestoreStep::StartMembers(members) => {
             let cluster = cluster.expect("planned with a cluster");
             let plan = recorded_plan(restore);
             let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
@@ -701,7 +452,7 @@ async fn execute(
                 origin::make_member_pod(&pod_api, &ctx.proof, &pod).await?;
             }
         }
-        Step::HandOver { revision } => {
+        RestoreStep::HandOver { revision } => {
             // Recorded first: once handed over, the cluster is the operator's and is never
             // paused again by this restore.
             let mut plan = recorded_plan(restore);
@@ -725,7 +476,7 @@ async fn execute(
                 .patch(&cluster_name, &PatchParams::default(), &merge(patch))
                 .await?;
         }
-        Step::DeleteOldClaims(old) => {
+        RestoreStep::DeleteOldClaims(old) => {
             for claim in old {
                 delete(&claim_api, claim).await?;
             }
@@ -955,18 +706,18 @@ async fn patch_status(
 }
 
 /// An event per step that acts, a Warning when the restore fails.
-async fn announce(ctx: &Context, restore: &EtcdRestore, step: &Step) {
+async fn announce(ctx: &Context, restore: &EtcdRestore, step: &RestoreStep) {
     let reference = restore.object_ref(&());
     let (reason, message) = status::describe(step);
     match step {
-        Step::Wait { .. } | Step::Done => {}
-        Step::Fail {
+        RestoreStep::Wait { .. } | RestoreStep::Done => {}
+        RestoreStep::Fail {
             reason, message, ..
         }
-        | Step::Discard {
+        | RestoreStep::Discard {
             reason, message, ..
         } => ctx.events.warning(&reference, reason, message).await,
-        Step::MembersUnhealthy(message) => {
+        RestoreStep::MembersUnhealthy(message) => {
             ctx.events
                 .warning(&reference, "MembersUnhealthy", message)
                 .await

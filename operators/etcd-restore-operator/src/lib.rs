@@ -5,10 +5,14 @@
 //! start the new ones, wait until all are healthy with the data, hand the cluster back to the
 //! EtcdCluster operator. Each reconcile reads the world again, so a restart resumes.
 
+pub mod context;
 pub mod controller;
+pub mod fetch_report;
 pub mod metrics;
 pub mod observe;
+pub mod observed;
 pub mod plan;
 pub mod pods;
 pub mod rbac;
 pub mod status;
+pub mod step;

@@ -1,14 +1,27 @@
-//! Reading the world: how a restore pod did (and which container failed), and the restored
-//! members' health (asked of each member over its pod IP, as the EtcdCluster operator does).
+//! Reading the world: the restore's pods, the cluster's member pods and claims ([`world`]), how
+//! a restore pod did (and which container failed), and the restored members' health (asked of
+//! each member over its pod IP, as the EtcdCluster operator does).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use backup_api::{EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePlan};
 use etcd_members::access::Access;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use etcd_members::build;
+use etcd_members::labels::{self, DETACHED_LABEL};
+use etcd_members::origin::Origin;
+use etcd_members::tls::{self, Dereferenced, TlsSecrets};
+use fetch_pod::source::Source;
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus, Secret};
 use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, LogParams};
+use kube::core::{Selector, SelectorExt};
+use kube::{Resource, ResourceExt};
 
-use crate::plan::{Health, MemberProblem, NOT_STARTED, PodRun};
+use crate::context::{Context, Error};
+use crate::observed::{ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
+use crate::pods;
+use crate::status::RESTORE_ANNOTATION;
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
 const STUCK: [&str; 5] = [
@@ -217,6 +230,234 @@ pub async fn health(access: &Access, members: &[(String, String)]) -> Health {
         .map(|(name, _)| name)
         .collect();
     health
+}
+
+/// What one reconcile sees: the restore's recorded status and the world, for the planner.
+pub struct World {
+    pub observed: RestoreObserved,
+    /// The nodes each planned member's restore is tied to ([`pods::restore_nodes`]).
+    pub restore_nodes: BTreeMap<String, BTreeSet<String>>,
+    /// Pods of an earlier restore of the same name, still there: to be deleted.
+    pub stale_pods: Vec<String>,
+}
+
+/// Reads the world for `restore` (its status read fresh by the caller): the cluster's member
+/// pods (only those the operators made) and claims, claims detached from it, this restore's
+/// pods and staged claims, the fetch reports once every restore pod succeeded, and the
+/// members' health once all are ready. `source`: where the snapshot is, or what is wrong
+/// with it; `cluster`: the EtcdCluster restored, when it exists.
+pub async fn world(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    source: &Result<Source, String>,
+    cluster: Option<&EtcdCluster>,
+) -> Result<World, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    let cluster_name = restore.spec.etcd_cluster.name.clone();
+    let recorded = restore.status.clone().unwrap_or_default();
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let members = ListParams::default().labels(&labels::label_selector(&cluster_name));
+    // Only the pods the operators made count as members (a pod that passes for one is not
+    // asked whether the restored data is served).
+    let member_pods: Vec<Pod> = pod_api
+        .list(&members)
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| matches!(ctx.proof.origin(p), Origin::Proven | Origin::Older))
+        .collect();
+    // Every claim of the namespace, read once (one consistent view): the cluster's, those
+    // detached from it earlier, those made for restores of this name and not yet given to the
+    // cluster, and the names a new member must not take, whoever's claims they are.
+    let every_claim = claim_api.list(&ListParams::default()).await?.items;
+    let labelled = |labels: BTreeMap<String, String>| {
+        let selector = Selector::from_iter(labels);
+        every_claim
+            .iter()
+            .filter(move |c| selector.matches(c.labels()))
+    };
+    let claims: Vec<&PersistentVolumeClaim> = labelled(labels::selector(&cluster_name)).collect();
+    let staged_claims: Vec<&PersistentVolumeClaim> = labelled(pods::own_labels(&name)).collect();
+    let uid = restore.uid().unwrap_or_default();
+    let detached: Vec<&PersistentVolumeClaim> =
+        labelled([(DETACHED_LABEL.to_string(), cluster_name.clone())].into()).collect();
+    let detached_claims: BTreeSet<String> = detached.iter().map(|c| c.name_any()).collect();
+    // Its detach step writes its uid on each claim it detaches.
+    let detached_by_this: BTreeSet<String> = detached
+        .iter()
+        .filter(|c| c.annotations().get(RESTORE_ANNOTATION) == Some(&uid))
+        .map(|c| c.name_any())
+        .collect();
+    let own = ListParams::default().labels(&pods::label_selector(&name));
+    // This restore's pods; those of an earlier restore of the same name (deleted, its pods
+    // not yet collected) are not read: the controller deletes them.
+    let (own_pods, stale): (Vec<Pod>, Vec<Pod>) = pod_api
+        .list(&own)
+        .await?
+        .items
+        .into_iter()
+        .partition(|p| p.owner_references().iter().any(|o| o.uid == uid));
+    let plan_recorded = recorded.plan.clone();
+    let planned_members: Vec<String> = plan_recorded
+        .iter()
+        .flat_map(|p| p.members.clone())
+        .collect();
+    // The nodes each member's restore is tied to, pods being deleted included: a pod made late
+    // keeps off its siblings' when the pods must be one per node.
+    let restore_nodes = pods::restore_nodes(&planned_members, &own_pods, &staged_claims);
+    // Pods being deleted count as gone (a discarded restore waits for its claims instead).
+    let own_pods: BTreeMap<String, Pod> = own_pods
+        .into_iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), p))
+        .collect();
+    let mut restore_pods: BTreeMap<String, PodRun> = planned_members
+        .iter()
+        .filter_map(|m| {
+            let pod = own_pods.get(&pods::restore_pod_name(m))?;
+            Some((
+                m.clone(),
+                pod_run(pod, Timestamp::now(), ctx.start_deadline),
+            ))
+        })
+        .collect();
+    // The fetches' reports are read once every member's restore succeeded, until the snapshot
+    // they verified is recorded.
+    let all_restored = !planned_members.is_empty()
+        && planned_members
+            .iter()
+            .all(|m| matches!(restore_pods.get(m), Some(PodRun::Succeeded { .. })));
+    if all_restored && recorded.snapshot.is_none() {
+        let log_of = |container: &str| LogParams {
+            container: Some(container.into()),
+            ..LogParams::default()
+        };
+        for member in &planned_members {
+            let pod = pods::restore_pod_name(member);
+            let fetched = pod_api.logs(&pod, &log_of("fetch")).await?;
+            // The restore tool's log says the snapshot's own revision (fetch_report::parse_verified).
+            let restored = pod_api.logs(&pod, &log_of("restore")).await?;
+            let output = format!("{fetched}\n{restored}");
+            restore_pods.insert(member.clone(), PodRun::Succeeded { output });
+        }
+    }
+    let ready: BTreeMap<String, bool> = member_pods
+        .iter()
+        .filter(|p| p.meta().deletion_timestamp.is_none())
+        .map(|p| (p.name_any(), is_ready(p)))
+        .collect();
+    let health = match (cluster, &plan_recorded) {
+        (Some(cluster), Some(plan)) if plan.members.iter().all(|m| ready.get(m) == Some(&true)) => {
+            member_health(ctx, cluster, plan, &member_pods).await?
+        }
+        _ => None,
+    };
+    let observed = RestoreObserved {
+        uid: uid.clone(),
+        phase: recorded.phase,
+        snapshot: recorded.snapshot.clone(),
+        plan: plan_recorded.clone(),
+        revision_bumped: recorded.revision_bumped,
+        restored_revision: recorded.restored_revision,
+        source_url: source.as_ref().map(|s| s.url.clone()).unwrap_or_default(),
+        source_problem: source.as_ref().err().cloned(),
+        cluster: cluster.map(cluster_view),
+        member_pods: ready,
+        member_problems: member_pods
+            .iter()
+            .filter(|p| p.meta().deletion_timestamp.is_none())
+            .filter_map(|p| Some((p.name_any(), member_problem(p)?)))
+            .collect(),
+        member_pods_going: member_pods
+            .iter()
+            .filter(|p| p.meta().deletion_timestamp.is_some())
+            .map(|p| p.name_any())
+            .collect(),
+        claims: claims
+            .iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .map(|c| c.name_any())
+            .collect(),
+        detached_by_this,
+        detached_claims,
+        all_claims: every_claim.iter().map(|c| c.name_any()).collect(),
+        staged_claims: staged_claims
+            .iter()
+            .filter(|c| c.meta().deletion_timestamp.is_none())
+            .map(|c| c.name_any())
+            .collect(),
+        terminating: member_pods
+            .iter()
+            .map(|p| p.meta())
+            .chain(claims.iter().map(|c| c.meta()))
+            .chain(staged_claims.iter().map(|c| c.meta()))
+            .filter(|m| m.deletion_timestamp.is_some())
+            .filter_map(|m| m.name.clone())
+            .collect(),
+        restore_pods,
+        failing: recorded
+            .reason
+            .as_deref()
+            .and_then(|r| r.split_once(": "))
+            .map(|(reason, message)| (reason.to_string(), message.to_string())),
+        health,
+        delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()
+            == OldVolumesPolicy::Delete,
+        can_create_cluster: restore.spec.new_cluster.is_some(),
+    };
+    Ok(World {
+        observed,
+        restore_nodes,
+        stale_pods: stale.iter().map(|p| p.name_any()).collect(),
+    })
+}
+
+fn cluster_view(cluster: &EtcdCluster) -> ClusterView {
+    let status = cluster.status.clone().unwrap_or_default();
+    ClusterView {
+        paused: cluster.spec.is_paused(),
+        pause_seen: status.control_paused == Some(true)
+            && status.observed_generation >= cluster.metadata.generation,
+        restore: cluster.annotations().get(RESTORE_ANNOTATION).cloned(),
+        size: cluster.spec.size.max(1) as usize,
+        version: cluster.spec.version().to_string(),
+        persistent: build::persistent(&cluster.spec),
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The planned members' health, with the cluster's client TLS when it has it.
+async fn member_health(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    plan: &RestorePlan,
+    member_pods: &[Pod],
+) -> Result<Option<Health>, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let Dereferenced::Ready(client_tls) =
+        tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await?
+    else {
+        return Ok(None);
+    };
+    let access = Access {
+        names: build::names(cluster),
+        tls: client_tls,
+    };
+    let members: Vec<(String, String)> = member_pods
+        .iter()
+        .filter(|p| plan.members.contains(&p.name_any()))
+        .filter_map(|p| Some((p.name_any(), p.status.as_ref()?.pod_ip.clone()?)))
+        .collect();
+    Ok(Some(health(&access, &members).await))
 }
 
 #[cfg(test)]

@@ -10,186 +10,20 @@
 //! therefore leaves every member and volume of the cluster as it was, and the cluster is given
 //! back to its operator.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
 use etcd_cluster::restore::REVISION_BUMP;
 use etcd_cluster::{ClusterNames, EtcdVersion};
 
+use crate::fetch_report::parse_verified;
+use crate::observed::{ClusterView, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
+use crate::step::RestoreStep;
+
 /// `etcd-backup fetch`'s exit codes: the data failed verification, and any other failure (the
 /// object missing, refused or unreachable, the scratch volume full).
 const FETCH_DATA_BAD: i32 = backup_cli::EXIT_DATA_BAD as i32;
 const FETCH_FAILED: i32 = backup_cli::EXIT_FAILED as i32;
-
-/// How a run-once restore pod is doing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PodRun {
-    /// No container started yet (its volumes are not mounted: nothing was written).
-    Waiting,
-    Running,
-    /// Exited 0; its fetch's report (read only until the snapshot is recorded).
-    Succeeded {
-        output: String,
-    },
-    /// Why it failed (its termination message or the kubelet's reason).
-    Failed {
-        /// The container that failed: `fetch` (the backup could not be read or verified) or
-        /// the restore tool.
-        container: String,
-        /// Its exit code, when it ran and exited (not when it could not start).
-        exit_code: Option<i32>,
-        message: String,
-    },
-}
-
-/// The container name [`PodRun::Failed`] carries when no container of the pod started in time
-/// (see `observe::START_DEADLINE`).
-pub const NOT_STARTED: &str = "pod";
-
-/// The EtcdCluster as the restore needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterView {
-    pub paused: bool,
-    /// The operator reported the pause (`status.controlPaused`) for the current generation: it
-    /// no longer acts on the cluster.
-    pub pause_seen: bool,
-    /// The restore holding the cluster (annotation [`crate::status::RESTORE_ANNOTATION`]).
-    pub restore: Option<String>,
-    pub size: usize,
-    pub version: String,
-    /// Members keep data on claims (`pod.persistentVolumeClaimSpec`).
-    pub persistent: bool,
-}
-
-/// The restored members' health, asked of each member.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Health {
-    /// Members in etcd's member list as voters.
-    pub voters: BTreeSet<String>,
-    /// Members that answered their status without errors, with their revision.
-    pub revisions: BTreeMap<String, i64>,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct Observed {
-    /// This restore's uid (its lock on the cluster).
-    pub uid: String,
-    /// Recorded in status.
-    pub phase: Option<RestorePhase>,
-    /// Recorded once every member's fetch verified it: from then on the cluster may be touched.
-    pub snapshot: Option<VerifiedSnapshot>,
-    pub plan: Option<RestorePlan>,
-    pub revision_bumped: Option<bool>,
-    pub restored_revision: Option<i64>,
-    /// The failure recorded by a [`Step::Discard`] (reason, message), while it is carried out.
-    pub failing: Option<(String, String)>,
-    /// Where the snapshot is, and why it cannot be read when it cannot.
-    pub source_url: String,
-    pub source_problem: Option<String>,
-    /// The world.
-    pub cluster: Option<ClusterView>,
-    /// The cluster's member pods (`app=etcd,etcd_cluster=<name>`), with whether they are ready.
-    pub member_pods: BTreeMap<String, bool>,
-    /// Member pods in trouble the restore must act on or report.
-    pub member_problems: BTreeMap<String, MemberProblem>,
-    /// Member pods being deleted (not in `member_pods`).
-    pub member_pods_going: BTreeSet<String>,
-    /// Its claims attached to it (same labels), not being deleted.
-    pub claims: BTreeSet<String>,
-    /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
-    pub detached_claims: BTreeSet<String>,
-    /// Those of them that carry this restore's uid (its detach step wrote it): the only claims
-    /// its `Delete` policy may delete.
-    pub detached_by_this: BTreeSet<String>,
-    /// Every claim of the namespace, whoever's (a user's named like a member included): a new
-    /// member is never named after one, or it would be restored onto it.
-    pub all_claims: BTreeSet<String>,
-    /// Claims made for restores of this name and not yet joined to the cluster (labelled as
-    /// the restore's pods), not being deleted: their names stay taken.
-    pub staged_claims: BTreeSet<String>,
-    /// Names of its pods and claims being deleted: taken until they are gone (a claim created
-    /// under such a name would be the old one, and vanish).
-    pub terminating: BTreeSet<String>,
-    pub restore_pods: BTreeMap<String, PodRun>,
-    /// Asked only once every planned member pod is ready.
-    pub health: Option<Health>,
-    /// Old volumes are deleted after success (else kept, detached).
-    pub delete_old_volumes: bool,
-    /// Can create the cluster when it does not exist (`spec.newCluster`).
-    pub can_create_cluster: bool,
-}
-
-/// A member pod the kubelet does not run, and why.
-#[derive(Clone, Debug, PartialEq)]
-pub enum MemberProblem {
-    /// It will not run again (phase Failed: evicted, or its node shut down). Its claim keeps
-    /// the restored data, so the member can simply be started again.
-    Ended(String),
-    /// A container keeps failing or cannot start (crash loop, image pull): it may pass, and
-    /// the user must know.
-    Stuck(String),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Step {
-    /// Nothing more to do (succeeded or failed before).
-    Done,
-    Fail {
-        reason: String,
-        message: String,
-        /// Nothing of the cluster was touched (the snapshot was never verified): give it back
-        /// to its operator as it was (unpaused when this restore paused it).
-        release: bool,
-    },
-    /// A restore failing before the snapshot was verified first records why (`status.reason`),
-    /// then removes its staged claims and its restore pods (copies of the backup; a pod holds
-    /// its claim): no claim of the restore may remain under a name the cluster's operator could
-    /// give a new member once the cluster is given back.
-    Discard {
-        reason: String,
-        message: String,
-        claims: Vec<String>,
-        pods: Vec<String>,
-    },
-    /// Create the EtcdCluster from `spec.newCluster`, paused and held by this restore.
-    CreateCluster,
-    /// `spec.paused: true` and this restore's annotation on the cluster.
-    PauseCluster,
-    Wait {
-        reason: String,
-    },
-    /// Record the plan in status (before any claim or pod is made).
-    RecordPlan(RestorePlan),
-    /// Create each member's claim (the restore's own until joined) and restore pod, which
-    /// fetches and verifies the snapshot and restores it onto the claim.
-    RestoreMembers(Vec<String>),
-    /// Record the snapshot every member's fetch verified: the cluster may now be touched (so a
-    /// later failure no longer unpauses it).
-    RecordSnapshot(VerifiedSnapshot),
-    /// Delete old member pods (their claims keep the data).
-    DeleteOldPods(Vec<String>),
-    /// Take old claims out of the cluster's selector (kept, labelled `detached-from`).
-    DetachClaims(Vec<String>),
-    /// Give the restored claims to the cluster (its labels, it as owner).
-    JoinClaims(Vec<String>),
-    /// Create the member pods (and Services) on the restored claims.
-    StartMembers(Vec<String>),
-    /// Delete member pods that will not run again; they are started again on their claims.
-    RestartMembers(Vec<String>),
-    /// Restored members are not running, for a reason the kubelet gives: a Warning says why,
-    /// and the restore keeps waiting (the cluster stays paused, the old volumes kept).
-    MembersUnhealthy(String),
-    /// Record the hand-over and the revision served, then unpause the cluster, clear its
-    /// stale membership record and release the lock.
-    HandOver {
-        revision: i64,
-    },
-    /// Delete the detached claims of the replaced members (policy `Delete`).
-    DeleteOldClaims(Vec<String>),
-    Succeed {
-        revision: i64,
-    },
-}
 
 /// The revision every restored member must serve at least: the snapshot's, plus the bump when
 /// the restore tool moved it forward.
@@ -203,9 +37,9 @@ pub fn expected_revision(snapshot: &VerifiedSnapshot, bumped: bool) -> i64 {
 }
 
 /// The next step.
-pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
+pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
     if observed.phase.is_some_and(RestorePhase::is_terminal) {
-        return Step::Done;
+        return RestoreStep::Done;
     }
     let fail = |reason: &str, message: &str| fail(observed, reason, message);
     let url = &observed.source_url;
@@ -225,7 +59,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             );
         }
         if observed.can_create_cluster {
-            return Step::CreateCluster;
+            return RestoreStep::CreateCluster;
         }
         return fail(
             "ClusterNotFound",
@@ -260,7 +94,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     {
         let revision = observed.restored_revision.unwrap_or(0);
         if held {
-            return Step::HandOver { revision };
+            return RestoreStep::HandOver { revision };
         }
         let leftovers: Vec<String> = plan
             .detached_claims
@@ -269,9 +103,9 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
             .cloned()
             .collect();
         if !leftovers.is_empty() {
-            return Step::DeleteOldClaims(leftovers);
+            return RestoreStep::DeleteOldClaims(leftovers);
         }
-        return Step::Succeed { revision };
+        return RestoreStep::Succeed { revision };
     }
     // A member that could not be restored fails the restore (also when a crash came between
     // giving the cluster back and recording the failure: it is not paused again).
@@ -374,8 +208,9 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         && observed.snapshot.is_none()
     {
         if plan.members.iter().all(restored)
-            && let failed @ (Step::Fail { .. } | Step::Discard { .. } | Step::Wait { .. }) =
-                verified_snapshot(observed, plan)
+            && let failed @ (RestoreStep::Fail { .. }
+            | RestoreStep::Discard { .. }
+            | RestoreStep::Wait { .. }) = verified_snapshot(observed, plan)
         {
             return failed;
         }
@@ -391,14 +226,14 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
     }
     // 2. The cluster is paused and held by this restore, and its operator has let go.
     if !held {
-        return Step::PauseCluster;
+        return RestoreStep::PauseCluster;
     }
     if !cluster.pause_seen {
         return wait("waiting for the EtcdCluster operator to report the cluster paused".into());
     }
     // 3. The plan is recorded before any claim or pod is made.
     let Some(plan) = &observed.plan else {
-        return Step::RecordPlan(new_plan(names, observed, cluster));
+        return RestoreStep::RecordPlan(new_plan(names, observed, cluster));
     };
     // 4. Every member fetches, verifies and restores the snapshot onto a claim of its own,
     //    while the old members still run.
@@ -413,7 +248,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         if let Some(problem) = &observed.source_problem {
             return fail("BadSource", problem);
         }
-        return Step::RestoreMembers(to_restore);
+        return RestoreStep::RestoreMembers(to_restore);
     }
     let running = plan
         .members
@@ -438,7 +273,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         .cloned()
         .collect();
     if !old_pods.is_empty() {
-        return Step::DeleteOldPods(old_pods);
+        return RestoreStep::DeleteOldPods(old_pods);
     }
     let old_claims: Vec<String> = observed
         .claims
@@ -447,7 +282,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         .cloned()
         .collect();
     if !old_claims.is_empty() {
-        return Step::DetachClaims(old_claims);
+        return RestoreStep::DetachClaims(old_claims);
     }
     let to_join: Vec<String> = plan
         .members
@@ -456,7 +291,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         .cloned()
         .collect();
     if !to_join.is_empty() {
-        return Step::JoinClaims(to_join);
+        return RestoreStep::JoinClaims(to_join);
     }
     // A member pod being deleted (to be started again) is made once it is gone.
     if let Some(going) = plan
@@ -473,7 +308,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         .cloned()
         .collect();
     if !to_start.is_empty() {
-        return Step::StartMembers(to_start);
+        return RestoreStep::StartMembers(to_start);
     }
     let ended: Vec<String> = plan
         .members
@@ -487,7 +322,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         .cloned()
         .collect();
     if !ended.is_empty() {
-        return Step::RestartMembers(ended);
+        return RestoreStep::RestartMembers(ended);
     }
     // 6. Every member healthy, a voter, serving at least the snapshot's revision.
     let not_ready: Vec<&String> = plan
@@ -511,7 +346,7 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         if stuck.is_empty() {
             return wait(progress);
         }
-        return Step::MembersUnhealthy(format!(
+        return RestoreStep::MembersUnhealthy(format!(
             "{progress} ({}); still waiting: the cluster stays paused and the old volumes are kept",
             stuck.join("; ")
         ));
@@ -533,12 +368,12 @@ pub fn plan(names: &ClusterNames, observed: &Observed) -> Step {
         ));
     }
     let revision = health.revisions.values().copied().min().unwrap_or(want);
-    Step::HandOver { revision }
+    RestoreStep::HandOver { revision }
 }
 
 /// The snapshot every member's fetch verified, or why there is none: a fetch without a report,
 /// or members that fetched different snapshots (the object was replaced meanwhile).
-fn verified_snapshot(observed: &Observed, plan: &RestorePlan) -> Step {
+fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreStep {
     let url = &observed.source_url;
     let mut reports = Vec::new();
     for member in &plan.members {
@@ -573,7 +408,7 @@ fn verified_snapshot(observed: &Observed, plan: &RestorePlan) -> Step {
     if let Some(problem) = newer_minor(&snapshot, &plan.version) {
         return fail(observed, "BackupTooNew", &problem);
     }
-    Step::RecordSnapshot(snapshot)
+    RestoreStep::RecordSnapshot(snapshot)
 }
 
 /// Why a snapshot cannot be restored into members of `version`: it was taken from a newer
@@ -596,7 +431,11 @@ fn newer_minor(snapshot: &VerifiedSnapshot, version: &str) -> Option<String> {
 
 /// The members and token of a new restore: `size` names above every name in use (pods, claims,
 /// detached and staged claims), so no restored member reuses an old member's volume or DNS name.
-fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) -> RestorePlan {
+fn new_plan(
+    names: &ClusterNames,
+    observed: &RestoreObserved,
+    cluster: &ClusterView,
+) -> RestorePlan {
     let mut used: BTreeSet<String> = observed.member_pods.keys().cloned().collect();
     used.extend(observed.claims.iter().cloned());
     used.extend(observed.detached_claims.iter().cloned());
@@ -617,74 +456,9 @@ fn new_plan(names: &ClusterNames, observed: &Observed, cluster: &ClusterView) ->
     }
 }
 
-/// `etcd-backup --output json fetch`'s report (the last JSON line with a sha256), followed by the
-/// restore tool's log. The revision is the manifest's; a backup without one (made by coreos or
-/// `etcdctl`, uploaded by hand) gets the snapshot's own, as the restore tool logs it.
-pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
-    let report = output.lines().rev().find_map(|line| {
-        let line = line.trim_start();
-        let value: serde_json::Value = serde_json::from_str(line).ok()?;
-        value.get("sha256").is_some().then_some(value)
-    })?;
-    Some(VerifiedSnapshot {
-        revision: report["revision"]
-            .as_i64()
-            .or_else(|| revision_restored(output)),
-        db_bytes: report["dbBytes"].as_i64(),
-        sha256: report["sha256"].as_str().map(str::to_string),
-        etcd_version: report["etcdVersion"].as_str().map(str::to_string),
-    })
-}
-
-/// The snapshot's latest revision as `etcdutl snapshot restore --bump-revision` logs it
-/// ("bumping latest revision", `latest-revision`, in its console or JSON log). `None` where the
-/// tool does not bump (etcd before 3.4.27 and 3.5.10): then nothing says the revision, and the
-/// members are checked only to serve.
-fn revision_restored(output: &str) -> Option<i64> {
-    output
-        .lines()
-        .filter(|line| line.contains("bumping latest revision"))
-        .find_map(|line| {
-            let fields: serde_json::Value = serde_json::from_str(&line[line.find('{')?..]).ok()?;
-            fields["latest-revision"].as_i64()
-        })
-}
-
-/// The phase a step belongs to.
-pub fn phase_of(step: &Step, observed: &Observed) -> RestorePhase {
-    match step {
-        Step::Fail { .. } => RestorePhase::Failed,
-        Step::Succeed { .. } => RestorePhase::Succeeded,
-        Step::Done => observed.phase.unwrap_or(RestorePhase::Pending),
-        Step::RestoreMembers(_)
-        | Step::Discard { .. }
-        | Step::RecordSnapshot(_)
-        | Step::DeleteOldPods(_)
-        | Step::DetachClaims(_)
-        | Step::JoinClaims(_)
-        | Step::StartMembers(_) => RestorePhase::Restoring,
-        Step::HandOver { .. }
-        | Step::DeleteOldClaims(_)
-        | Step::RestartMembers(_)
-        | Step::MembersUnhealthy(_) => RestorePhase::Verifying,
-        _ => match &observed.plan {
-            None => RestorePhase::Preparing,
-            Some(plan)
-                if plan
-                    .members
-                    .iter()
-                    .all(|m| observed.member_pods.contains_key(m)) =>
-            {
-                RestorePhase::Verifying
-            }
-            Some(_) => RestorePhase::Restoring,
-        },
-    }
-}
-
 /// A failure; the cluster is given back when the snapshot was never verified (nothing of it
 /// was touched before that), once the restore's staged claims and running pods are gone.
-fn fail(observed: &Observed, reason: &str, message: &str) -> Step {
+fn fail(observed: &RestoreObserved, reason: &str, message: &str) -> RestoreStep {
     let release = observed.snapshot.is_none();
     if release {
         let planned: Vec<&String> = observed.plan.iter().flat_map(|p| &p.members).collect();
@@ -695,7 +469,7 @@ fn fail(observed: &Observed, reason: &str, message: &str) -> Step {
             .map(|m| m.to_string())
             .collect();
         if !claims.is_empty() || !pods.is_empty() {
-            return Step::Discard {
+            return RestoreStep::Discard {
                 reason: reason.into(),
                 message: message.into(),
                 claims,
@@ -709,20 +483,22 @@ fn fail(observed: &Observed, reason: &str, message: &str) -> Step {
             ));
         }
     }
-    Step::Fail {
+    RestoreStep::Fail {
         reason: reason.into(),
         message: message.into(),
         release,
     }
 }
 
-fn wait(reason: String) -> Step {
-    Step::Wait { reason }
+fn wait(reason: String) -> RestoreStep {
+    RestoreStep::Wait { reason }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observed::Health;
+    use crate::status::phase_of;
 
     fn names() -> ClusterNames {
         ClusterNames::new("c", "ns", None)
@@ -760,8 +536,8 @@ mod tests {
     }
 
     /// A restore after a disaster: old member c-1's pod and claim survive, c-0 and c-2 are gone.
-    fn start() -> Observed {
-        Observed {
+    fn start() -> RestoreObserved {
+        RestoreObserved {
             uid: "r".into(),
             source_url: "s3://b/k".into(),
             cluster: Some(ClusterView {
@@ -793,7 +569,7 @@ mod tests {
     }
 
     /// Planned, the cluster held; every member's claim staged and its restore pod `run`.
-    fn restoring(run: PodRun) -> Observed {
+    fn restoring(run: PodRun) -> RestoreObserved {
         let mut o = start();
         o.cluster = Some(cluster());
         o.plan = Some(recorded_plan());
@@ -821,45 +597,45 @@ mod tests {
     #[test]
     fn a_bad_source_fails_at_once_and_a_good_one_pauses_the_cluster_first() {
         let mut o = start();
-        assert_eq!(plan(&names(), &o), Step::PauseCluster);
+        assert_eq!(plan(&names(), &o), RestoreStep::PauseCluster);
         o.source_problem = Some("local.persistentVolumeClaim is not set".into());
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "BadSource"
+            RestoreStep::Fail { reason, release: true, .. } if reason == "BadSource"
         ));
     }
 
     #[test]
     fn the_cluster_is_paused_and_released_by_its_operator_before_the_plan() {
         let mut o = start();
-        assert_eq!(plan(&names(), &o), Step::PauseCluster);
+        assert_eq!(plan(&names(), &o), RestoreStep::PauseCluster);
         o.cluster = Some(ClusterView {
             pause_seen: false,
             ..cluster()
         });
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Preparing);
         // Held by an earlier restore of the same name (deleted and re-created): taken over.
         o.cluster = Some(ClusterView {
             restore: Some("earlier".into()),
             ..cluster()
         });
-        assert_eq!(plan(&names(), &o), Step::PauseCluster);
+        assert_eq!(plan(&names(), &o), RestoreStep::PauseCluster);
         o.cluster = Some(cluster());
         // New names above every name in use; the surviving claim is recorded as detached.
         o.detached_claims = ["c-1".to_string()].into();
         o.detached_by_this = o.detached_claims.clone();
-        assert_eq!(plan(&names(), &o), Step::RecordPlan(recorded_plan()));
+        assert_eq!(plan(&names(), &o), RestoreStep::RecordPlan(recorded_plan()));
         // Names of claims still being deleted, or staged by an earlier restore, are in use too.
         o.terminating = ["c-7".to_string()].into();
         o.staged_claims = ["c-9".to_string()].into();
-        let Step::RecordPlan(later) = plan(&names(), &o) else {
+        let RestoreStep::RecordPlan(later) = plan(&names(), &o) else {
             panic!()
         };
         assert_eq!(later.members, ["c-10", "c-11", "c-12"]);
         // So are those of anyone's claims named like members.
         o.all_claims = ["c-12".to_string(), "data".to_string()].into();
-        let Step::RecordPlan(later) = plan(&names(), &o) else {
+        let RestoreStep::RecordPlan(later) = plan(&names(), &o) else {
             panic!()
         };
         assert_eq!(later.members, ["c-13", "c-14", "c-15"]);
@@ -868,23 +644,23 @@ mod tests {
         o.staged_claims.clear();
         o.cluster = None;
         assert!(
-            matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "ClusterNotFound")
+            matches!(plan(&names(), &o), RestoreStep::Fail { reason, .. } if reason == "ClusterNotFound")
         );
         o.can_create_cluster = true;
-        assert_eq!(plan(&names(), &o), Step::CreateCluster);
+        assert_eq!(plan(&names(), &o), RestoreStep::CreateCluster);
         o.cluster = Some(ClusterView {
             persistent: false,
             ..cluster()
         });
         assert!(
-            matches!(plan(&names(), &o), Step::Fail { reason, .. } if reason == "NotPersistent")
+            matches!(plan(&names(), &o), RestoreStep::Fail { reason, .. } if reason == "NotPersistent")
         );
     }
 
     #[test]
     fn a_version_that_does_not_parse_fails_before_the_cluster_is_paused() {
-        let invalid = |step: &Step| {
-            matches!(step, Step::Fail { reason, message, .. }
+        let invalid = |step: &RestoreStep| {
+            matches!(step, RestoreStep::Fail { reason, message, .. }
                 if reason == "InvalidVersion" && message.contains("MAJOR.MINOR.PATCH"))
         };
         let mut o = start();
@@ -907,19 +683,22 @@ mod tests {
         o.cluster = Some(cluster());
         o.plan = Some(recorded_plan());
         // Old member c-1 still runs: the new members are restored first, beside it.
-        assert_eq!(plan(&names(), &o), Step::RestoreMembers(members()));
+        assert_eq!(plan(&names(), &o), RestoreStep::RestoreMembers(members()));
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
         let mut o = restoring(PodRun::Running);
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
         // A claim that vanished before its pod started (made while an old one of that name was
         // being deleted) is made again.
         o.restore_pods.insert("c-3".into(), PodRun::Waiting);
         o.staged_claims.remove("c-3");
-        assert_eq!(plan(&names(), &o), Step::RestoreMembers(vec!["c-3".into()]));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::RestoreMembers(vec!["c-3".into()])
+        );
         // Under a pod that ran, its restore is lost: the restore fails with the cause and gives
         // the cluster back, instead of waiting for a member that cannot start.
         o.restore_pods.insert("c-3".into(), fetched(REPORT));
-        let Step::Discard {
+        let RestoreStep::Discard {
             reason,
             message,
             pods,
@@ -937,7 +716,7 @@ mod tests {
         o.restore_pods.insert("c-3".into(), PodRun::Running);
         assert!(matches!(
             plan(&names(), &o),
-            Step::Discard { reason, .. } if reason == "ClaimLost"
+            RestoreStep::Discard { reason, .. } if reason == "ClaimLost"
         ));
         o.restore_pods.insert("c-3".into(), PodRun::Running);
         o.staged_claims.insert("c-3".into());
@@ -946,23 +725,23 @@ mod tests {
         o.source_problem = Some("Secret aws not found in ns".into());
         assert!(matches!(
             plan(&names(), &o),
-            Step::Discard { reason, .. } if reason == "BadSource"
+            RestoreStep::Discard { reason, .. } if reason == "BadSource"
         ));
         // All fetched the same verified snapshot: it is recorded, and nothing stopped before.
         let mut o = restoring(fetched(REPORT));
-        assert_eq!(plan(&names(), &o), Step::RecordSnapshot(snapshot()));
+        assert_eq!(plan(&names(), &o), RestoreStep::RecordSnapshot(snapshot()));
         o.restore_pods.insert(
             "c-4".into(),
             fetched(r#"{"sha256":"cd","revision":600,"dbBytes":1048576}"#),
         );
         assert!(matches!(
             plan(&names(), &o),
-            Step::Discard { reason, pods, .. } if reason == "BackupChanged" && pods == members()
+            RestoreStep::Discard { reason, pods, .. } if reason == "BackupChanged" && pods == members()
         ));
         o.restore_pods.insert("c-4".into(), fetched("no report"));
         assert!(matches!(
             plan(&names(), &o),
-            Step::Discard { reason, .. } if reason == "BackupInvalid"
+            RestoreStep::Discard { reason, .. } if reason == "BackupInvalid"
         ));
         // The cause recorded, the claims and pods gone: the failure is recorded and the cluster
         // given back; with the cluster already given back it is not paused again.
@@ -971,7 +750,7 @@ mod tests {
         o.restore_pods.clear();
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+            RestoreStep::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
         o.cluster = Some(ClusterView {
             paused: false,
@@ -980,7 +759,7 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+            RestoreStep::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
     }
 
@@ -997,7 +776,7 @@ mod tests {
         };
         let o = restoring(not_started);
         match plan(&names(), &o) {
-            Step::Discard {
+            RestoreStep::Discard {
                 reason, message, ..
             } => {
                 assert_eq!(reason, "PodNotStarted");
@@ -1012,7 +791,7 @@ mod tests {
         // Still within its deadline it is waited for.
         assert!(matches!(
             plan(&names(), &restoring(PodRun::Waiting)),
-            Step::Wait { .. }
+            RestoreStep::Wait { .. }
         ));
     }
 
@@ -1053,7 +832,7 @@ mod tests {
             )
         };
         let o = restoring(fetched(&report("3.7.3")));
-        let Step::Discard {
+        let RestoreStep::Discard {
             reason, message, ..
         } = plan(&names(), &o)
         else {
@@ -1071,7 +850,7 @@ mod tests {
             recorded.etcd_version = Some(older.into());
             assert_eq!(
                 plan(&names(), &o),
-                Step::RecordSnapshot(recorded),
+                RestoreStep::RecordSnapshot(recorded),
                 "{older}"
             );
         }
@@ -1083,7 +862,7 @@ mod tests {
         o.restore_pods
             .insert("c-3".into(), failed("fetch", 3, "sha256 trailer mismatch"));
         // First the cause is recorded and the restore's claims and pods go.
-        let Step::Discard {
+        let RestoreStep::Discard {
             reason,
             message,
             claims,
@@ -1104,9 +883,9 @@ mod tests {
         o.staged_claims.clear();
         o.restore_pods.clear();
         o.terminating = members().into_iter().collect();
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
         o.terminating.clear();
-        let Step::Fail {
+        let RestoreStep::Fail {
             reason, release, ..
         } = plan(&names(), &o)
         else {
@@ -1122,7 +901,7 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+            RestoreStep::Fail { reason, release: true, .. } if reason == "BackupInvalid"
         ));
         // A fetch that could not read the backup (exit 1) fails it too, saying so; one that
         // was killed (exit 137: a memory limit, say) said nothing about the backup.
@@ -1131,7 +910,7 @@ mod tests {
             o.restore_pods
                 .insert("c-3".into(), failed("fetch", exit_code, message));
             match plan(&names(), &o) {
-                Step::Discard {
+                RestoreStep::Discard {
                     reason, message, ..
                 } => (reason, message),
                 other => panic!("{other:?}"),
@@ -1152,7 +931,7 @@ mod tests {
         );
         assert!(matches!(
             plan(&names(), &o),
-            Step::Discard { reason, .. } if reason == "RestoreFailed"
+            RestoreStep::Discard { reason, .. } if reason == "RestoreFailed"
         ));
     }
 
@@ -1165,13 +944,13 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            Step::Discard { reason, .. } if reason == "ClusterReleased"
+            RestoreStep::Discard { reason, .. } if reason == "ClusterReleased"
         ));
         o.staged_claims.clear();
         o.restore_pods.clear();
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: true, .. } if reason == "ClusterReleased"
+            RestoreStep::Fail { reason, release: true, .. } if reason == "ClusterReleased"
         ));
         // Once the snapshot is recorded (every member restored) the cluster is the restore's
         // to finish: paused again.
@@ -1181,7 +960,7 @@ mod tests {
             ..cluster()
         });
         o.snapshot = Some(snapshot());
-        assert_eq!(plan(&names(), &o), Step::PauseCluster);
+        assert_eq!(plan(&names(), &o), RestoreStep::PauseCluster);
     }
 
     #[test]
@@ -1190,42 +969,48 @@ mod tests {
             output: String::new(),
         });
         o.snapshot = Some(snapshot());
-        assert_eq!(plan(&names(), &o), Step::DeleteOldPods(vec!["c-1".into()]));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::DeleteOldPods(vec!["c-1".into()])
+        );
         o.member_pods.clear();
-        assert_eq!(plan(&names(), &o), Step::DetachClaims(vec!["c-1".into()]));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::DetachClaims(vec!["c-1".into()])
+        );
         o.claims.clear();
         o.detached_claims = ["c-1".to_string()].into();
         o.detached_by_this = o.detached_claims.clone();
-        assert_eq!(plan(&names(), &o), Step::JoinClaims(members()));
+        assert_eq!(plan(&names(), &o), RestoreStep::JoinClaims(members()));
         o.staged_claims.clear();
         o.claims = members().into_iter().collect();
-        assert_eq!(plan(&names(), &o), Step::StartMembers(members()));
+        assert_eq!(plan(&names(), &o), RestoreStep::StartMembers(members()));
         // A restored claim, or a restore pod, deleted before its member started: the cluster
         // stays paused.
         o.claims.remove("c-3");
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: false, .. } if reason == "ClaimLost"
+            RestoreStep::Fail { reason, release: false, .. } if reason == "ClaimLost"
         ));
         o.claims.insert("c-3".into());
         let run = o.restore_pods.remove("c-3").unwrap();
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: false, .. } if reason == "ClaimLost"
+            RestoreStep::Fail { reason, release: false, .. } if reason == "ClaimLost"
         ));
         o.restore_pods.insert("c-3".into(), run);
         // Restarted after starting one member: only the others are started.
         o.member_pods.insert("c-2".into(), false);
         assert_eq!(
             plan(&names(), &o),
-            Step::StartMembers(members()[1..].to_vec())
+            RestoreStep::StartMembers(members()[1..].to_vec())
         );
         // A failure once the old members were stopped keeps the cluster paused.
         o.restore_pods
             .insert("c-4".into(), failed("restore", 137, "the pod was evicted"));
         assert!(matches!(
             plan(&names(), &o),
-            Step::Fail { reason, release: false, .. } if reason == "RestoreFailed"
+            RestoreStep::Fail { reason, release: false, .. } if reason == "RestoreFailed"
         ));
     }
 
@@ -1235,11 +1020,11 @@ mod tests {
         o.revision_bumped = Some(true);
         o.member_pods = members().into_iter().map(|m| (m, true)).collect();
         o.member_pods.insert("c-4".into(), false);
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Verifying);
         o.member_pods.insert("c-4".into(), true);
         assert!(
-            matches!(plan(&names(), &o), Step::Wait { .. }),
+            matches!(plan(&names(), &o), RestoreStep::Wait { .. }),
             "health not asked yet"
         );
         let bumped = 500 + REVISION_BUMP as i64;
@@ -1249,37 +1034,46 @@ mod tests {
         };
         o.health = Some(health.clone());
         assert!(
-            matches!(plan(&names(), &o), Step::Wait { .. }),
+            matches!(plan(&names(), &o), RestoreStep::Wait { .. }),
             "c-4 is no voter"
         );
         health.voters.insert("c-4".into());
         health.revisions.insert("c-4".into(), 500);
         o.health = Some(health.clone());
         assert!(
-            matches!(plan(&names(), &o), Step::Wait { .. }),
+            matches!(plan(&names(), &o), RestoreStep::Wait { .. }),
             "c-4 below the bumped revision"
         );
         health.revisions.insert("c-4".into(), bumped + 3);
         o.health = Some(health);
-        assert_eq!(plan(&names(), &o), Step::HandOver { revision: bumped });
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::HandOver { revision: bumped }
+        );
         // Recorded, then the operator was killed before unpausing: the hand-over is repeated.
         o.plan.as_mut().unwrap().handed_over = Some(true);
         o.restored_revision = Some(bumped);
         o.health = None;
-        assert_eq!(plan(&names(), &o), Step::HandOver { revision: bumped });
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::HandOver { revision: bumped }
+        );
         o.cluster = Some(given_back());
         assert_eq!(
             plan(&names(), &o),
-            Step::DeleteOldClaims(vec!["c-1".into()])
+            RestoreStep::DeleteOldClaims(vec!["c-1".into()])
         );
         o.delete_old_volumes = false;
-        assert_eq!(plan(&names(), &o), Step::Succeed { revision: bumped });
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::Succeed { revision: bumped }
+        );
         o.phase = Some(RestorePhase::Succeeded);
-        assert_eq!(plan(&names(), &o), Step::Done);
+        assert_eq!(plan(&names(), &o), RestoreStep::Done);
     }
 
     /// Started members on their restored claims, not ready yet.
-    fn started() -> Observed {
+    fn started() -> RestoreObserved {
         let mut o = start();
         o.snapshot = Some(snapshot());
         o.cluster = Some(cluster());
@@ -1298,23 +1092,29 @@ mod tests {
     #[test]
     fn a_member_pod_that_will_not_run_again_is_started_again_on_its_claim() {
         let mut o = started();
-        assert!(matches!(plan(&names(), &o), Step::Wait { .. }));
+        assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
         o.member_problems.insert(
             "c-3".into(),
             MemberProblem::Ended("Evicted: the node was low on memory".into()),
         );
-        assert_eq!(plan(&names(), &o), Step::RestartMembers(vec!["c-3".into()]));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::RestartMembers(vec!["c-3".into()])
+        );
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Verifying);
         // Being deleted: waited for (a pod of that name cannot be made yet), then made again.
         o.member_problems.clear();
         o.member_pods.remove("c-3");
         o.member_pods_going.insert("c-3".into());
-        let Step::Wait { reason } = plan(&names(), &o) else {
+        let RestoreStep::Wait { reason } = plan(&names(), &o) else {
             panic!("waits for the old pod to go")
         };
         assert!(reason.contains("c-3"), "{reason}");
         o.member_pods_going.clear();
-        assert_eq!(plan(&names(), &o), Step::StartMembers(vec!["c-3".into()]));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::StartMembers(vec!["c-3".into()])
+        );
     }
 
     #[test]
@@ -1325,7 +1125,7 @@ mod tests {
             "c-4".into(),
             MemberProblem::Stuck("etcd: CrashLoopBackOff, last exit 1: back-off 40s".into()),
         );
-        let Step::MembersUnhealthy(message) = plan(&names(), &o) else {
+        let RestoreStep::MembersUnhealthy(message) = plan(&names(), &o) else {
             panic!("a crash loop is reported")
         };
         assert!(
@@ -1337,7 +1137,9 @@ mod tests {
         // It passed: no report, and on to the health check.
         o.member_problems.clear();
         o.member_pods = members().into_iter().map(|m| (m, true)).collect();
-        assert!(matches!(plan(&names(), &o), Step::Wait { reason } if reason.contains("asking")));
+        assert!(
+            matches!(plan(&names(), &o), RestoreStep::Wait { reason } if reason.contains("asking"))
+        );
     }
 
     #[test]
@@ -1353,10 +1155,10 @@ mod tests {
         o.cluster = Some(given_back());
         assert_eq!(
             plan(&names(), &o),
-            Step::DeleteOldClaims(vec!["c-1".into()])
+            RestoreStep::DeleteOldClaims(vec!["c-1".into()])
         );
         o.detached_claims.remove("c-1");
         o.detached_by_this.remove("c-1");
-        assert_eq!(plan(&names(), &o), Step::Succeed { revision: 600 });
+        assert_eq!(plan(&names(), &o), RestoreStep::Succeed { revision: 600 });
     }
 }

@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::plan::Step;
+use crate::observed::RestoreObserved;
+use crate::step::RestoreStep;
 
 /// The annotation by which a restore holds its EtcdCluster (the restore's uid). A second
 /// restore of a cluster cannot exist at the same time (an EtcdRestore is named like its
@@ -28,18 +29,18 @@ const NOT_BUMPED: &str = "; the revision is not bumped (this etcd version's rest
     servers) after the restore, or their caches may miss changes";
 
 /// What a step means to the user: the `Progressing` reason and message.
-pub fn describe(step: &Step) -> (&'static str, String) {
+pub fn describe(step: &RestoreStep) -> (&'static str, String) {
     match step {
-        Step::Done => ("Done", String::new()),
-        Step::Fail { message, .. } => ("Failed", message.clone()),
-        Step::RecordSnapshot(s) => (
+        RestoreStep::Done => ("Done", String::new()),
+        RestoreStep::Fail { message, .. } => ("Failed", message.clone()),
+        RestoreStep::RecordSnapshot(s) => (
             "BackupVerified",
             format!(
                 "every member's fetch verified the backup (revision {:?}); stopping the old members",
                 s.revision
             ),
         ),
-        Step::Discard {
+        RestoreStep::Discard {
             reason, message, ..
         } => (
             "Discarding",
@@ -48,10 +49,12 @@ pub fn describe(step: &Step) -> (&'static str, String) {
                  giving the cluster back"
             ),
         ),
-        Step::CreateCluster => ("CreatingCluster", "creating the EtcdCluster, paused".into()),
-        Step::PauseCluster => ("PausingCluster", "pausing the EtcdCluster".into()),
-        Step::Wait { reason } => ("Waiting", reason.clone()),
-        Step::RecordPlan(p) => {
+        RestoreStep::CreateCluster => {
+            ("CreatingCluster", "creating the EtcdCluster, paused".into())
+        }
+        RestoreStep::PauseCluster => ("PausingCluster", "pausing the EtcdCluster".into()),
+        RestoreStep::Wait { reason } => ("Waiting", reason.clone()),
+        RestoreStep::RecordPlan(p) => {
             let bumps = EtcdVersion::parse(&p.version).is_ok_and(|v| v.restore_can_bump_revision());
             let note = if bumps { "" } else { NOT_BUMPED };
             (
@@ -59,36 +62,36 @@ pub fn describe(step: &Step) -> (&'static str, String) {
                 format!("restoring into new members {}{note}", p.members.join(", ")),
             )
         }
-        Step::DeleteOldPods(p) => (
+        RestoreStep::DeleteOldPods(p) => (
             "StoppingOldMembers",
             format!(
                 "deleting old member pods {} (their volumes are kept)",
                 p.join(", ")
             ),
         ),
-        Step::DetachClaims(c) => (
+        RestoreStep::DetachClaims(c) => (
             "DetachingOldVolumes",
             format!(
                 "detaching old volumes {} from the cluster (kept)",
                 c.join(", ")
             ),
         ),
-        Step::RestoreMembers(m) => (
+        RestoreStep::RestoreMembers(m) => (
             "RestoringMembers",
             format!(
                 "fetching, verifying and restoring the snapshot into {} (the old members still run)",
                 m.join(", ")
             ),
         ),
-        Step::JoinClaims(c) => (
+        RestoreStep::JoinClaims(c) => (
             "JoiningVolumes",
             format!(
                 "giving the restored volumes {} to the cluster",
                 c.join(", ")
             ),
         ),
-        Step::StartMembers(m) => ("StartingMembers", format!("starting {}", m.join(", "))),
-        Step::RestartMembers(m) => (
+        RestoreStep::StartMembers(m) => ("StartingMembers", format!("starting {}", m.join(", "))),
+        RestoreStep::RestartMembers(m) => (
             "RestartingMembers",
             format!(
                 "member pods {} will not run again (evicted, or their node shut down): starting \
@@ -96,16 +99,16 @@ pub fn describe(step: &Step) -> (&'static str, String) {
                 m.join(", ")
             ),
         ),
-        Step::MembersUnhealthy(message) => ("MembersUnhealthy", message.clone()),
-        Step::HandOver { .. } => (
+        RestoreStep::MembersUnhealthy(message) => ("MembersUnhealthy", message.clone()),
+        RestoreStep::HandOver { .. } => (
             "HandingOver",
             "every member is healthy; unpausing the EtcdCluster".into(),
         ),
-        Step::DeleteOldClaims(c) => (
+        RestoreStep::DeleteOldClaims(c) => (
             "DeletingOldVolumes",
             format!("deleting the replaced members' volumes {}", c.join(", ")),
         ),
-        Step::Succeed { revision } => (
+        RestoreStep::Succeed { revision } => (
             "Succeeded",
             format!("every member is healthy and serves revision {revision} or above"),
         ),
@@ -113,7 +116,12 @@ pub fn describe(step: &Step) -> (&'static str, String) {
 }
 
 /// The status after `step`, in phase `phase`.
-pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Timestamp) -> Value {
+pub fn report(
+    restore: &EtcdRestore,
+    step: &RestoreStep,
+    phase: RestorePhase,
+    now: Timestamp,
+) -> Value {
     let previous = restore.status.clone().unwrap_or_default();
     let generation = restore.metadata.generation;
     let start = previous.start_time.clone().unwrap_or(Time(now));
@@ -125,13 +133,13 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
     };
     let duration = end.as_ref().map_or(now, |t| t.0).duration_since(start.0);
     let (reason, mut message) = describe(step);
-    if matches!(step, Step::Succeed { .. }) && previous.revision_bumped == Some(false) {
+    if matches!(step, RestoreStep::Succeed { .. }) && previous.revision_bumped == Some(false) {
         message.push_str(NOT_BUMPED);
     }
     let mut conditions = previous.conditions.clone();
     let now_time = Time(now);
     let ready = match step {
-        Step::Succeed { .. } => condition::new(
+        RestoreStep::Succeed { .. } => condition::new(
             READY,
             true,
             "Succeeded",
@@ -139,7 +147,7 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
             generation,
             now_time.clone(),
         ),
-        Step::Fail {
+        RestoreStep::Fail {
             reason, message, ..
         } => condition::new(READY, false, reason, message, generation, now_time.clone()),
         _ if done => condition::find(&conditions, READY)
@@ -164,16 +172,16 @@ pub fn report(restore: &EtcdRestore, step: &Step, phase: RestorePhase, now: Time
         ),
     };
     condition::set(&mut conditions, ready);
-    if !matches!(step, Step::Done) {
+    if !matches!(step, RestoreStep::Done) {
         let progressing =
             condition::new(PROGRESSING, !done, reason, &message, generation, now_time);
         condition::set(&mut conditions, progressing);
     }
     let failure = match step {
-        Step::Fail {
+        RestoreStep::Fail {
             reason, message, ..
         }
-        | Step::Discard {
+        | RestoreStep::Discard {
             reason, message, ..
         } => Some(format!("{reason}: {message}")),
         _ => previous.reason.clone(),
@@ -200,6 +208,38 @@ pub fn format_duration(seconds: f64) -> String {
     }
 }
 
+/// The phase a step belongs to.
+pub fn phase_of(step: &RestoreStep, observed: &RestoreObserved) -> RestorePhase {
+    match step {
+        RestoreStep::Fail { .. } => RestorePhase::Failed,
+        RestoreStep::Succeed { .. } => RestorePhase::Succeeded,
+        RestoreStep::Done => observed.phase.unwrap_or(RestorePhase::Pending),
+        RestoreStep::RestoreMembers(_)
+        | RestoreStep::Discard { .. }
+        | RestoreStep::RecordSnapshot(_)
+        | RestoreStep::DeleteOldPods(_)
+        | RestoreStep::DetachClaims(_)
+        | RestoreStep::JoinClaims(_)
+        | RestoreStep::StartMembers(_) => RestorePhase::Restoring,
+        RestoreStep::HandOver { .. }
+        | RestoreStep::DeleteOldClaims(_)
+        | RestoreStep::RestartMembers(_)
+        | RestoreStep::MembersUnhealthy(_) => RestorePhase::Verifying,
+        _ => match &observed.plan {
+            None => RestorePhase::Preparing,
+            Some(plan)
+                if plan
+                    .members
+                    .iter()
+                    .all(|m| observed.member_pods.contains_key(m)) =>
+            {
+                RestorePhase::Verifying
+            }
+            Some(_) => RestorePhase::Restoring,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,7 +257,7 @@ mod tests {
     fn in_progress_then_failed_with_the_cause() {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
         let mut r = restore();
-        let status = report(&r, &Step::PauseCluster, RestorePhase::Preparing, now);
+        let status = report(&r, &RestoreStep::PauseCluster, RestorePhase::Preparing, now);
         assert_eq!(status["succeeded"], false);
         assert_eq!(status["phase"], "Preparing");
         assert_eq!(status["conditions"][0]["type"], "Ready");
@@ -227,7 +267,7 @@ mod tests {
         assert!(status["completionTime"].is_null());
         r.status = Some(serde_json::from_value(status).unwrap());
         let later: Timestamp = "2026-11-24T03:01:12Z".parse().unwrap();
-        let fail = Step::Fail {
+        let fail = RestoreStep::Fail {
             reason: "BackupInvalid".into(),
             message: "sha256 mismatch".into(),
             release: true,
@@ -245,7 +285,7 @@ mod tests {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
         let status = report(
             &restore(),
-            &Step::Succeed { revision: 7 },
+            &RestoreStep::Succeed { revision: 7 },
             RestorePhase::Succeeded,
             now,
         );
@@ -264,7 +304,7 @@ mod tests {
             revision_bumped: Some(false),
             ..Default::default()
         });
-        let step = Step::Succeed { revision: 7 };
+        let step = RestoreStep::Succeed { revision: 7 };
         let status = report(&r, &step, RestorePhase::Succeeded, now);
         let message = status["conditions"][0]["message"].as_str().unwrap();
         assert!(message.contains("revision is not bumped"), "{message}");
@@ -275,9 +315,9 @@ mod tests {
             detached_claims: vec![],
             handed_over: None,
         };
-        let (_, old) = describe(&Step::RecordPlan(plan("3.4.23")));
+        let (_, old) = describe(&RestoreStep::RecordPlan(plan("3.4.23")));
         assert!(old.contains("restart the clients"), "{old}");
-        let (_, new) = describe(&Step::RecordPlan(plan("3.5.16")));
+        let (_, new) = describe(&RestoreStep::RecordPlan(plan("3.5.16")));
         assert!(!new.contains("not bumped"), "{new}");
     }
 }

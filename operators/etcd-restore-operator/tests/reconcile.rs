@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use backup_api::EtcdRestore;
 use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
-use etcd_restore_operator::controller::{self, Context};
+use etcd_restore_operator::context::{self, Context};
+use etcd_restore_operator::controller;
 use etcd_restore_operator::metrics::Metrics;
 use http::{Method, StatusCode};
 use kube::runtime::controller::Action;
@@ -1228,7 +1229,7 @@ async fn failing_reconciles_back_off_per_restore_and_start_over_after_a_success(
     let (ctx, mut api) = context();
     let finished = restore(json!({"phase": "Succeeded"}));
     let failing: Arc<EtcdRestore> = Arc::new(serde_json::from_value(finished.clone()).unwrap());
-    let error = controller::Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
+    let error = context::Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
         "etcdrestores \"c\" is forbidden",
         "Forbidden",
     ))));

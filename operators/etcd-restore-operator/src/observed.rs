@@ -1,0 +1,116 @@
+//! What the restore's planner is given: the restore's recorded status and what the world
+//! shows (the cluster, its member and restore pods, claims, etcd's health), gathered by
+//! [`crate::observe`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
+
+/// How a run-once restore pod is doing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodRun {
+    /// No container started yet (its volumes are not mounted: nothing was written).
+    Waiting,
+    Running,
+    /// Exited 0; its fetch's report (read only until the snapshot is recorded).
+    Succeeded {
+        output: String,
+    },
+    /// Why it failed (its termination message or the kubelet's reason).
+    Failed {
+        /// The container that failed: `fetch` (the backup could not be read or verified) or
+        /// the restore tool.
+        container: String,
+        /// Its exit code, when it ran and exited (not when it could not start).
+        exit_code: Option<i32>,
+        message: String,
+    },
+}
+
+/// The container name [`PodRun::Failed`] carries when no container of the pod started in time
+/// (see `observe::START_DEADLINE`).
+pub const NOT_STARTED: &str = "pod";
+
+/// The EtcdCluster as the restore needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterView {
+    pub paused: bool,
+    /// The operator reported the pause (`status.controlPaused`) for the current generation: it
+    /// no longer acts on the cluster.
+    pub pause_seen: bool,
+    /// The restore holding the cluster (annotation [`crate::status::RESTORE_ANNOTATION`]).
+    pub restore: Option<String>,
+    pub size: usize,
+    pub version: String,
+    /// Members keep data on claims (`pod.persistentVolumeClaimSpec`).
+    pub persistent: bool,
+}
+
+/// The restored members' health, asked of each member.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Members in etcd's member list as voters.
+    pub voters: BTreeSet<String>,
+    /// Members that answered their status without errors, with their revision.
+    pub revisions: BTreeMap<String, i64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RestoreObserved {
+    /// This restore's uid (its lock on the cluster).
+    pub uid: String,
+    /// Recorded in status.
+    pub phase: Option<RestorePhase>,
+    /// Recorded once every member's fetch verified it: from then on the cluster may be touched.
+    pub snapshot: Option<VerifiedSnapshot>,
+    pub plan: Option<RestorePlan>,
+    pub revision_bumped: Option<bool>,
+    pub restored_revision: Option<i64>,
+    /// The failure recorded by a [`RestoreStep::Discard`] (reason, message), while it is carried out.
+    pub failing: Option<(String, String)>,
+    /// Where the snapshot is, and why it cannot be read when it cannot.
+    pub source_url: String,
+    pub source_problem: Option<String>,
+    /// The world.
+    pub cluster: Option<ClusterView>,
+    /// The cluster's member pods (`app=etcd,etcd_cluster=<name>`), with whether they are ready.
+    pub member_pods: BTreeMap<String, bool>,
+    /// Member pods in trouble the restore must act on or report.
+    pub member_problems: BTreeMap<String, MemberProblem>,
+    /// Member pods being deleted (not in `member_pods`).
+    pub member_pods_going: BTreeSet<String>,
+    /// Its claims attached to it (same labels), not being deleted.
+    pub claims: BTreeSet<String>,
+    /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.
+    pub detached_claims: BTreeSet<String>,
+    /// Those of them that carry this restore's uid (its detach step wrote it): the only claims
+    /// its `Delete` policy may delete.
+    pub detached_by_this: BTreeSet<String>,
+    /// Every claim of the namespace, whoever's (a user's named like a member included): a new
+    /// member is never named after one, or it would be restored onto it.
+    pub all_claims: BTreeSet<String>,
+    /// Claims made for restores of this name and not yet joined to the cluster (labelled as
+    /// the restore's pods), not being deleted: their names stay taken.
+    pub staged_claims: BTreeSet<String>,
+    /// Names of its pods and claims being deleted: taken until they are gone (a claim created
+    /// under such a name would be the old one, and vanish).
+    pub terminating: BTreeSet<String>,
+    pub restore_pods: BTreeMap<String, PodRun>,
+    /// Asked only once every planned member pod is ready.
+    pub health: Option<Health>,
+    /// Old volumes are deleted after success (else kept, detached).
+    pub delete_old_volumes: bool,
+    /// Can create the cluster when it does not exist (`spec.newCluster`).
+    pub can_create_cluster: bool,
+}
+
+/// A member pod the kubelet does not run, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemberProblem {
+    /// It will not run again (phase Failed: evicted, or its node shut down). Its claim keeps
+    /// the restored data, so the member can simply be started again.
+    Ended(String),
+    /// A container keeps failing or cannot start (crash loop, image pull): it may pass, and
+    /// the user must know.
+    Stuck(String),
+}

@@ -1,0 +1,66 @@
+//! What the restore's planner decides: the one next step ([`crate::plan::plan`]), carried out by
+//! the controller and described by [`crate::status`].
+
+use backup_api::{RestorePlan, VerifiedSnapshot};
+
+/// The restore's next step. Every step is safe to repeat.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RestoreStep {
+    /// Nothing more to do (succeeded or failed before).
+    Done,
+    Fail {
+        reason: String,
+        message: String,
+        /// Nothing of the cluster was touched (the snapshot was never verified): give it back
+        /// to its operator as it was (unpaused when this restore paused it).
+        release: bool,
+    },
+    /// A restore failing before the snapshot was verified first records why (`status.reason`),
+    /// then removes its staged claims and its restore pods (copies of the backup; a pod holds
+    /// its claim): no claim of the restore may remain under a name the cluster's operator could
+    /// give a new member once the cluster is given back.
+    Discard {
+        reason: String,
+        message: String,
+        claims: Vec<String>,
+        pods: Vec<String>,
+    },
+    /// Create the EtcdCluster from `spec.newCluster`, paused and held by this restore.
+    CreateCluster,
+    /// `spec.paused: true` and this restore's annotation on the cluster.
+    PauseCluster,
+    Wait {
+        reason: String,
+    },
+    /// Record the plan in status (before any claim or pod is made).
+    RecordPlan(RestorePlan),
+    /// Create each member's claim (the restore's own until joined) and restore pod, which
+    /// fetches and verifies the snapshot and restores it onto the claim.
+    RestoreMembers(Vec<String>),
+    /// Record the snapshot every member's fetch verified: the cluster may now be touched (so a
+    /// later failure no longer unpauses it).
+    RecordSnapshot(VerifiedSnapshot),
+    /// Delete old member pods (their claims keep the data).
+    DeleteOldPods(Vec<String>),
+    /// Take old claims out of the cluster's selector (kept, labelled `detached-from`).
+    DetachClaims(Vec<String>),
+    /// Give the restored claims to the cluster (its labels, it as owner).
+    JoinClaims(Vec<String>),
+    /// Create the member pods (and Services) on the restored claims.
+    StartMembers(Vec<String>),
+    /// Delete member pods that will not run again; they are started again on their claims.
+    RestartMembers(Vec<String>),
+    /// Restored members are not running, for a reason the kubelet gives: a Warning says why,
+    /// and the restore keeps waiting (the cluster stays paused, the old volumes kept).
+    MembersUnhealthy(String),
+    /// Record the hand-over and the revision served, then unpause the cluster, clear its
+    /// stale membership record and release the lock.
+    HandOver {
+        revision: i64,
+    },
+    /// Delete the detached claims of the replaced members (policy `Delete`).
+    DeleteOldClaims(Vec<String>),
+    Succeed {
+        revision: i64,
+    },
+}
