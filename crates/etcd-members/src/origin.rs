@@ -186,6 +186,17 @@ pub enum MakeError {
     Remade(String),
 }
 
+impl MakeError {
+    /// The kind of failure, one CamelCase word (metrics, logs).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            MakeError::Kube(_) => "KubernetesApi",
+            MakeError::Foreign(_) => "ForeignPod",
+            MakeError::Remade(_) => "PodRemade",
+        }
+    }
+}
+
 /// Makes member pod `pod` (named and labelled as its member): gated, then proven and ungated.
 /// A pod of that name that already exists is accepted only when it is the operators' own.
 pub async fn make_member_pod(api: &Api<Pod>, key: &ProofKey, pod: &Pod) -> Result<(), MakeError> {

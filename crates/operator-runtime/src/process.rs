@@ -191,11 +191,57 @@ pub async fn until_cancelled<F: std::future::Future>(
     }
 }
 
+/// An object the controller no longer watches: what the operator keeps about it (metric
+/// series, retry state) goes with it.
+pub enum Gone<'a, K> {
+    /// It was deleted.
+    Deleted(&'a K),
+    /// The watch (re)listed: these are every object there is; any other was deleted while the
+    /// watch was down.
+    Relisted(&'a [Arc<K>]),
+}
+
+/// What an operator keeps per object (metric series), to be dropped when the object is gone.
+pub trait PerObjectState {
+    fn forget(&self, namespace: &str, name: &str);
+    /// Keeps only the objects for which `exists` holds.
+    fn retain(&self, exists: &dyn Fn(&str, &str) -> bool);
+}
+
+/// Drops what is kept about gone objects: their retry state and their series.
+pub fn forget_gone<K: kube::Resource>(
+    gone: Gone<'_, K>,
+    backoff: &crate::backoff::PerObject,
+    state: &dyn PerObjectState,
+) {
+    use kube::ResourceExt;
+    match gone {
+        Gone::Deleted(object) => {
+            backoff.forget(&object.uid().unwrap_or_default());
+            state.forget(&object.namespace().unwrap_or_default(), &object.name_any());
+        }
+        Gone::Relisted(objects) => {
+            let uids: std::collections::BTreeSet<String> =
+                objects.iter().filter_map(|o| o.uid()).collect();
+            let names: std::collections::BTreeSet<(String, String)> = objects
+                .iter()
+                .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+                .collect();
+            backoff.retain(|uid| uids.contains(uid));
+            state.retain(&|namespace, name| {
+                names.contains(&(namespace.to_string(), name.to_string()))
+            });
+        }
+    }
+}
+
 /// The watched objects as a controller input that fires on spec changes only (`generation`), with
 /// the reflector store it fills: an operator's own status writes must not trigger reconciles.
+/// `gone` is called for each deleted object and after each (re)list.
 pub fn spec_changes<K>(
     api: kube::Api<K>,
     config: kube::runtime::watcher::Config,
+    gone: impl Fn(Gone<'_, K>) + Send + 'static,
 ) -> (
     kube::runtime::reflector::Store<K>,
     impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send,
@@ -209,10 +255,18 @@ where
         + Sync
         + 'static,
 {
+    use futures::TryStreamExt;
     use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::Event;
     let (reader, writer) = kube::runtime::reflector::store();
+    let listed = reader.clone();
     let stream = kube::runtime::reflector(writer, kube::runtime::watcher(api, config))
         .default_backoff()
+        .inspect_ok(move |event| match event {
+            Event::Delete(object) => gone(Gone::Deleted(object)),
+            Event::InitDone => gone(Gone::Relisted(&listed.state())),
+            _ => {}
+        })
         .applied_objects()
         .predicate_filter(kube::runtime::predicates::generation, Default::default());
     (reader, stream)

@@ -164,6 +164,14 @@ fn exported() -> BTreeSet<String> {
     let restores = restore::Metrics::default();
     restores.running("ns", "r");
     restores.finish("ns", "r", false, 1.0);
+    // Reconcile failures are counted by reason: a family shows only once one is counted.
+    for errors in [
+        &cluster.reconcile_errors,
+        &backups.reconcile_errors,
+        &restores.reconcile_errors,
+    ] {
+        errors.inc("KubernetesApi");
+    }
 
     let texts = [cluster.encode(), backups.encode(), restores.encode()];
     let mut names = BTreeSet::new();

@@ -28,6 +28,7 @@ use crate::schedule::{self, Due, History};
 use crate::secrets::SecretError;
 use crate::{drill, secrets, status};
 use operator_runtime::backoff::PerObject;
+use operator_runtime::reconcile_errors::{self, ReconcileError};
 
 /// Field manager for status and finalizer writes; also the event reporter.
 pub const MANAGER: &str = "etcd-backup-operator";
@@ -50,6 +51,15 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("deleting the backups of a deleted EtcdBackup failed: {0}")]
     Cleanup(RunError),
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubernetesApi",
+            Error::Cleanup(e) => e.reason(),
+        }
+    }
 }
 
 /// What reconcile needs. Small, shared, and built with a mock client in tests.
@@ -155,10 +165,7 @@ pub fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let delay = ctx.backoff.next_delay(&obj.uid().unwrap_or_default());
-    tracing::warn!(name = %obj.name_any(), %error, retry_in = ?delay, "reconcile failed");
-    ctx.metrics.reconcile_errors.inc();
-    Action::requeue(delay)
+    reconcile_errors::retry(&*obj, error, &ctx.backoff, &ctx.metrics.reconcile_errors)
 }
 
 async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Action, Error> {
@@ -196,7 +203,7 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         Ok(wait) => wait,
         Err(e) => {
             tracing::warn!(name = %backup.name_any(), error = %e, "restore drill step failed; retried");
-            ctx.metrics.reconcile_errors.inc();
+            ctx.metrics.reconcile_errors.inc("DrillStepFailed");
             let event = Event {
                 type_: EventType::Warning,
                 reason: "DrillStepFailed".into(),
@@ -438,7 +445,7 @@ async fn record_result(
         match apply_status(api, name, s).await {
             Ok(()) => return true,
             Err(e) => {
-                ctx.metrics.reconcile_errors.inc();
+                ctx.metrics.reconcile_errors.inc("ResultNotRecorded");
                 tracing::warn!(%name, attempt, error = %e, "could not record the backup result");
                 if attempt < RESULT_WRITE_ATTEMPTS {
                     tokio::time::sleep(ctx.result_write_backoff * attempt).await;

@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
+use operator_runtime::reconcile_errors::ReconcileErrors;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -41,7 +42,7 @@ pub struct Metrics {
     pub pruned: Counter,
     pub prune_failures: Counter,
     pub running: Gauge,
-    pub reconcile_errors: Counter,
+    pub reconcile_errors: ReconcileErrors,
     pub last_drill_success: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub last_drill_failure: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub drill_interval: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
@@ -116,12 +117,8 @@ impl Default for Metrics {
         );
         let running = Gauge::default();
         registry.register("running", "Backups in flight", running.clone());
-        let reconcile_errors = Counter::default();
-        registry.register(
-            "reconcile_errors",
-            "Reconcile calls that failed (API errors)",
-            reconcile_errors.clone(),
-        );
+        let reconcile_errors = ReconcileErrors::default();
+        reconcile_errors.register(&mut registry);
         let last_drill_success = Family::<ObjectLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "last_drill_success_timestamp_seconds",

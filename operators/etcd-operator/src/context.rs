@@ -7,6 +7,7 @@ use backup_api::EtcdCluster;
 use kube::Resource;
 use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
+use operator_runtime::reconcile_errors::ReconcileError;
 use thiserror::Error;
 
 use crate::metrics::Metrics;
@@ -30,6 +31,18 @@ pub enum Error {
          is not started on data that may belong to something else; rename or delete that claim"
     )]
     ForeignClaim(String),
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubernetesApi",
+            Error::Etcd(_) => "Etcd",
+            Error::Origin(e) => e.reason(),
+            Error::NoMember(_) => "NoMemberAnswers",
+            Error::ForeignClaim(_) => "ForeignClaim",
+        }
+    }
 }
 
 pub struct Context {

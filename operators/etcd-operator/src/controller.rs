@@ -17,6 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
+use operator_runtime::reconcile_errors;
 
 use crate::adopt;
 pub use crate::context::{Context, Error, MANAGER};
@@ -576,8 +577,10 @@ async fn patch_status(
 /// Retries a failed reconcile after a delay that grows with each failure of that cluster
 /// (kube's default backoff: 0.8 s doubling to 30 s, with jitter), and starts over after a success.
 pub fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next_delay(&cluster.uid().unwrap_or_default());
-    tracing::warn!(cluster = %cluster.name_any(), %error, retry_in = ?delay, "reconcile failed");
-    ctx.metrics.reconcile_errors.inc();
-    Action::requeue(delay)
+    reconcile_errors::retry(
+        &*cluster,
+        error,
+        &ctx.backoff,
+        &ctx.metrics.reconcile_errors,
+    )
 }

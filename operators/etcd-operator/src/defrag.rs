@@ -172,7 +172,7 @@ async fn step_round(
             });
             round.current = None;
             round.current_started = None;
-            let labels = member_labels(cluster, member);
+            let labels = member_labels(ctx, cluster, member);
             ctx.metrics
                 .last_defrag
                 .get_or_create(&labels)
@@ -452,12 +452,10 @@ fn configured_quota(cluster: &EtcdCluster) -> i64 {
         .unwrap_or(DEFAULT_QUOTA)
 }
 
-fn member_labels(cluster: &EtcdCluster, member: &str) -> MemberLabels {
-    MemberLabels {
-        namespace: cluster.namespace().unwrap_or_default(),
-        name: cluster.name_any(),
-        member: member.into(),
-    }
+fn member_labels(ctx: &Context, cluster: &EtcdCluster, member: &str) -> MemberLabels {
+    let namespace = cluster.namespace().unwrap_or_default();
+    ctx.metrics
+        .member_labels(&namespace, &cluster.name_any(), member)
 }
 
 /// Each member's database size, use and quota, and the cluster's alarms.
@@ -471,7 +469,7 @@ fn observe_metrics(ctx: &Context, cluster: &EtcdCluster, view: &EtcdView) {
         },
     ) in &view.databases
     {
-        let labels = member_labels(cluster, member);
+        let labels = member_labels(ctx, cluster, member);
         ctx.metrics.db_size.get_or_create(&labels).set(*size);
         ctx.metrics
             .db_size_in_use
@@ -482,7 +480,11 @@ fn observe_metrics(ctx: &Context, cluster: &EtcdCluster, view: &EtcdView) {
             .get_or_create(&labels)
             .set(quota.unwrap_or_else(|| configured_quota(cluster)));
     }
-    for alarm in ["NOSPACE", "CORRUPT"] {
+    ctx.metrics.cluster_labels(
+        &cluster.namespace().unwrap_or_default(),
+        &cluster.name_any(),
+    );
+    for alarm in crate::metrics::ALARMS {
         let labels = crate::metrics::AlarmLabels {
             namespace: cluster.namespace().unwrap_or_default(),
             name: cluster.name_any(),

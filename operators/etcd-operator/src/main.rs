@@ -74,7 +74,10 @@ async fn main() -> Result<()> {
     let shutdown = process.stop.clone();
     // Spec changes only (generation): the operator's own status writes must not trigger
     // reconciles; member pods, the periodic requeue and errors do.
-    let (reader, spec_changes) = process::spec_changes(clusters, config);
+    let gone_ctx = ctx.clone();
+    let (reader, spec_changes) = process::spec_changes(clusters, config, move |gone| {
+        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
+    });
     let running = Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd"))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

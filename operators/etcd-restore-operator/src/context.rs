@@ -7,6 +7,7 @@ use std::time::Duration;
 use etcd_members::origin::ProofKey;
 use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
+use operator_runtime::reconcile_errors::ReconcileError;
 use thiserror::Error;
 
 use crate::metrics::Metrics;
@@ -24,6 +25,16 @@ pub enum Error {
     Refused { what: String, message: String },
     #[error(transparent)]
     Origin(#[from] etcd_members::origin::MakeError),
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubernetesApi",
+            Error::Refused { .. } => "Refused",
+            Error::Origin(e) => e.reason(),
+        }
+    }
 }
 
 pub struct Context {

@@ -20,6 +20,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::RunAs;
+use operator_runtime::reconcile_errors;
 use operator_runtime::tenant_credentials;
 use serde_json::json;
 
@@ -66,7 +67,8 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     if restore.meta().deletion_timestamp.is_some() {
         return abandon(&ctx, &restore).await;
     }
-    if cached_phase.is_some_and(RestorePhase::is_terminal) {
+    if let Some(phase) = cached_phase.filter(|p| p.is_terminal()) {
+        ctx.metrics.ended(&ns, &name, phase);
         return Ok(Action::await_change());
     }
     let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
@@ -74,7 +76,8 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     // last write, and acting without it would plan twice.
     let restore = restores.get_status(&name).await?;
     let recorded = restore.status.clone().unwrap_or_default();
-    if recorded.phase.is_some_and(RestorePhase::is_terminal) {
+    if let Some(phase) = recorded.phase.filter(|p| p.is_terminal()) {
+        ctx.metrics.ended(&ns, &name, phase);
         return Ok(Action::await_change());
     }
     let cluster_name = restore.spec.etcd_cluster.name.clone();
@@ -738,10 +741,12 @@ fn report_seconds(report: &serde_json::Value) -> f64 {
 /// Retries a failed reconcile after a delay that grows with each failure of that restore
 /// (kube's default backoff: 0.8 s doubling to 30 s, with jitter), and starts over after a success.
 pub fn error_policy(restore: Arc<EtcdRestore>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next_delay(&restore.uid().unwrap_or_default());
-    tracing::warn!(restore = %restore.name_any(), %error, retry_in = ?delay, "reconcile failed");
-    ctx.metrics.reconcile_errors.inc();
-    Action::requeue(delay)
+    reconcile_errors::retry(
+        &*restore,
+        error,
+        &ctx.backoff,
+        &ctx.metrics.reconcile_errors,
+    )
 }
 
 #[cfg(test)]

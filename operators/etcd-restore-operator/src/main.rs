@@ -95,7 +95,10 @@ async fn main() -> Result<()> {
     // the cluster it restores (its operator reporting the pause) and that cluster's member pods
     // (turning ready): an EtcdRestore is named like its cluster. Without these the waits would
     // only end at the next requeue.
-    let (reader, spec_changes) = process::spec_changes(restores, config);
+    let gone_ctx = ctx.clone();
+    let (reader, spec_changes) = process::spec_changes(restores, config, move |gone| {
+        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
+    });
     let running = Controller::for_stream(spec_changes, reader)
         .owns(
             pods.clone(),
