@@ -11,7 +11,7 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 /// The object did what its spec asks: the last backup succeeded (and for a schedule, the schedule
 /// is healthy), or the restored cluster is healthy.
 pub const READY: &str = "Ready";
-/// Work is under way: a backup Job or a restore step is running.
+/// Work is under way: a backup (run by the operator itself) or a restore step is running.
 pub const PROGRESSING: &str = "Progressing";
 
 /// `status` value of a condition that holds.

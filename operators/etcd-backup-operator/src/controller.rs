@@ -456,8 +456,9 @@ async fn record_result(
     false
 }
 
-/// The schedule's period, and the last success recorded in status (so that the "no backup for
-/// too long" alert holds across an operator restart, before this process has run a backup).
+/// The schedule's period, and the last success and failure recorded in status (so that the "no
+/// backup for too long" and "the last backup failed" alerts hold across an operator restart,
+/// before this process has run a backup).
 fn observe_schedule(
     metrics: &Metrics,
     backup: &EtcdBackup,
@@ -476,11 +477,17 @@ fn observe_schedule(
             .get_or_create(&labels)
             .set(period.as_secs_f64());
     }
-    if let Some(recorded) = prev.last_success_date.as_ref().map(status::chrono_time) {
-        let gauge = metrics.last_success.get_or_create(&labels);
-        let recorded = recorded.timestamp_millis() as f64 / 1000.0;
-        if gauge.get() < recorded {
-            gauge.set(recorded);
+    let recorded_failure = prev.last_failure.as_ref().and_then(|f| f.time.as_ref());
+    for (gauge, recorded) in [
+        (&metrics.last_success, prev.last_success_date.as_ref()),
+        (&metrics.last_failure, recorded_failure),
+    ] {
+        if let Some(recorded) = recorded.map(status::chrono_time) {
+            let gauge = gauge.get_or_create(&labels);
+            let recorded = recorded.timestamp_millis() as f64 / 1000.0;
+            if gauge.get() < recorded {
+                gauge.set(recorded);
+            }
         }
     }
 }

@@ -37,8 +37,6 @@ pub enum RunError {
     Snapshot(#[from] etcd_snapshot::Error),
     #[error(transparent)]
     LocalVolume(#[from] LocalVolumeError),
-    #[error("backup cancelled: {0}")]
-    Cancelled(&'static str),
     #[error(
         "refusing to overwrite {url}: it exists and was not written by this EtcdBackup ({why}); \
          choose another path or remove that object"
@@ -75,7 +73,6 @@ impl RunError {
                 _ => "SnapshotFailed",
             },
             RunError::LocalVolume(_) => "LocalVolumeUnavailable",
-            RunError::Cancelled(_) => "Cancelled",
         }
     }
 

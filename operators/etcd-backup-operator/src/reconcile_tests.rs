@@ -117,7 +117,8 @@ async fn scheduled_object_requeues_for_its_next_run() {
         spec.clone(),
         Some(
             json!({"succeeded": true, "lastScheduleTime": "2026-03-01T11:59:50Z",
-            "lastSuccessDate": "2026-03-01T11:59:52Z"}),
+            "lastSuccessDate": "2026-03-01T11:59:52Z",
+            "lastFailure": {"time": "2026-03-01T11:57:52Z", "reason": "UploadFailed"}}),
         ),
     );
     let task = start(guard(obj.clone()), &ctx);
@@ -126,11 +127,13 @@ async fn scheduled_object_requeues_for_its_next_run() {
         task.await.unwrap(),
         Action::requeue(Duration::from_secs(115))
     );
-    // A process that has run no backup yet (a restart) exposes the recorded success and the
-    // schedule's period, which the "no backup for too long" alert compares.
+    // A process that has run no backup yet (a restart) exposes the recorded success and failure
+    // and the schedule's period, which the "no backup for too long" and "the last backup
+    // failed" alerts compare.
     let metrics = ctx.metrics.encode();
     for line in [
         "etcd_backup_last_success_timestamp_seconds{namespace=\"ns\",name=\"b\"} 1772366392.0",
+        "etcd_backup_last_failure_timestamp_seconds{namespace=\"ns\",name=\"b\"} 1772366272.0",
         "etcd_backup_schedule_interval_seconds{namespace=\"ns\",name=\"b\"} 125.0",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
