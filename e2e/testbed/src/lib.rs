@@ -18,6 +18,7 @@ pub mod mock_api;
 pub mod procstat;
 pub mod proxy;
 pub mod rbac;
+pub mod reference_docs;
 mod tls;
 
 use std::collections::BTreeSet;
