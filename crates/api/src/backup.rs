@@ -117,9 +117,9 @@ pub struct EtcdBackupSpec {
     /// nothing; only a restore with a matching private key reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<BackupEncryption>,
-    /// Abort the backup when no snapshot bytes arrive for this many seconds. Unlike
-    /// `timeoutInSecond` it does not fail slow but progressing backups of large databases.
-    /// Unset or 0 leaves only the overall timeout.
+    /// Abort the backup when etcd sends no snapshot bytes for this many seconds. Unset or 0:
+    /// 60 seconds. Unlike `timeoutInSecond` it does not fail slow but progressing backups of
+    /// large databases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub stall_timeout_in_second: Option<i64>,
@@ -150,7 +150,8 @@ pub struct EtcdBackupSpec {
 ).message("set either schedule or a non-zero backupIntervalInSecond, not both"))]
 #[serde(rename_all = "camelCase")]
 pub struct BackupPolicy {
-    /// Limit for a whole backup run in seconds; 0 or unset means the controller's default.
+    /// Total deadline of one backup run, in seconds. 0 or unset: no total deadline; only the
+    /// stall timeout (`stallTimeoutInSecond`, 60 seconds unless set) ends a run that hangs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub timeout_in_second: Option<i64>,
@@ -224,12 +225,12 @@ impl EtcdBackupSpec {
         self.schedule() == BackupSchedule::OneShot
     }
 
-    /// The overall timeout, or `None` to use the controller's default.
+    /// The overall deadline, or `None` for none (only the stall timeout applies).
     pub fn timeout(&self) -> Option<Duration> {
         positive_secs(self.backup_policy.as_ref()?.timeout_in_second)
     }
 
-    /// The stall timeout, if any.
+    /// The stall timeout, if set; `None` leaves the controller's default (60 seconds).
     pub fn stall_timeout(&self) -> Option<Duration> {
         positive_secs(self.stall_timeout_in_second)
     }
@@ -338,7 +339,7 @@ pub struct EtcdBackupStatus {
     /// When the last successful snapshot was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success_date: Option<Time>,
-    /// `Ready` and `Progressing` conditions.
+    /// `Ready` and `Progressing` conditions, and `Drilled` once a restore drill has ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "condition::list_schema::<Condition>")]
     pub conditions: Vec<Condition>,

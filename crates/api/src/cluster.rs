@@ -16,7 +16,8 @@ use crate::condition;
 
 /// Image repository coreos used when `repository` is empty.
 pub const DEFAULT_REPOSITORY: &str = "quay.io/coreos/etcd";
-/// etcd version coreos used when `version` is empty.
+/// etcd version coreos used when `version` is empty. Kept only so coreos manifests parse: the
+/// operator refuses it as unsupported.
 pub const DEFAULT_VERSION: &str = "3.2.13";
 
 /// Desired etcd cluster.
@@ -56,7 +57,11 @@ pub struct EtcdClusterSpec {
     /// Image repository with the official etcd tags; default `quay.io/coreos/etcd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repository: Option<String>,
-    /// etcd version (semver, a leading `v` is ignored); default `3.2.13`.
+    /// etcd version, `MAJOR.MINOR.PATCH` (a leading `v` is ignored), e.g. `3.6.16`. Must be set
+    /// to a supported version: 3.5, 3.6 or 3.7 (3.4 only to upgrade from); anything before 3.4
+    /// or outside major version 3 is refused (`InvalidSpec`) and nothing is changed. Unset falls
+    /// back to coreos's default `3.2.13` only so that coreos manifests parse: that version is
+    /// refused as unsupported too. Changing it upgrades the cluster, one minor version at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Stop the operator from managing the cluster (the restore controller pauses it).
@@ -136,7 +141,9 @@ pub struct PodPolicy {
     /// Pod annotations; `etcd.version` is reserved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
-    /// Image of the DNS-wait init container; coreos default `busybox:1.28.0-glibc`.
+    /// coreos: the image of its DNS-wait init container (default `busybox:1.28.0-glibc`).
+    /// Accepted and ignored: member pods have no init container, since a member that starts
+    /// before its DNS name resolves exits and is restarted by the kubelet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busybox_image: Option<String>,
     /// Pod security context of the member and restore pods. Each field left unset gets the
@@ -145,7 +152,9 @@ pub struct PodPolicy {
     /// claim predates these defaults keeps the image's user (its data is that user's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
-    /// How long the init container waits for the pod's DNS name; 0 waits forever.
+    /// coreos: how long its DNS-wait init container waited for the pod's DNS name. Accepted and
+    /// ignored: member pods have no init container, since a member that starts before its DNS
+    /// name resolves exits and is restarted by the kubelet.
     #[serde(
         rename = "DNSTimeoutInSecond",
         default,
@@ -203,16 +212,19 @@ pub struct MemberSecret {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterStatus {
-    /// Lifecycle phase.
+    /// Lifecycle phase: `""`, `Creating` or `Running`; coreos's `Failed` is never set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ClusterPhase>,
-    /// Why the cluster is in this phase.
+    /// Why the cluster is not available (the `Available` condition's reason, e.g. `QuorumLost`),
+    /// or `InvalidSpec`; unset otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Whether the operator has paused control (mirrors `spec.paused`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_paused: Option<bool>,
-    /// coreos conditions: `Available`, `Recovering`, `Scaling`, `Upgrading`.
+    /// `Available`, `Progressing`, `Degraded`, `DataPersistent` and, once a defragmentation
+    /// round has ended, `Defragmented` (coreos's `Recovering`, `Scaling` and `Upgrading` are
+    /// not written).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "condition::list_schema::<ClusterCondition>")]
     pub conditions: Option<Vec<ClusterCondition>>,
@@ -228,10 +240,11 @@ pub struct EtcdClusterStatus {
     /// Member pods by readiness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members: Option<MembersStatus>,
-    /// Version all members run.
+    /// The oldest etcd version a member pod runs (members differ during an upgrade); unset
+    /// while there is no member pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
-    /// Version being upgraded to, if any.
+    /// The version being upgraded to (`spec.version`) while it differs from `currentVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_version: Option<String>,
     /// The `metadata.generation` this status describes.
@@ -258,7 +271,7 @@ pub struct MembershipChange {
     /// etcd's member ID, hex, for a removal.
     #[serde(rename = "memberID", default, skip_serializing_if = "Option::is_none")]
     pub member_id: Option<String>,
-    /// Why.
+    /// Why the member is removed (for a removal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When the change was recorded (RFC 3339).
@@ -266,7 +279,9 @@ pub struct MembershipChange {
     pub started: Option<String>,
 }
 
-/// coreos cluster phases; `""` is the phase of a cluster nobody has looked at yet.
+/// Cluster phase (coreos's values). `""`: not looked at yet. `Creating`: the seed member is being
+/// made. `Running`: created (also while members are down: see the conditions). `Failed` is
+/// coreos's and never set by this operator: a cluster that lost quorum says so in `Available`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ClusterPhase {
     /// Not yet handled by the operator.
@@ -274,9 +289,10 @@ pub enum ClusterPhase {
     None,
     /// Seed member being created.
     Creating,
-    /// Up and reconciled.
+    /// Created (also while members are down: see the conditions).
     Running,
-    /// Given up; needs a restore.
+    /// coreos: given up. Never set by this operator (a cluster that lost quorum stays
+    /// `Running`, with `Available` false).
     Failed,
 }
 
@@ -284,7 +300,7 @@ pub enum ClusterPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterCondition {
-    /// `Available`, `Recovering`, `Scaling` or `Upgrading`.
+    /// `Available`, `Progressing`, `Degraded`, `DataPersistent` or `Defragmented`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

@@ -93,19 +93,21 @@ pub struct DefragStatus {
     pub last_round: Option<DefragRoundResult>,
 }
 
+/// A defragmentation round under way.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DefragRound {
-    /// RFC 3339.
+    /// RFC 3339 time the round started.
     pub started: String,
     /// Why it started: `Schedule` or `NoSpaceAlarm`.
     pub trigger: String,
     /// Members finished (defragmented, or skipped below the thresholds), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub done: Vec<DefragMember>,
-    /// The member being defragmented now, and since when (RFC 3339).
+    /// The member being defragmented now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<String>,
+    /// RFC 3339 time that member's defragmentation started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_started: Option<String>,
     /// The current member's file size before, bytes.
@@ -117,30 +119,39 @@ pub struct DefragRound {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DefragMember {
+    /// The member.
     pub member: String,
     /// `Defragmented` or `Skipped` (below the thresholds).
     pub result: String,
-    /// The database file before and after, bytes.
+    /// Its database file before, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_before: Option<i64>,
+    /// Its database file after, bytes; unset when skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_after: Option<i64>,
+    /// Seconds it took, until the member answered healthy again; unset when skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
 }
 
+/// How a defragmentation round ended.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DefragRoundResult {
+    /// RFC 3339 time the round started.
     pub started: String,
+    /// RFC 3339 time it ended.
     pub finished: String,
     /// Why it started: `Schedule` or `NoSpaceAlarm`.
     #[serde(default)]
     pub trigger: String,
-    /// `Succeeded`, or `Stopped` (a member did not come back healthy in time; `reason`).
+    /// `Succeeded`, or `Stopped` (a member did not come back healthy in time, or the cluster
+    /// could not spare a member; see `reason`).
     pub result: String,
+    /// Why the round stopped; unset when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Each member's part, as in `round.done`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<DefragMember>,
 }

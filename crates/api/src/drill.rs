@@ -111,8 +111,14 @@ pub struct DrillRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_number: Option<i64>,
     pub result: DrillResult,
-    /// Why it failed: `BackupCorrupt`, `ContentMismatch`, `RestoreFailed`, `DidNotServe`,
-    /// `TimedOut`, `PodFailed`, `NothingRecorded`.
+    /// `Passed` when it succeeded; unset while it runs. Otherwise why it failed. The backup is
+    /// bad: `BackupCorrupt` (it fails its verification when fetched), `ContentMismatch` (it
+    /// restores, but not to what was recorded). The drill could not prove it: `FetchFailed`,
+    /// `RestoreFailed` (etcd's restore tool refused it), `DidNotServe`, `TimedOut`,
+    /// `PodCannotStart` (e.g. an image that cannot be pulled), `PodFailed`,
+    /// `PodLost` (its pod vanished after a newer backup), `NothingRecorded` (a backup taken
+    /// before drills existed), `UnknownEtcdVersion`, `CannotReachBackup`, `Cancelled`
+    /// (`spec.drill` removed while it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What the drill found, in words.
@@ -124,15 +130,19 @@ pub struct DrillRecord {
     /// The etcd version that restored it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
-    /// The revision compared, and the keys the restore served there.
+    /// The revision compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_revision: Option<i64>,
+    /// The keys the restore served at that revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_count: Option<i64>,
+    /// When the drill started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// When the drill's verdict was recorded; unset while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// Seconds from `startTime` to `completionTime`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_seconds: Option<f64>,
 }

@@ -47,7 +47,10 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRestoreSpec {
-    /// Backend holding the snapshot; the block of the same name must be set.
+    /// Backend holding the snapshot; the block of the same name must be set. `S3` and `Local`
+    /// are restored, the others refused (`BadSource`). Required by the schema (as in coreos)
+    /// even with `backupRef`, where it is ignored (the EtcdBackup's recorded backup decides):
+    /// set `S3` or `Local` then, which need no block of their own with `backupRef`.
     pub backup_storage_type: StorageType,
     /// S3 object to restore (`path` names the exact object, e.g. one periodic backup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +120,8 @@ pub struct NewCluster {
 /// An EtcdBackup in this namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct BackupRef {
+    /// Name of the EtcdBackup, in this namespace, whose newest verified backup is restored
+    /// (`BadSource` when it does not exist or has no successful backup yet).
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }

@@ -17,7 +17,8 @@ pub const AWS_SECRET_CREDENTIALS_KEY: &str = "credentials";
 pub const AWS_SECRET_CONFIG_KEY: &str = "config";
 /// Key of the PEM bundle in the Secret named by `s3.caSecret`.
 pub const CA_SECRET_KEY: &str = "ca.crt";
-/// Where the backup Job mounts `local.persistentVolumeClaim`.
+/// Where `local.persistentVolumeClaim` is mounted: in the backup operator's pod (its
+/// `--local-volume-claim`), and read-only in restore and drill pods.
 pub const LOCAL_PVC_MOUNT_PATH: &str = "/var/lib/etcd-backup";
 
 /// Which backend holds the snapshot. The coreos values plus `Local`.
@@ -35,7 +36,7 @@ pub enum StorageType {
     /// Alibaba Cloud OSS (`oss`). Accepted for coreos compatibility.
     #[serde(rename = "OSS")]
     Oss,
-    /// A directory in the backup pod, usually a PVC mount (`local`).
+    /// A file on a PersistentVolumeClaim (`local`): the one mounted in the backup operator's pod.
     Local,
 }
 
@@ -86,9 +87,11 @@ pub struct S3Source {
     /// `_v<revision>_<time>` to the key.
     #[schemars(length(max = 1024), regex(pattern = r"^[^/:]+/.+$"))]
     pub path: String,
-    /// Secret with the keys `credentials` and `config` (AWS shared files, profile `default`).
-    /// Required by coreos; here it may be omitted to use the ambient AWS credential chain
-    /// (environment, web identity/IRSA, instance role).
+    /// Secret in this namespace with the keys `credentials` and `config` (AWS shared files,
+    /// profile `default`; static keys and `region` only). Required, as in coreos: without it a
+    /// backup fails with `NoCredentials` and a restore with `BadSource`, unless the operator was
+    /// started with `--allow-ambient-credentials`; then the backup operator's own AWS identity
+    /// is used, and restore pods may use the node's. Drill pods read with this Secret only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub aws_secret: Option<String>,
@@ -206,7 +209,8 @@ pub struct OssSource {
     pub endpoint: Option<String>,
 }
 
-/// A file on a filesystem mounted in the backup or restore pod.
+/// A backup file on a PersistentVolumeClaim: backups write it from the backup operator's
+/// process (on the claim mounted in its pod), restores and drills read it in their pods.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new(
     "(has(self.persistentVolumeClaim) && self.persistentVolumeClaim != '') || self.path.startsWith('/')"
@@ -215,12 +219,18 @@ pub struct OssSource {
 pub struct LocalSource {
     /// Backup file path, the counterpart of `s3.path`: one-shot backups write exactly this file,
     /// periodic ones append `_v<revision>_<time>`; its directory must exist. With
-    /// `persistentVolumeClaim` the path is inside that volume (mounted at
-    /// `/var/lib/etcd-backup`), otherwise it is an absolute path in the pod.
+    /// `persistentVolumeClaim` the path is inside that claim (mounted at
+    /// `/var/lib/etcd-backup`). Without it, a backup takes an absolute path under
+    /// `/var/lib/etcd-backup`, on the operator's `--local-volume-claim`, and a restore is refused
+    /// (`BadSource`): restore pods read only from a named claim.
     #[schemars(length(min = 1, max = 1024))]
     pub path: String,
-    /// PVC in the same namespace to mount for this backup; shared by backup and restore pods,
-    /// so use a ReadWriteMany claim or one that is only used by one pod at a time.
+    /// PVC in the same namespace holding the backups. Backups run in the backup operator's
+    /// process, not in pods of their own: only the claim mounted in the operator's pod (its
+    /// `--local-volume-claim <namespace>/<claim>`) works, from an EtcdBackup in that claim's
+    /// namespace; any other fails the run (`LocalVolumeUnavailable`). Restores (and drills)
+    /// mount it read-only in their pods, so a ReadWriteOnce claim attached on another node keeps
+    /// them from starting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub persistent_volume_claim: Option<String>,
