@@ -17,11 +17,11 @@ esac
 # The etcd versions of the member images (localhost/etcd:<version>): the newest patch of each
 # line users run. The control plane's etcd is one of them.
 etcd_releases=(v3.5.33 v3.6.16 v3.7.3)
-# The patch just below the minimum the operator requires before 3.7 (3.6.11; see
-# crates/etcd-cluster/src/version.rs): a member image too, so that the tests run a cluster
-# whose upgrade must be refused. (The 3.5 patches below 3.6's minimum, 3.5.32, are not served
-# by the Go module proxy this project builds from.)
-etcd_refused_patches=(v3.6.10)
+# Patches below the minimum the operator requires before the next minor (3.5.32 before 3.6,
+# 3.6.11 before 3.7; see crates/etcd-cluster/src/version.rs): member images too, so that the
+# tests run clusters whose upgrade must be refused. (3.5.21: the Go module proxy this project
+# builds from serves every module of it; of the later 3.5 patches tried, none.)
+etcd_refused_patches=(v3.5.21 v3.6.10)
 # Kubernetes 1.36 and later need containerd 2; 1.35 runs on it too.
 containerd_release=v2.2.9
 

@@ -580,54 +580,78 @@ async fn rolls_3_5_to_3_6_to_3_7_with_the_checks_on_and_refuses_skipping_a_minor
     kube.delete_namespace(&ns).await.unwrap();
 }
 
-/// A member whose data differs from its peers' (one byte of a value flipped in its database
-/// while its pod was down) fails etcd's initial corruption check, on by default: the cluster
-/// is Degraded with that cause and a Warning, the member is kept as it is (not replaced, its
-/// claim untouched), and replacing it as the status says (claim, then pod) heals the cluster.
-/// Issue 27: an upgrade to the next minor from a patch below the minimum for it (3.6.11
-/// before 3.7) is refused, naming the patch to go to, and no member is touched; going to a
-/// later patch first is accepted. (3.5 -> 3.6 below 3.5.32: no such image on the bed, see
-/// versions.sh; the rule is unit-tested in crates/etcd-cluster/src/version.rs.)
-#[tokio::test]
-async fn upgrades_from_below_the_minimum_patch_are_refused_naming_it() {
+/// Issue 27: an upgrade to the next minor from a patch below the minimum for it (3.5.32
+/// before 3.6, 3.6.11 before 3.7) is refused, naming the patch to go to, and no member is
+/// touched; going to a later patch first is accepted.
+async fn refused_below_the_minimum_then_patched(
+    prefix: &str,
+    from: &str,
+    next_minor: &str,
+    minimum: &str,
+    patch: &str,
+) {
     let Running {
         kube,
         ns,
         clusters,
         _report,
         _operator,
-    } = running_cluster_at("etcd-op-patch", "3.6.10").await;
+    } = running_cluster_at(prefix, from).await;
     let name = "example-etcd-cluster";
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
     let before = pod_identities(&pods).await;
-    set_version(&clusters, "3.7.3").await;
+    set_version(&clusters, next_minor).await;
     let refused = |c: &EtcdCluster| progressing_reason(c).as_deref() == Some("UpgradeRefused");
-    let refusal = wait_until(&clusters, name, "3.6.10 -> 3.7.3 refused", 60, refused)
+    let what = format!("{from} -> {next_minor} refused");
+    let refusal = wait_until(&clusters, name, &what, 60, refused)
         .await
         .unwrap();
     let message = condition_message(&refusal, "Progressing").unwrap_or_default();
-    assert!(message.contains("3.6.11"), "{message}");
+    assert!(message.contains(minimum), "{message}");
     assert!(message.contains("no member was touched"), "{message}");
     assert_eq!(pod_identities(&pods).await, before, "a member was touched");
+    let image = format!("localhost/etcd:v{from}");
     for pod in before.keys() {
         let pod = pods.get(pod).await.unwrap();
         assert_eq!(
             pod.spec.unwrap().containers[0].image.as_deref(),
-            Some("localhost/etcd:v3.6.10")
+            Some(image.as_str())
         );
     }
     let warned = events(&kube, &ns).await.into_iter().any(|e| {
         e.type_.as_deref() == Some("Warning")
             && e.reason.as_deref() == Some("UpgradeRefused")
-            && e.note.as_deref().is_some_and(|n| n.contains("3.6.11"))
+            && e.note.as_deref().is_some_and(|n| n.contains(minimum))
     });
     assert!(warned, "no Warning names the patch to go to");
     // The patch first: accepted, in place.
-    upgrade_while_writing(&kube, &ns, &clusters, "3.6.16").await;
+    upgrade_while_writing(&kube, &ns, &clusters, patch).await;
 
     kube.delete_namespace(&ns).await.unwrap();
 }
 
+#[tokio::test]
+async fn upgrades_to_3_6_from_below_3_5_32_are_refused_naming_it() {
+    refused_below_the_minimum_then_patched(
+        "etcd-op-patch-35",
+        "3.5.21",
+        "3.6.16",
+        "3.5.32",
+        "3.5.33",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn upgrades_to_3_7_from_below_3_6_11_are_refused_naming_it() {
+    refused_below_the_minimum_then_patched("etcd-op-patch", "3.6.10", "3.7.3", "3.6.11", "3.6.16")
+        .await;
+}
+
+/// A member whose data differs from its peers' (one byte of a value flipped in its database
+/// while its pod was down) fails etcd's initial corruption check, on by default: the cluster
+/// is Degraded with that cause and a Warning, the member is kept as it is (not replaced, its
+/// claim untouched), and replacing it as the status says (claim, then pod) heals the cluster.
 #[tokio::test]
 async fn a_member_whose_data_differs_is_reported_and_kept_for_a_human() {
     let Running {
