@@ -20,7 +20,7 @@ use kube::{Resource, ResourceExt};
 use operator_runtime::reconcile_errors;
 
 use crate::adopt;
-pub use crate::context::{Context, Error, MANAGER};
+use crate::context::{Context, Error, MANAGER};
 use crate::context::{event, ignore_missing, warn};
 use crate::defrag;
 use crate::observe::{self, ClaimRecord, MemberPod};

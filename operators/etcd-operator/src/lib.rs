@@ -10,6 +10,7 @@ pub mod defrag;
 pub mod metrics;
 pub mod observe;
 pub mod rbac;
+pub mod runner;
 pub mod scope;
 pub mod status;
 pub mod upgrade;

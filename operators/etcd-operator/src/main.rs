@@ -4,17 +4,13 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use backup_api::EtcdCluster;
 use backup_cli::LogFormat;
 use clap::Parser;
 use etcd_members::origin::ProofKey;
-use etcd_operator::controller::{self, Context, MANAGER};
+use etcd_operator::context::{Context, MANAGER};
 use etcd_operator::metrics::Metrics;
+use etcd_operator::runner;
 use etcd_operator::scope::Scope;
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::runtime::{Controller, watcher};
 use operator_runtime::process::{self, RuntimeArgs};
 
 #[derive(Parser, Debug)]
@@ -47,17 +43,6 @@ async fn main() -> Result<()> {
         return Ok(());
     };
     let client = process.client.clone();
-    let (clusters, pods): (Api<EtcdCluster>, Api<Pod>) = match namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let mut config = watcher::Config::default();
-    if let Some(selector) = args.runtime.watch_selector() {
-        config = config.labels(selector);
-    }
     let scope = Scope::new(args.cluster_wide);
     let identity = Some(process.identity.clone());
     let own_namespace = args.runtime.own_namespace().ok_or_else(|| {
@@ -71,22 +56,12 @@ async fn main() -> Result<()> {
         "operator started"
     );
     process.health.set_ready(true);
-    let shutdown = process.stop.clone();
-    // Spec changes only (generation): the operator's own status writes must not trigger
-    // reconciles; member pods, the periodic requeue and errors do.
-    let gone_ctx = ctx.clone();
-    let (reader, spec_changes) = process::spec_changes(clusters, config, move |gone| {
-        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
-    });
-    let running = Controller::for_stream(spec_changes, reader)
-        .owns(pods, watcher::Config::default().labels("app=etcd"))
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(controller::reconcile, controller::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile");
-            }
-        });
+    let running = runner::run(
+        ctx,
+        namespace,
+        args.runtime.watch_selector(),
+        process.stop.clone(),
+    );
     // On a lost Lease the controller is dropped, reconciles in flight with it, instead of
     // being waited for: a standby may lead once the Lease runs out.
     process.until_leadership_lost(running).await;

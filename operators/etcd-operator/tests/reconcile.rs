@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use backup_api::EtcdCluster;
 use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
-use etcd_operator::controller::{self, Context};
+use etcd_operator::context::{self, Context};
+use etcd_operator::controller;
 use etcd_operator::metrics::Metrics;
 use etcd_operator::scope::Scope;
 use http::{Method, StatusCode};
@@ -407,7 +408,7 @@ async fn failing_reconciles_back_off_per_cluster_and_start_over_after_a_success(
     let (ctx, mut api) = context(Scope::new(false));
     let c = cluster(json!({"paused": true}), None);
     let failing = Arc::new(c.clone());
-    let error = controller::Error::NoMember("the test");
+    let error = context::Error::NoMember("the test");
     let retry = |cluster: &Arc<EtcdCluster>| {
         mock_api::requeue_seconds(&controller::error_policy(
             cluster.clone(),

@@ -14,5 +14,6 @@ pub mod observed;
 pub mod plan;
 pub mod pods;
 pub mod rbac;
+pub mod runner;
 pub mod status;
 pub mod step;

@@ -5,17 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use backup_api::{EtcdCluster, EtcdRestore};
 use backup_cli::LogFormat;
 use clap::Parser;
 use etcd_members::origin::ProofKey;
 use etcd_restore_operator::context::{Context, MANAGER};
-use etcd_restore_operator::controller;
 use etcd_restore_operator::metrics::Metrics;
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::runtime::{Controller, watcher};
+use etcd_restore_operator::runner;
 use operator_runtime::process::{self, RuntimeArgs};
 
 #[derive(Parser, Debug)]
@@ -61,23 +56,6 @@ async fn main() -> Result<()> {
         return Ok(());
     };
     let client = process.client.clone();
-    let (restores, pods, clusters): (Api<EtcdRestore>, Api<Pod>, Api<EtcdCluster>) = match namespace
-    {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
-    let mut config = watcher::Config::default();
-    if let Some(selector) = args.runtime.watch_selector() {
-        config = config.labels(selector);
-    }
     let identity = Some(process.identity.clone());
     let own_namespace = args.runtime.own_namespace().ok_or_else(|| {
         anyhow::anyhow!("the member pods' proof key lives in the operator's namespace: set POD_NAMESPACE (downward API) or --namespace")
@@ -89,38 +67,12 @@ async fn main() -> Result<()> {
     let ctx = Arc::new(ctx);
     tracing::info!(namespace = namespace.unwrap_or("<all>"), "operator started");
     process.health.set_ready(true);
-    let shutdown = process.stop.clone();
-    // Spec changes only (generation): the controller's own status writes must not trigger
-    // reconciles. The restore's own pods wake it when they change, and so do
-    // the cluster it restores (its operator reporting the pause) and that cluster's member pods
-    // (turning ready): an EtcdRestore is named like its cluster. Without these the waits would
-    // only end at the next requeue.
-    let gone_ctx = ctx.clone();
-    let (reader, spec_changes) = process::spec_changes(restores, config, move |gone| {
-        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
-    });
-    let running = Controller::for_stream(spec_changes, reader)
-        .owns(
-            pods.clone(),
-            watcher::Config::default().labels("app=etcd-restore"),
-        )
-        .watches(
-            pods,
-            watcher::Config::default().labels("app=etcd"),
-            controller::restore_of_member,
-        )
-        .watches(
-            clusters,
-            watcher::Config::default(),
-            controller::restore_of_cluster,
-        )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(controller::reconcile, controller::error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "reconcile");
-            }
-        });
+    let running = runner::run(
+        ctx,
+        namespace,
+        args.runtime.watch_selector(),
+        process.stop.clone(),
+    );
     // On a lost Lease the controller is dropped, reconciles in flight with it, instead of
     // being waited for: a standby may lead once the Lease runs out.
     process.until_leadership_lost(running).await;

@@ -1,0 +1,53 @@
+//! Wires the controller: EtcdClusters (one namespace or all, optionally only those matching a
+//! label selector; spec changes only, so the operator's own status writes do not trigger
+//! reconciles) and their member pods feed reconcile; a deleted cluster's retry state and series
+//! go with it.
+
+use std::sync::Arc;
+
+use backup_api::EtcdCluster;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::{Controller, watcher};
+use operator_runtime::process;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::controller::{error_policy, reconcile};
+
+/// Runs the controller until `stop` is cancelled.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+    stop: CancellationToken,
+) {
+    let client = ctx.client.clone();
+    let (clusters, pods): (Api<EtcdCluster>, Api<Pod>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
+    let mut config = watcher::Config::default();
+    if let Some(selector) = selector {
+        config = config.labels(selector);
+    }
+    let gone_ctx = ctx.clone();
+    let (reader, spec_changes) = process::spec_changes(clusters, config, move |gone| {
+        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
+    });
+    // Member pods, the periodic requeue and errors trigger reconciles too.
+    Controller::for_stream(spec_changes, reader)
+        .owns(pods, watcher::Config::default().labels("app=etcd"))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile");
+            }
+        })
+        .await;
+}

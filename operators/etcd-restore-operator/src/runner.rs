@@ -1,0 +1,69 @@
+//! Wires the controller: EtcdRestores (one namespace or all, optionally only those matching a
+//! label selector; spec changes only, so the controller's own status writes do not trigger
+//! reconciles) feed reconcile, and so do the restore's own pods, the cluster it restores (its
+//! operator reporting the pause) and that cluster's member pods (turning ready): an EtcdRestore
+//! is named like its cluster, so its waits end when the world changes, not at the next requeue.
+//! A deleted restore's retry state and series go with it.
+
+use std::sync::Arc;
+
+use backup_api::{EtcdCluster, EtcdRestore};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::{Controller, watcher};
+use operator_runtime::process;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::controller::{error_policy, reconcile, restore_of_cluster, restore_of_member};
+
+/// Runs the controller until `stop` is cancelled.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+    stop: CancellationToken,
+) {
+    let client = ctx.client.clone();
+    let (restores, pods, clusters): (Api<EtcdRestore>, Api<Pod>, Api<EtcdCluster>) = match namespace
+    {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client, ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client),
+        ),
+    };
+    let mut config = watcher::Config::default();
+    if let Some(selector) = selector {
+        config = config.labels(selector);
+    }
+    let gone_ctx = ctx.clone();
+    let (reader, spec_changes) = process::spec_changes(restores, config, move |gone| {
+        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
+    });
+    Controller::for_stream(spec_changes, reader)
+        .owns(
+            pods.clone(),
+            watcher::Config::default().labels("app=etcd-restore"),
+        )
+        .watches(
+            pods,
+            watcher::Config::default().labels("app=etcd"),
+            restore_of_member,
+        )
+        .watches(clusters, watcher::Config::default(), restore_of_cluster)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "reconcile");
+            }
+        })
+        .await;
+}
