@@ -237,16 +237,18 @@ pub fn forget_gone<K: kube::Resource>(
 
 /// The watched objects as a controller input that fires on spec changes only (`generation`), with
 /// the reflector store it fills: an operator's own status writes must not trigger reconciles.
-/// `gone` is called for each deleted object and after each (re)list.
-pub fn spec_changes<K>(
+/// Only objects matching `selector` (a label selector) when one is given. `gone` is called for
+/// each deleted object and after each (re)list.
+pub fn spec_changes<K, G>(
     api: kube::Api<K>,
-    config: kube::runtime::watcher::Config,
-    gone: impl Fn(Gone<'_, K>) + Send + 'static,
+    selector: Option<&str>,
+    gone: G,
 ) -> (
     kube::runtime::reflector::Store<K>,
-    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send,
+    impl futures::Stream<Item = Result<K, kube::runtime::watcher::Error>> + Send + use<K, G>,
 )
 where
+    G: Fn(Gone<'_, K>) + Send + 'static,
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
@@ -258,6 +260,10 @@ where
     use futures::TryStreamExt;
     use kube::runtime::WatchStreamExt;
     use kube::runtime::watcher::Event;
+    let mut config = kube::runtime::watcher::Config::default();
+    if let Some(selector) = selector {
+        config = config.labels(selector);
+    }
     let (reader, writer) = kube::runtime::reflector::store();
     let listed = reader.clone();
     let stream = kube::runtime::reflector(writer, kube::runtime::watcher(api, config))

@@ -31,12 +31,8 @@ pub async fn run(
         ),
         None => (Api::all(client.clone()), Api::all(client)),
     };
-    let mut config = watcher::Config::default();
-    if let Some(selector) = selector {
-        config = config.labels(selector);
-    }
     let gone_ctx = ctx.clone();
-    let (reader, spec_changes) = process::spec_changes(clusters, config, move |gone| {
+    let (reader, spec_changes) = process::spec_changes(clusters, selector, move |gone| {
         process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
     });
     // Member pods, the periodic requeue and errors trigger reconciles too.

@@ -39,12 +39,8 @@ pub async fn run(
             Api::all(client),
         ),
     };
-    let mut config = watcher::Config::default();
-    if let Some(selector) = selector {
-        config = config.labels(selector);
-    }
     let gone_ctx = ctx.clone();
-    let (reader, spec_changes) = process::spec_changes(restores, config, move |gone| {
+    let (reader, spec_changes) = process::spec_changes(restores, selector, move |gone| {
         process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
     });
     Controller::for_stream(spec_changes, reader)
