@@ -4,12 +4,13 @@
 //! `coordination.k8s.io/v1` Lease ([`leader`]), and the start-up that ties them together with
 //! the flags every operator takes ([`process`]), Events about managed objects ([`events`]) and
 //! per-object retry backoff ([`backoff`]) with the reconcile-failure metric every `error_policy` uses
-//! ([`reconcile_errors`]), and the security settings of the pods they make
+//! ([`reconcile_errors`]); the cron schedules users give ([`cron`]), and the security settings of the pods they make
 //! ([`pod_security`]); the shape of the API calls each operator lists for its RBAC tests
 //! ([`rbac`]); volume and mount builders ([`volumes`]). Logging set-up is `backup_cli::init_logging`, shared
 //! with the jobs.
 
 pub mod backoff;
+pub mod cron;
 pub mod events;
 pub mod http;
 pub mod leader;

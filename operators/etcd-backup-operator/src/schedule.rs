@@ -1,12 +1,13 @@
 //! When the next backup is due. Pure: the controller feeds in the spec, what status recorded and
 //! the current time, so restarts, missed runs and schedule changes are all decided here.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use backup_api::BackupSchedule;
 use chrono::{DateTime, Utc};
 use croner::Cron;
+use operator_runtime::cron;
+pub use operator_runtime::cron::InvalidSchedule;
 
 /// A parsed trigger.
 #[derive(Debug, Clone)]
@@ -14,16 +15,6 @@ pub enum Trigger {
     OneShot,
     Interval(Duration),
     Cron(Box<Cron>),
-}
-
-/// A `schedule` the cron parser rejects.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} {schedule:?} is not a valid cron expression: {message}")]
-pub struct InvalidSchedule {
-    /// `spec.backupPolicy.schedule` or `spec.drill.schedule`.
-    pub field: &'static str,
-    pub schedule: String,
-    pub message: String,
 }
 
 impl Trigger {
@@ -37,23 +28,7 @@ impl Trigger {
 
     /// A cron schedule (UTC) given in `field`.
     pub fn cron(field: &'static str, text: &str) -> Result<Trigger, InvalidSchedule> {
-        let invalid = |message: String| InvalidSchedule {
-            field,
-            schedule: text.to_string(),
-            message,
-        };
-        // Five fields or a macro, as documented; croner would also take seconds and years.
-        let text = text.trim();
-        if !text.starts_with('@') && text.split_whitespace().count() != 5 {
-            return Err(invalid(
-                "expected five fields: minute hour day-of-month month day-of-week".into(),
-            ));
-        }
-        let cron = Cron::from_str(text).map_err(|e| invalid(e.to_string()))?;
-        // A pattern that never fires (e.g. 30 February) is an input error, not a hang.
-        cron.find_next_occurrence(&Utc::now(), false)
-            .map_err(|e| invalid(e.to_string()))?;
-        Ok(Trigger::Cron(Box::new(cron)))
+        Ok(Trigger::Cron(Box::new(cron::parse(field, text)?)))
     }
 
     pub fn is_one_shot(&self) -> bool {

@@ -284,17 +284,9 @@ fn due(
 
 /// The cron schedule parses (checked with the spec, so a bad one is an input error).
 pub fn check_schedule(schedule: &str) -> Result<(), String> {
-    let text = schedule.trim();
-    if !text.starts_with('@') && text.split_whitespace().count() != 5 {
-        return Err(format!(
-            "spec.defragmentation.schedule {schedule:?}: expected five fields: minute hour day-of-month month day-of-week"
-        ));
-    }
-    let cron = Cron::from_str(text)
-        .map_err(|e| format!("spec.defragmentation.schedule {schedule:?}: {e}"))?;
-    cron.find_next_occurrence(&Utc::now(), false)
+    operator_runtime::cron::parse("spec.defragmentation.schedule", schedule)
         .map(|_| ())
-        .map_err(|e| format!("spec.defragmentation.schedule {schedule:?}: {e}"))
+        .map_err(|e| e.to_string())
 }
 
 fn since(rfc3339: Option<&str>, now: DateTime<Utc>) -> Duration {
