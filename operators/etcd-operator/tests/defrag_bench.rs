@@ -77,13 +77,7 @@ async fn bench_operator_round_against_etcdctl_defrag_cluster() {
     } = running_cluster_at("defrag-bench", "3.7.3").await;
     let members = member_pods(&kube, &ns).await;
     let mut client = member_client(&kube, &ns, &members[0]).await;
-    let value = "x".repeat(100 * 1024);
-    for i in 0..live * 10 {
-        client
-            .put(format!("/live/{i:06}"), value.clone(), None)
-            .await
-            .unwrap();
-    }
+    write_values(&mut client, "/live/", live * 10).await;
 
     // (a) etcdctl defrag --cluster, from a member pod.
     fragment(&kube, &ns, &mut client, "/free-a/", free * 10).await;

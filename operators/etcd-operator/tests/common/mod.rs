@@ -120,13 +120,18 @@ pub async fn running_cluster(prefix: &str) -> Running {
 }
 
 pub async fn running_cluster_at(prefix: &str, version: &str) -> Running {
+    let mut cluster = example(3);
+    cluster.spec.version = Some(version.into());
+    running_cluster_of(prefix, &cluster).await
+}
+
+/// `cluster` (3 members) created by the operator in a new namespace, once its members are ready.
+pub async fn running_cluster_of(prefix: &str, cluster: &EtcdCluster) -> Running {
     let (kube, ns, _report) = testbed::cluster::test_namespace(prefix).await;
     let _operator = Operator::start(&kube, &ns);
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
-    let mut cluster = example(3);
-    cluster.spec.version = Some(version.into());
     clusters
-        .create(&PostParams::default(), &cluster)
+        .create(&PostParams::default(), cluster)
         .await
         .unwrap();
     wait_until(
@@ -144,6 +149,17 @@ pub async fn running_cluster_at(prefix: &str, version: &str) -> Running {
         clusters,
         _report,
         _operator,
+    }
+}
+
+/// Writes `count` values of 100 KiB under `prefix` (`<prefix>000000`, ...).
+pub async fn write_values(client: &mut etcd_client::Client, prefix: &str, count: usize) {
+    let value = "x".repeat(100 * 1024);
+    for i in 0..count {
+        client
+            .put(format!("{prefix}{i:06}"), value.clone(), None)
+            .await
+            .unwrap();
     }
 }
 
@@ -189,13 +205,7 @@ pub async fn fragment(
     count: usize,
 ) -> (BTreeMap<String, (i64, i64)>, String) {
     let members = member_pods(kube, ns).await;
-    let value = "x".repeat(100 * 1024);
-    for i in 0..count {
-        client
-            .put(format!("{prefix}{i:06}"), value.clone(), None)
-            .await
-            .unwrap();
-    }
+    write_values(client, prefix, count).await;
     delete_and_compact(client, prefix).await;
     let mut sizes = BTreeMap::new();
     for attempt in 0.. {
