@@ -1,7 +1,7 @@
 //! The command-line pieces the binaries share, so that `etcd-backup`, `mysql-backup` and the
 //! operators spell their flags, defaults and logs the same way: `--log-format` with its logging
-//! set-up and the exit codes; with the `storage` feature also the `--s3-*` flags and the store
-//! they open, `--compress`, the encryption flags, and how they stop on a signal.
+//! set-up, `--output` and the exit codes; with the `storage` feature also the `--s3-*` flags and
+//! the store they open, `--compress`, the encryption flags, and how they stop on a signal.
 
 #[cfg(feature = "storage")]
 mod interrupt;
@@ -24,6 +24,13 @@ pub const EXIT_DATA_BAD: u8 = 3;
 /// `--log-format`: logs go to stderr, as text or one JSON object per line.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `--output`: a command's result on stdout, as human text or JSON.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
     Text,
     Json,
 }

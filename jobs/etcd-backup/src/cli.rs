@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, S3Args};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, S3Args};
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -177,10 +177,4 @@ pub struct PruneArgs {
     /// Also remove unfinished uploads under the base started more than this many seconds ago.
     #[arg(long, default_value_t = 3600)]
     pub incomplete_older_than: u64,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    Text,
-    Json,
 }

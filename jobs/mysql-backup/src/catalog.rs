@@ -10,9 +10,13 @@
 use std::collections::{BTreeSet, HashMap};
 
 use backup_storage::{MANIFEST_SUFFIX, ObjectInfo, Store};
+use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::error::Result;
 use crate::manifest::{Manifest, manifest_key};
+
+/// How many manifests [`Catalog::read`] fetches at once.
+const MANIFEST_FETCHES: usize = 8;
 
 /// One complete backup.
 #[derive(Debug, Clone)]
@@ -28,24 +32,10 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Lists `prefix` and reads every manifest under it (small objects, one request each).
+    /// Lists `prefix` and reads every manifest under it.
     pub async fn read(store: &Store, prefix: &str) -> Result<Catalog> {
         let objects = store.list(prefix).await?;
-        let mut manifests = HashMap::new();
-        for object in &objects {
-            let Some(described) = object.key.strip_suffix(MANIFEST_SUFFIX) else {
-                continue;
-            };
-            // None: deleted since the listing.
-            if let Some(bytes) = store.get_small(&object.key).await? {
-                match Manifest::parse(&bytes) {
-                    Ok(m) => {
-                        manifests.insert(described.to_string(), m);
-                    }
-                    Err(e) => tracing::warn!(key = object.key, "not a manifest of ours: {e}"),
-                }
-            }
-        }
+        let manifests = read_manifests(store, &objects).await?;
         Ok(Catalog { objects, manifests })
     }
 
@@ -92,6 +82,36 @@ impl Catalog {
         delete.extend(orphans);
         delete
     }
+}
+
+/// The manifests among `objects` that parse, keyed by the object they describe: small objects,
+/// one request each, [`MANIFEST_FETCHES`] at a time. Their results are taken in listing order,
+/// so the first fetch that fails is the error, as when they ran one after another.
+async fn read_manifests(
+    store: &Store,
+    objects: &[ObjectInfo],
+) -> Result<HashMap<String, Manifest>> {
+    let fetches = objects.iter().filter_map(|object| {
+        let described = object.key.strip_suffix(MANIFEST_SUFFIX)?;
+        Some(async move {
+            let bytes = store.get_small(&object.key).await?;
+            Ok::<_, backup_storage::StorageError>((object, described, bytes))
+        })
+    });
+    let mut fetched = stream::iter(fetches).buffered(MANIFEST_FETCHES);
+    let mut manifests = HashMap::new();
+    while let Some((object, described, bytes)) = fetched.try_next().await? {
+        // None: deleted since the listing.
+        if let Some(bytes) = bytes {
+            match Manifest::parse(&bytes) {
+                Ok(m) => {
+                    manifests.insert(described.to_string(), m);
+                }
+                Err(e) => tracing::warn!(key = object.key, "not a manifest of ours: {e}"),
+            }
+        }
+    }
+    Ok(manifests)
 }
 
 #[cfg(test)]
@@ -151,6 +171,37 @@ mod tests {
         objects.push(object("m/notes.txt", 3));
         objects.push(object(&manifest_key("m/gone"), 1));
         Catalog { objects, manifests }
+    }
+
+    /// More manifests than are fetched at once, names that sort against their times, a manifest
+    /// that is not ours and an object without one: every manifest of ours is read, and the
+    /// backups come newest first.
+    #[tokio::test]
+    async fn read_fetches_every_manifest_under_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/nightly-", dir.path().display());
+        let location = backup_storage::Location::parse(&url).unwrap();
+        let store = Store::open(&location, &Default::default()).await.unwrap();
+        let prefix = location.key();
+        let put = async |key: &str, body: Vec<u8>| {
+            store.put_small(key, body.into(), "").await.unwrap();
+        };
+        for i in 0..20 {
+            let key = format!("{prefix}{:02}", 19 - i);
+            put(&key, vec![0; 10]).await;
+            let m = manifest(10, &format!("2026-11-27T{i:02}:00:00Z"));
+            put(&manifest_key(&key), serde_json::to_vec(&m).unwrap()).await;
+        }
+        put(&format!("{prefix}other"), vec![0; 10]).await;
+        put(&manifest_key(&format!("{prefix}other")), b"{}".to_vec()).await;
+        put(&format!("{prefix}unfinished"), vec![0; 10]).await;
+
+        let catalog = Catalog::read(&store, &prefix).await.unwrap();
+        assert_eq!(catalog.objects.len(), 43);
+        assert_eq!(catalog.manifests.len(), 20);
+        let keys: Vec<String> = catalog.backups().into_iter().map(|b| b.key).collect();
+        let expected: Vec<String> = (0..20).map(|i| format!("{prefix}{i:02}")).collect();
+        assert_eq!(keys, expected);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, S3Args};
+pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, S3Args};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -232,12 +232,6 @@ pub struct PrepareArgs {
     /// Extractor threads.
     #[arg(long)]
     pub parallel: Option<u32>,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    Text,
-    Json,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
-use mysql_backup::catalog::{Backup, Catalog};
+use mysql_backup::catalog::Catalog;
 use mysql_backup::credentials::DbConnection;
 use mysql_backup::ingest::IngestOptions;
 use mysql_backup::manifest::Manifest;
@@ -16,50 +16,10 @@ use mysql_backup::serve::{self, ServeConfig};
 use serde_json::json;
 
 use crate::cli::{
-    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, Output, PrepareArgs, RemoteArgs, S3Args,
-    StoreArgs, ToolArg,
+    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PrepareArgs, RemoteArgs, S3Args, StoreArgs,
+    ToolArg,
 };
-
-fn print_list(storage: &Store, backups: &[Backup], output: Output) {
-    match output {
-        Output::Json => {
-            let rows: Vec<_> = backups
-                .iter()
-                .map(|b| {
-                    let m = &b.manifest;
-                    json!({
-                        "url": storage.location(&b.key).to_string(),
-                        "storedBytes": m.stored_bytes,
-                        "completionTime": m.completion_time,
-                        "compression": m.compression.as_str(),
-                        "encrypted": m.encryption.is_some(),
-                        "binlog": m.backup.binlog,
-                        "serverVersion": m.backup.server_version,
-                        "source": m.source,
-                    })
-                })
-                .collect();
-            println!("{}", json!(rows));
-        }
-        Output::Text => {
-            println!(
-                "{:<70} {:>12} {:<25} {:<6} {:<4}",
-                "BACKUP", "BYTES", "COMPLETED", "COMPR", "AGE"
-            );
-            for b in backups {
-                let m = &b.manifest;
-                println!(
-                    "{:<70} {:>12} {:<25} {:<6} {:<4}",
-                    storage.location(&b.key).to_string(),
-                    m.stored_bytes,
-                    m.completion_time.to_rfc3339(),
-                    m.compression.as_str(),
-                    if m.encryption.is_some() { "yes" } else { "no" },
-                )
-            }
-        }
-    }
-}
+use crate::list_output::print_list;
 
 /// 3 marks "the data is bad" as opposed to "something was unreachable" (1).
 pub fn exit_code(err: &anyhow::Error) -> u8 {

@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod list_output;
 
 use std::process::ExitCode;
 

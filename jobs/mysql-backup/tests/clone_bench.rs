@@ -18,7 +18,11 @@
 //! BENCH_CLONE_MIB (default 1024): the data set's size. The bench's own changes to the example
 //! (for (b) only): a sidecar streaming `mariadb-backup` through ncat on port 3308 of mysql-0.
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::sql;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -42,24 +46,6 @@ fn restricted() -> Value {
     json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
 }
 
-/// `statement` by the `mariadb` client in POD's `mysql` container as root (password from the
-/// mounted Secret).
-async fn sql(kube: &KubeTestbed, ns: &str, pod: &str, statement: &str) -> Result<String, String> {
-    let script =
-        r#"MYSQL_PWD=$(cat /etc/mysql-backup/root-password) exec mariadb -uroot -N -B -e "$0""#;
-    let output = tokio::process::Command::from(testbed::cluster::kubectl(&kube.kubeconfig))
-        .args(["--namespace", ns, "exec", pod, "-c", "mysql", "--"])
-        .args(["bash", "-c", script, statement])
-        .output()
-        .await
-        .map_err(|e| e.to_string())?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).to_string())
-    }
-}
-
 /// Waits until POD serves `rows` rows and its replication threads run; the time it took.
 async fn caught_up(
     kube: &KubeTestbed,
@@ -70,11 +56,12 @@ async fn caught_up(
 ) -> Duration {
     let deadline = since + Duration::from_secs(1800);
     loop {
-        let count = sql(kube, ns, pod, "SELECT COUNT(*) FROM bench.t").await;
+        let count = sql(kube, ns, pod, "", "SELECT COUNT(*) FROM bench.t").await;
         let replicating = sql(
             kube,
             ns,
             pod,
+            "",
             "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'SLAVE_RUNNING'",
         )
         .await;
@@ -219,6 +206,7 @@ async fn bench_clone_against_the_tutorial_s_ncat() {
         &kube,
         &ns,
         "mysql-0",
+        "",
         "CREATE DATABASE bench; CREATE TABLE bench.t (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(1024)); \
          INSERT INTO bench.t (v) SELECT CONCAT(SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512),\
          SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512)) FROM bench.seq_1_to_1024",
@@ -232,6 +220,7 @@ async fn bench_clone_against_the_tutorial_s_ncat() {
             &kube,
             &ns,
             "mysql-0",
+            "",
             &format!(
                 "INSERT INTO bench.t (v) SELECT CONCAT(SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512),\
                  SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512),SHA2(RAND(),512)) FROM bench.t LIMIT {add}"
@@ -245,17 +234,19 @@ async fn bench_clone_against_the_tutorial_s_ncat() {
         &kube,
         &ns,
         "mysql-0",
+        "",
         "ANALYZE TABLE bench.t PERSISTENT FOR ALL",
     )
     .await
     .unwrap();
-    let count = sql(&kube, &ns, "mysql-0", "SELECT COUNT(*) FROM bench.t")
+    let count = sql(&kube, &ns, "mysql-0", "", "SELECT COUNT(*) FROM bench.t")
         .await
         .unwrap();
     let size = sql(
         &kube,
         &ns,
         "mysql-0",
+        "",
         "SELECT ROUND(SUM(data_length + index_length) / 1048576) FROM information_schema.TABLES WHERE table_schema = 'bench'",
     )
     .await

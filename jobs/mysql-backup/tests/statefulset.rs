@@ -25,8 +25,12 @@
 //!    mysql-2's `serve` (which holds the old token), the pod stays in init with the reason in
 //!    its log, and its data dir stays empty.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
+
+use common::sql;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -55,50 +59,11 @@ const IMAGES: [(&str, &str, &str); 2] = [
 /// Each replica initialises or clones, then starts: generous for a loaded 2-core bed.
 const PER_REPLICA_SECONDS: u64 = 240;
 
-/// `kubectl exec POD -c CONTAINER -- ARGS`: stdout, or stderr as the error.
-fn try_exec(
-    kube: &KubeTestbed,
-    ns: &str,
-    pod: &str,
-    container: &str,
-    args: &[&str],
-) -> Result<String, String> {
-    let output = testbed::cluster::kubectl(&kube.kubeconfig)
-        .args(["--namespace", ns, "exec", pod, "-c", container, "--"])
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
-    } else {
-        Err(String::from_utf8_lossy(&output.stderr).to_string())
-    }
-}
-
-/// `statement` run by the `mariadb` client in POD's container CONTAINER as root, the password
-/// read from the mounted Secret (never an argument); `host` empty for the local socket.
-fn sql(
-    kube: &KubeTestbed,
-    ns: &str,
-    pod: &str,
-    host: &str,
-    statement: &str,
-) -> Result<String, String> {
-    let script = r#"MYSQL_PWD=$(cat /etc/mysql-backup/root-password) exec mariadb -uroot -N -B ${1:+-h "$1"} -e "$0""#;
-    try_exec(
-        kube,
-        ns,
-        pod,
-        "mysql",
-        &["bash", "-c", script, statement, host],
-    )
-}
-
 /// Polls `statement` on POD until it prints `expected` (replication is asynchronous).
 async fn eventually(kube: &KubeTestbed, ns: &str, pod: &str, statement: &str, expected: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let last = sql(kube, ns, pod, "", statement);
+        let last = sql(kube, ns, pod, "", statement).await;
         if last.as_deref() == Ok(expected) {
             return;
         }
@@ -178,6 +143,7 @@ async fn insert_rows(kube: &KubeTestbed, ns: &str, from: u32, to: u32) {
         "",
         &format!("INSERT INTO demo.t VALUES {}", values.join(",")),
     )
+    .await
     .unwrap();
 }
 
@@ -285,6 +251,7 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
         "",
         "CREATE DATABASE demo; CREATE TABLE demo.t (id INT PRIMARY KEY, v VARCHAR(64))",
     )
+    .await
     .unwrap();
     insert_rows(&kube, &ns, 0, 100).await;
     for replica in ["mysql-1", "mysql-2"] {
@@ -294,7 +261,9 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
             "{replica} did not clone: {log}"
         );
         eventually(&kube, &ns, replica, COUNT, "100").await;
-        let read_only = sql(&kube, &ns, replica, "", "SELECT @@read_only").unwrap();
+        let read_only = sql(&kube, &ns, replica, "", "SELECT @@read_only")
+            .await
+            .unwrap();
         assert_eq!(read_only, "1", "{replica} is writable");
     }
     // Through the `mysql-read` Service (from a replica's own client): every server answers with
@@ -312,7 +281,9 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
             "mysql-1",
             "mysql-read",
             "SELECT @@server_id, COUNT(*) FROM demo.t",
-        ) && let Some(("100" | "101" | "102", "100")) = line.split_once('\t')
+        )
+        .await
+            && let Some(("100" | "101" | "102", "100")) = line.split_once('\t')
         {
             answered.insert(line);
         }
@@ -466,7 +437,7 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
         testbed::kustomize::render_files_for_bed(&[STATEFULSET], &ns, &IMAGES).unwrap();
     kube.apply(&statefulset, &ns).await.unwrap();
     ready(&sets, 3).await;
-    assert_eq!(sql(&kube, &ns, "mysql-0", "", COUNT).unwrap(), "210");
+    assert_eq!(sql(&kube, &ns, "mysql-0", "", COUNT).await.unwrap(), "210");
     assert!(
         clone_log(&pods, "mysql-1")
             .await

@@ -1,5 +1,6 @@
 //! Real MariaDB servers (Debian's mariadbd) on temporary data dirs, unix sockets and free
-//! loopback ports, and a runner for the real `mysql-backup` binary.
+//! loopback ports, a runner for the real `mysql-backup` binary, and SQL in the example
+//! StatefulSet's pods on the kubelet bed.
 
 #![allow(dead_code)]
 
@@ -414,4 +415,28 @@ pub async fn faulty_proxy(target: String, fault: Fault) -> String {
         tokio::select! { _ = up => {}, _ = down => {} }
     });
     proxy_addr
+}
+
+/// `statement` run by the `mariadb` client in POD's `mysql` container as root, the password
+/// read from the mounted Secret (never an argument); `host` empty for the local socket. Its
+/// stdout, or its stderr as the error.
+pub async fn sql(
+    kube: &testbed::kube::KubeTestbed,
+    ns: &str,
+    pod: &str,
+    host: &str,
+    statement: &str,
+) -> Result<String, String> {
+    let script = r#"MYSQL_PWD=$(cat /etc/mysql-backup/root-password) exec mariadb -uroot -N -B ${1:+-h "$1"} -e "$0""#;
+    let output = tokio::process::Command::from(testbed::cluster::kubectl(&kube.kubeconfig))
+        .args(["--namespace", ns, "exec", pod, "-c", "mysql", "--"])
+        .args(["bash", "-c", script, statement, host])
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).to_string())
+    }
 }
