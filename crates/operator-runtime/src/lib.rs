@@ -19,5 +19,6 @@ pub mod process;
 pub mod rbac;
 pub mod reconcile_errors;
 pub mod shutdown;
+pub mod status_apply;
 pub mod tenant_credentials;
 pub mod volumes;

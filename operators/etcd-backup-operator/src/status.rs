@@ -2,7 +2,9 @@
 //! one, because a server-side apply drops fields the manager stops sending.
 
 use backup_api::condition::{self, PROGRESSING, READY};
-use backup_api::{BackupFailure, BackupRecord, Compression, EtcdBackupStatus, RecordedContents};
+use backup_api::{
+    BackupFailure, BackupRecord, Compression, EtcdBackup, EtcdBackupStatus, RecordedContents,
+};
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -233,11 +235,7 @@ pub fn apply_body(status: &EtcdBackupStatus) -> serde_json::Value {
     status
         .conditions
         .retain(|c| c.type_ != crate::drill::CONDITION);
-    serde_json::json!({
-        "apiVersion": backup_api::API_VERSION,
-        "kind": "EtcdBackup",
-        "status": status,
-    })
+    operator_runtime::status_apply::body::<EtcdBackup, _>(&status)
 }
 
 #[cfg(test)]

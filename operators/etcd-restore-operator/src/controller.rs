@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY};
-use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore, RestorePhase, RestorePlan};
+use backup_api::{
+    EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestorePhase, RestorePlan,
+};
 use etcd_cluster::EtcdVersion;
 use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels::{self, ABANDONED_RESTORE_ANNOTATION, DETACHED_LABEL};
@@ -21,6 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::RunAs;
 use operator_runtime::reconcile_errors;
+use operator_runtime::status_apply;
 use operator_runtime::tenant_credentials;
 use serde_json::json;
 
@@ -143,10 +146,11 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         if observed.snapshot.is_none() {
             let reason =
                 format!("Refused: {refused}; no member or volume of the cluster was touched");
-            let patch = json!({"status": {"reason": reason}});
-            restores
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await?;
+            let records = status::Records {
+                reason: Some(reason),
+                ..status::Records::of(&restore)
+            };
+            apply_records(&restores, &name, &records).await?;
             return Ok(Action::requeue(CHANGED));
         }
     }
@@ -159,7 +163,7 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
             .await;
     }
     let report = status::report(&restore, &step, phase, Timestamp::now());
-    patch_status(&restores, &name, report.clone()).await?;
+    apply_report(&restores, &name, &report).await?;
     announce(&ctx, &restore, &step).await;
     match phase {
         RestorePhase::Succeeded | RestorePhase::Failed => {
@@ -329,10 +333,11 @@ async fn execute(
             pods,
         } => {
             // Recorded first: the pods that show the cause are about to go.
-            let patch = json!({"status": {"reason": format!("{reason}: {message}")}});
-            restores
-                .patch_status(&name, &PatchParams::default(), &merge(patch))
-                .await?;
+            let records = status::Records {
+                reason: Some(format!("{reason}: {message}")),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
             for pod in pods {
                 delete(&pod_api, &pods::restore_pod_name(pod)).await?;
             }
@@ -348,11 +353,12 @@ async fn execute(
             clusters
                 .patch(&cluster_name, &PatchParams::default(), &merge(patch))
                 .await?;
-            let url = source.map(|s| s.url.clone());
-            let patch = json!({"status": {"snapshot": snapshot, "source": url}});
-            restores
-                .patch_status(&name, &PatchParams::default(), &merge(patch))
-                .await?;
+            let records = status::Records {
+                snapshot: Some(snapshot.clone()),
+                source: source.map(|s| s.url.clone()),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
         }
         RestoreStep::CreateCluster => {
             hold_until_released(&restores, restore).await?;
@@ -388,11 +394,13 @@ async fn execute(
             let bumped = version.is_ok_and(|v| v.restore_can_bump_revision());
             // The source is pinned with the plan: every member fetches the same object (a
             // backupRef's newest backup may change meanwhile).
-            let url = source.map(|s| s.url.clone());
-            let patch = json!({"status": {"plan": plan, "revisionBumped": bumped, "source": url}});
-            restores
-                .patch_status(&name, &PatchParams::default(), &merge(patch))
-                .await?;
+            let records = status::Records {
+                plan: Some(plan.clone()),
+                revision_bumped: Some(bumped),
+                source: source.map(|s| s.url.clone()),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
         }
         RestoreStep::DeleteOldPods(pods) | RestoreStep::RestartMembers(pods) => {
             for pod in pods {
@@ -460,10 +468,12 @@ async fn execute(
             // paused again by this restore.
             let mut plan = recorded_plan(restore);
             plan.handed_over = Some(true);
-            let patch = json!({"status": {"plan": plan, "restoredRevision": revision}});
-            restores
-                .patch_status(&name, &PatchParams::default(), &merge(patch))
-                .await?;
+            let records = status::Records {
+                plan: Some(plan),
+                restored_revision: Some(*revision),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
             // The record of a membership change from before the disaster means nothing now.
             let patch = json!({"status": {"membershipChange": null}});
             clusters
@@ -697,14 +707,32 @@ where
     }
 }
 
-async fn patch_status(
+/// Applies the report (server-side, typed), under the controller's own field manager.
+async fn apply_report(
     api: &Api<EtcdRestore>,
     name: &str,
-    status: serde_json::Value,
+    report: &EtcdRestoreStatus,
 ) -> Result<(), Error> {
-    let patch = json!({"status": status});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    let body = status_apply::body::<EtcdRestore, _>(report);
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Applies the records (server-side, typed), under their own field manager: every record, so
+/// none is dropped.
+async fn apply_records(
+    api: &Api<EtcdRestore>,
+    name: &str,
+    records: &status::Records,
+) -> Result<(), Error> {
+    let body = status_apply::body::<EtcdRestore, _>(records);
+    let params = PatchParams::apply(status::RECORDS_MANAGER).force();
+    api.patch_status(name, &params, &Patch::Apply(body)).await?;
     Ok(())
 }
 
@@ -730,10 +758,9 @@ async fn announce(ctx: &Context, restore: &EtcdRestore, step: &RestoreStep) {
 }
 
 /// Start to completion of a finished restore's status.
-fn report_seconds(report: &serde_json::Value) -> f64 {
-    let time = |v: &serde_json::Value| v.as_str().and_then(|t| t.parse::<Timestamp>().ok());
-    match (time(&report["startTime"]), time(&report["completionTime"])) {
-        (Some(start), Some(end)) => end.duration_since(start).as_secs_f64(),
+fn report_seconds(report: &EtcdRestoreStatus) -> f64 {
+    match (&report.start_time, &report.completion_time) {
+        (Some(start), Some(end)) => end.0.duration_since(start.0).as_secs_f64(),
         _ => 0.0,
     }
 }

@@ -2,11 +2,11 @@
 //! `reason`, the phase, and `Ready`/`Progressing` conditions with `observedGeneration`.
 
 use backup_api::condition::{self, PROGRESSING, READY};
-use backup_api::{EtcdRestore, RestorePhase};
+use backup_api::{EtcdRestore, EtcdRestoreStatus, RestorePhase, RestorePlan, VerifiedSnapshot};
 use etcd_cluster::EtcdVersion;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use serde_json::{Value, json};
+use serde::Serialize;
 
 use crate::observed::RestoreObserved;
 use crate::step::RestoreStep;
@@ -115,13 +115,14 @@ pub fn describe(step: &RestoreStep) -> (&'static str, String) {
     }
 }
 
-/// The status after `step`, in phase `phase`.
+/// The report after `step`, in phase `phase`: the status fields the controller applies under
+/// [`MANAGER`](crate::context::MANAGER) (the records are [`Records`], under their own manager).
 pub fn report(
     restore: &EtcdRestore,
     step: &RestoreStep,
     phase: RestorePhase,
     now: Timestamp,
-) -> Value {
+) -> EtcdRestoreStatus {
     let previous = restore.status.clone().unwrap_or_default();
     let generation = restore.metadata.generation;
     let start = previous.start_time.clone().unwrap_or(Time(now));
@@ -186,16 +187,57 @@ pub fn report(
         } => Some(format!("{reason}: {message}")),
         _ => previous.reason.clone(),
     };
-    json!({
-        "succeeded": phase == RestorePhase::Succeeded,
-        "reason": failure,
-        "phase": phase,
-        "conditions": conditions,
-        "observedGeneration": generation,
-        "startTime": start,
-        "completionTime": end,
-        "duration": format_duration(duration.as_secs_f64()),
-    })
+    EtcdRestoreStatus {
+        succeeded: phase == RestorePhase::Succeeded,
+        reason: failure,
+        phase: Some(phase),
+        conditions,
+        observed_generation: generation,
+        start_time: Some(start),
+        completion_time: end,
+        duration: Some(format_duration(duration.as_secs_f64())),
+        ..Default::default()
+    }
+}
+
+/// Field manager of the restore's records, apart from the report's so that neither apply drops
+/// the other's fields.
+pub const RECORDS_MANAGER: &str = "etcd-restore-operator-records";
+
+/// What the restore records before it acts on it: where the snapshot is (pinned with the plan),
+/// the plan, the snapshot every member verified, the hand-over and the restored revision, and a
+/// failure being carried out. Every apply carries all of them (the API server drops the fields
+/// a manager owned and leaves out), taken from the status read fresh at the reconcile's start.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Records {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<VerifiedSnapshot>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<RestorePlan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_revision: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision_bumped: Option<bool>,
+}
+
+impl Records {
+    /// The records in `restore`'s status.
+    pub fn of(restore: &EtcdRestore) -> Records {
+        let status = restore.status.clone().unwrap_or_default();
+        Records {
+            reason: status.reason,
+            source: status.source,
+            snapshot: status.snapshot,
+            plan: status.plan,
+            restored_revision: status.restored_revision,
+            revision_bumped: status.revision_bumped,
+        }
+    }
 }
 
 /// `1h2m3s`, `4m5s`, `6s`.
@@ -243,6 +285,11 @@ pub fn phase_of(step: &RestoreStep, observed: &RestoreObserved) -> RestorePhase 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    fn value(status: EtcdRestoreStatus) -> Value {
+        serde_json::to_value(status).unwrap()
+    }
 
     fn restore() -> EtcdRestore {
         serde_saphyr::from_str(
@@ -257,7 +304,12 @@ mod tests {
     fn in_progress_then_failed_with_the_cause() {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
         let mut r = restore();
-        let status = report(&r, &RestoreStep::PauseCluster, RestorePhase::Preparing, now);
+        let status = value(report(
+            &r,
+            &RestoreStep::PauseCluster,
+            RestorePhase::Preparing,
+            now,
+        ));
         assert_eq!(status["succeeded"], false);
         assert_eq!(status["phase"], "Preparing");
         assert_eq!(status["conditions"][0]["type"], "Ready");
@@ -272,7 +324,7 @@ mod tests {
             message: "sha256 mismatch".into(),
             release: true,
         };
-        let status = report(&r, &fail, RestorePhase::Failed, later);
+        let status = value(report(&r, &fail, RestorePhase::Failed, later));
         assert_eq!(status["reason"], "BackupInvalid: sha256 mismatch");
         assert_eq!(status["conditions"][0]["reason"], "BackupInvalid");
         assert_eq!(status["conditions"][1]["status"], "False");
@@ -283,12 +335,12 @@ mod tests {
     #[test]
     fn succeeded_only_on_the_success_step() {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
-        let status = report(
+        let status = value(report(
             &restore(),
             &RestoreStep::Succeed { revision: 7 },
             RestorePhase::Succeeded,
             now,
-        );
+        ));
         assert_eq!(status["succeeded"], true);
         assert_eq!(status["conditions"][0]["status"], "True");
         let message = status["conditions"][0]["message"].as_str().unwrap();
@@ -305,7 +357,7 @@ mod tests {
             ..Default::default()
         });
         let step = RestoreStep::Succeed { revision: 7 };
-        let status = report(&r, &step, RestorePhase::Succeeded, now);
+        let status = value(report(&r, &step, RestorePhase::Succeeded, now));
         let message = status["conditions"][0]["message"].as_str().unwrap();
         assert!(message.contains("revision is not bumped"), "{message}");
         let plan = |version: &str| backup_api::RestorePlan {

@@ -224,11 +224,63 @@ fn run(restore: Value, ctx: &Arc<Context>) -> tokio::task::JoinHandle<Action> {
     })
 }
 
-/// The status report (merge patch) and the step's event.
+/// The status report (applied under the controller's field manager) and the step's event.
 async fn expect_report(api: &mut MockApi, restore: &Value) -> Value {
     let call = expect_status_patch(api, restore).await;
+    assert_applied_by(&call, "etcd-restore-operator");
     api.expect_event("ns").await;
     call.body["status"].clone()
+}
+
+/// The status report, with no event after it (yet).
+async fn expect_report_alone(api: &mut MockApi, restore: &Value) -> Value {
+    let call = expect_status_patch(api, restore).await;
+    assert_applied_by(&call, "etcd-restore-operator");
+    call.body["status"].clone()
+}
+
+/// The records applied under their own field manager: each apply carries every record the
+/// restore had (the API server would drop the ones it left out).
+async fn expect_records(api: &mut MockApi, restore: &Value) -> mock_api::Call {
+    let call = expect_status_patch(api, restore).await;
+    assert_applied_by(&call, "etcd-restore-operator-records");
+    let before = &restore["status"];
+    for record in [
+        "plan",
+        "snapshot",
+        "source",
+        "revisionBumped",
+        "restoredRevision",
+        "reason",
+    ] {
+        if !before[record].is_null() {
+            assert!(
+                !call.body["status"][record].is_null(),
+                "{record} dropped: {}",
+                call.body
+            );
+        }
+    }
+    for report in ["phase", "conditions", "startTime", "succeeded"] {
+        assert!(
+            call.body["status"][report].is_null(),
+            "{report} in the records: {}",
+            call.body
+        );
+    }
+    call
+}
+
+/// A server-side apply of an EtcdRestore's status by `manager`.
+fn assert_applied_by(call: &mock_api::Call, manager: &str) {
+    assert!(
+        call.query.contains(&format!("fieldManager={manager}&"))
+            || call.query.ends_with(&format!("fieldManager={manager}")),
+        "{}",
+        call.query
+    );
+    assert!(call.query.contains("force=true"), "{}", call.query);
+    assert_eq!(call.body["kind"], "EtcdRestore", "{}", call.body);
 }
 
 /// Success: the run-once pods go (their scratch volumes hold a copy of the database each),
@@ -244,7 +296,7 @@ async fn expect_success(api: &mut MockApi, restore: &Value) -> Value {
 
 /// The status report and its event, which must be of `type_` with `reason`.
 async fn expect_report_of(api: &mut MockApi, restore: &Value, type_: &str, reason: &str) -> Value {
-    let status = expect_status_patch(api, restore).await.body["status"].clone();
+    let status = expect_report_alone(api, restore).await;
     let event = api.expect_event("ns").await;
     assert_eq!(
         (event["type"].as_str(), event["reason"].as_str()),
@@ -254,7 +306,7 @@ async fn expect_report_of(api: &mut MockApi, restore: &Value, type_: &str, reaso
     status
 }
 
-/// A merge patch of the restore's status, answered with the restore.
+/// A patch of the restore's status, answered with the restore.
 async fn expect_status_patch(api: &mut MockApi, restore: &Value) -> mock_api::Call {
     let restore = restore.clone();
     let path = format!("{RESTORE}/status");
@@ -293,7 +345,7 @@ async fn the_plan_is_recorded_before_any_member_is_touched() {
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    let call = expect_status_patch(&mut api, &world.restore).await;
+    let call = expect_records(&mut api, &world.restore).await;
     let plan = &call.body["status"]["plan"];
     assert_eq!(
         plan["members"],
@@ -380,7 +432,7 @@ async fn a_hand_over_recorded_before_a_crash_is_finished_without_asking_etcd_aga
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     // Recorded again (idempotent), then the cluster's stale record cleared, then unpaused.
-    let record = expect_status_patch(&mut api, &world.restore).await;
+    let record = expect_records(&mut api, &world.restore).await;
     assert_eq!(record.body["status"]["plan"]["handedOver"], true);
     let cluster = held_cluster();
     let clear = api
@@ -491,7 +543,7 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
     world.serve(&mut api).await;
     // First the cause is recorded (the pods that show it are about to go), then the
     // restore's own objects go: its pods, then its claims. Nothing of the cluster is written.
-    let record = expect_status_patch(&mut api, &world.restore).await;
+    let record = expect_records(&mut api, &world.restore).await;
     let recorded_reason = record.body["status"]["reason"]
         .as_str()
         .unwrap()
@@ -529,7 +581,7 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     expect_given_back(&mut api).await;
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let status = expect_report_alone(&mut api, &world.restore).await;
     // The same Warning as the discard's: the recorder counts it into that event's series.
     let event = api.expect(StatusCode::OK, |_| json!({})).await;
     assert!(event.path.contains("/events"), "{event:?}");
@@ -586,15 +638,14 @@ async fn while_one_member_still_restores_nothing_is_read_or_touched() {
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
     // No log read, no write but the status (a wait sends no event).
-    let report = expect_status_patch(&mut api, &world.restore).await;
-    assert_eq!(report.body["status"]["phase"], "Restoring");
+    let report = expect_report_alone(&mut api, &world.restore).await;
+    assert_eq!(report["phase"], "Restoring");
     assert!(
-        report.body["status"]["conditions"][1]["message"]
+        report["conditions"][1]["message"]
             .as_str()
             .unwrap()
             .contains("1 of 3 members"),
-        "{}",
-        report.body
+        "{report}"
     );
     reconcile.await.unwrap();
     api.expect_silence().await;
@@ -630,7 +681,7 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
         intent.body,
         json!({"metadata": {"annotations": {"etcd.database.coreos.com/paused-by-restore": null}}})
     );
-    let record = expect_status_patch(&mut api, &world.restore).await;
+    let record = expect_records(&mut api, &world.restore).await;
     assert_eq!(
         record.body["status"]["snapshot"],
         json!({"revision": 500, "dbBytes": 1048576, "sha256": "ab"})
@@ -787,7 +838,7 @@ async fn a_running_cluster_is_paused_and_held_before_anything_else() {
     };
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let status = expect_report_alone(&mut api, &world.restore).await;
     assert_eq!(status["conditions"][1]["reason"], "Waiting", "{status}");
     reconcile.await.unwrap();
     api.expect_silence().await;
@@ -996,7 +1047,7 @@ async fn a_restore_pod_the_api_server_refuses_fails_the_restore_with_its_words()
         event["note"].as_str().unwrap().contains("exceeded quota"),
         "{event}"
     );
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let status = expect_records(&mut api, &world.restore).await.body["status"].clone();
     let reason = status["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("Refused: Pod c-3-restore refused by the API server: ")
@@ -1306,7 +1357,7 @@ async fn a_release_that_fails_is_retried_not_recorded_as_failed() {
     let cluster = held_cluster();
     api.expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
         .await;
-    let status = expect_status_patch(&mut api, &world.restore).await.body["status"].clone();
+    let status = expect_report_alone(&mut api, &world.restore).await;
     assert_eq!(status["phase"], "Failed");
     api.expect(StatusCode::OK, |_| json!({})).await;
     reconcile.await.unwrap();

@@ -354,11 +354,7 @@ fn apply<'a>(
     }
     DrillStatus {
         backup,
-        body: serde_json::json!({
-            "apiVersion": backup_api::API_VERSION,
-            "kind": "EtcdBackup",
-            "status": status,
-        }),
+        body: operator_runtime::status_apply::body::<EtcdBackup, _>(&status),
     }
 }
 
