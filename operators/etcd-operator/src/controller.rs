@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_api::{EtcdCluster, MembershipChange};
+use backup_api::{EtcdCluster, EtcdClusterStatus};
 use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use operator_runtime::reconcile_errors;
+use operator_runtime::status_apply;
 
 use crate::adopt;
 use crate::context::{Context, Error, MANAGER};
@@ -63,7 +64,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let cluster = Arc::new(clusters.get_status(&name).await?);
     if cluster.spec.is_paused() {
         let status = status::paused(&cluster);
-        patch_status(&clusters, &name, Some(&cluster), status).await?;
+        patch_status(&clusters, &name, Some(&cluster), &status).await?;
         return Ok(Action::await_change());
     }
     // Validate, then dereference the TLS Secrets: bad input gets a condition and a Warning,
@@ -206,15 +207,13 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         &outcome,
     );
     let last_round = defrag.status.as_ref().and_then(|d| d.last_round.as_ref());
-    if let Some(condition) = status::defragmented(&cluster, last_round)
-        && let Some(conditions) = report["conditions"].as_array_mut()
-    {
-        conditions.push(serde_json::to_value(condition).unwrap_or_default());
+    if let Some(condition) = status::defragmented(&cluster, last_round) {
+        report.conditions.get_or_insert_default().push(condition);
     }
     ctx.metrics
         .observe(&ns, &name, cluster.spec.size, &observed, &step);
     announce(&ctx, &cluster, &report).await;
-    patch_status(&clusters, &name, None, report).await?;
+    patch_status(&clusters, &name, None, &report).await?;
     outcome?;
     defrag.result?;
     Ok(match step {
@@ -255,9 +254,8 @@ fn validate(cluster: &EtcdCluster) -> Result<(), String> {
 /// A Warning for each condition that newly went bad (quorum lost, an invalid spec, a refused
 /// or failed upgrade, a new cause of degradation), once: not again on every reconcile while
 /// it stays so.
-async fn announce(ctx: &Context, cluster: &EtcdCluster, new_status: &serde_json::Value) {
-    let previous = serde_json::to_value(&cluster.status).unwrap_or_default();
-    for (reason, message) in status::new_warnings(&previous, new_status) {
+async fn announce(ctx: &Context, cluster: &EtcdCluster, new_status: &EtcdClusterStatus) {
+    for (reason, message) in status::new_warnings(cluster.status.as_ref(), new_status) {
         warn(ctx, cluster, &reason, &message).await;
     }
 }
@@ -273,7 +271,7 @@ async fn report_invalid(
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let status = status::invalid(cluster, problem);
     announce(ctx, cluster, &status).await;
-    patch_status(&clusters, &cluster.name_any(), Some(cluster), status).await?;
+    patch_status(&clusters, &cluster.name_any(), Some(cluster), &status).await?;
     Ok(then)
 }
 
@@ -306,7 +304,8 @@ async fn execute(
     let record = |intent: Option<Intent>| {
         let clusters = clusters.clone();
         async move {
-            let patch = serde_json::json!({"status": {"membershipChange": intent.map(change)}});
+            let patch =
+                serde_json::json!({"status": {"membershipChange": intent.map(status::change)}});
             clusters
                 .patch_status(
                     &cluster.name_any(),
@@ -456,31 +455,6 @@ async fn execute(
     Ok(())
 }
 
-fn change(intent: Intent) -> MembershipChange {
-    let started = Some(chrono::Utc::now().to_rfc3339());
-    match intent {
-        Intent::Seed { member } => MembershipChange {
-            action: "Seed".into(),
-            member: Some(member),
-            started,
-            ..Default::default()
-        },
-        Intent::Add { member } => MembershipChange {
-            action: "Add".into(),
-            member: Some(member),
-            started,
-            ..Default::default()
-        },
-        Intent::Remove { member, id, reason } => MembershipChange {
-            action: "Remove".into(),
-            member,
-            member_id: Some(format!("{id:x}")),
-            reason: Some(reason),
-            started,
-        },
-    }
-}
-
 async fn create_member(
     ctx: &Context,
     cluster: &EtcdCluster,
@@ -551,24 +525,26 @@ fn etcd_asks_to_wait<T>(result: Result<T, etcd_client::Error>) -> Result<bool, E
 /// nothing changed the cluster since that read (its resource version is the precondition): a
 /// status that repeats the recorded membership change as read must not write it back over a
 /// restore's hand-over that cleared it in between; the conflict is retried from a fresh read.
+/// Applies `status` (server-side) under [`MANAGER`]: the whole status it owns, so a field it
+/// leaves out is removed. `unchanged_since`: only if the cluster is still as read.
 async fn patch_status(
     api: &Api<EtcdCluster>,
     name: &str,
     unchanged_since: Option<&EtcdCluster>,
-    status: serde_json::Value,
+    status: &EtcdClusterStatus,
 ) -> Result<(), Error> {
-    let mut patch = serde_json::json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2",
-        "kind": "EtcdCluster",
-        "status": status,
-    });
+    let mut body = status_apply::body::<EtcdCluster, _>(status);
+    // The membership change is recorded by a merge patch (see `execute`), whose manager keeps
+    // owning the field: left out here it would stay, so a finished change is written as null.
+    body["status"]["membershipChange"] =
+        serde_json::to_value(&status.membership_change).unwrap_or_default();
     if let Some(read) = unchanged_since {
-        patch["metadata"] = serde_json::json!({"resourceVersion": read.resource_version()});
+        body["metadata"] = serde_json::json!({"resourceVersion": read.resource_version()});
     }
     api.patch_status(
         name,
         &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
+        &Patch::Apply(&body),
     )
     .await?;
     Ok(())

@@ -4,7 +4,9 @@
 //! flight. Written by server-side apply, so every write carries the whole status this manager
 //! owns (a field left out would be removed).
 
-use backup_api::{ClusterCondition, ClusterPhase, EtcdCluster, MembershipChange};
+use backup_api::{
+    ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterStatus, MembersStatus, MembershipChange,
+};
 use std::collections::BTreeMap;
 
 use etcd_cluster::checks;
@@ -14,7 +16,6 @@ use etcd_cluster::{
 };
 use etcd_members::labels;
 use kube::ResourceExt;
-use serde_json::{Value, json};
 
 use crate::observe::MemberPod;
 
@@ -87,26 +88,44 @@ fn intent_after(step: &MembershipStep, before: &Option<Intent>) -> Option<Intent
     }
 }
 
-fn change_json(cluster: &EtcdCluster, intent: &Option<Intent>) -> Value {
-    let Some(intent) = intent else {
-        return Value::Null;
-    };
-    // Keep the recorded start time of the same change.
+/// The membership change recorded for `intent`, keeping the recorded start time of the same
+/// change.
+fn change_record(cluster: &EtcdCluster, intent: &Option<Intent>) -> Option<MembershipChange> {
+    let intent = intent.as_ref()?;
     let previous = cluster
         .status
         .as_ref()
         .and_then(|s| s.membership_change.clone());
     if let Some(previous) = previous.filter(|p| intent_of(p).as_ref() == Some(intent)) {
-        return json!(previous);
+        return Some(previous);
     }
-    let started = chrono::Utc::now().to_rfc3339();
-    json!(match intent {
-        Intent::Seed { member } => json!({"action": "Seed", "member": member, "started": started}),
-        Intent::Add { member } => json!({"action": "Add", "member": member, "started": started}),
-        Intent::Remove { member, id, reason } => {
-            json!({"action": "Remove", "member": member, "memberID": format!("{id:x}"), "reason": reason, "started": started})
-        }
-    })
+    Some(change(intent.clone()))
+}
+
+/// A new record of `intent`, started now.
+pub fn change(intent: Intent) -> MembershipChange {
+    let started = Some(chrono::Utc::now().to_rfc3339());
+    match intent {
+        Intent::Seed { member } => MembershipChange {
+            action: "Seed".into(),
+            member: Some(member),
+            started,
+            ..Default::default()
+        },
+        Intent::Add { member } => MembershipChange {
+            action: "Add".into(),
+            member: Some(member),
+            started,
+            ..Default::default()
+        },
+        Intent::Remove { member, id, reason } => MembershipChange {
+            action: "Remove".into(),
+            member,
+            member_id: Some(format!("{id:x}")),
+            reason: Some(reason),
+            started,
+        },
+    }
 }
 
 /// A condition, keeping `lastTransitionTime` while its status holds and `lastUpdateTime` while
@@ -170,7 +189,7 @@ pub fn report(
     step: &MembershipStep,
     upgrade: Option<&UpgradeStep>,
     outcome: &Result<(), crate::context::Error>,
-) -> Value {
+) -> EtcdClusterStatus {
     let members = observed.members.as_deref().unwrap_or(&[]);
     let phase = if observed.members.is_some() || bootstrapped(cluster) {
         ClusterPhase::Running
@@ -289,8 +308,8 @@ pub fn report(
     let current = current_version(&versions).map(|v| v.to_string());
     let target = cluster.spec.version().to_string();
     let target_version = match &current {
-        Some(current) if *current != target => json!(target),
-        _ => Value::Null,
+        Some(current) if *current != target => Some(target),
+        _ => None,
     };
     let degraded = members.iter().any(|m| !m.healthy) || !unready.is_empty() || outcome.is_err();
     // Why members do not run, as the kubelet says (a missing image, a crash loop).
@@ -371,30 +390,40 @@ pub fn report(
             &degraded_message,
         ),
     ];
-    json!({
-        "phase": phase,
-        "reason": if available { Value::Null } else { json!(available_reason) },
-        "controlPaused": false,
-        "size": members.len(),
-        "serviceName": format!("{}-client", cluster.metadata.name.as_deref().unwrap_or_default()),
-        "clientPort": 2379,
-        "members": {"ready": ready, "unready": unready},
-        "currentVersion": current,
-        "targetVersion": target_version,
-        "observedGeneration": cluster.metadata.generation,
-        "conditions": conditions,
-        "membershipChange": change_json(cluster, &intent_after(step, &observed.intent)),
-    })
+    EtcdClusterStatus {
+        phase: Some(phase),
+        reason: (!available).then(|| available_reason.to_string()),
+        control_paused: Some(false),
+        size: Some(members.len() as i32),
+        service_name: Some(format!(
+            "{}-client",
+            cluster.metadata.name.as_deref().unwrap_or_default()
+        )),
+        client_port: Some(2379),
+        members: Some(MembersStatus {
+            ready: Some(ready),
+            unready: Some(unready),
+        }),
+        current_version: current,
+        target_version,
+        observed_generation: cluster.metadata.generation,
+        conditions: Some(conditions),
+        membership_change: change_record(cluster, &intent_after(step, &observed.intent)),
+        defragmentation: None,
+    }
 }
 
 /// The Warnings a status calls for that the previous one did not: each condition that went
 /// bad, or changed its cause while bad, as `(reason, message)`. Merely unready members (a
 /// member starting) are no cause to announce.
-pub fn new_warnings(previous: &Value, new: &Value) -> Vec<(String, String)> {
-    let bad = |c: &Value| -> Option<(String, String)> {
-        let reason = c["reason"].as_str()?;
-        let message = c["message"].as_str()?;
-        let warn = match (c["type"].as_str()?, c["status"].as_str()?) {
+pub fn new_warnings(
+    previous: Option<&EtcdClusterStatus>,
+    new: &EtcdClusterStatus,
+) -> Vec<(String, String)> {
+    let bad = |c: &ClusterCondition| -> Option<(String, String)> {
+        let reason = c.reason.as_deref()?;
+        let message = c.message.as_deref()?;
+        let warn = match (c.type_.as_str(), c.status.as_str()) {
             (AVAILABLE, "False") => reason == "QuorumLost",
             (PROGRESSING, "False") => {
                 ["InvalidSpec", "UpgradeRefused", "UpgradeFailed"].contains(&reason)
@@ -404,20 +433,24 @@ pub fn new_warnings(previous: &Value, new: &Value) -> Vec<(String, String)> {
             _ => false,
         };
         // The Degraded causes with a name of their own keep it; the others say Degraded.
-        let reason = if c["type"] == DEGRADED && reason == "MembersUnhealthy" {
+        let reason = if c.type_ == DEGRADED && reason == "MembersUnhealthy" {
             "Degraded"
         } else {
             reason
         };
         warn.then(|| (reason.to_string(), message.to_string()))
     };
-    let conditions = |status: &Value| status["conditions"].as_array().cloned().unwrap_or_default();
+    let conditions = |status: Option<&EtcdClusterStatus>| -> Vec<ClusterCondition> {
+        status
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+    };
     let before = conditions(previous);
-    conditions(new)
+    conditions(Some(new))
         .iter()
         .filter_map(|c| {
             let warning = bad(c)?;
-            let was = before.iter().find(|p| p["type"] == c["type"]).and_then(bad);
+            let was = before.iter().find(|p| p.type_ == c.type_).and_then(bad);
             (was.as_ref() != Some(&warning)).then_some(warning)
         })
         .collect()
@@ -460,7 +493,7 @@ fn step_reason(step: &MembershipStep) -> &'static str {
 }
 
 /// Status of a paused cluster: hands off, but say so; the recorded change stays.
-pub fn paused(cluster: &EtcdCluster) -> Value {
+pub fn paused(cluster: &EtcdCluster) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
     let abandoned = cluster
         .annotations()
@@ -477,27 +510,42 @@ pub fn paused(cluster: &EtcdCluster) -> Value {
             "spec.paused is true: the operator does not touch this cluster".to_string(),
         ),
     };
-    json!({
+    EtcdClusterStatus {
         // `""` (not null, which the schema refuses) for a cluster never looked at.
-        "phase": previous.phase.unwrap_or(ClusterPhase::None),
-        "controlPaused": true,
-        "observedGeneration": cluster.metadata.generation,
-        "conditions": [condition(cluster, PROGRESSING, false, reason, &message)],
-        "membershipChange": previous.membership_change,
-    })
+        phase: Some(previous.phase.unwrap_or(ClusterPhase::None)),
+        control_paused: Some(true),
+        observed_generation: cluster.metadata.generation,
+        conditions: Some(vec![condition(
+            cluster,
+            PROGRESSING,
+            false,
+            reason,
+            &message,
+        )]),
+        membership_change: previous.membership_change,
+        ..Default::default()
+    }
 }
 
 /// Status of a cluster whose spec is invalid: nothing is touched.
-pub fn invalid(cluster: &EtcdCluster, problem: &str) -> Value {
+pub fn invalid(cluster: &EtcdCluster, problem: &str) -> EtcdClusterStatus {
     let previous = cluster.status.clone().unwrap_or_default();
-    json!({
+    let message = format!("{problem}; nothing of the running cluster is changed");
+    EtcdClusterStatus {
         // `""` (not null, which the schema refuses) for a cluster never looked at.
-        "phase": previous.phase.unwrap_or(ClusterPhase::None),
-        "reason": "InvalidSpec",
-        "observedGeneration": cluster.metadata.generation,
-        "conditions": [condition(cluster, PROGRESSING, false, "InvalidSpec", &format!("{problem}; nothing of the running cluster is changed"))],
-        "membershipChange": previous.membership_change,
-    })
+        phase: Some(previous.phase.unwrap_or(ClusterPhase::None)),
+        reason: Some("InvalidSpec".into()),
+        observed_generation: cluster.metadata.generation,
+        conditions: Some(vec![condition(
+            cluster,
+            PROGRESSING,
+            false,
+            "InvalidSpec",
+            &message,
+        )]),
+        membership_change: previous.membership_change,
+        ..Default::default()
+    }
 }
 
 /// The `Defragmented` condition from the last round: True when it went through, False (a
@@ -532,6 +580,7 @@ pub fn defragmented(
 mod tests {
     use super::*;
     use etcd_cluster::Member;
+    use serde_json::json;
 
     #[test]
     fn quorum_is_lost_while_members_come_back_and_while_none_of_a_created_cluster_answers() {
@@ -613,7 +662,7 @@ mod tests {
             None,
             &Ok(()),
         );
-        cluster.status = Some(serde_json::from_value(first.clone()).unwrap());
+        cluster.status = Some(first.clone());
         let second = report(
             &cluster,
             &observed,
@@ -623,6 +672,7 @@ mod tests {
             &Ok(()),
         );
         assert_eq!(first, second);
+        let first = serde_json::to_value(first).unwrap();
         assert_eq!(first["phase"], "Running");
         assert_eq!(first["conditions"][0]["observedGeneration"], 2);
         // A change moves lastUpdateTime (and lastTransitionTime when the status flips).
@@ -634,6 +684,7 @@ mod tests {
             None,
             &Ok(()),
         );
+        let third = serde_json::to_value(third).unwrap();
         assert_ne!(third["conditions"][1], first["conditions"][1]);
     }
 
@@ -670,25 +721,29 @@ mod tests {
             None,
             &Ok(()),
         );
-        let warnings = new_warnings(&Value::Null, &report);
+        let warnings = new_warnings(None, &report);
         assert!(
             warnings.contains(&("Degraded".into(), "c-0: ErrImagePull: not found".into())),
             "{warnings:?}"
         );
         // Announced once: the same cause again is no new warning.
-        assert!(new_warnings(&report, &report).is_empty());
+        assert!(new_warnings(Some(&report), &report).is_empty());
         // Merely unready members are no cause to announce.
         let mut starting = pods.clone();
         starting[0].failure = None;
         let report = report_of(&cluster, &starting, &step);
         assert!(
-            !new_warnings(&Value::Null, &report)
+            !new_warnings(None, &report)
                 .iter()
                 .any(|(reason, _)| reason == "Degraded")
         );
     }
 
-    fn report_of(cluster: &EtcdCluster, pods: &[MemberPod], step: &MembershipStep) -> Value {
+    fn report_of(
+        cluster: &EtcdCluster,
+        pods: &[MemberPod],
+        step: &MembershipStep,
+    ) -> EtcdClusterStatus {
         report(
             cluster,
             &MembershipObserved::default(),

@@ -267,9 +267,12 @@ async fn a_paused_status_never_writes_back_a_membership_change_a_hand_over_clear
     let task = run(cached, &ctx);
     expect_fresh_read(&mut api, &fresh).await;
     let status = expect_status(&mut api, &fresh).await;
-    assert_eq!(
-        status["status"]["membershipChange"],
-        Value::Null,
+    // Written as null, not left out: the record's merge patch keeps owning the field, so an
+    // apply that left it out would leave it as it was.
+    assert!(
+        status["status"]
+            .as_object()
+            .is_some_and(|s| s.get("membershipChange") == Some(&Value::Null)),
         "{status}"
     );
     assert_eq!(status["metadata"]["resourceVersion"], "8", "{status}");
