@@ -79,6 +79,8 @@ impl Operator {
                 &format!("127.0.0.1:{port}"),
             ])
             .args(["--max-concurrent-backups", "2", "--log-format", "json"])
+            // The bed's image of this build, not the release's default.
+            .args(["--backup-image", "localhost/etcd-backup:dev"])
             .args(extra)
             .env("KUBECONFIG", kubeconfig);
         // Credentials come from the EtcdBackup's Secret only.

@@ -61,6 +61,7 @@ impl Process {
     fn start(binary: &Path, kubeconfig: &Path, ns: &str) -> Process {
         let child = Command::new(binary)
             .args(["--namespace", ns, "--listen", "127.0.0.1:0"])
+            .args(["--backup-image", "localhost/etcd-backup:dev"])
             .env("KUBECONFIG", kubeconfig)
             .stdin(Stdio::null())
             .stderr(Stdio::null())

@@ -22,7 +22,7 @@ struct Args {
     #[arg(
         long,
         env = "BACKUP_IMAGE",
-        default_value = "localhost/etcd-backup:dev"
+        default_value = concat!("etcd-backup:", env!("CARGO_PKG_VERSION"))
     )]
     backup_image: String,
     /// Let restores without AWS keys read S3 with the node's identity (instance metadata).
