@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use backup_api::BackupSchedule;
 use chrono::{DateTime, Utc};
-use etcd_backup_operator::runs::Runs;
+use etcd_backup_operator::in_flight::Runs;
 use etcd_backup_operator::schedule::{Due, History, Trigger, due};
 use futures::StreamExt;
 use tokio::sync::mpsc;

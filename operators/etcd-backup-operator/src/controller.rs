@@ -20,12 +20,12 @@ use kube::{Api, Client, Resource, ResourceExt};
 use operator_runtime::events::Events;
 
 use crate::execute::{self, Outcome, RunError};
+use crate::in_flight::{RunGuard, Runs};
 use crate::local::LocalVolume;
 use crate::metrics::{InFlight, Metrics, ObjectLabels, ResultLabels};
-use crate::plan::{self, BackupPlan, InvalidSpec};
-use crate::runs::{RunGuard, Runs};
 use crate::schedule::{self, Due, History};
 use crate::secrets::SecretError;
+use crate::validate::{self, BackupPlan, InvalidSpec};
 use crate::{drill, secrets, status};
 use operator_runtime::backoff::PerObject;
 use operator_runtime::reconcile_errors::{self, ReconcileError};
@@ -174,7 +174,7 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
     let prev = backup.status.clone().unwrap_or_default();
     let now = truncate((ctx.clock)());
 
-    let plan = plan::build(&backup.spec);
+    let plan = validate::build(&backup.spec);
     if backup.meta().deletion_timestamp.is_some() {
         ctx.runs.cancel(&uid);
         return finalize(backup, plan.as_ref(), ctx).await;

@@ -10,9 +10,9 @@ use etcd_snapshot::{EtcdConnection, ObjectName, Progress, SaveOptions, SaveRepor
 use operator_runtime::tenant_credentials::CredentialsError;
 
 use crate::local::{self, LocalVolume, LocalVolumeError};
-use crate::plan::{BackupPlan, Target};
 use crate::retention::{self, OWNER_METADATA_KEY, recorded_owner};
 use crate::secrets::{Resolved, SecretError};
+use crate::validate::{BackupPlan, Target};
 
 /// Multipart uploads under the object's prefix left unfinished this long (a killed operator)
 /// are removed before the next run. Long, so a slow backup of another EtcdBackup sharing the

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Clock, Context};
+use crate::in_flight::Runs;
 use crate::metrics::Metrics;
-use crate::runs::Runs;
 
 pub const NOW: &str = "2026-03-01T12:00:00Z";
 

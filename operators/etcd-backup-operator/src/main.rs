@@ -7,10 +7,10 @@ use anyhow::Result;
 use backup_cli::LogFormat;
 use clap::Parser;
 use etcd_backup_operator::controller::{Clock, Context, MANAGER};
+use etcd_backup_operator::in_flight::Runs;
 use etcd_backup_operator::local::LocalVolume;
 use etcd_backup_operator::metrics::Metrics;
 use etcd_backup_operator::runner;
-use etcd_backup_operator::runs::Runs;
 use operator_runtime::process::{self, RuntimeArgs};
 
 #[derive(Parser, Debug)]

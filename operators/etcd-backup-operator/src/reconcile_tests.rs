@@ -590,7 +590,7 @@ async fn one_shot_success_against_real_etcd_and_s3() {
         format!("s3://{}/etcd.backup", garage.bucket)
     );
     // Status says exactly what is stored: check it against an independent read-back.
-    let plan = crate::plan::build(&obj.spec).unwrap();
+    let plan = crate::validate::build(&obj.spec).unwrap();
     let data: crate::secrets::SecretData = serde_json::from_value(secret["data"].clone()).unwrap();
     let options =
         crate::secrets::s3_options(plan.s3().unwrap(), Some(("aws", &data)), None, false).unwrap();

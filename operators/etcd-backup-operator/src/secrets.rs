@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use operator_runtime::tenant_credentials::{self, CredentialsError};
 
-use crate::plan::BackupPlan;
+use crate::validate::BackupPlan;
 
 /// The data of one Secret.
 pub type SecretData = BTreeMap<String, ByteString>;
@@ -265,12 +265,12 @@ mod tests {
     }
 
     fn plan() -> BackupPlan {
-        let mut spec = crate::plan::tests::coreos_periodic();
+        let mut spec = crate::validate::tests::coreos_periodic();
         let s3 = spec.s3.as_mut().unwrap();
         s3.endpoint = Some("http://127.0.0.1:3900".into());
         s3.force_path_style = Some(true);
         s3.region = Some("garage".into());
-        crate::plan::build(&spec).unwrap()
+        crate::validate::build(&spec).unwrap()
     }
 
     #[test]

@@ -8,9 +8,9 @@ use backup_api::EtcdBackupSpec;
 use backup_storage::Location;
 use etcd_backup_operator::execute::{self, delete_backups, run_backup};
 use etcd_backup_operator::local::LocalVolume;
-use etcd_backup_operator::plan::{self, BackupPlan, Target};
 use etcd_backup_operator::retention::OWNER_METADATA_KEY;
 use etcd_backup_operator::secrets::{self, Resolved, SecretData};
+use etcd_backup_operator::validate::{self, BackupPlan, Target};
 use k8s_openapi::ByteString;
 use serde_json::json;
 use testbed::{Etcd, Garage};
@@ -37,7 +37,7 @@ fn plan(etcd: &Etcd, garage: &Garage, path: &str, policy: serde_json::Value) -> 
                "endpoint": garage.endpoint, "forcePathStyle": true}
     }))
     .unwrap();
-    plan::build(&spec).unwrap()
+    validate::build(&spec).unwrap()
 }
 
 /// Where an S3 plan writes (the namespace only matters for Local).
@@ -279,7 +279,7 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
         "local": {"path": "cluster-a/etcd.backup", "persistentVolumeClaim": "etcd-backups"}
     }))
     .unwrap();
-    let plan = plan::build(&spec).unwrap();
+    let plan = validate::build(&spec).unwrap();
     let resolved = || Resolved {
         s3: Default::default(),
         tls: None,
@@ -448,7 +448,7 @@ async fn a_one_shot_never_overwrites_what_appeared_while_it_ran() {
         "local": {"path": "etcd.backup", "persistentVolumeClaim": "etcd-backups"}
     }))
     .unwrap();
-    let plan = plan::build(&spec).unwrap();
+    let plan = validate::build(&spec).unwrap();
     let location = execute::location(&plan, "backups", Some(&volume)).unwrap();
     let resolved = Resolved {
         s3: Default::default(),
@@ -608,7 +608,7 @@ async fn an_sse_c_backup_is_written_with_the_secrets_key() {
                    "customerKeySecret": {"name": "sse-c", "key": "key"}}}
     }))
     .unwrap();
-    let plan = plan::build(&spec).unwrap();
+    let plan = validate::build(&spec).unwrap();
     let key = BTreeMap::from([("key".to_string(), ByteString(vec![3; 32]))]);
     let mut resolved = resolved(&plan, &garage);
     resolved.s3.server_side_encryption =

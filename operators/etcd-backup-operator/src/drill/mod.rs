@@ -28,8 +28,8 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::controller::{Context, Error};
 use crate::metrics::ObjectLabels;
-use crate::plan::{BackupPlan, DrillPlan, DrillWhen};
 use crate::status::{chrono_time, time};
+use crate::validate::{BackupPlan, DrillPlan, DrillWhen};
 use plan::Next;
 use pod::CannotDrill;
 use verdict::Verdict;

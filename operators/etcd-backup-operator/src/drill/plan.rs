@@ -4,9 +4,9 @@
 use backup_api::{DrillRecord, DrillResult, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
 
-use crate::plan::{DrillPlan, DrillWhen};
 use crate::schedule::Trigger;
 use crate::status::chrono_time;
+use crate::validate::{DrillPlan, DrillWhen};
 
 /// What the drill side does next.
 #[derive(Debug, Clone, PartialEq)]
