@@ -6,6 +6,8 @@
 //!   flag those tables document still exists.
 //! - [`check_metrics`]: every metric the operator registers is a row of the page's `## Metrics`
 //!   table, and every row is a metric it registers.
+//! - [`check_labels_and_annotations`]: every label, annotation, finalizer and scheduling gate the
+//!   operators' code defines is on `docs/reference/labels-and-annotations.md`.
 //!
 //! A row documents what the code spans of its first column name (`` | `--lease-name` | ``,
 //! `` | `etcd_backup_running` | ``); a section runs from its `## ` heading to the next one, so
@@ -383,6 +385,78 @@ fn shared_registrations(files: &[PathBuf]) -> BTreeMap<String, Vec<(String, &'st
         }
     }
     shared
+}
+
+/// [`check_labels_and_annotations`]: every key the operators' code defines as a label, annotation, finalizer or scheduling gate
+/// (a `const` of type `&str` named `*_LABEL`, `*_ANNOTATION`, `*FINALIZER`, `*_GATE`, or `APP`
+/// and `KEY_SECRET`, the label value of the restore and drill pods and the proof key's Secret),
+/// anywhere under `crates/*/src` and `operators/*/src`, is on
+/// `docs/reference/labels-and-annotations.md` (in backticks).
+pub fn check_labels_and_annotations() {
+    let page_path = root().join("docs/reference/labels-and-annotations.md");
+    let page = std::fs::read_to_string(&page_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", page_path.display()));
+    let mut files = Vec::new();
+    for top in ["crates", "operators"] {
+        for entry in std::fs::read_dir(root().join(top)).unwrap() {
+            rust_files(&entry.unwrap().path().join("src"), &mut files);
+        }
+    }
+    let mut keys = BTreeMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (name, value) in str_consts(&text) {
+            let wanted = ["_LABEL", "_ANNOTATION", "FINALIZER", "_GATE"]
+                .iter()
+                .any(|s| name.ends_with(s))
+                || name == "APP"
+                || name == "KEY_SECRET";
+            if wanted {
+                let place = file
+                    .strip_prefix(root())
+                    .unwrap_or(file)
+                    .display()
+                    .to_string();
+                keys.insert(value, format!("{name} in {place}"));
+            }
+        }
+    }
+    assert!(
+        keys.len() >= 15,
+        "too few keys found, is the scan right? {keys:?}"
+    );
+    let missing: Vec<String> = keys
+        .iter()
+        .filter(|(value, _)| !page.contains(&format!("`{value}`")))
+        .map(|(value, from)| format!("`{value}` ({from})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} key(s) the operators set or read are not on docs/reference/labels-and-annotations.md:\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}
+
+/// `(NAME, value)` of every `const NAME: &str = "value";` in a Rust source text.
+fn str_consts(text: &str) -> Vec<(String, String)> {
+    let mut consts = Vec::new();
+    for rest in text.split("const ").skip(1) {
+        let Some((declaration, _)) = rest.split_once(';') else {
+            continue;
+        };
+        let Some((name, value)) = declaration.split_once(':') else {
+            continue;
+        };
+        let Some(value) = value.trim().strip_prefix("&str") else {
+            continue;
+        };
+        let value = value.trim().trim_start_matches('=').trim();
+        if let Some(literal) = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            consts.push((name.trim().to_string(), literal.to_string()));
+        }
+    }
+    consts
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

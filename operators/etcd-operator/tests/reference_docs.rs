@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use testbed::reference_docs::{check_flags, check_metrics};
+use testbed::reference_docs::{check_flags, check_labels_and_annotations, check_metrics};
 
 #[test]
 fn every_flag_is_documented() {
@@ -20,4 +20,10 @@ fn every_metric_is_documented() {
         Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")),
         "etcd-operator.md",
     );
+}
+
+/// The labels and annotations page is checked here, for the code of every operator and crate.
+#[test]
+fn every_label_and_annotation_is_documented() {
+    check_labels_and_annotations();
 }

@@ -102,16 +102,7 @@ async fn rolls_3_4_to_3_5_one_member_at_a_time_while_a_client_writes_and_refuses
     let cluster = wait_until(&clusters, name, "the downgrade refused", 60, refused)
         .await
         .unwrap();
-    let message = cluster
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "Progressing")
-        .unwrap()
-        .message
-        .unwrap();
+    let message = condition_message(&cluster, "Progressing").unwrap();
     assert!(message.contains("downgrade"), "{message}");
     for pod in member_pods(&kube, &ns).await {
         let image = pods.get(&pod).await.unwrap().spec.unwrap().containers[0]
@@ -352,16 +343,7 @@ async fn an_upgrade_whose_image_is_missing_pauses_with_the_cause_and_can_go_back
     let cluster = wait_until(&clusters, name, "the upgrade paused", 180, failed)
         .await
         .unwrap();
-    let message = cluster
-        .status
-        .unwrap()
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "Progressing")
-        .unwrap()
-        .message
-        .unwrap();
+    let message = condition_message(&cluster, "Progressing").unwrap();
     assert!(
         message.contains("ImagePull") || message.contains("ErrImagePull"),
         "{message}"
