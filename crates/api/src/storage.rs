@@ -218,7 +218,7 @@ pub struct OssSource {
 #[serde(rename_all = "camelCase")]
 pub struct LocalSource {
     /// Backup file path, the counterpart of `s3.path`: one-shot backups write exactly this file,
-    /// periodic ones append `_v<revision>_<time>`; its directory must exist. With
+    /// periodic ones append `_v<revision>_<time>`; missing directories are created. With
     /// `persistentVolumeClaim` the path is inside that claim (mounted at
     /// `/var/lib/etcd-backup`). Without it, a backup takes an absolute path under
     /// `/var/lib/etcd-backup`, on the operator's `--local-volume-claim`, and a restore is refused
