@@ -236,69 +236,7 @@ pub struct EtcdRestoreStatus {
     pub duration: Option<String>,
 }
 
-/// The verified backup: what the members' `etcd-backup fetch` reported (all the same).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VerifiedSnapshot {
-    /// Revision in the backup's manifest (none for a snapshot without a manifest).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<i64>,
-    /// Size of the etcd database in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub db_bytes: Option<i64>,
-    /// sha256 of the stored object, checked against its trailer and manifest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
-    /// Version of the etcd member the backup was taken from, in the backup's manifest (none for
-    /// a snapshot without a manifest).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etcd_version: Option<String>,
-}
-
-/// Recorded before the first member is made.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestorePlan {
-    /// The restored members (new names, above every existing one).
-    pub members: Vec<String>,
-    /// The new cluster token all of them share.
-    pub token: String,
-    /// The etcd version they run.
-    pub version: String,
-    /// Claims of the replaced members, detached from the cluster and kept until the restored
-    /// cluster is healthy.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub detached_claims: Vec<String>,
-    /// Every member was healthy and the cluster is (being) handed back to its operator.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handed_over: Option<bool>,
-}
-
-/// Steps of a restore.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum RestorePhase {
-    /// Accepted, nothing done yet.
-    Pending,
-    /// Pausing the cluster and planning the new members.
-    Preparing,
-    /// Every new member fetching, verifying and restoring the snapshot onto its own volume
-    /// while the old members still run; once all verified it, the old members stop and the
-    /// new ones start.
-    Restoring,
-    /// Waiting for every restored member to be healthy with the snapshot's data.
-    Verifying,
-    /// The cluster runs on the restored data.
-    Succeeded,
-    /// The restore stopped; see `reason` and the `Ready` condition.
-    Failed,
-}
-
-impl RestorePhase {
-    /// Whether the restore is over, successfully or not.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, RestorePhase::Succeeded | RestorePhase::Failed)
-    }
-}
+pub use etcd_cluster::restore_plan::recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
 
 #[cfg(test)]
 mod tests {

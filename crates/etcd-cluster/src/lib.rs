@@ -1,7 +1,8 @@
 //! EtcdCluster domain logic, free of Kubernetes and of any runtime: member naming and URLs
 //! ([`naming`]), supported version paths ([`version`]), the membership planner ([`plan`]) and
 //! the rolling-upgrade planner ([`upgrade`]) that the `etcd-operator` executes one step at a
-//! time, each member's restore command for a restore from a snapshot ([`restore`]), and how each
+//! time, each member's restore command for a restore from a snapshot ([`restore`]), the restore's
+//! step machine that the `etcd-restore-operator` executes ([`restore_plan`]), and how each
 //! version spells the switches of etcd's data corruption checks ([`checks`]).
 
 pub mod checks;
@@ -9,6 +10,7 @@ pub mod defrag;
 pub mod naming;
 pub mod plan;
 pub mod restore;
+pub mod restore_plan;
 pub mod upgrade;
 pub mod version;
 

@@ -1,5 +1,5 @@
 //! Reconcile: dereference (source, cluster, Secrets) -> observe (pods, claims, members) -> plan
-//! one step ([`crate::plan`], pure) -> execute -> status. Anything the step machine must not
+//! one step (`etcd_cluster::restore_plan`, pure) -> execute -> status. Anything the step machine must not
 //! forget (the plan, the snapshot the members verified) is written to status before it is acted
 //! on.
 
@@ -29,10 +29,10 @@ use serde_json::json;
 
 use crate::context::{Context, Error, MANAGER};
 use crate::observe;
-use crate::plan;
 use crate::pods;
 use crate::status::{self, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
-use crate::step::RestoreStep;
+use etcd_cluster::restore_plan;
+use etcd_cluster::restore_plan::RestoreStep;
 use fetch_pod::source::{self, Source};
 
 /// Look again soon while something runs; at once after a step changed something: its own
@@ -111,8 +111,8 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
 
     // Plan one step, execute it, report.
     let names = names.unwrap_or_else(|| etcd_cluster::ClusterNames::new(&cluster_name, &ns, None));
-    let step = plan::plan(&names, &observed);
-    let phase = status::phase_of(&step, &observed);
+    let step = restore_plan::plan(&names, &observed);
+    let phase = restore_plan::phase_of(&step, &observed);
     tracing::debug!(restore = %name, ?step, ?phase, "planned");
     if let RestoreStep::Done = step {
         return Ok(Action::await_change());

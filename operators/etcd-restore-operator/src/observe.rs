@@ -19,9 +19,11 @@ use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 
 use crate::context::{Context, Error};
-use crate::observed::{ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
 use crate::pods;
 use crate::status::RESTORE_ANNOTATION;
+use etcd_cluster::restore_plan::{
+    ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved,
+};
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
 const STUCK: [&str; 5] = [
@@ -337,7 +339,7 @@ pub async fn world(
         for member in &planned_members {
             let pod = pods::restore_pod_name(member);
             let fetched = pod_api.logs(&pod, &log_of("fetch")).await?;
-            // The restore tool's log says the snapshot's own revision (fetch_report::parse_verified).
+            // The restore tool's log says the snapshot's own revision (restore_plan::fetch_report::parse_verified).
             let restored = pod_api.logs(&pod, &log_of("restore")).await?;
             let output = format!("{fetched}\n{restored}");
             restore_pods.insert(member.clone(), PodRun::Succeeded { output });

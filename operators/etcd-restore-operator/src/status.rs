@@ -8,8 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
-use crate::observed::RestoreObserved;
-use crate::step::RestoreStep;
+use etcd_cluster::restore_plan::RestoreStep;
 
 /// The annotation by which a restore holds its EtcdCluster (the restore's uid). A second
 /// restore of a cluster cannot exist at the same time (an EtcdRestore is named like its
@@ -247,38 +246,6 @@ pub fn format_duration(seconds: f64) -> String {
         (0, 0, s) => format!("{s}s"),
         (0, m, s) => format!("{m}m{s}s"),
         (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
-
-/// The phase a step belongs to.
-pub fn phase_of(step: &RestoreStep, observed: &RestoreObserved) -> RestorePhase {
-    match step {
-        RestoreStep::Fail { .. } => RestorePhase::Failed,
-        RestoreStep::Succeed { .. } => RestorePhase::Succeeded,
-        RestoreStep::Done => observed.phase.unwrap_or(RestorePhase::Pending),
-        RestoreStep::RestoreMembers(_)
-        | RestoreStep::Discard { .. }
-        | RestoreStep::RecordSnapshot(_)
-        | RestoreStep::DeleteOldPods(_)
-        | RestoreStep::DetachClaims(_)
-        | RestoreStep::JoinClaims(_)
-        | RestoreStep::StartMembers(_) => RestorePhase::Restoring,
-        RestoreStep::HandOver { .. }
-        | RestoreStep::DeleteOldClaims(_)
-        | RestoreStep::RestartMembers(_)
-        | RestoreStep::MembersUnhealthy(_) => RestorePhase::Verifying,
-        _ => match &observed.plan {
-            None => RestorePhase::Preparing,
-            Some(plan)
-                if plan
-                    .members
-                    .iter()
-                    .all(|m| observed.member_pods.contains_key(m)) =>
-            {
-                RestorePhase::Verifying
-            }
-            Some(_) => RestorePhase::Restoring,
-        },
     }
 }
 

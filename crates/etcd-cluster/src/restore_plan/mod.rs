@@ -12,18 +12,25 @@
 
 use std::collections::BTreeSet;
 
-use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
-use etcd_cluster::restore::REVISION_BUMP;
-use etcd_cluster::{ClusterNames, EtcdVersion};
+use crate::restore::REVISION_BUMP;
+use crate::{ClusterNames, EtcdVersion};
 
-use crate::fetch_report::parse_verified;
-use crate::observed::{ClusterView, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
-use crate::step::RestoreStep;
+pub mod fetch_report;
+pub mod observed;
+pub mod recorded;
+pub mod step;
+
+use fetch_report::parse_verified;
+pub use observed::{ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
+pub use recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
+pub use step::RestoreStep;
 
 /// `etcd-backup fetch`'s exit codes: the data failed verification, and any other failure (the
 /// object missing, refused or unreachable, the scratch volume full).
-const FETCH_DATA_BAD: i32 = backup_cli::EXIT_DATA_BAD as i32;
-const FETCH_FAILED: i32 = backup_cli::EXIT_FAILED as i32;
+/// (`backup_cli::EXIT_DATA_BAD` and `EXIT_FAILED`; the restore operator's tests check that
+/// they agree.)
+pub const FETCH_DATA_BAD: i32 = 3;
+pub const FETCH_FAILED: i32 = 1;
 
 /// The revision every restored member must serve at least: the snapshot's, plus the bump when
 /// the restore tool moved it forward.
@@ -456,6 +463,38 @@ fn new_plan(
     }
 }
 
+/// The phase a step belongs to.
+pub fn phase_of(step: &RestoreStep, observed: &RestoreObserved) -> RestorePhase {
+    match step {
+        RestoreStep::Fail { .. } => RestorePhase::Failed,
+        RestoreStep::Succeed { .. } => RestorePhase::Succeeded,
+        RestoreStep::Done => observed.phase.unwrap_or(RestorePhase::Pending),
+        RestoreStep::RestoreMembers(_)
+        | RestoreStep::Discard { .. }
+        | RestoreStep::RecordSnapshot(_)
+        | RestoreStep::DeleteOldPods(_)
+        | RestoreStep::DetachClaims(_)
+        | RestoreStep::JoinClaims(_)
+        | RestoreStep::StartMembers(_) => RestorePhase::Restoring,
+        RestoreStep::HandOver { .. }
+        | RestoreStep::DeleteOldClaims(_)
+        | RestoreStep::RestartMembers(_)
+        | RestoreStep::MembersUnhealthy(_) => RestorePhase::Verifying,
+        _ => match &observed.plan {
+            None => RestorePhase::Preparing,
+            Some(plan)
+                if plan
+                    .members
+                    .iter()
+                    .all(|m| observed.member_pods.contains_key(m)) =>
+            {
+                RestorePhase::Verifying
+            }
+            Some(_) => RestorePhase::Restoring,
+        },
+    }
+}
+
 /// A failure; the cluster is given back when the snapshot was never verified (nothing of it
 /// was touched before that), once the restore's staged claims and running pods are gone.
 fn fail(observed: &RestoreObserved, reason: &str, message: &str) -> RestoreStep {
@@ -497,8 +536,6 @@ fn wait(reason: String) -> RestoreStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observed::Health;
-    use crate::status::phase_of;
 
     fn names() -> ClusterNames {
         ClusterNames::new("c", "ns", None)

@@ -1,7 +1,7 @@
-//! What the restore's planner decides: the one next step ([`crate::plan::plan`]), carried out by
-//! the controller and described by [`crate::status`].
+//! What the restore's planner decides: the one next step ([`super::plan`]), carried out by
+//! the restore operator's controller and described by its status.
 
-use backup_api::{RestorePlan, VerifiedSnapshot};
+use super::recorded::{RestorePlan, VerifiedSnapshot};
 
 /// The restore's next step. Every step is safe to repeat.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,7 +1,7 @@
 //! Reading what a restore pod printed: `etcd-backup fetch`'s JSON report of the verified
 //! snapshot, and the revision the restore tool logs when it bumps it.
 
-use backup_api::VerifiedSnapshot;
+use super::recorded::VerifiedSnapshot;
 
 /// `etcd-backup --output json fetch`'s report (the last JSON line with a sha256), followed by the
 /// restore tool's log. The revision is the manifest's; a backup without one (made by coreos or

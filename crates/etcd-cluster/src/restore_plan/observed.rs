@@ -1,10 +1,10 @@
 //! What the restore's planner is given: the restore's recorded status and what the world
 //! shows (the cluster, its member and restore pods, claims, etcd's health), gathered by
-//! [`crate::observe`].
+//! the restore operator's `observe`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backup_api::{RestorePhase, RestorePlan, VerifiedSnapshot};
+use super::recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
 
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
