@@ -235,6 +235,43 @@ pub fn forget_gone<K: kube::Resource>(
     }
 }
 
+/// Called with each reconcile's result. A reconcile already running when its object was
+/// deleted can write the object's series (or retry state) again after [`forget_gone`] dropped
+/// them, and no later event would drop them: so when the object is no longer in `store`,
+/// `gone` is told again, as after a relist.
+pub fn forget_if_deleted<K, E, W>(
+    store: &kube::runtime::reflector::Store<K>,
+    result: &Result<
+        (
+            kube::runtime::reflector::ObjectRef<K>,
+            kube::runtime::controller::Action,
+        ),
+        kube::runtime::controller::Error<E, W>,
+    >,
+    gone: impl Fn(Gone<'_, K>),
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    E: std::error::Error + 'static,
+    W: std::error::Error + 'static,
+{
+    use kube::runtime::controller::Error;
+    use kube::runtime::reflector::ObjectRef;
+    let object = match result {
+        Ok((object, _)) => object.clone(),
+        Err(Error::ReconcilerFailed(_, object) | Error::ObjectNotFound(object)) => {
+            let typed = ObjectRef::<K>::new(&object.name);
+            match &object.namespace {
+                Some(namespace) => typed.within(namespace),
+                None => typed,
+            }
+        }
+        Err(_) => return,
+    };
+    if store.get(&object).is_none() {
+        gone(Gone::Relisted(&store.state()));
+    }
+}
+
 /// The watched objects as a controller input that fires on spec changes only (`generation`), with
 /// the reflector store it fills: an operator's own status writes must not trigger reconciles.
 /// Only objects matching `selector` (a label selector) when one is given. `gone` is called for
@@ -281,6 +318,58 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
+    use kube::runtime::controller::{Action, Error};
+    use kube::runtime::reflector::{self, ObjectRef};
+    use kube::runtime::watcher::Event;
+    use std::sync::Mutex;
+
+    fn config_map(name: &str) -> ConfigMap {
+        let mut object = ConfigMap::default();
+        object.metadata.name = Some(name.into());
+        object.metadata.namespace = Some("ns".into());
+        object.metadata.uid = Some(format!("uid-{name}"));
+        object
+    }
+
+    /// What a `gone` callback was told: the names that are still listed, per call.
+    fn told(
+        store: &reflector::Store<ConfigMap>,
+        result: &Result<(ObjectRef<ConfigMap>, Action), Error<std::io::Error, std::io::Error>>,
+    ) -> Vec<Vec<String>> {
+        let calls = Mutex::new(Vec::new());
+        forget_if_deleted(store, result, |gone| {
+            let Gone::Relisted(listed) = gone else {
+                panic!("a finished reconcile is told as a relist")
+            };
+            let mut names: Vec<String> = listed.iter().map(|o| o.name_any()).collect();
+            names.sort();
+            calls.lock().unwrap().push(names);
+        });
+        calls.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_reconcile_that_ends_after_its_object_was_deleted_forgets_it_again() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Apply(config_map("kept")));
+        writer.apply_watcher_event(&Event::Apply(config_map("deleted")));
+        writer.apply_watcher_event(&Event::Delete(config_map("deleted")));
+        let deleted = ObjectRef::from_obj(&config_map("deleted"));
+        let kept = ObjectRef::from_obj(&config_map("kept"));
+        let requeue = Action::await_change();
+        assert_eq!(
+            told(&store, &Ok((deleted.clone(), requeue.clone()))),
+            vec![vec!["kept".to_string()]]
+        );
+        let failed =
+            Error::ReconcilerFailed(std::io::Error::other("404"), Box::new(deleted.erase()));
+        assert_eq!(told(&store, &Err(failed)), vec![vec!["kept".to_string()]]);
+        assert!(told(&store, &Ok((kept.clone(), requeue))).is_empty());
+        let failed = Error::ReconcilerFailed(std::io::Error::other("409"), Box::new(kept.erase()));
+        assert!(told(&store, &Err(failed)).is_empty());
+    }
 
     /// A reconcile stuck in a slow call is dropped the moment leadership is lost, not awaited.
     #[tokio::test]

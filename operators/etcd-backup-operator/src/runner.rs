@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::controller::{Context, error_policy, reconcile};
 use crate::metrics::ObjectLabels;
 use operator_runtime::http::Health;
+use operator_runtime::process;
 
 /// Reconciles in flight at once. Each holds an API request and its buffers; unbounded, a
 /// start with thousands of objects issues them all at once and the heap keeps that peak
@@ -55,22 +56,15 @@ pub async fn run(
             }
             // After a relist, objects deleted while the watch was down are simply absent.
             Event::InitDone => {
-                let state = synced.state();
-                let uids: HashSet<String> = state.iter().filter_map(|o| o.uid()).collect();
-                let names: HashSet<(String, String)> = state
-                    .iter()
-                    .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
-                    .collect();
-                gone_ctx.forget_unless(
-                    |uid| uids.contains(uid),
-                    |o| names.contains(&(o.namespace.clone(), o.name.clone())),
-                );
+                forget_unlisted(&gone_ctx, &synced.state());
                 health.set_ready(true);
             }
             _ => {}
         })
         .touched_objects();
     let shutdown = stop.clone();
+    let store = reader.clone();
+    let deleted_ctx = ctx.clone();
     Controller::for_stream(events, reader)
         .with_config(
             Config::default()
@@ -79,10 +73,16 @@ pub async fn run(
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx.clone())
-        .for_each(|result| async move {
+        .for_each(|result| {
+            // A reconcile running when its object was deleted may have written its series
+            // again after the deletion dropped them.
+            process::forget_if_deleted(&store, &result, |_| {
+                forget_unlisted(&deleted_ctx, &store.state())
+            });
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
             }
+            std::future::ready(())
         })
         .await;
     stop.cancel();
@@ -117,4 +117,18 @@ async fn wind_down(ctx: &Context) {
             "an aborted upload did not reach the server before shutdown; a later run removes it"
         );
     }
+}
+
+/// Drops the series and retry state of every EtcdBackup that is not in `listed` (all there
+/// are): after a relist, and after a reconcile of an object deleted meanwhile.
+fn forget_unlisted(ctx: &Context, listed: &[Arc<DeserializeGuard<EtcdBackup>>]) {
+    let uids: HashSet<String> = listed.iter().filter_map(|o| o.uid()).collect();
+    let names: HashSet<(String, String)> = listed
+        .iter()
+        .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+        .collect();
+    ctx.forget_unless(
+        |uid| uids.contains(uid),
+        |o| names.contains(&(o.namespace.clone(), o.name.clone())),
+    );
 }

@@ -31,19 +31,25 @@ pub async fn run(
         ),
         None => (Api::all(client.clone()), Api::all(client)),
     };
-    let gone_ctx = ctx.clone();
-    let (reader, spec_changes) = process::spec_changes(clusters, selector, move |gone| {
-        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
-    });
+    let forget = |ctx: Arc<Context>| {
+        move |gone: process::Gone<'_, EtcdCluster>| {
+            process::forget_gone(gone, &ctx.backoff, &*ctx.metrics)
+        }
+    };
+    let (reader, spec_changes) = process::spec_changes(clusters, selector, forget(ctx.clone()));
+    let store = reader.clone();
+    let forget_deleted = forget(ctx.clone());
     // Member pods, the periodic requeue and errors trigger reconciles too.
     Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd"))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
+        .for_each(|result| {
+            process::forget_if_deleted(&store, &result, &forget_deleted);
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile");
             }
+            std::future::ready(())
         })
         .await;
 }

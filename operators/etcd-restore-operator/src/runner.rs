@@ -39,10 +39,14 @@ pub async fn run(
             Api::all(client),
         ),
     };
-    let gone_ctx = ctx.clone();
-    let (reader, spec_changes) = process::spec_changes(restores, selector, move |gone| {
-        process::forget_gone(gone, &gone_ctx.backoff, &*gone_ctx.metrics)
-    });
+    let forget = |ctx: Arc<Context>| {
+        move |gone: process::Gone<'_, EtcdRestore>| {
+            process::forget_gone(gone, &ctx.backoff, &*ctx.metrics)
+        }
+    };
+    let (reader, spec_changes) = process::spec_changes(restores, selector, forget(ctx.clone()));
+    let store = reader.clone();
+    let forget_deleted = forget(ctx.clone());
     Controller::for_stream(spec_changes, reader)
         .owns(
             pods.clone(),
@@ -56,10 +60,12 @@ pub async fn run(
         .watches(clusters, watcher::Config::default(), restore_of_cluster)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
+        .for_each(|result| {
+            process::forget_if_deleted(&store, &result, &forget_deleted);
             if let Err(error) = result {
                 tracing::debug!(%error, "reconcile");
             }
+            std::future::ready(())
         })
         .await;
 }
