@@ -158,6 +158,39 @@ pub fn section_rows(page: &str, heading: &str) -> Vec<(Vec<String>, String)> {
     rows
 }
 
+/// The text of the page's `## <heading>` section.
+pub fn section_text(page: &str, heading: &str) -> String {
+    let text = read_page(page);
+    let mut inside = false;
+    let mut section = String::new();
+    for line in text.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            inside = title.trim() == heading;
+            continue;
+        }
+        if inside {
+            section.push_str(line);
+            section.push('\n');
+        }
+    }
+    assert!(!section.is_empty(), "{page} has no section ## {heading}");
+    section
+}
+
+/// Panics, naming every word of `names` that the `## <heading>` section of
+/// `docs/reference/<page>` does not name as code (`` `Word` ``).
+pub fn check_named_in_section(page: &str, heading: &str, names: &[&str]) {
+    let section = section_text(page, heading);
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|name| !section.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/reference/{page}, ## {heading}, does not name {missing:?}"
+    );
+}
+
 /// The flag a code span names: `--to` of `` `--to URL` `` or `` `--tool-arg=ARG` ``.
 fn flag_of(code: &str) -> Option<String> {
     let name = code.strip_prefix("--")?;

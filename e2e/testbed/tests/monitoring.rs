@@ -163,7 +163,12 @@ fn exported() -> BTreeSet<String> {
     use etcd_restore_operator::metrics as restore;
     let restores = restore::Metrics::default();
     restores.running("ns", "r");
-    restores.finish("ns", "r", false, 1.0);
+    restores.finish(
+        "ns",
+        "r",
+        Err(etcd_cluster::restore_plan::RestoreFailure::BackupInvalid),
+        1.0,
+    );
     // Reconcile failures are counted by reason: a family shows only once one is counted.
     for errors in [
         &cluster.reconcile_errors,

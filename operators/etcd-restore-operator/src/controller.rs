@@ -32,7 +32,7 @@ use crate::observe;
 use crate::pods;
 use crate::status::{self, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
 use etcd_cluster::restore_plan;
-use etcd_cluster::restore_plan::RestoreStep;
+use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep};
 use fetch_pod::source::{self, Source};
 
 /// Look again soon while something runs; at once after a step changed something: its own
@@ -144,8 +144,9 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
             .warning(&reference, "Refused", &refused.to_string())
             .await;
         if observed.snapshot.is_none() {
-            let reason =
-                format!("Refused: {refused}; no member or volume of the cluster was touched");
+            let reason = RestoreFailure::Refused.record(&format!(
+                "{refused}; no member or volume of the cluster was touched"
+            ));
             let records = status::Records {
                 reason: Some(reason),
                 ..status::Records::of(&restore)
@@ -168,8 +169,13 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     match phase {
         RestorePhase::Succeeded | RestorePhase::Failed => {
             let seconds = report_seconds(&report);
-            ctx.metrics
-                .finish(&ns, &name, phase == RestorePhase::Succeeded, seconds);
+            let outcome = match (&step, &report.reason) {
+                _ if phase == RestorePhase::Succeeded => Ok(()),
+                (RestoreStep::Fail { reason, .. }, _) => Err(*reason),
+                (_, Some(record)) => Err(RestoreFailure::from_record(record).0),
+                (_, None) => Err(RestoreFailure::RestoreFailed),
+            };
+            ctx.metrics.finish(&ns, &name, outcome, seconds);
         }
         _ => ctx.metrics.running(&ns, &name),
     }
@@ -334,7 +340,7 @@ async fn execute(
         } => {
             // Recorded first: the pods that show the cause are about to go.
             let records = status::Records {
-                reason: Some(format!("{reason}: {message}")),
+                reason: Some(reason.record(message)),
                 ..status::Records::of(restore)
             };
             apply_records(&restores, &name, &records).await?;
@@ -747,7 +753,11 @@ async fn announce(ctx: &Context, restore: &EtcdRestore, step: &RestoreStep) {
         }
         | RestoreStep::Discard {
             reason, message, ..
-        } => ctx.events.warning(&reference, reason, message).await,
+        } => {
+            ctx.events
+                .warning(&reference, reason.as_str(), message)
+                .await
+        }
         RestoreStep::MembersUnhealthy(message) => {
             ctx.events
                 .warning(&reference, "MembersUnhealthy", message)

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
 use backup_api::RestorePhase;
+use etcd_cluster::restore_plan::RestoreFailure;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct RestoreLabels {
@@ -25,11 +26,13 @@ pub struct ResultLabels {
     pub name: String,
     /// `succeeded` or `failed`.
     pub result: String,
+    /// Why it failed (`BackupInvalid`, ...); empty for a success.
+    pub reason: String,
 }
 
 pub struct Metrics {
     pub registry: Registry,
-    /// Restores that finished, by result.
+    /// Restores that finished, by result and failure reason.
     pub finished: Family<ResultLabels, Counter>,
     /// 1 while a restore is running.
     pub in_progress: Family<RestoreLabels, Gauge>,
@@ -49,7 +52,7 @@ impl Default for Metrics {
         let finished = Family::<ResultLabels, Counter>::default();
         registry.register(
             "finished",
-            "Restores finished, by result (succeeded, failed)",
+            "Restores finished, by result (succeeded, failed) and, for a failure, its reason",
             finished.clone(),
         );
         let in_progress = Family::<RestoreLabels, Gauge>::default();
@@ -105,7 +108,14 @@ impl Metrics {
             .set(i64::from(phase == RestorePhase::Failed));
     }
 
-    pub fn finish(&self, namespace: &str, name: &str, succeeded: bool, seconds: f64) {
+    pub fn finish(
+        &self,
+        namespace: &str,
+        name: &str,
+        outcome: Result<(), RestoreFailure>,
+        seconds: f64,
+    ) {
+        let succeeded = outcome.is_ok();
         let labels = self.labels(namespace, name);
         self.in_progress.get_or_create(&labels).set(0);
         self.duration_seconds.get_or_create(&labels).set(seconds);
@@ -113,7 +123,7 @@ impl Metrics {
             .get_or_create(&labels)
             .set(i64::from(!succeeded));
         self.finished
-            .get_or_create(&result_labels(&labels, succeeded))
+            .get_or_create(&result_labels(&labels, outcome))
             .inc();
     }
 
@@ -121,8 +131,9 @@ impl Metrics {
         self.in_progress.remove(labels);
         self.duration_seconds.remove(labels);
         self.failed.remove(labels);
-        for succeeded in [true, false] {
-            self.finished.remove(&result_labels(labels, succeeded));
+        let failures = RestoreFailure::ALL.map(Err);
+        for outcome in std::iter::once(Ok(())).chain(failures) {
+            self.finished.remove(&result_labels(labels, outcome));
         }
     }
 
@@ -176,11 +187,17 @@ fn restore_labels(namespace: &str, name: &str) -> RestoreLabels {
     }
 }
 
-fn result_labels(restore: &RestoreLabels, succeeded: bool) -> ResultLabels {
+fn result_labels(restore: &RestoreLabels, outcome: Result<(), RestoreFailure>) -> ResultLabels {
     ResultLabels {
         namespace: restore.namespace.clone(),
         name: restore.name.clone(),
-        result: if succeeded { "succeeded" } else { "failed" }.into(),
+        result: if outcome.is_ok() {
+            "succeeded"
+        } else {
+            "failed"
+        }
+        .into(),
+        reason: outcome.err().map_or("", RestoreFailure::as_str).into(),
     }
 }
 
@@ -197,14 +214,14 @@ mod tests {
             text.contains(r#"etcd_restore_in_progress{namespace="ns",name="c"} 1"#),
             "{text}"
         );
-        metrics.finish("ns", "c", true, 25.5);
-        metrics.finish("ns", "d", false, 3.0);
+        metrics.finish("ns", "c", Ok(()), 25.5);
+        metrics.finish("ns", "d", Err(RestoreFailure::BackupInvalid), 3.0);
         let text = metrics.encode();
         for line in [
             r#"etcd_restore_in_progress{namespace="ns",name="c"} 0"#,
             r#"etcd_restore_duration_seconds{namespace="ns",name="c"} 25.5"#,
-            r#"etcd_restore_finished_total{namespace="ns",name="c",result="succeeded"} 1"#,
-            r#"etcd_restore_finished_total{namespace="ns",name="d",result="failed"} 1"#,
+            r#"etcd_restore_finished_total{namespace="ns",name="c",result="succeeded",reason=""} 1"#,
+            r#"etcd_restore_finished_total{namespace="ns",name="d",result="failed",reason="BackupInvalid"} 1"#,
             r#"etcd_restore_failed{namespace="ns",name="d"} 1"#,
             r#"etcd_restore_failed{namespace="ns",name="c"} 0"#,
         ] {
@@ -215,8 +232,8 @@ mod tests {
     #[test]
     fn a_deleted_restore_takes_its_series_with_it() {
         let metrics = Metrics::default();
-        metrics.finish("ns", "gone", false, 3.0);
-        metrics.finish("ns", "relisted-away", false, 3.0);
+        metrics.finish("ns", "gone", Err(RestoreFailure::ClaimLost), 3.0);
+        metrics.finish("ns", "relisted-away", Err(RestoreFailure::Refused), 3.0);
         metrics.ended("ns", "kept", RestorePhase::Failed);
         metrics.forget("ns", "gone");
         metrics.retain(&|_, name| name != "relisted-away");

@@ -22,7 +22,7 @@ use crate::context::{Context, Error};
 use crate::pods;
 use crate::status::RESTORE_ANNOTATION;
 use etcd_cluster::restore_plan::{
-    ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved,
+    ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreFailure, RestoreObserved,
 };
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
@@ -399,11 +399,7 @@ pub async fn world(
             .filter_map(|m| m.name.clone())
             .collect(),
         restore_pods,
-        failing: recorded
-            .reason
-            .as_deref()
-            .and_then(|r| r.split_once(": "))
-            .map(|(reason, message)| (reason.to_string(), message.to_string())),
+        failing: recorded.reason.as_deref().map(RestoreFailure::from_record),
         health,
         delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()
             == OldVolumesPolicy::Delete,

@@ -149,7 +149,14 @@ pub fn report(
         ),
         RestoreStep::Fail {
             reason, message, ..
-        } => condition::new(READY, false, reason, message, generation, now_time.clone()),
+        } => condition::new(
+            READY,
+            false,
+            reason.as_str(),
+            message,
+            generation,
+            now_time.clone(),
+        ),
         _ if done => condition::find(&conditions, READY)
             .cloned()
             .unwrap_or_else(|| {
@@ -183,7 +190,7 @@ pub fn report(
         }
         | RestoreStep::Discard {
             reason, message, ..
-        } => Some(format!("{reason}: {message}")),
+        } => Some(reason.record(message)),
         _ => previous.reason.clone(),
     };
     EtcdRestoreStatus {
@@ -252,6 +259,7 @@ pub fn format_duration(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use etcd_cluster::restore_plan::RestoreFailure;
     use serde_json::Value;
 
     fn value(status: EtcdRestoreStatus) -> Value {
@@ -287,7 +295,7 @@ mod tests {
         r.status = Some(serde_json::from_value(status).unwrap());
         let later: Timestamp = "2026-11-24T03:01:12Z".parse().unwrap();
         let fail = RestoreStep::Fail {
-            reason: "BackupInvalid".into(),
+            reason: RestoreFailure::BackupInvalid,
             message: "sha256 mismatch".into(),
             release: true,
         };

@@ -1,10 +1,12 @@
 //! `docs/reference/etcd-restore-operator.md` documents every flag of `etcd-restore-operator` (with its environment
 //! variable and default) in its `## Flags` table and every metric it registers in its
-//! `## Metrics` table, and neither a flag nor a metric it no longer has.
+//! `## Metrics` table, and neither a flag nor a metric it no longer has; its `## How a restore
+//! fails` section names every failure reason.
 
 use std::path::Path;
 
-use testbed::reference_docs::{check_flags, check_metrics};
+use etcd_cluster::restore_plan::RestoreFailure;
+use testbed::reference_docs::{check_flags, check_metrics, check_named_in_section};
 
 #[test]
 fn every_flag_is_documented() {
@@ -20,4 +22,10 @@ fn every_metric_is_documented() {
         Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")),
         "etcd-restore-operator.md",
     );
+}
+
+#[test]
+fn every_failure_reason_is_documented() {
+    let reasons = RestoreFailure::ALL.map(RestoreFailure::as_str);
+    check_named_in_section("etcd-restore-operator.md", "How a restore fails", &reasons);
 }

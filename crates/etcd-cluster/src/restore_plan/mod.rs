@@ -15,11 +15,13 @@ use std::collections::BTreeSet;
 use crate::restore::REVISION_BUMP;
 use crate::{ClusterNames, EtcdVersion};
 
+pub mod failure;
 pub mod fetch_report;
 pub mod observed;
 pub mod recorded;
 pub mod step;
 
+pub use failure::RestoreFailure;
 use fetch_report::parse_verified;
 pub use observed::{ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
 pub use recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
@@ -48,20 +50,20 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
     if observed.phase.is_some_and(RestorePhase::is_terminal) {
         return RestoreStep::Done;
     }
-    let fail = |reason: &str, message: &str| fail(observed, reason, message);
+    let fail = |reason: RestoreFailure, message: &str| fail(observed, reason, message);
     let url = &observed.source_url;
     // A failure being carried out (recorded before the restore's pods and claims went).
     if let (Some((reason, message)), None) = (&observed.failing, &observed.snapshot) {
-        return fail(reason, message);
+        return fail(*reason, message);
     }
     // 1. A source that cannot be read fails before anything is touched.
     if let (None, Some(problem)) = (&observed.snapshot, &observed.source_problem) {
-        return fail("BadSource", problem);
+        return fail(RestoreFailure::BadSource, problem);
     }
     let Some(cluster) = &observed.cluster else {
         if observed.plan.is_some() {
             return fail(
-                "ClusterDeleted",
+                RestoreFailure::ClusterDeleted,
                 "the EtcdCluster was deleted during the restore; detached volumes are kept",
             );
         }
@@ -69,13 +71,13 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
             return RestoreStep::CreateCluster;
         }
         return fail(
-            "ClusterNotFound",
+            RestoreFailure::ClusterNotFound,
             "the EtcdCluster does not exist; create it, or set spec.newCluster",
         );
     };
     if !cluster.persistent {
         return fail(
-            "NotPersistent",
+            RestoreFailure::NotPersistent,
             "the EtcdCluster has no pod.persistentVolumeClaimSpec: restored members need claims \
              (restoring into emptyDir members is not supported)",
         );
@@ -88,7 +90,7 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         .map_or(&cluster.version, |p| &p.version);
     if let Err(e) = EtcdVersion::parse(version) {
         return fail(
-            "InvalidVersion",
+            RestoreFailure::InvalidVersion,
             &format!("{e}; no member or volume of the cluster was touched"),
         );
     }
@@ -134,21 +136,21 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
     {
         return match (&observed.snapshot, container.as_str(), exit_code) {
             (None, NOT_STARTED, _) => fail(
-                "PodNotStarted",
+                RestoreFailure::PodNotStarted,
                 &format!(
                     "member {member}'s restore pod did not start, so nothing was fetched or \
                      restored; no member or volume of the cluster was touched: {message}"
                 ),
             ),
             (None, "fetch", Some(FETCH_DATA_BAD)) => fail(
-                "BackupInvalid",
+                RestoreFailure::BackupInvalid,
                 &format!(
                     "the backup {url} failed verification in member {member}'s fetch; no member \
                      or volume of the cluster was touched: {message}"
                 ),
             ),
             (None, "fetch", Some(FETCH_FAILED)) => fail(
-                "BackupInvalid",
+                RestoreFailure::BackupInvalid,
                 &format!(
                     "member {member}'s fetch could not read the backup {url}; no member or \
                      volume of the cluster was touched: {message}"
@@ -157,7 +159,7 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
             // Killed (a memory limit, with `scratchMedium: Memory` the snapshot counts against
             // it; an eviction) or stopped: nothing was said about the backup itself.
             (None, "fetch", _) => fail(
-                "FetchFailed",
+                RestoreFailure::FetchFailed,
                 &format!(
                     "member {member}'s fetch of {url} was stopped before it finished, so the \
                      backup was neither read whole nor judged; no member or volume of the \
@@ -165,14 +167,14 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
                 ),
             ),
             (None, _, _) => fail(
-                "RestoreFailed",
+                RestoreFailure::RestoreFailed,
                 &format!(
                     "restoring member {member} failed; no member or volume of the cluster was \
                      touched: {message}"
                 ),
             ),
             (Some(_), _, _) => fail(
-                "RestoreFailed",
+                RestoreFailure::RestoreFailed,
                 &format!(
                     "restoring member {member} failed; the cluster stays paused and the old \
                      volumes are kept; delete and re-create the EtcdRestore to retry (that \
@@ -204,7 +206,7 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
             Some(_) => "the cluster stays paused and the old volumes are kept",
         };
         return fail(
-            "ClaimLost",
+            RestoreFailure::ClaimLost,
             &format!(
                 "the claim or restore pod of member {member} was deleted before the member \
                  started; {touched}; delete and re-create the EtcdRestore to retry"
@@ -225,7 +227,7 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         // and the failure not yet recorded). It is not paused again.
         if !held {
             return fail(
-                "ClusterReleased",
+                RestoreFailure::ClusterReleased,
                 "the EtcdCluster was unpaused or taken over before every member verified the \
                  backup; no member or volume of it was touched",
             );
@@ -253,7 +255,7 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         .collect();
     if !to_restore.is_empty() {
         if let Some(problem) = &observed.source_problem {
-            return fail("BadSource", problem);
+            return fail(RestoreFailure::BadSource, problem);
         }
         return RestoreStep::RestoreMembers(to_restore);
     }
@@ -393,7 +395,7 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
             None => {
                 return fail(
                     observed,
-                    "BackupInvalid",
+                    RestoreFailure::BackupInvalid,
                     &format!("member {member}'s fetch printed no report for {url}: {output:?}"),
                 );
             }
@@ -402,7 +404,7 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
     if reports.windows(2).any(|w| w[0].sha256 != w[1].sha256) {
         return fail(
             observed,
-            "BackupChanged",
+            RestoreFailure::BackupChanged,
             &format!(
                 "the members fetched different snapshots from {url} (it was replaced during \
                  the restore); no member or volume of the cluster was touched"
@@ -410,10 +412,14 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
         );
     }
     let Some(snapshot) = reports.into_iter().next() else {
-        return fail(observed, "BadPlan", "the recorded plan has no members");
+        return fail(
+            observed,
+            RestoreFailure::BadPlan,
+            "the recorded plan has no members",
+        );
     };
     if let Some(problem) = newer_minor(&snapshot, &plan.version) {
-        return fail(observed, "BackupTooNew", &problem);
+        return fail(observed, RestoreFailure::BackupTooNew, &problem);
     }
     RestoreStep::RecordSnapshot(snapshot)
 }
@@ -497,7 +503,7 @@ pub fn phase_of(step: &RestoreStep, observed: &RestoreObserved) -> RestorePhase 
 
 /// A failure; the cluster is given back when the snapshot was never verified (nothing of it
 /// was touched before that), once the restore's staged claims and running pods are gone.
-fn fail(observed: &RestoreObserved, reason: &str, message: &str) -> RestoreStep {
+fn fail(observed: &RestoreObserved, reason: RestoreFailure, message: &str) -> RestoreStep {
     let release = observed.snapshot.is_none();
     if release {
         let planned: Vec<&String> = observed.plan.iter().flat_map(|p| &p.members).collect();
@@ -509,7 +515,7 @@ fn fail(observed: &RestoreObserved, reason: &str, message: &str) -> RestoreStep 
             .collect();
         if !claims.is_empty() || !pods.is_empty() {
             return RestoreStep::Discard {
-                reason: reason.into(),
+                reason,
                 message: message.into(),
                 claims,
                 pods,
@@ -523,7 +529,7 @@ fn fail(observed: &RestoreObserved, reason: &str, message: &str) -> RestoreStep 
         }
     }
     RestoreStep::Fail {
-        reason: reason.into(),
+        reason,
         message: message.into(),
         release,
     }
@@ -638,7 +644,7 @@ mod tests {
         o.source_problem = Some("local.persistentVolumeClaim is not set".into());
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: true, .. } if reason == "BadSource"
+            RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::BadSource
         ));
     }
 
@@ -681,7 +687,7 @@ mod tests {
         o.staged_claims.clear();
         o.cluster = None;
         assert!(
-            matches!(plan(&names(), &o), RestoreStep::Fail { reason, .. } if reason == "ClusterNotFound")
+            matches!(plan(&names(), &o), RestoreStep::Fail { reason, .. } if reason == RestoreFailure::ClusterNotFound)
         );
         o.can_create_cluster = true;
         assert_eq!(plan(&names(), &o), RestoreStep::CreateCluster);
@@ -690,7 +696,7 @@ mod tests {
             ..cluster()
         });
         assert!(
-            matches!(plan(&names(), &o), RestoreStep::Fail { reason, .. } if reason == "NotPersistent")
+            matches!(plan(&names(), &o), RestoreStep::Fail { reason, .. } if reason == RestoreFailure::NotPersistent)
         );
     }
 
@@ -698,7 +704,7 @@ mod tests {
     fn a_version_that_does_not_parse_fails_before_the_cluster_is_paused() {
         let invalid = |step: &RestoreStep| {
             matches!(step, RestoreStep::Fail { reason, message, .. }
-                if reason == "InvalidVersion" && message.contains("MAJOR.MINOR.PATCH"))
+                if *reason == RestoreFailure::InvalidVersion && message.contains("MAJOR.MINOR.PATCH"))
         };
         let mut o = start();
         o.cluster.as_mut().unwrap().version = "3.5".into();
@@ -744,7 +750,7 @@ mod tests {
         else {
             panic!("a lost claim fails the restore")
         };
-        assert_eq!(reason, "ClaimLost");
+        assert_eq!(reason, RestoreFailure::ClaimLost);
         assert!(
             message.contains("no member or volume of the cluster was touched"),
             "{message}"
@@ -753,7 +759,7 @@ mod tests {
         o.restore_pods.insert("c-3".into(), PodRun::Running);
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Discard { reason, .. } if reason == "ClaimLost"
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::ClaimLost
         ));
         o.restore_pods.insert("c-3".into(), PodRun::Running);
         o.staged_claims.insert("c-3".into());
@@ -762,7 +768,7 @@ mod tests {
         o.source_problem = Some("Secret aws not found in ns".into());
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Discard { reason, .. } if reason == "BadSource"
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BadSource
         ));
         // All fetched the same verified snapshot: it is recorded, and nothing stopped before.
         let mut o = restoring(fetched(REPORT));
@@ -773,21 +779,21 @@ mod tests {
         );
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Discard { reason, pods, .. } if reason == "BackupChanged" && pods == members()
+            RestoreStep::Discard { reason, pods, .. } if reason == RestoreFailure::BackupChanged && pods == members()
         ));
         o.restore_pods.insert("c-4".into(), fetched("no report"));
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Discard { reason, .. } if reason == "BackupInvalid"
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BackupInvalid
         ));
         // The cause recorded, the claims and pods gone: the failure is recorded and the cluster
         // given back; with the cluster already given back it is not paused again.
-        o.failing = Some(("BackupInvalid".into(), "no report".into()));
+        o.failing = Some((RestoreFailure::BackupInvalid, "no report".into()));
         o.staged_claims.clear();
         o.restore_pods.clear();
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+            RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::BackupInvalid
         ));
         o.cluster = Some(ClusterView {
             paused: false,
@@ -796,7 +802,7 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+            RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::BackupInvalid
         ));
     }
 
@@ -816,7 +822,7 @@ mod tests {
             RestoreStep::Discard {
                 reason, message, ..
             } => {
-                assert_eq!(reason, "PodNotStarted");
+                assert_eq!(reason, RestoreFailure::PodNotStarted);
                 assert!(
                     message.contains("no member or volume of the cluster was touched"),
                     "{message}"
@@ -875,7 +881,7 @@ mod tests {
         else {
             panic!("{:?}", plan(&names(), &o));
         };
-        assert_eq!(reason, "BackupTooNew");
+        assert_eq!(reason, RestoreFailure::BackupTooNew);
         assert!(
             message.contains("taken from etcd 3.7.3 and the cluster runs 3.5.16"),
             "{message}"
@@ -908,7 +914,7 @@ mod tests {
         else {
             panic!("a failed fetch discards the restore's claims first")
         };
-        assert_eq!(reason, "BackupInvalid");
+        assert_eq!(reason, RestoreFailure::BackupInvalid);
         assert!(message.contains("sha256 trailer mismatch") && message.contains("c-3"));
         assert!(message.contains("no member or volume of the cluster was touched"));
         assert_eq!(claims, members());
@@ -928,7 +934,7 @@ mod tests {
         else {
             panic!("then the failure is recorded")
         };
-        assert_eq!(reason, "BackupInvalid");
+        assert_eq!(reason, RestoreFailure::BackupInvalid);
         assert!(release, "nothing was touched: the cluster is given back");
         // Killed after giving the cluster back, before recording the failure: not paused again.
         o.cluster = Some(ClusterView {
@@ -938,7 +944,7 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: true, .. } if reason == "BackupInvalid"
+            RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::BackupInvalid
         ));
         // A fetch that could not read the backup (exit 1) fails it too, saying so; one that
         // was killed (exit 137: a memory limit, say) said nothing about the backup.
@@ -954,11 +960,11 @@ mod tests {
             }
         };
         let (reason, message) = fetch_failed(1, "fetch exited 1: NoSuchKey");
-        assert_eq!(reason, "BackupInvalid");
+        assert_eq!(reason, RestoreFailure::BackupInvalid);
         assert!(message.contains("could not read the backup") && message.contains("NoSuchKey"));
         assert!(!message.contains("failed verification"), "{message}");
         let (reason, message) = fetch_failed(137, "fetch exited 137: OOMKilled");
-        assert_eq!(reason, "FetchFailed");
+        assert_eq!(reason, RestoreFailure::FetchFailed);
         assert!(message.contains("neither read whole nor judged") && message.contains("OOMKilled"));
         // A restore tool that fails: the same, with its own reason.
         let mut o = restoring(PodRun::Running);
@@ -968,7 +974,7 @@ mod tests {
         );
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Discard { reason, .. } if reason == "RestoreFailed"
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::RestoreFailed
         ));
     }
 
@@ -981,13 +987,13 @@ mod tests {
         });
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Discard { reason, .. } if reason == "ClusterReleased"
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::ClusterReleased
         ));
         o.staged_claims.clear();
         o.restore_pods.clear();
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: true, .. } if reason == "ClusterReleased"
+            RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::ClusterReleased
         ));
         // Once the snapshot is recorded (every member restored) the cluster is the restore's
         // to finish: paused again.
@@ -1027,13 +1033,13 @@ mod tests {
         o.claims.remove("c-3");
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: false, .. } if reason == "ClaimLost"
+            RestoreStep::Fail { reason, release: false, .. } if reason == RestoreFailure::ClaimLost
         ));
         o.claims.insert("c-3".into());
         let run = o.restore_pods.remove("c-3").unwrap();
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: false, .. } if reason == "ClaimLost"
+            RestoreStep::Fail { reason, release: false, .. } if reason == RestoreFailure::ClaimLost
         ));
         o.restore_pods.insert("c-3".into(), run);
         // Restarted after starting one member: only the others are started.
@@ -1047,7 +1053,7 @@ mod tests {
             .insert("c-4".into(), failed("restore", 137, "the pod was evicted"));
         assert!(matches!(
             plan(&names(), &o),
-            RestoreStep::Fail { reason, release: false, .. } if reason == "RestoreFailed"
+            RestoreStep::Fail { reason, release: false, .. } if reason == RestoreFailure::RestoreFailed
         ));
     }
 

@@ -67,7 +67,7 @@ pub struct RestoreObserved {
     pub revision_bumped: Option<bool>,
     pub restored_revision: Option<i64>,
     /// The failure recorded by a [`RestoreStep::Discard`] (reason, message), while it is carried out.
-    pub failing: Option<(String, String)>,
+    pub failing: Option<(super::RestoreFailure, String)>,
     /// Where the snapshot is, and why it cannot be read when it cannot.
     pub source_url: String,
     pub source_problem: Option<String>,

@@ -1,6 +1,7 @@
 //! What the restore's planner decides: the one next step ([`super::plan`]), carried out by
 //! the restore operator's controller and described by its status.
 
+use super::failure::RestoreFailure;
 use super::recorded::{RestorePlan, VerifiedSnapshot};
 
 /// The restore's next step. Every step is safe to repeat.
@@ -9,7 +10,7 @@ pub enum RestoreStep {
     /// Nothing more to do (succeeded or failed before).
     Done,
     Fail {
-        reason: String,
+        reason: RestoreFailure,
         message: String,
         /// Nothing of the cluster was touched (the snapshot was never verified): give it back
         /// to its operator as it was (unpaused when this restore paused it).
@@ -20,7 +21,7 @@ pub enum RestoreStep {
     /// its claim): no claim of the restore may remain under a name the cluster's operator could
     /// give a new member once the cluster is given back.
     Discard {
-        reason: String,
+        reason: RestoreFailure,
         message: String,
         claims: Vec<String>,
         pods: Vec<String>,
