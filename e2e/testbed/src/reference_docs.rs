@@ -180,15 +180,27 @@ pub fn section_text(page: &str, heading: &str) -> String {
 /// Panics, naming every word of `names` that the `## <heading>` section of
 /// `docs/reference/<page>` does not name as code (`` `Word` ``).
 pub fn check_named_in_section(page: &str, heading: &str, names: &[&str]) {
-    let section = section_text(page, heading);
-    let missing: Vec<&&str> = names
-        .iter()
-        .filter(|name| !section.contains(&format!("`{name}`")))
-        .collect();
+    let missing = not_named(&section_text(page, heading), names);
     assert!(
         missing.is_empty(),
         "docs/reference/{page}, ## {heading}, does not name {missing:?}"
     );
+}
+
+/// Panics, naming every word of `names` that `docs/<page>` does not name as code.
+pub fn check_named_in_doc(page: &str, names: &[&str]) {
+    let path = root().join("docs").join(page);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let missing = not_named(&text, names);
+    assert!(missing.is_empty(), "docs/{page} does not name {missing:?}");
+}
+
+fn not_named<'a>(text: &str, names: &[&'a str]) -> Vec<&'a str> {
+    names
+        .iter()
+        .copied()
+        .filter(|name| !text.contains(&format!("`{name}`")))
+        .collect()
 }
 
 /// The flag a code span names: `--to` of `` `--to URL` `` or `` `--tool-arg=ARG` ``.

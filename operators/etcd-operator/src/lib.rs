@@ -4,6 +4,7 @@
 //! the EtcdRestore operator.
 
 pub mod adopt;
+pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod defrag;

@@ -17,15 +17,10 @@ use etcd_cluster::{
 use etcd_members::labels;
 use kube::ResourceExt;
 
+use crate::conditions::{
+    Available, ConditionReason, DataPersistent, Defragmented, Degraded, Progressing,
+};
 use crate::observe::MemberPod;
-
-pub const AVAILABLE: &str = "Available";
-pub const PROGRESSING: &str = "Progressing";
-pub const DEGRADED: &str = "Degraded";
-/// Where members keep their data (False: emptyDir).
-pub const DATA_PERSISTENT: &str = "DataPersistent";
-/// How the last defragmentation round ended (only once a round has ended).
-pub const DEFRAGMENTED: &str = "Defragmented";
 
 /// The change recorded in status, as the planner's intent.
 pub fn intent(cluster: &EtcdCluster) -> Option<Intent> {
@@ -131,13 +126,13 @@ pub fn change(intent: Intent) -> MembershipChange {
 /// A condition, keeping `lastTransitionTime` while its status holds and `lastUpdateTime` while
 /// nothing in it changes, so an unchanged status is a no-op write (no new resourceVersion, no
 /// watch event, no reconcile loop).
-pub(crate) fn condition(
+pub(crate) fn condition<R: ConditionReason>(
     cluster: &EtcdCluster,
-    type_: &str,
     status: bool,
-    reason: &str,
+    reason: R,
     message: &str,
 ) -> ClusterCondition {
+    let type_ = R::TYPE;
     let now = chrono::Utc::now().to_rfc3339();
     let status = if status { "True" } else { "False" }.to_string();
     let previous = cluster
@@ -150,7 +145,7 @@ pub(crate) fn condition(
         status,
         last_update_time: Some(now.clone()),
         last_transition_time: Some(now),
-        reason: Some(reason.into()),
+        reason: Some(reason.as_str().into()),
         message: Some(message.into()),
         observed_generation: cluster.metadata.generation,
     };
@@ -210,7 +205,7 @@ pub fn report(
     let (available, available_reason, available_message) = match step {
         MembershipStep::QuorumLost { dead, reason } => (
             false,
-            "QuorumLost",
+            Available::QuorumLost,
             format!(
                 "{reason}; dead: {}; restore with an EtcdRestore",
                 dead.join(", ")
@@ -220,26 +215,26 @@ pub fn report(
         // say), however sure it is to come back.
         _ if observed.members.is_none() && observed.bootstrapped => (
             false,
-            "QuorumLost",
+            Available::QuorumLost,
             "no member answers; waiting for members to come back, else restore with an EtcdRestore"
                 .to_string(),
         ),
         _ if observed.members.is_none() => (
             false,
-            "NoMemberAnswers",
+            Available::NoMemberAnswers,
             "no member answers yet".to_string(),
         ),
         // Whatever the step (a restart, a paused upgrade), from the voters' health.
         _ if healthy_voters < voters / 2 + 1 => (
             false,
-            "QuorumLost",
+            Available::QuorumLost,
             format!(
                 "{healthy_voters} of {voters} voting members healthy; waiting for members to come back, else restore with an EtcdRestore"
             ),
         ),
         _ => (
             true,
-            "QuorumHealthy",
+            Available::QuorumHealthy,
             format!("{healthy} of {} members healthy", members.len()),
         ),
     };
@@ -253,22 +248,22 @@ pub fn report(
             }),
         ) => (
             false,
-            "UpgradeFailed",
+            Progressing::UpgradeFailed,
             format!("{member} on {version} does not run: {cause}; the upgrade is paused"),
         ),
         (_, Some(UpgradeStep::Revert { member, to })) => (
             true,
-            "RevertingUpgrade",
+            Progressing::RevertingUpgrade,
             format!("moving {member} to {to}: the image it was given never ran"),
         ),
         (MembershipStep::Converged, Some(UpgradeStep::Refused(e))) => (
             false,
-            "UpgradeRefused",
+            Progressing::UpgradeRefused,
             format!("{e}; no member was touched"),
         ),
         (MembershipStep::Converged, Some(UpgradeStep::Upgrade { member, from })) => (
             true,
-            "Upgrading",
+            Progressing::Upgrading,
             format!(
                 "upgrading {member} from {from} to {}",
                 cluster.spec.version()
@@ -276,24 +271,26 @@ pub fn report(
         ),
         (MembershipStep::Converged, Some(UpgradeStep::FlushLog { member })) => (
             true,
-            "Upgrading",
+            Progressing::Upgrading,
             format!(
                 "making every member save a snapshot before {member} moves to {}: 3.7 cannot read the log entries 3.5 wrote",
                 cluster.spec.version()
             ),
         ),
         (MembershipStep::Converged, Some(UpgradeStep::Wait { reason })) => {
-            (true, "Upgrading", reason.clone())
+            (true, Progressing::Upgrading, reason.clone())
         }
         (MembershipStep::Converged, _) => (
             false,
-            "Converged",
+            Progressing::Converged,
             format!("{} members, nothing in flight", members.len()),
         ),
-        (MembershipStep::QuorumLost { .. }, _) => {
-            (false, "QuorumLost", "waiting for a restore".to_string())
-        }
-        (MembershipStep::Wait { reason }, _) => (true, "Waiting", reason.clone()),
+        (MembershipStep::QuorumLost { .. }, _) => (
+            false,
+            Progressing::QuorumLost,
+            "waiting for a restore".to_string(),
+        ),
+        (MembershipStep::Wait { reason }, _) => (true, Progressing::Waiting, reason.clone()),
         (other, _) => (true, step_reason(other), format!("{other:?}")),
     };
     let versions: BTreeMap<String, PodVersion> = pods
@@ -338,9 +335,9 @@ pub fn report(
         .collect();
     let degraded = degraded || !alarms.is_empty() || !observed.foreign_pods.is_empty();
     let (degraded_reason, degraded_message) = match outcome {
-        Err(e) => ("MembersUnhealthy", e.to_string()),
+        Err(e) => (Degraded::MembersUnhealthy, e.to_string()),
         Ok(()) if !observed.foreign_pods.is_empty() => (
-            "ForeignPod",
+            Degraded::ForeignPod,
             format!(
                 "pod {} carries this cluster's member labels but was not made by the operators (no proof of origin): it is not taken for a member, and nothing is created, removed or deleted until it is deleted (operators in different namespaces must share the Secret etcd-member-proof-key, or each other's pods look like this)",
                 observed
@@ -352,47 +349,29 @@ pub fn report(
             ),
         ),
         Ok(()) if !differs.is_empty() => (
-            "MemberDataDiffers",
+            Degraded::MemberDataDiffers,
             format!(
                 "{}: etcd's initial corruption check found the member's data differs from its peers', so it does not start on it; it is not replaced automatically (its data is kept to be looked at): to replace it from the others, delete its claim, then its pod",
                 differs.join(", ")
             ),
         ),
-        Ok(()) if !alarms.is_empty() => ("EtcdAlarm", alarms.join("; ")),
-        Ok(()) if !failures.is_empty() => ("MembersUnhealthy", failures.join("; ")),
+        Ok(()) if !alarms.is_empty() => (Degraded::EtcdAlarm, alarms.join("; ")),
+        Ok(()) if !failures.is_empty() => (Degraded::MembersUnhealthy, failures.join("; ")),
         Ok(()) if degraded => (
-            "MembersUnhealthy",
+            Degraded::MembersUnhealthy,
             format!("unready members: {}", unready.join(", ")),
         ),
-        Ok(()) => ("AllHealthy", "every member is healthy".into()),
+        Ok(()) => (Degraded::AllHealthy, "every member is healthy".into()),
     };
     let conditions = vec![
-        condition(
-            cluster,
-            AVAILABLE,
-            available,
-            available_reason,
-            &available_message,
-        ),
-        condition(
-            cluster,
-            PROGRESSING,
-            progressing,
-            progress_reason,
-            &progress_message,
-        ),
+        condition(cluster, available, available_reason, &available_message),
+        condition(cluster, progressing, progress_reason, &progress_message),
         persistence(cluster, observed.persistent),
-        condition(
-            cluster,
-            DEGRADED,
-            degraded,
-            degraded_reason,
-            &degraded_message,
-        ),
+        condition(cluster, degraded, degraded_reason, &degraded_message),
     ];
     EtcdClusterStatus {
         phase: Some(phase),
-        reason: (!available).then(|| available_reason.to_string()),
+        reason: (!available).then(|| available_reason.as_str().to_string()),
         control_paused: Some(false),
         size: Some(members.len() as i32),
         service_name: Some(format!(
@@ -424,17 +403,21 @@ pub fn new_warnings(
         let reason = c.reason.as_deref()?;
         let message = c.message.as_deref()?;
         let warn = match (c.type_.as_str(), c.status.as_str()) {
-            (AVAILABLE, "False") => reason == "QuorumLost",
-            (PROGRESSING, "False") => {
-                ["InvalidSpec", "UpgradeRefused", "UpgradeFailed"].contains(&reason)
-            }
-            (DEGRADED, "True") => !message.starts_with("unready members"),
-            (DEFRAGMENTED, "False") => true,
+            (Available::TYPE, "False") => reason == Available::QuorumLost.as_str(),
+            (Progressing::TYPE, "False") => [
+                Progressing::InvalidSpec,
+                Progressing::UpgradeRefused,
+                Progressing::UpgradeFailed,
+            ]
+            .iter()
+            .any(|r| r.as_str() == reason),
+            (Degraded::TYPE, "True") => !message.starts_with("unready members"),
+            (Defragmented::TYPE, "False") => true,
             _ => false,
         };
         // The Degraded causes with a name of their own keep it; the others say Degraded.
-        let reason = if c.type_ == DEGRADED && reason == "MembersUnhealthy" {
-            "Degraded"
+        let reason = if c.type_ == Degraded::TYPE && reason == Degraded::MembersUnhealthy.as_str() {
+            Degraded::TYPE
         } else {
             reason
         };
@@ -461,34 +444,32 @@ fn persistence(cluster: &EtcdCluster, persistent: bool) -> ClusterCondition {
     if persistent {
         condition(
             cluster,
-            DATA_PERSISTENT,
             true,
-            "PersistentVolumeClaims",
+            DataPersistent::PersistentVolumeClaims,
             "each member keeps its data on its own claim",
         )
     } else {
         condition(
             cluster,
-            DATA_PERSISTENT,
             false,
-            "EmptyDir",
+            DataPersistent::EmptyDir,
             "members keep their data in emptyDir: a member whose pod is deleted loses it and is replaced; set pod.persistentVolumeClaimSpec to keep it",
         )
     }
 }
 
-fn step_reason(step: &MembershipStep) -> &'static str {
+fn step_reason(step: &MembershipStep) -> Progressing {
     match step {
-        MembershipStep::Seed { .. } => "CreatingSeed",
+        MembershipStep::Seed { .. } => Progressing::CreatingSeed,
         MembershipStep::AddLearner { .. }
         | MembershipStep::StartMember { .. }
-        | MembershipStep::Promote { .. } => "AddingMember",
+        | MembershipStep::Promote { .. } => Progressing::AddingMember,
         MembershipStep::RemoveMember { .. } | MembershipStep::DeleteMemberResources { .. } => {
-            "RemovingMember"
+            Progressing::RemovingMember
         }
-        MembershipStep::DeletePod { .. } => "RestartingMember",
-        MembershipStep::ClearIntent => "FinishingChange",
-        _ => "Reconciling",
+        MembershipStep::DeletePod { .. } => Progressing::RestartingMember,
+        MembershipStep::ClearIntent => Progressing::FinishingChange,
+        _ => Progressing::Reconciling,
     }
 }
 
@@ -500,13 +481,13 @@ pub fn paused(cluster: &EtcdCluster) -> EtcdClusterStatus {
         .get(labels::ABANDONED_RESTORE_ANNOTATION);
     let (reason, message) = match abandoned {
         Some(restore) => (
-            "HeldByAbandonedRestore",
+            Progressing::HeldByAbandonedRestore,
             format!(
                 "paused: EtcdRestore {restore} was deleted after it had begun replacing members, and nothing was deleted (its Warning event names the claims); create an EtcdRestore of this cluster again, or set spec.paused: false to manage what runs"
             ),
         ),
         None => (
-            "Paused",
+            Progressing::Paused,
             "spec.paused is true: the operator does not touch this cluster".to_string(),
         ),
     };
@@ -515,13 +496,7 @@ pub fn paused(cluster: &EtcdCluster) -> EtcdClusterStatus {
         phase: Some(previous.phase.unwrap_or(ClusterPhase::None)),
         control_paused: Some(true),
         observed_generation: cluster.metadata.generation,
-        conditions: Some(vec![condition(
-            cluster,
-            PROGRESSING,
-            false,
-            reason,
-            &message,
-        )]),
+        conditions: Some(vec![condition(cluster, false, reason, &message)]),
         membership_change: previous.membership_change,
         ..Default::default()
     }
@@ -534,13 +509,12 @@ pub fn invalid(cluster: &EtcdCluster, problem: &str) -> EtcdClusterStatus {
     EtcdClusterStatus {
         // `""` (not null, which the schema refuses) for a cluster never looked at.
         phase: Some(previous.phase.unwrap_or(ClusterPhase::None)),
-        reason: Some("InvalidSpec".into()),
+        reason: Some(Progressing::InvalidSpec.as_str().into()),
         observed_generation: cluster.metadata.generation,
         conditions: Some(vec![condition(
             cluster,
-            PROGRESSING,
             false,
-            "InvalidSpec",
+            Progressing::InvalidSpec,
             &message,
         )]),
         membership_change: previous.membership_change,
@@ -558,22 +532,16 @@ pub fn defragmented(
     let succeeded = last.result == "Succeeded";
     let (reason, message) = if succeeded {
         (
-            "RoundSucceeded",
+            Defragmented::RoundSucceeded,
             format!("the round started {} went through", last.started),
         )
     } else {
         (
-            "DefragmentationStopped",
+            Defragmented::DefragmentationStopped,
             last.reason.clone().unwrap_or_default(),
         )
     };
-    Some(condition(
-        cluster,
-        DEFRAGMENTED,
-        succeeded,
-        reason,
-        &message,
-    ))
+    Some(condition(cluster, succeeded, reason, &message))
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use etcd_cluster::restore_plan::RestoreFailure;
-use testbed::reference_docs::{check_flags, check_metrics, check_named_in_section};
+use testbed::reference_docs::{
+    check_flags, check_metrics, check_named_in_doc, check_named_in_section,
+};
 
 #[test]
 fn every_flag_is_documented() {
@@ -28,4 +30,11 @@ fn every_metric_is_documented() {
 fn every_failure_reason_is_documented() {
     let reasons = RestoreFailure::ALL.map(RestoreFailure::as_str);
     check_named_in_section("etcd-restore-operator.md", "How a restore fails", &reasons);
+}
+
+/// The troubleshooting page says what to do about each failure reason.
+#[test]
+fn every_failure_reason_is_in_the_troubleshooting_page() {
+    let reasons = RestoreFailure::ALL.map(RestoreFailure::as_str);
+    check_named_in_doc("operations/troubleshooting.md", &reasons);
 }
