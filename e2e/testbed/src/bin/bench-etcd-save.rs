@@ -1,8 +1,11 @@
 //! Benchmark of `etcd-backup save` against the way users back up etcd today, in one run.
 //!
-//! It fills a real etcd with incompressible values, starts a real Garage S3 server behind a TLS
-//! front (S3 as users reach it, over https; the front's CPU counts as the server's), and measures
-//! each way with GNU time (wall time and peak RSS):
+//! It fills a real etcd with incompressible values and measures each way with GNU time (wall
+//! time and peak RSS) against a real Garage S3 server behind a TLS front (S3 as users reach it,
+//! over https; the front's CPU counts as the server's). Every way that uploads gets an empty
+//! Garage of its own: Garage keeps a block it already holds only once, so a way storing the
+//! bytes an earlier way stored (the same snapshot) would write almost nothing. A real S3 server
+//! does not work that way, and a real backup is of new data. The ways:
 //!   (a) `etcd-backup save` straight to S3,
 //!   (b) `etcdctl snapshot save FILE && aws s3 cp FILE s3://...` (today's two-step way),
 //!   (c) `etcdctl snapshot save FILE` alone,
@@ -156,29 +159,77 @@ async fn filled_etcd(mib: u64, tls: Option<&testbed::TlsFiles>) -> Result<(Etcd,
     Ok((etcd, db_size))
 }
 
-/// S3 as users reach it: over TLS, here through a TLS front in this process.
-struct S3Front {
+/// An empty S3 server for one way: Garage, reached over TLS as users reach S3, through a TLS
+/// front in this process (see the module's comment for why each way gets its own).
+struct Store {
+    garage: Garage,
+    /// The front's `https://` address.
     endpoint: String,
-    /// Its certificates (`ca_cert` is what clients trust); `--etcd-tls` uses them for etcd too.
-    tls: testbed::TlsFiles,
+    /// What clients trust.
+    ca_cert: PathBuf,
+    /// The AWS CLI's environment for it.
+    env: Vec<(String, String)>,
+    /// Garage's process.
+    pid: u32,
 }
 
-fn save_script(
-    etcd_backup: &Path,
-    garage: &Garage,
-    s3: &S3Front,
-    etcd: &Etcd,
-    key: &str,
-) -> String {
+impl Store {
+    async fn empty(tls: &testbed::TlsFiles) -> Result<Store> {
+        let garage = Garage::start().await?;
+        let front = testbed::proxy::tls_proxy(
+            garage.endpoint.trim_start_matches("http://").to_string(),
+            tls,
+        )
+        .await;
+        let endpoint = format!("https://{front}");
+        let mut env = garage.env();
+        for (key, value) in &mut env {
+            if key == "AWS_ENDPOINT_URL" {
+                *value = endpoint.clone();
+            }
+        }
+        env.push(("AWS_CA_BUNDLE".into(), tls.ca_cert.display().to_string()));
+        let pid = std::fs::read_to_string(garage.dir().join("garage.pid"))?
+            .trim()
+            .parse()?;
+        Ok(Store {
+            garage,
+            endpoint,
+            ca_cert: tls.ca_cert.clone(),
+            env,
+            pid,
+        })
+    }
+
+    /// The processes whose CPU counts as the server's while a way runs against this store
+    /// and `etcd` (the TLS front runs in this process, which does nothing else meanwhile).
+    fn servers(&self, etcd: &Etcd) -> [u32; 3] {
+        [etcd.pid(), self.pid, std::process::id()]
+    }
+
+    fn url(&self, key: &str) -> String {
+        format!("s3://{}/{key}", self.garage.bucket)
+    }
+
+    /// The S3 flags of `etcd-backup`.
+    fn flags(&self) -> String {
+        format!(
+            "--s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style",
+            self.endpoint,
+            self.ca_cert.display(),
+            self.garage.region
+        )
+    }
+}
+
+fn save_script(etcd_backup: &Path, store: &Store, etcd: &Etcd, key: &str) -> String {
     format!(
-        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style save --endpoints {} {} --to s3://{}/{key} >/dev/null",
+        "{} {} save --endpoints {} {} --to {} >/dev/null",
         etcd_backup.display(),
-        s3.endpoint,
-        s3.tls.ca_cert.display(),
-        garage.region,
+        store.flags(),
         etcd.endpoint,
         etcd.client_tls_flags().join(" "),
-        garage.bucket
+        store.url(key)
     )
 }
 
@@ -186,39 +237,18 @@ fn save_script(
 async fn main() -> Result<()> {
     let args = parse_args()?;
     let etcd_backup = std::fs::canonicalize(&args.etcd_backup)?;
-    let garage = Garage::start().await?;
+    // What S3 clients trust; `--etcd-tls` uses the same certificates for etcd.
     let tls = testbed::TlsFiles::generate()?;
-    let front = testbed::proxy::tls_proxy(
-        garage.endpoint.trim_start_matches("http://").to_string(),
-        &tls,
-    )
-    .await;
-    let s3 = S3Front {
-        endpoint: format!("https://{front}"),
-        tls,
-    };
-    let mut env = garage.env();
-    for (key, value) in &mut env {
-        if key == "AWS_ENDPOINT_URL" {
-            *value = s3.endpoint.clone();
-        }
-    }
-    env.push(("AWS_CA_BUNDLE".into(), s3.tls.ca_cert.display().to_string()));
     let work = tempfile::tempdir()?;
     let file = work.path().join("snapshot.db");
-    let (file, bucket) = (file.display(), &garage.bucket);
+    let file = file.display();
 
     eprintln!(
         "filling etcd with {} MiB of random values ...",
         args.size_mib
     );
-    let etcd_tls = args.etcd_tls.then_some(&s3.tls);
+    let etcd_tls = args.etcd_tls.then_some(&tls);
     let (etcd, db_size) = filled_etcd(args.size_mib, etcd_tls).await?;
-    let garage_pid: u32 = std::fs::read_to_string(garage.dir().join("garage.pid"))?
-        .trim()
-        .parse()?;
-    // The TLS front runs in this process, which does nothing else meanwhile: count it as server.
-    let servers = [etcd.pid(), garage_pid, std::process::id()];
     let mb = db_size as f64 / 1e6;
     let snapshot = format!(
         "{} --endpoints {} {} snapshot save {file} >/dev/null",
@@ -226,11 +256,14 @@ async fn main() -> Result<()> {
         etcd.endpoint,
         etcd.client_tls_flags().join(" ")
     );
-    let upload = format!("aws s3 cp --only-show-errors {file} s3://{bucket}/bench/upload-only");
+    let upload = |store: &Store, key: &str| {
+        format!("aws s3 cp --only-show-errors {file} {}", store.url(key))
+    };
 
     if args.hold {
-        let script = save_script(&etcd_backup, &garage, &s3, &etcd, "bench/held");
-        for (key, value) in &env {
+        let store = Store::empty(&tls).await?;
+        let script = save_script(&etcd_backup, &store, &etcd, "bench/held");
+        for (key, value) in &store.env {
             println!("export {key}='{value}'");
         }
         println!("{script}");
@@ -239,107 +272,117 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     eprintln!("measuring (database {:.0} MB) ...", mb);
-    let c = measure("(c) etcdctl snapshot save", &snapshot, &env, &servers)?;
-    let d = measure("(d) aws s3 cp (upload alone)", &upload, &env, &servers)?;
+    // (c) stores nothing: any store's environment will do.
+    let store_d = Store::empty(&tls).await?;
+    let c = measure(
+        "(c) etcdctl snapshot save",
+        &snapshot,
+        &store_d.env,
+        &store_d.servers(&etcd),
+    )?;
+    let d = measure(
+        "(d) aws s3 cp (upload alone)",
+        &upload(&store_d, "bench/upload-only"),
+        &store_d.env,
+        &store_d.servers(&etcd),
+    )?;
+    drop(store_d);
     std::fs::remove_file(work.path().join("snapshot.db"))?;
-    let two_step =
-        format!("{snapshot} && aws s3 cp --only-show-errors {file} s3://{bucket}/bench/two-step");
-    let b = measure("(b) etcdctl save + aws s3 cp", &two_step, &env, &servers)?;
+    let store_b = Store::empty(&tls).await?;
+    let two_step = format!("{snapshot} && {}", upload(&store_b, "bench/two-step"));
+    let b = measure(
+        "(b) etcdctl save + aws s3 cp",
+        &two_step,
+        &store_b.env,
+        &store_b.servers(&etcd),
+    )?;
+    drop(store_b);
+    let plain = Store::empty(&tls).await?;
     let a = measure(
         "(a) etcd-backup save -> S3",
-        &save_script(&etcd_backup, &garage, &s3, &etcd, "bench/etcd-backup"),
-        &env,
-        &servers,
+        &save_script(&etcd_backup, &plain, &etcd, "bench/etcd-backup"),
+        &plain.env,
+        &plain.servers(&etcd),
     )?;
     // Encryption (age), in the same run: save and fetch, plain against encrypted.
     let keys = Keys::generate(work.path())?;
+    let encrypted = Store::empty(&tls).await?;
     let e = measure(
         "(e) etcd-backup save, encrypted",
         &format!(
             "{} --encrypt-to {}",
-            save_script(&etcd_backup, &garage, &s3, &etcd, "bench/encrypted"),
+            save_script(&etcd_backup, &encrypted, &etcd, "bench/encrypted"),
             keys.recipient
         ),
-        &env,
-        &servers,
+        &encrypted.env,
+        &encrypted.servers(&etcd),
     )?;
     let fetched = work.path().join("fetched.db");
     let f = measure(
         "(f) etcd-backup fetch",
-        &fetch_script(
-            &etcd_backup,
-            &garage,
-            &s3,
-            "bench/etcd-backup",
-            &fetched,
-            None,
-        ),
-        &env,
-        &servers,
+        &fetch_script(&etcd_backup, &plain, "bench/etcd-backup", &fetched, None),
+        &plain.env,
+        &plain.servers(&etcd),
     )?;
     std::fs::remove_file(&fetched)?;
     let g = measure(
         "(g) etcd-backup fetch, encrypted",
         &fetch_script(
             &etcd_backup,
-            &garage,
-            &s3,
+            &encrypted,
             "bench/encrypted",
             &fetched,
             Some(&keys),
         ),
-        &env,
-        &servers,
+        &encrypted.env,
+        &encrypted.servers(&etcd),
     )?;
     std::fs::remove_file(&fetched)?;
+    drop(encrypted);
     // The drill of (a)'s backup, and what recording its contents (key count, HashKV) cost
     // inside (a), from the manifest.
     let h = measure(
         "(h) etcd-backup drill",
-        &drill_script(&etcd_backup, &garage, &s3, "bench/etcd-backup", work.path()),
-        &env,
-        &servers,
+        &drill_script(&etcd_backup, &plain, "bench/etcd-backup", work.path()),
+        &plain.env,
+        &plain.servers(&etcd),
     )?;
-    let recorded = recorded_contents_seconds(&env, bucket, "bench/etcd-backup")?;
+    let recorded = recorded_contents_seconds(&plain, "bench/etcd-backup")?;
+    drop(plain);
     drop(etcd);
 
     eprintln!("measuring (a) on a {} MiB database ...", args.small_mib);
     let (small, small_size) = filled_etcd(args.small_mib, etcd_tls).await?;
+    let plain = Store::empty(&tls).await?;
     let a_small = measure(
         "(a) etcd-backup save, small db",
-        &save_script(
-            &etcd_backup,
-            &garage,
-            &s3,
-            &small,
-            "bench/etcd-backup-small",
-        ),
-        &env,
-        &[small.pid(), garage_pid, std::process::id()],
+        &save_script(&etcd_backup, &plain, &small, "bench/etcd-backup-small"),
+        &plain.env,
+        &plain.servers(&small),
     )?;
-    let small_servers = [small.pid(), garage_pid, std::process::id()];
+    drop(plain);
+    let encrypted = Store::empty(&tls).await?;
     let e_small = measure(
         "(e) encrypted save, small db",
         &format!(
             "{} --encrypt-to {}",
-            save_script(&etcd_backup, &garage, &s3, &small, "bench/encrypted-small"),
+            save_script(&etcd_backup, &encrypted, &small, "bench/encrypted-small"),
             keys.recipient
         ),
-        &env,
-        &small_servers,
+        &encrypted.env,
+        &encrypted.servers(&small),
     )?;
     let g_small = measure(
         "(g) encrypted fetch, small db",
         &fetch_script(
             &etcd_backup,
-            &garage,
-            &s3,
+            &encrypted,
             "bench/encrypted-small",
             &fetched,
             Some(&keys),
         ),
-        &env,
-        &small_servers,
+        &encrypted.env,
+        &encrypted.servers(&small),
     )?;
 
     println!(
@@ -461,20 +504,12 @@ impl Keys {
     }
 }
 
-fn drill_script(
-    etcd_backup: &Path,
-    garage: &Garage,
-    s3: &S3Front,
-    key: &str,
-    scratch: &Path,
-) -> String {
+fn drill_script(etcd_backup: &Path, store: &Store, key: &str, scratch: &Path) -> String {
     format!(
-        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style drill s3://{}/{key} --etcd-bin-dir {} --scratch-dir {} >/dev/null",
+        "{} {} drill {} --etcd-bin-dir {} --scratch-dir {} >/dev/null",
         etcd_backup.display(),
-        s3.endpoint,
-        s3.tls.ca_cert.display(),
-        garage.region,
-        garage.bucket,
+        store.flags(),
+        store.url(key),
         testbed::etcd_tool("etcd")
             .parent()
             .unwrap_or(Path::new("."))
@@ -484,15 +519,10 @@ fn drill_script(
 }
 
 /// The seconds `save` spent asking for the key count and HashKV, from the manifest of `key`.
-fn recorded_contents_seconds(env: &[(String, String)], bucket: &str, key: &str) -> Result<f64> {
+fn recorded_contents_seconds(store: &Store, key: &str) -> Result<f64> {
     let output = Command::new("aws")
-        .args([
-            "s3",
-            "cp",
-            &format!("s3://{bucket}/{key}.manifest.json"),
-            "-",
-        ])
-        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(["s3", "cp", &store.url(&format!("{key}.manifest.json")), "-"])
+        .envs(store.env.iter().map(|(k, v)| (k, v)))
         .output()?;
     let manifest: serde_json::Value = serde_json::from_slice(&output.stdout)
         .with_context(|| String::from_utf8_lossy(&output.stderr).into_owned())?;
@@ -503,8 +533,7 @@ fn recorded_contents_seconds(env: &[(String, String)], bucket: &str, key: &str) 
 
 fn fetch_script(
     etcd_backup: &Path,
-    garage: &Garage,
-    s3: &S3Front,
+    store: &Store,
     key: &str,
     out: &Path,
     keys: Option<&Keys>,
@@ -513,12 +542,10 @@ fn fetch_script(
         format!(" --identity {}", k.identity.display())
     });
     format!(
-        "{} --s3-endpoint {} --s3-ca-file {} --s3-region {} --s3-force-path-style fetch s3://{}/{key} --out {}{identity} >/dev/null",
+        "{} {} fetch {} --out {}{identity} >/dev/null",
         etcd_backup.display(),
-        s3.endpoint,
-        s3.tls.ca_cert.display(),
-        garage.region,
-        garage.bucket,
+        store.flags(),
+        store.url(key),
         out.display()
     )
 }
