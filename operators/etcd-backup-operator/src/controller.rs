@@ -3,37 +3,29 @@
 //! tasks of their own (bounded by [`Runs`]) and report through status and events when done;
 //! the next run is driven by requeue.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::{Api, Client, Resource, ResourceExt};
-use operator_runtime::events::Events;
+use kube::{Api, Resource, ResourceExt};
 
-use crate::execute::{self, Outcome, RunError};
-use crate::in_flight::{RunGuard, Runs};
-use crate::local::LocalVolume;
+use crate::context::{Context, Error, MANAGER, publish};
+use crate::execute::{self, Outcome};
+use crate::finalizer::{backups_kept, finalize, has_finalizer, set_finalizer};
+use crate::in_flight::RunGuard;
 use crate::metrics::{InFlight, Metrics, ObjectLabels, ResultLabels};
 use crate::schedule::{self, Due, History};
-use crate::secrets::SecretError;
 use crate::validate::{self, BackupPlan, InvalidSpec};
 use crate::{drill, secrets, status};
-use operator_runtime::backoff::PerObject;
-use operator_runtime::reconcile_errors::{self, ReconcileError};
+use operator_runtime::reconcile_errors;
 
-/// Field manager for status and finalizer writes; also the event reporter.
-pub const MANAGER: &str = "etcd-backup-operator";
-/// Set only with `deletionPolicy: Delete`, so that the stored backups go before the object.
-pub const FINALIZER: &str = "etcd.database.coreos.com/delete-backups";
 /// Requeue while a run is in flight; its completion triggers a reconcile anyway.
 const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(300);
 const STALE_CACHE_RECHECK: Duration = Duration::from_secs(5);
@@ -42,107 +34,6 @@ const RESULT_WRITE_ATTEMPTS: u32 = 3;
 const DRILL_RETRY: Duration = Duration::from_secs(30);
 /// `lastFailure.reason` of a run interrupted twice.
 const INTERRUPTED: &str = "Interrupted";
-
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("deleting the backups of a deleted EtcdBackup failed: {0}")]
-    Cleanup(RunError),
-}
-
-impl ReconcileError for Error {
-    fn reason(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "KubernetesApi",
-            Error::Cleanup(e) => e.reason(),
-        }
-    }
-}
-
-/// What reconcile needs. Small, shared, and built with a mock client in tests.
-pub struct Context {
-    pub client: Client,
-    pub events: Events,
-    pub metrics: Arc<Metrics>,
-    pub runs: Arc<Runs>,
-    pub clock: Clock,
-    /// The claim mounted in the operator pod for `storageType: Local`, if any.
-    pub local_volume: Option<LocalVolume>,
-    /// Invalid objects already reported, by UID and generation, so a status write does not
-    /// trigger another event.
-    reported_invalid: Mutex<HashMap<String, Option<i64>>>,
-    /// Pause before the second attempt to write a run's result (doubled, then tripled).
-    pub result_write_backoff: Duration,
-    /// Delays before retrying objects whose reconcile failed.
-    pub backoff: PerObject,
-    /// How long a deleted object with the Delete policy waits for its missing S3 Secret before
-    /// its finalizer is released and the backups are kept.
-    pub finalizer_timeout: Duration,
-    /// Lend the operator's own AWS identity to EtcdBackups without keys of their own (the
-    /// deployment's explicit choice; off by default).
-    pub allow_ambient_credentials: bool,
-    /// How long a shutdown waits for the aborts of cancelled runs' uploads.
-    pub shutdown_timeout: Duration,
-    /// The `etcd-backup` image the drill pods fetch and check with.
-    pub backup_image: String,
-}
-
-impl Context {
-    pub fn new(
-        client: Client,
-        instance: Option<String>,
-        metrics: Arc<Metrics>,
-        runs: Arc<Runs>,
-        clock: Clock,
-    ) -> Self {
-        Context {
-            events: Events::new(client.clone(), MANAGER, instance),
-            client,
-            metrics,
-            runs,
-            clock,
-            local_volume: None,
-            reported_invalid: Mutex::new(HashMap::new()),
-            result_write_backoff: Duration::from_secs(1),
-            backoff: PerObject::default(),
-            finalizer_timeout: Duration::from_secs(300),
-            allow_ambient_credentials: false,
-            shutdown_timeout: Duration::from_secs(20),
-            backup_image: "localhost/etcd-backup:dev".into(),
-        }
-    }
-
-    /// Everything kept about a deleted EtcdBackup goes: its run is cancelled, and its retry
-    /// state, invalid-spec record and metric series are dropped.
-    pub fn forget(&self, uid: &str, object: &ObjectLabels) {
-        self.runs.cancel(uid);
-        self.backoff.forget(uid);
-        self.reported_invalid
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
-        self.metrics.forget(object);
-    }
-
-    /// The same for every EtcdBackup not in the cache after a relist (deleted while the watch
-    /// was down): `exists` by UID, `listed` by namespace and name (metric series).
-    pub fn forget_unless(
-        &self,
-        exists: impl Fn(&str) -> bool,
-        listed: impl Fn(&ObjectLabels) -> bool,
-    ) {
-        self.runs.cancel_unless(&exists);
-        self.backoff.retain(&exists);
-        self.reported_invalid
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|uid, _| exists(uid));
-        self.metrics.forget_unless(listed);
-    }
-}
 
 pub async fn reconcile(
     obj: Arc<DeserializeGuard<EtcdBackup>>,
@@ -538,105 +429,6 @@ fn success_event(outcome: &Outcome) -> Event {
     }
 }
 
-/// Deletion: with our finalizer, applies the deletion policy and releases the object.
-async fn finalize(
-    backup: &EtcdBackup,
-    plan: Result<&BackupPlan, &InvalidSpec>,
-    ctx: &Context,
-) -> Result<Action, Error> {
-    if !has_finalizer(backup.meta()) {
-        return Ok(Action::await_change());
-    }
-    let reference = backup.object_ref(&());
-    match plan {
-        Ok(plan) if plan.deletion_policy == DeletionPolicy::Delete => {
-            let namespace = backup.namespace().unwrap_or_default();
-            let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-            let uid = backup.uid().unwrap_or_default();
-            let deleted = async {
-                let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
-                let s3 =
-                    secrets::resolve_storage(&secrets_api, plan, ctx.allow_ambient_credentials)
-                        .await?;
-                execute::delete_backups(&location, &s3, &uid).await
-            }
-            .await;
-            match deleted {
-                Ok(keys) => {
-                    tracing::info!(name = %backup.name_any(), deleted = keys.len(), "deletion policy Delete: backups removed")
-                }
-                // The S3 Secret went first (a namespace being deleted), or the backups can
-                // never be reached from here (no credentials, an unusable Secret, the local
-                // volume not mounted): waiting longer than the bound would block the deletion,
-                // and a namespace's, for good. The backups are kept.
-                Err(e)
-                    if e.cannot_succeed_by_waiting()
-                        && deleting_for(backup, (ctx.clock)()) > ctx.finalizer_timeout =>
-                {
-                    let why = match &e {
-                        RunError::Secret(SecretError::Missing(secret)) => {
-                            format!("the S3 Secret {secret:?} is gone")
-                        }
-                        other => other.to_string(),
-                    };
-                    let cause = format!(
-                        "{why}, so nothing could be deleted (waited {} s)",
-                        ctx.finalizer_timeout.as_secs()
-                    );
-                    tracing::warn!(name = %backup.name_any(), %cause, "deletion policy Delete: backups kept");
-                    publish(ctx, &backups_kept(&cause), &reference).await;
-                }
-                Err(e) => {
-                    let event = Event {
-                        type_: EventType::Warning,
-                        reason: "DeleteBackupsFailed".into(),
-                        note: Some(e.to_string()),
-                        action: "Delete".into(),
-                        secondary: None,
-                    };
-                    publish(ctx, &event, &reference).await;
-                    return Err(Error::Cleanup(e));
-                }
-            }
-        }
-        Ok(_) => {}
-        Err(invalid) => {
-            let cause = format!("the spec is invalid ({invalid})");
-            publish(ctx, &backups_kept(&cause), &reference).await
-        }
-    }
-    set_finalizer(backup.meta(), false, &ctx.client).await?;
-    Ok(Action::await_change())
-}
-
-/// How long the object has been waiting for its deletion.
-fn deleting_for(backup: &EtcdBackup, now: DateTime<Utc>) -> Duration {
-    let since = backup
-        .meta()
-        .deletion_timestamp
-        .as_ref()
-        .map(status::chrono_time);
-    since
-        .and_then(|t| (now - t).to_std().ok())
-        .unwrap_or_default()
-}
-
-/// The finalizer is released without deleting anything when the spec cannot say where the
-/// backups are, or the S3 Secret has been gone too long: keeping data is the safe side, and
-/// blocking the deletion forever would help nobody. The event says so, so nobody believes the
-/// backups are gone.
-fn backups_kept(cause: &str) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: "BackupsKept".into(),
-        note: Some(format!(
-            "deletionPolicy Delete was not applied, the stored backups were kept: {cause}"
-        )),
-        action: "Delete".into(),
-        secondary: None,
-    }
-}
-
 async fn report_invalid_spec(
     backup: &EtcdBackup,
     prev: &EtcdBackupStatus,
@@ -719,35 +511,6 @@ fn api_for(backup: &EtcdBackup, ctx: &Context) -> Api<EtcdBackup> {
     Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default())
 }
 
-fn has_finalizer(meta: &ObjectMeta) -> bool {
-    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
-}
-
-/// Adds or removes our finalizer, keeping others. The resourceVersion makes the merge patch
-/// fail on a concurrent change instead of dropping someone else's finalizer. The reply is
-/// read through a `DeserializeGuard`, so this works on an object that does not parse.
-async fn set_finalizer(meta: &ObjectMeta, present: bool, client: &Client) -> Result<(), Error> {
-    let mut finalizers: Vec<String> = meta
-        .finalizers
-        .iter()
-        .flatten()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(FINALIZER.into());
-    }
-    let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}
-    });
-    let namespace = meta.namespace.as_deref().unwrap_or_default();
-    let api: Api<DeserializeGuard<EtcdBackup>> = Api::namespaced(client.clone(), namespace);
-    let name = meta.name.as_deref().unwrap_or_default();
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
 /// The reply is read through a `DeserializeGuard`, so writing the status of an object that
 /// does not parse works too.
 async fn apply_status(
@@ -785,10 +548,6 @@ async fn apply_if_changed(
 /// as a watch event, which would loop).
 fn same_status(a: &EtcdBackupStatus, b: &EtcdBackupStatus) -> bool {
     serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
-}
-
-async fn publish(ctx: &Context, event: &Event, reference: &ObjectReference) {
-    ctx.events.send(event, reference).await;
 }
 
 /// Status times have whole seconds (metav1.Time); computing with the same precision keeps

@@ -9,7 +9,7 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::{Clock, Context};
+use crate::context::{Clock, Context};
 use crate::in_flight::Runs;
 use crate::metrics::Metrics;
 

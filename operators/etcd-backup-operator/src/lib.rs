@@ -3,13 +3,15 @@
 //!
 //! Pipeline per object: `validate` (validate + build a `BackupPlan`, pure) → `secrets`
 //! (dereference) → `execute` (snapshot + retention, no Kubernetes) → `status` (pure builders)
-//! applied by `controller`; `in_flight` bounds and cancels the runs, `runner` wires the
+//! applied by `controller` (with `context`: the shared `Context` and `Error`); `in_flight` bounds and cancels the runs, `runner` wires the
 //! controller.
 //! `schedule` and `retention` hold the domain rules, free of Kubernetes.
 
+pub mod context;
 pub mod controller;
 pub mod drill;
 pub mod execute;
+pub mod finalizer;
 pub mod in_flight;
 pub mod local;
 pub mod metrics;

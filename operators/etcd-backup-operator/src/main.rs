@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use backup_cli::LogFormat;
 use clap::Parser;
-use etcd_backup_operator::controller::{Clock, Context, MANAGER};
+use etcd_backup_operator::context::{Clock, Context, MANAGER};
 use etcd_backup_operator::in_flight::Runs;
 use etcd_backup_operator::local::LocalVolume;
 use etcd_backup_operator::metrics::Metrics;

@@ -8,7 +8,8 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use crate::controller::{FINALIZER, error_policy, reconcile};
+use crate::controller::{error_policy, reconcile};
+use crate::finalizer::FINALIZER;
 use crate::fixtures::*;
 
 fn guard(obj: backup_api::EtcdBackup) -> Arc<DeserializeGuard<backup_api::EtcdBackup>> {
@@ -26,7 +27,7 @@ async fn without_calls(task: tokio::task::JoinHandle<Action>) -> Action {
 /// Reconciles in a task of its own, so the test can answer its API calls meanwhile.
 fn start(
     obj: Arc<DeserializeGuard<backup_api::EtcdBackup>>,
-    ctx: &Arc<crate::controller::Context>,
+    ctx: &Arc<crate::context::Context>,
 ) -> tokio::task::JoinHandle<Action> {
     let ctx = ctx.clone();
     tokio::spawn(async move { reconcile(obj, ctx).await.expect("reconcile failed") })
@@ -543,7 +544,7 @@ async fn an_interrupted_retry_is_a_failure_not_retried_on_every_restart() {
     api.expect_silence().await;
 }
 
-async fn wait_until_idle(ctx: &crate::controller::Context) {
+async fn wait_until_idle(ctx: &crate::context::Context) {
     for _ in 0..50 {
         if ctx.runs.count() == 0 {
             return;

@@ -15,7 +15,8 @@ use kube::runtime::{WatchStreamExt, reflector};
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::{Context, error_policy, reconcile};
+use crate::context::Context;
+use crate::controller::{error_policy, reconcile};
 use crate::metrics::ObjectLabels;
 use operator_runtime::http::Health;
 use operator_runtime::process;

@@ -804,7 +804,7 @@ async fn deletion_policy_delete_removes_only_this_backups_objects() {
             .metadata
             .finalizers
             .unwrap_or_default()
-            .contains(&etcd_backup_operator::controller::FINALIZER.to_string());
+            .contains(&etcd_backup_operator::finalizer::FINALIZER.to_string());
         finalizer && ours().await >= 2
     })
     .await;

@@ -5,30 +5,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backup_api::{EtcdCluster, EtcdClusterStatus};
-use etcd_client::MemberAddOptions;
-use std::collections::BTreeMap;
 
 use etcd_cluster::{
-    EtcdVersion, Intent, MembershipObserved, MembershipStep, UpgradeStep, failed_upgrade, plan,
-    plan_upgrade, settled, starting_version,
+    EtcdVersion, MembershipObserved, MembershipStep, UpgradeStep, failed_upgrade, plan,
+    plan_upgrade, settled,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use operator_runtime::reconcile_errors;
 use operator_runtime::status_apply;
 
 use crate::adopt;
+use crate::context::warn;
 use crate::context::{Context, Error, MANAGER};
-use crate::context::{event, ignore_missing, warn};
 use crate::defrag;
-use crate::observe::{self, ClaimRecord, MemberPod};
+use crate::execute::execute;
+use crate::observe::{self};
 use crate::status;
 use crate::upgrade;
 use etcd_members::access::Access;
-use etcd_members::build::{self, Bootstrap};
+use etcd_members::build::{self};
 use etcd_members::labels;
 use etcd_members::origin;
 use etcd_members::tls::{self, Dereferenced, TlsSecrets};
@@ -273,252 +272,6 @@ async fn report_invalid(
     announce(ctx, cluster, &status).await;
     patch_status(&clusters, &cluster.name_any(), Some(cluster), &status).await?;
     Ok(then)
-}
-
-/// Executes one step. Steps that change membership record their intent in status first.
-/// `claims` are the data claims by member, with what they record about their data.
-async fn execute(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    access: &Access,
-    pods: &[MemberPod],
-    claims: &BTreeMap<String, ClaimRecord>,
-    step: &MembershipStep,
-) -> Result<(), Error> {
-    // The version a pod is created with (see `starting_version`), and for a member restarting
-    // in the middle of an upgrade, the version it came from.
-    let version_of = |member: &str| {
-        let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
-        let record = claims.get(member).cloned().unwrap_or_default();
-        let running = pods.iter().filter_map(|p| p.version.as_deref());
-        let version = starting_version(&target, record.version.as_deref(), running).to_string();
-        let from = record
-            .upgraded_from
-            .filter(|_| record.version.as_deref() == Some(&version));
-        (version, from)
-    };
-    let ns = cluster.namespace().unwrap_or_default();
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    // A merge patch of this one field: a server-side apply of it alone would drop every other
-    // status field this manager owns (phase among them) until the report is written.
-    let record = |intent: Option<Intent>| {
-        let clusters = clusters.clone();
-        async move {
-            let patch =
-                serde_json::json!({"status": {"membershipChange": intent.map(status::change)}});
-            clusters
-                .patch_status(
-                    &cluster.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map(|_| ())
-        }
-    };
-    match step {
-        MembershipStep::Seed { member } => {
-            record(Some(Intent::Seed {
-                member: member.clone(),
-            }))
-            .await?;
-            let token = format!(
-                "{}-{:08x}",
-                cluster.uid().unwrap_or_default(),
-                rand::random::<u32>()
-            );
-            let (version, _) = version_of(member);
-            create_member(
-                ctx,
-                cluster,
-                member,
-                &Bootstrap::New { token },
-                &version,
-                None,
-            )
-            .await?;
-            event(
-                ctx,
-                cluster,
-                "SeedCreated",
-                &format!("created seed member {member}"),
-            )
-            .await;
-        }
-        MembershipStep::AddLearner { member } => {
-            record(Some(Intent::Add {
-                member: member.clone(),
-            }))
-            .await?;
-            let mut client = observe::any_member(access, pods)
-                .await
-                .ok_or(Error::NoMember("the membership change"))?;
-            let learner = Some(MemberAddOptions::new().with_is_learner());
-            let added = client
-                .member_add([access.names.peer_url(member)], learner)
-                .await;
-            if !etcd_asks_to_wait(added)? {
-                let note = format!("added {member} to etcd as a learner");
-                event(ctx, cluster, "MemberAdded", &note).await;
-            }
-        }
-        MembershipStep::StartMember {
-            member,
-            initial_cluster,
-        } => {
-            let bootstrap = Bootstrap::Existing {
-                initial_cluster: initial_cluster.clone(),
-            };
-            let (version, from) = version_of(member);
-            create_member(ctx, cluster, member, &bootstrap, &version, from).await?;
-            event(
-                ctx,
-                cluster,
-                "MemberStarted",
-                &format!("started pod {member} (etcd {version})"),
-            )
-            .await;
-        }
-        MembershipStep::Promote { member, id } => {
-            let mut client = observe::any_member(access, pods)
-                .await
-                .ok_or(Error::NoMember("the membership change"))?;
-            client.member_promote(*id).await?;
-            event(
-                ctx,
-                cluster,
-                "MemberPromoted",
-                &format!("promoted {member} to a voting member"),
-            )
-            .await;
-        }
-        MembershipStep::RemoveMember { member, id, reason } => {
-            record(Some(Intent::Remove {
-                member: member.clone(),
-                id: *id,
-                reason: reason.clone(),
-            }))
-            .await?;
-            let mut client = observe::any_member(access, pods)
-                .await
-                .ok_or(Error::NoMember("the membership change"))?;
-            if !etcd_asks_to_wait(client.member_remove(*id).await)? {
-                let who = member.clone().unwrap_or_else(|| format!("{id:x}"));
-                let note = format!("removed {who} from etcd: {reason}");
-                event(ctx, cluster, "MemberRemoved", &note).await;
-            }
-        }
-        MembershipStep::DeleteMemberResources { member } => {
-            delete_pod(ctx, &ns, member).await?;
-            // Only the claim observed as this cluster's, unchanged since (uid and
-            // resourceVersion): one detached meanwhile (relabelled by a restore keeping the old
-            // volumes) is not touched; the delete fails and the next reconcile sees it detached.
-            let deleted = match claims.get(member) {
-                Some(claim) => {
-                    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-                    let unchanged = DeleteParams {
-                        preconditions: Some(Preconditions {
-                            uid: claim.uid.clone(),
-                            resource_version: claim.resource_version.clone(),
-                        }),
-                        ..Default::default()
-                    };
-                    ignore_missing(api.delete(&claim.name, &unchanged).await.map(|_| ()))?;
-                    "pod and claim"
-                }
-                None => "pod",
-            };
-            event(
-                ctx,
-                cluster,
-                "MemberDeleted",
-                &format!("deleted {deleted} of {member}, no longer a member"),
-            )
-            .await;
-        }
-        MembershipStep::DeletePod { member } => {
-            delete_pod(ctx, &ns, member).await?;
-            event(
-                ctx,
-                cluster,
-                "MemberRestarted",
-                &format!("deleted failed pod {member}"),
-            )
-            .await;
-        }
-        MembershipStep::ClearIntent => record(None).await?,
-        // Reported by the status (and a Warning when newly so), nothing done.
-        MembershipStep::QuorumLost { .. }
-        | MembershipStep::Wait { .. }
-        | MembershipStep::Converged => {}
-    }
-    Ok(())
-}
-
-async fn create_member(
-    ctx: &Context,
-    cluster: &EtcdCluster,
-    member: &str,
-    bootstrap: &Bootstrap,
-    version: &str,
-    upgraded_from: Option<String>,
-) -> Result<(), Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    // Whom the member runs as follows its claim's data (see build::run_as); no claim: emptyDir.
-    let mut claimed = None;
-    if let Some(claim) = build::claim(cluster, member, version) {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-        match claims.create(&PostParams::default(), &claim).await {
-            Ok(made) => claimed = Some(made),
-            // Made by an earlier run of this step, or not this cluster's: then the member is
-            // not started on it (it holds other data: a detached volume, a user's claim).
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                let existing = claims.get(member).await?;
-                let cluster_label = existing.labels().get(labels::CLUSTER_LABEL);
-                if cluster_label != Some(&cluster.name_any()) {
-                    return Err(Error::ForeignClaim(member.to_string()));
-                }
-                claimed = Some(existing);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let run_as = build::run_as(claimed.as_ref());
-    let mut pod = build::pod(cluster, member, bootstrap, version, run_as);
-    if let Some(from) = upgraded_from {
-        pod.annotations_mut()
-            .insert(labels::UPGRADED_FROM_ANNOTATION.into(), from);
-    }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    origin::make_member_pod(&pods, &ctx.proof, &pod).await?;
-    Ok(())
-}
-
-async fn delete_pod(ctx: &Context, ns: &str, member: &str) -> Result<(), Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    ignore_missing(
-        pods.delete(member, &DeleteParams::default())
-            .await
-            .map(|_| ()),
-    )
-}
-
-/// Whether etcd turned a membership change down for now: it refuses one until every voter has
-/// been connected for its health interval (5 s), so right after a member joined. Not an error:
-/// the recorded change is tried again shortly.
-fn etcd_asks_to_wait<T>(result: Result<T, etcd_client::Error>) -> Result<bool, Error> {
-    match result {
-        Ok(_) => Ok(false),
-        Err(e) => {
-            let text = e.to_string();
-            if text.contains("unhealthy cluster") || text.contains("not enough started members") {
-                tracing::debug!(reason = %text, "etcd asks to wait before the membership change");
-                Ok(true)
-            } else {
-                Err(e.into())
-            }
-        }
-    }
 }
 
 /// Writes the status by server-side apply. With `unchanged_since` (a cluster as read), only if

@@ -8,6 +8,7 @@ pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod defrag;
+mod execute;
 pub mod metrics;
 pub mod observe;
 pub mod rbac;

@@ -4,12 +4,15 @@
 //! verifies the backup) while the old members still run, record the verified snapshot, stop and
 //! detach the old members (their volumes are kept), start the new ones, wait until all are
 //! healthy with the data, hand the cluster back to the EtcdCluster operator. Each reconcile
-//! reads the world again, so a restart resumes. Here: `observe` (the world) -> the step machine
-//! -> `controller` (execute) -> `status` (typed, server-side apply); `pods` builds the restore's
-//! own objects.
+//! reads the world again, so a restart resumes. Here: `controller` (reconcile) runs `observe`
+//! (the world) -> the step machine -> `execute` (with `finalizer` and the `api` writes) ->
+//! `status` (typed, server-side apply); `pods` builds the restore's own objects.
 
+mod api;
 pub mod context;
 pub mod controller;
+mod execute;
+mod finalizer;
 pub mod metrics;
 pub mod observe;
 pub mod pods;

@@ -26,7 +26,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 
-use crate::controller::{Context, Error};
+use crate::context::{Context, Error};
 use crate::metrics::ObjectLabels;
 use crate::status::{chrono_time, time};
 use crate::validate::{BackupPlan, DrillPlan, DrillWhen};

@@ -36,7 +36,7 @@ fn status(drill: Option<Value>) -> Value {
 
 async fn reconciled(
     obj: backup_api::EtcdBackup,
-    ctx: &Arc<crate::controller::Context>,
+    ctx: &Arc<crate::context::Context>,
 ) -> tokio::task::JoinHandle<Action> {
     let ctx = ctx.clone();
     tokio::spawn(async move {

@@ -1,0 +1,246 @@
+//! Carries out the one step the restore's planner chose.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
+use etcd_cluster::EtcdVersion;
+use etcd_members::build::{self, Bootstrap};
+use etcd_members::labels::ABANDONED_RESTORE_ANNOTATION;
+use etcd_members::origin;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use operator_runtime::pod_security::RunAs;
+use serde_json::json;
+
+use crate::api::{apply_records, create, delete, detach, release};
+use crate::context::{Context, Error, MANAGER};
+use crate::finalizer::hold_until_released;
+use crate::pods;
+use crate::status::{self, PAUSED_BY_RESTORE_ANNOTATION, RESTORE_ANNOTATION};
+use etcd_cluster::restore_plan::RestoreStep;
+use fetch_pod::source::Source;
+
+/// Executes one step.
+/// `restore_nodes`: the nodes each member's restore is tied to ([`pods::restore_nodes`]).
+pub(crate) async fn execute(
+    ctx: &Context,
+    restore: &EtcdRestore,
+    cluster: Option<&EtcdCluster>,
+    source: Option<&Source>,
+    restore_nodes: &BTreeMap<String, BTreeSet<String>>,
+    step: &RestoreStep,
+) -> Result<(), Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    let uid = restore.uid().unwrap_or_default();
+    let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster_name = restore.spec.etcd_cluster.name.clone();
+    let merge = |value: serde_json::Value| Patch::Merge(value);
+    match step {
+        // A failed restore keeps its pods and staged claims (their logs say what went wrong;
+        // deleting the EtcdRestore deletes them).
+        RestoreStep::Done
+        | RestoreStep::Wait { .. }
+        | RestoreStep::MembersUnhealthy(_)
+        | RestoreStep::Fail { release: false, .. } => {}
+        RestoreStep::Fail { release: true, .. } => {
+            if let Some(cluster) = cluster {
+                release(&clusters, cluster, &uid).await?;
+            }
+        }
+        // Success: the run-once pods go, and with them the fetched snapshots on the nodes'
+        // scratch space (a copy of the database per member).
+        RestoreStep::Succeed { .. } => {
+            let plan = restore
+                .status
+                .as_ref()
+                .and_then(|s| s.plan.clone())
+                .unwrap_or_default();
+            for member in &plan.members {
+                delete(&pod_api, &pods::restore_pod_name(member)).await?;
+            }
+        }
+        RestoreStep::Discard {
+            reason,
+            message,
+            claims,
+            pods,
+        } => {
+            // Recorded first: the pods that show the cause are about to go.
+            let records = status::Records {
+                reason: Some(reason.record(message)),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
+            for pod in pods {
+                delete(&pod_api, &pods::restore_pod_name(pod)).await?;
+            }
+            for claim in claims {
+                delete(&claim_api, claim).await?;
+            }
+        }
+        RestoreStep::RecordSnapshot(snapshot) => {
+            // Intent first: from here on old members may be touched, so a failure must leave
+            // the cluster paused; without this record a later restore of the same cluster
+            // would unpause it on its own failure.
+            let patch = json!({"metadata": {"annotations": {PAUSED_BY_RESTORE_ANNOTATION: null}}});
+            clusters
+                .patch(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+            let records = status::Records {
+                snapshot: Some(snapshot.clone()),
+                source: source.map(|s| s.url.clone()),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
+        }
+        RestoreStep::CreateCluster => {
+            hold_until_released(&restores, restore).await?;
+            let new = restore
+                .spec
+                .new_cluster
+                .clone()
+                .expect("planned with newCluster");
+            let cluster = pods::new_cluster(&cluster_name, &uid, &new);
+            create(&clusters, &cluster).await?;
+        }
+        RestoreStep::PauseCluster => {
+            let cluster = cluster.expect("planned with a cluster");
+            hold_until_released(&restores, restore).await?;
+            // A new restore of a cluster an earlier one abandoned takes it over.
+            let mut annotations =
+                json!({RESTORE_ANNOTATION: uid, ABANDONED_RESTORE_ANNOTATION: null});
+            // A cluster paused already (by the user, or by an earlier restore that recorded
+            // this) keeps what it had.
+            if !cluster.spec.is_paused() {
+                annotations[PAUSED_BY_RESTORE_ANNOTATION] = json!("true");
+            }
+            let patch = json!({
+                "metadata": {"annotations": annotations},
+                "spec": {"paused": true},
+            });
+            clusters
+                .patch(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+        }
+        RestoreStep::RecordPlan(plan) => {
+            let version = EtcdVersion::parse(&plan.version);
+            let bumped = version.is_ok_and(|v| v.restore_can_bump_revision());
+            // The source is pinned with the plan: every member fetches the same object (a
+            // backupRef's newest backup may change meanwhile).
+            let records = status::Records {
+                plan: Some(plan.clone()),
+                revision_bumped: Some(bumped),
+                source: source.map(|s| s.url.clone()),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
+        }
+        RestoreStep::DeleteOldPods(pods) | RestoreStep::RestartMembers(pods) => {
+            for pod in pods {
+                delete(&pod_api, pod).await?;
+            }
+        }
+        RestoreStep::DetachClaims(old) => {
+            for claim in old {
+                detach(&claim_api, &cluster_name, claim, &uid).await?;
+            }
+        }
+        RestoreStep::RestoreMembers(members) => {
+            let cluster = cluster.expect("planned with a cluster");
+            let source = source.expect("planned with a source");
+            let plan = recorded_plan(restore);
+            for member in members {
+                if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
+                    create(&claim_api, &claim).await?;
+                }
+                let sibling_nodes = pods::sibling_nodes(restore_nodes, member);
+                let (pod, _) = pods::restore_pod(
+                    restore,
+                    cluster,
+                    member,
+                    &plan,
+                    &ctx.backup_image,
+                    source,
+                    &sibling_nodes,
+                );
+                create(&pod_api, &pod).await?;
+            }
+        }
+        RestoreStep::JoinClaims(members) => {
+            let cluster = cluster.expect("planned with a cluster");
+            let plan = recorded_plan(restore);
+            for member in members {
+                if let Some(patch) = pods::join_patch(cluster, member, &plan.version) {
+                    claim_api
+                        .patch(member, &PatchParams::default(), &merge(patch))
+                        .await?;
+                }
+            }
+        }
+        RestoreStep::StartMembers(members) => {
+            let cluster = cluster.expect("planned with a cluster");
+            let plan = recorded_plan(restore);
+            let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+            let apply = PatchParams::apply(MANAGER).force();
+            for service in build::services(cluster) {
+                services
+                    .patch(&service.name_any(), &apply, &Patch::Apply(&service))
+                    .await?;
+            }
+            let bootstrap = Bootstrap::Existing {
+                initial_cluster: plan.members.clone(),
+            };
+            for member in members {
+                // On the claim this restore made and filled: the non-root user's data.
+                let pod = build::pod(cluster, member, &bootstrap, &plan.version, RunAs::NonRoot);
+                origin::make_member_pod(&pod_api, &ctx.proof, &pod).await?;
+            }
+        }
+        RestoreStep::HandOver { revision } => {
+            // Recorded first: once handed over, the cluster is the operator's and is never
+            // paused again by this restore.
+            let mut plan = recorded_plan(restore);
+            plan.handed_over = Some(true);
+            let records = status::Records {
+                plan: Some(plan),
+                restored_revision: Some(*revision),
+                ..status::Records::of(restore)
+            };
+            apply_records(&restores, &name, &records).await?;
+            // The record of a membership change from before the disaster means nothing now.
+            let patch = json!({"status": {"membershipChange": null}});
+            clusters
+                .patch_status(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+            let patch = json!({
+                "metadata": {"annotations": {
+                    RESTORE_ANNOTATION: null, PAUSED_BY_RESTORE_ANNOTATION: null,
+                }},
+                "spec": {"paused": false},
+            });
+            clusters
+                .patch(&cluster_name, &PatchParams::default(), &merge(patch))
+                .await?;
+        }
+        RestoreStep::DeleteOldClaims(old) => {
+            for claim in old {
+                delete(&claim_api, claim).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The plan in status: steps after `RecordPlan` are planned only with it.
+pub(crate) fn recorded_plan(restore: &EtcdRestore) -> RestorePlan {
+    restore
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.clone())
+        .expect("planned with a recorded plan")
+}
