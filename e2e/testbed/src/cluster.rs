@@ -20,6 +20,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use crate::kube::KubeTestbed;
+
 /// The bridge address: the API server, cluster DNS and host services pods may reach.
 pub const GATEWAY: &str = "10.88.0.1";
 /// The address pods reach this machine on: `BED_HOST_ADDRESS` when set (for a cluster named by
@@ -131,6 +133,34 @@ pub fn assert_leader_and_no_refusals(kubeconfig: &Path, ns: &str, selector: &str
         !logs.to_lowercase().contains("forbidden"),
         "a request was refused:\n{logs}"
     );
+}
+
+/// The kubelet bed's kubeconfig, once joined.
+static WITH_KUBELET: tokio::sync::OnceCell<Result<PathBuf, String>> =
+    tokio::sync::OnceCell::const_new();
+
+/// The kubelet bed, as a [`KubeTestbed`].
+impl KubeTestbed {
+    /// A cluster whose kubelet runs pods: `KUBECONFIG`'s cluster when that is set, otherwise
+    /// the machine's kubelet bed (`e2e/cluster/up.sh`), started or joined on the first call and
+    /// shared by every test process of this `cargo test` run. See [`crate::cluster`].
+    pub async fn with_kubelet() -> Result<KubeTestbed> {
+        if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) {
+            return KubeTestbed::start().await;
+        }
+        let kubeconfig = WITH_KUBELET
+            .get_or_init(|| async { start().await.map_err(|e| format!("{e:#}")) })
+            .await
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("cannot start the kubelet bed: {e}"))?
+            .clone();
+        KubeTestbed::of_bed(kubeconfig).await
+    }
+
+    /// A guard that prints `namespace`'s events and pod logs if the test panics.
+    pub fn report_on_failure(&self, namespace: &str) -> FailureReport {
+        FailureReport::new(&self.kubeconfig, namespace)
+    }
 }
 
 /// `kubectl`: the bed's own build when present, else the one on `PATH`.

@@ -81,8 +81,6 @@ struct Shared {
 }
 
 static SHARED: OnceCell<Result<Shared, String>> = OnceCell::const_new();
-/// The kubelet bed's kubeconfig (see [`crate::cluster`]), once joined.
-static WITH_KUBELET: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
 
 impl KubeTestbed {
     /// `KUBECONFIG`'s cluster when that is set, otherwise the test process's own control plane,
@@ -110,19 +108,9 @@ impl KubeTestbed {
         })
     }
 
-    /// A cluster whose kubelet runs pods: `KUBECONFIG`'s cluster when that is set, otherwise
-    /// the machine's kubelet bed (`e2e/cluster/up.sh`), started or joined on the first call and
-    /// shared by every test process of this `cargo test` run. See [`crate::cluster`].
-    pub async fn with_kubelet() -> Result<KubeTestbed> {
-        if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) {
-            return KubeTestbed::start().await;
-        }
-        let kubeconfig = WITH_KUBELET
-            .get_or_init(|| async { crate::cluster::start().await.map_err(|e| format!("{e:#}")) })
-            .await
-            .as_ref()
-            .map_err(|e| anyhow::anyhow!("cannot start the kubelet bed: {e}"))?
-            .clone();
+    /// A client of the cluster `kubeconfig` names, whose directory holds its servers' files
+    /// (the kubelet bed's, see [`crate::cluster`]).
+    pub(crate) async fn of_bed(kubeconfig: PathBuf) -> Result<KubeTestbed> {
         let config = Kubeconfig::read_from(&kubeconfig)
             .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
         Ok(KubeTestbed {
@@ -130,11 +118,6 @@ impl KubeTestbed {
             dir: kubeconfig.parent().map(Path::to_path_buf),
             kubeconfig,
         })
-    }
-
-    /// A guard that prints `namespace`'s events and pod logs if the test panics.
-    pub fn report_on_failure(&self, namespace: &str) -> crate::cluster::FailureReport {
-        crate::cluster::FailureReport::new(&self.kubeconfig, namespace)
     }
 
     /// The servers' directory (certs, tokens, `*.log`, `*.pid`); `None` with `KUBECONFIG`.

@@ -15,6 +15,7 @@ pub mod kube;
 pub mod kustomize;
 pub mod logs;
 pub mod mock_api;
+pub mod module_graph;
 pub mod procstat;
 pub mod proxy;
 pub mod rbac;

@@ -56,6 +56,9 @@ pub fn running(
 
 /// The Progressing reason of the one retry of an interrupted run.
 const RETRYING: &str = "RetryingInterruptedRun";
+/// The drills' condition (written by [`crate::drill`] under its own field manager): True after
+/// a successful drill, False after a failed one.
+pub const DRILLED: &str = "Drilled";
 
 /// Status says a run was under way (recorded before it started); with no run in this process,
 /// the operator stopped during it.
@@ -232,9 +235,7 @@ pub fn apply_body(status: &EtcdBackupStatus) -> serde_json::Value {
     let mut status = status.clone();
     status.last_drill = None;
     status.last_successful_drill = None;
-    status
-        .conditions
-        .retain(|c| c.type_ != crate::drill::CONDITION);
+    status.conditions.retain(|c| c.type_ != DRILLED);
     operator_runtime::status_apply::body::<EtcdBackup, _>(&status)
 }
 

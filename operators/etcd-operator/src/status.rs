@@ -183,7 +183,7 @@ pub fn report(
     pods: &[MemberPod],
     step: &MembershipStep,
     upgrade: Option<&UpgradeStep>,
-    outcome: &Result<(), crate::context::Error>,
+    outcome: &Result<(), impl std::fmt::Display>,
 ) -> EtcdClusterStatus {
     let members = observed.members.as_deref().unwrap_or(&[]);
     let phase = if observed.members.is_some() || bootstrapped(cluster) {
@@ -628,7 +628,7 @@ mod tests {
             &pods,
             &MembershipStep::Converged,
             None,
-            &Ok(()),
+            &Ok::<(), String>(()),
         );
         cluster.status = Some(first.clone());
         let second = report(
@@ -637,7 +637,7 @@ mod tests {
             &pods,
             &MembershipStep::Converged,
             None,
-            &Ok(()),
+            &Ok::<(), String>(()),
         );
         assert_eq!(first, second);
         let first = serde_json::to_value(first).unwrap();
@@ -650,7 +650,7 @@ mod tests {
             &pods,
             &MembershipStep::Wait { reason: "x".into() },
             None,
-            &Ok(()),
+            &Ok::<(), String>(()),
         );
         let third = serde_json::to_value(third).unwrap();
         assert_ne!(third["conditions"][1], first["conditions"][1]);
@@ -687,7 +687,7 @@ mod tests {
             &pods,
             &step,
             None,
-            &Ok(()),
+            &Ok::<(), String>(()),
         );
         let warnings = new_warnings(None, &report);
         assert!(
@@ -718,7 +718,7 @@ mod tests {
             pods,
             step,
             None,
-            &Ok(()),
+            &Ok::<(), String>(()),
         )
     }
 }

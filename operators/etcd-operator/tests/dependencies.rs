@@ -1,6 +1,6 @@
 //! The layout shows the architecture: the cluster operator manages members and never touches
 //! backup storage, so it links neither the storage crate nor the AWS SDK; no operator depends on
-//! another operator's crate.
+//! another operator's crate; no crate has an import cycle between its modules.
 
 /// Every crate in `package`'s normal dependency tree, one `name vX.Y.Z` per line.
 fn normal_dependencies(package: &str) -> String {
@@ -68,4 +68,28 @@ fn no_operator_depends_on_another_operator() {
     }
     let restore = normal_dependencies("etcd-restore-operator");
     assert!(depends_on(&restore, "etcd-members"), "{restore}");
+}
+
+/// No module of any crate of the workspace needs, through others, a module that needs it.
+#[test]
+fn no_crate_has_an_import_cycle_between_its_modules() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut problems = Vec::new();
+    for group in ["crates", "operators", "jobs", "e2e"] {
+        for entry in std::fs::read_dir(root.join(group)).unwrap().flatten() {
+            let src = entry.path().join("src");
+            if !src.is_dir() {
+                continue;
+            }
+            let cycles = testbed::module_graph::cycles(&testbed::module_graph::of_crate(&src));
+            if !cycles.is_empty() {
+                problems.push(format!("{}: {cycles:?}", entry.path().display()));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "import cycles:\n{}",
+        problems.join("\n")
+    );
 }

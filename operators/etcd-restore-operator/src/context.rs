@@ -11,7 +11,12 @@ use operator_runtime::reconcile_errors::ReconcileError;
 use thiserror::Error;
 
 use crate::metrics::Metrics;
-use crate::observe;
+
+/// How long a restore pod may take to start a container (be scheduled, get its volumes
+/// attached, pull its images) before the restore fails with the cause, by default: a pod that
+/// is never scheduled (no node fits, or the backups' ReadWriteOnce claim is attached on
+/// another node) would otherwise hold the cluster paused with no end.
+pub const START_DEADLINE: Duration = Duration::from_secs(10 * 60);
 
 pub const MANAGER: &str = "etcd-restore-operator";
 
@@ -48,7 +53,7 @@ pub struct Context {
     /// Restores without AWS keys may read S3 with the node's identity (the deployment's
     /// explicit choice, `--allow-ambient-credentials`; off by default).
     pub allow_ambient_credentials: bool,
-    /// How long a restore pod may take to start a container (`observe::START_DEADLINE`
+    /// How long a restore pod may take to start a container (`START_DEADLINE`
     /// unless the deployment says otherwise).
     pub start_deadline: Duration,
     /// Proves the member pods it makes (the EtcdCluster operator takes only proven pods for
@@ -71,7 +76,7 @@ impl Context {
             backup_image,
             backoff: PerObject::default(),
             allow_ambient_credentials: false,
-            start_deadline: observe::START_DEADLINE,
+            start_deadline: START_DEADLINE,
             proof,
         }
     }

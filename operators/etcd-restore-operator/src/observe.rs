@@ -34,12 +34,6 @@ const STUCK: [&str; 5] = [
     "CreateContainerError",
 ];
 
-/// How long a restore pod may take to start a container (be scheduled, get its volumes
-/// attached, pull its images) before the restore fails with the cause, by default: a pod that
-/// is never scheduled (no node fits, or the backups' ReadWriteOnce claim is attached on
-/// another node) would otherwise hold the cluster paused with no end.
-pub const START_DEADLINE: Duration = Duration::from_secs(10 * 60);
-
 /// Why a pod's containers have not started: the scheduler's word when it has not placed the
 /// pod, else the first container's waiting reason.
 fn not_started_because(status: &PodStatus) -> String {
@@ -461,6 +455,7 @@ async fn member_health(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::START_DEADLINE;
 
     fn pod(status: &str) -> Pod {
         serde_saphyr::from_str(&format!("metadata: {{name: p}}\nstatus: {status}")).unwrap()

@@ -37,7 +37,7 @@ use verdict::Verdict;
 /// Field manager of the drill's status fields.
 pub const MANAGER: &str = "etcd-backup-operator-drill";
 /// The condition: True after a successful drill, False after a failed one.
-pub const CONDITION: &str = "Drilled";
+pub use crate::status::DRILLED as CONDITION;
 /// How often a running drill's pod is looked at.
 const FOLLOW_EVERY: Duration = Duration::from_secs(10);
 /// Beyond the pod's own deadline (counted by the kubelet from the pod's start), time for it to
