@@ -348,14 +348,26 @@ fn apply<'a>(
         .into_iter()
         .filter(|c| c.type_ == CONDITION)
         .collect();
-    let mut status = serde_json::json!({"lastDrill": last, "conditions": drilled});
-    if let Some(successful) = last_successful {
-        status["lastSuccessfulDrill"] = serde_json::to_value(successful).unwrap_or_default();
-    }
+    let fields = DrillFields {
+        last_drill: last,
+        last_successful_drill: last_successful,
+        conditions: drilled,
+    };
     DrillStatus {
         backup,
-        body: operator_runtime::status_apply::body::<EtcdBackup, _>(&status),
+        body: operator_runtime::status_apply::body::<EtcdBackup, _>(&fields),
     }
+}
+
+/// The status fields a drill owns, under its own field manager, and nothing else: a drill's
+/// apply never touches the backup's own fields (`EtcdBackupStatus` would claim `succeeded`).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DrillFields {
+    last_drill: DrillRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_successful_drill: Option<DrillRecord>,
+    conditions: Vec<Condition>,
 }
 
 impl DrillStatus<'_> {
