@@ -405,6 +405,21 @@ pub struct BackupRecord {
     /// The key space at backup time, as a drill must find it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contents: Option<RecordedContents>,
+    /// A Local backup: the claim that holds it and its path inside that claim, which is how
+    /// restores and drills reach it (the operator may mount the claim anywhere, and an
+    /// EtcdBackup without `local.persistentVolumeClaim` uses the operator's own claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_volume: Option<LocalVolumeRecord>,
+}
+
+/// Where a Local backup lies: a claim and a path inside it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalVolumeRecord {
+    /// The PersistentVolumeClaim (in the EtcdBackup's namespace).
+    pub claim: String,
+    /// The file's path inside the claim, without a leading `/`.
+    pub path: String,
 }
 
 /// A failed backup attempt.

@@ -18,7 +18,7 @@ pub mod storage;
 
 pub use backup::{
     BackupFailure, BackupPolicy, BackupRecord, BackupSchedule, Compression, DeletionPolicy,
-    EtcdBackup, EtcdBackupSpec, EtcdBackupStatus,
+    EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, LocalVolumeRecord,
 };
 pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberSecret,

@@ -127,7 +127,11 @@ pub fn newest_backup(
             recipients: record.encrypted_to.join(", "),
         });
     }
-    let mut source = recorded_source(backup, &name, record.object_key.clone())?;
+    let mut source = match &record.local_volume {
+        // Where the backup operator recorded it: its claim and its path there.
+        Some(local) => claim_source(&local.claim, &local.path)?,
+        None => recorded_source(backup, &name, record.object_key.clone())?,
+    };
     source.identity = identity;
     Ok(source)
 }
@@ -184,6 +188,11 @@ fn local_source(local: &LocalSource, path: &str) -> Result<Source, SourceError> 
         .clone()
         .filter(|c| !c.is_empty())
         .ok_or(SourceError::LocalWithoutClaim)?;
+    claim_source(&claim, path)
+}
+
+/// The file at `path` inside `claim`, where the restore and drill pods mount it.
+fn claim_source(claim: &str, path: &str) -> Result<Source, SourceError> {
     let relative = path.trim_start_matches('/');
     if relative.is_empty() || relative.split('/').any(|p| p == ".." || p == ".") {
         return Err(SourceError::BadLocalPath(path.to_string()));
@@ -191,7 +200,7 @@ fn local_source(local: &LocalSource, path: &str) -> Result<Source, SourceError> 
     Ok(Source {
         url: format!("file://{LOCAL_PVC_MOUNT_PATH}/{relative}"),
         s3: None,
-        claim: Some(claim),
+        claim: Some(claim.to_string()),
         identity: None,
     })
 }
@@ -297,6 +306,35 @@ mod tests {
         let source = from_backup(&spec(), &local).unwrap();
         assert_eq!(source.url, "file:///var/lib/etcd-backup/snaps/etcd.db");
         assert_eq!(source.claim.as_deref(), Some("backups"));
+    }
+
+    /// A Local backup without `persistentVolumeClaim` (on the operator's own claim), written by
+    /// an operator that mounts its claim elsewhere: the record says where it lies.
+    #[test]
+    fn a_recorded_claim_and_path_reach_a_local_backup_wherever_the_operator_wrote_it() {
+        let mut local: EtcdBackup = serde_saphyr::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {name: local}\n\
+             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: Local,\n\
+               local: {path: /var/lib/etcd-backup/snaps/etcd.db}}",
+        )
+        .unwrap();
+        local.status = Some(
+            serde_saphyr::from_str(
+                "lastBackup: {objectKey: 'file:///srv/backups/snaps/etcd.db-1',\n\
+                 localVolume: {claim: operator-backups, path: snaps/etcd.db-1}}",
+            )
+            .unwrap(),
+        );
+        let source = from_backup(&spec(), &local).unwrap();
+        assert_eq!(source.url, "file:///var/lib/etcd-backup/snaps/etcd.db-1");
+        assert_eq!(source.claim.as_deref(), Some("operator-backups"));
+        let bad = local.status.as_mut().unwrap().last_backup.as_mut().unwrap();
+        bad.local_volume.as_mut().unwrap().path = "../etc/passwd".into();
+        assert!(matches!(
+            from_backup(&spec(), &local),
+            Err(SourceError::BadLocalPath(_))
+        ));
     }
 
     #[test]

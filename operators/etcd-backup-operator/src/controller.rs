@@ -23,7 +23,7 @@ use crate::in_flight::RunGuard;
 use crate::metrics::{InFlight, Metrics, ObjectLabels, ResultLabels};
 use crate::schedule::{self, Due, History};
 use crate::validate::{self, BackupPlan, InvalidSpec};
-use crate::{drill, secrets, status};
+use crate::{drill, local, secrets, status};
 use operator_runtime::reconcile_errors;
 
 /// Requeue while a run is in flight; its completion triggers a reconcile anyway.
@@ -273,7 +273,14 @@ async fn run(
             record_success(&ctx.metrics, &labels, outcome);
             tracing::info!(%namespace, %name, object = %outcome.report.url, bytes = outcome.report.manifest.stored_bytes, "backup succeeded");
             (
-                status::succeeded(&prev, backup.meta().generation, outcome, next, now),
+                status::succeeded(
+                    &prev,
+                    backup.meta().generation,
+                    outcome,
+                    local::record(&outcome.report.url, ctx.local_volume.as_ref()),
+                    next,
+                    now,
+                ),
                 success_event(outcome),
             )
         }

@@ -4,6 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use backup_api::LocalVolumeRecord;
 use backup_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource};
 
 /// The claim mounted in the operator pod, and where (`/var/lib/etcd-backup` in a pod; another
@@ -95,9 +96,36 @@ pub fn resolve(
     Ok(volume.dir.join(relative))
 }
 
+/// Where a Local backup the operator wrote at `url` lies: its claim and the path inside it,
+/// which is how restores and drills reach it wherever the operator mounts the claim.
+pub fn record(url: &str, volume: Option<&LocalVolume>) -> Option<LocalVolumeRecord> {
+    let volume = volume?;
+    let path = Path::new(url.strip_prefix("file://")?);
+    let inside = path.strip_prefix(&volume.dir).ok()?;
+    Some(LocalVolumeRecord {
+        claim: volume.claim.clone(),
+        path: inside.to_string_lossy().into_owned(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_backup_is_recorded_as_its_claim_and_path_wherever_the_claim_is_mounted() {
+        let mounted =
+            LocalVolume::parse("backups/etcd-backups", PathBuf::from("/srv/backups")).unwrap();
+        assert_eq!(
+            record("file:///srv/backups/a/etcd.backup-1", Some(&mounted)),
+            Some(LocalVolumeRecord {
+                claim: "etcd-backups".into(),
+                path: "a/etcd.backup-1".into()
+            })
+        );
+        assert_eq!(record("s3://b/k", Some(&mounted)), None);
+        assert_eq!(record("file:///srv/backups/a", None), None);
+    }
 
     fn volume() -> LocalVolume {
         LocalVolume::parse("backups/etcd-backups", PathBuf::from("/mnt/v")).unwrap()

@@ -3,7 +3,8 @@
 
 use backup_api::condition::{self, PROGRESSING, READY};
 use backup_api::{
-    BackupFailure, BackupRecord, Compression, EtcdBackup, EtcdBackupStatus, RecordedContents,
+    BackupFailure, BackupRecord, Compression, EtcdBackup, EtcdBackupStatus, LocalVolumeRecord,
+    RecordedContents,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -77,6 +78,7 @@ pub fn succeeded(
     prev: &EtcdBackupStatus,
     generation: Option<i64>,
     outcome: &Outcome,
+    local_volume: Option<LocalVolumeRecord>,
     next: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> EtcdBackupStatus {
@@ -90,6 +92,7 @@ pub fn succeeded(
     s.last_success_date = Some(time(m.start_time));
     s.last_backup = Some(BackupRecord {
         object_key: outcome.report.url.clone(),
+        local_volume,
         size_bytes: i64::try_from(m.stored_bytes).ok(),
         sha256: Some(m.stored_sha256.clone()),
         etcd_revision: Some(m.etcd_revision),
@@ -275,6 +278,7 @@ mod tests {
             Some(3),
             &outcome(Ok(vec![])),
             None,
+            None,
             at("2026-01-01T00:00:02Z"),
         );
         assert!(s.succeeded);
@@ -301,6 +305,7 @@ mod tests {
             &Default::default(),
             Some(1),
             &outcome(Err("access denied".into())),
+            None,
             Some(at("2026-01-01T00:02:05Z")),
             at("2026-01-01T00:00:02Z"),
         );
@@ -317,6 +322,7 @@ mod tests {
             &Default::default(),
             Some(1),
             &outcome(Ok(vec![])),
+            None,
             None,
             at("2026-01-01T00:00:02Z"),
         );
@@ -382,6 +388,7 @@ mod tests {
                 &Default::default(),
                 Some(1),
                 &outcome(Ok(vec![])),
+                None,
                 Some(now),
                 now,
             ),
