@@ -290,41 +290,36 @@ mod tests {
             Some("http://s3:3900")
         );
 
-        let mut local: EtcdBackup = serde_saphyr::from_str(
-            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
-             metadata: {name: local}\n\
-             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: Local,\n\
-               local: {path: snaps/etcd.db, persistentVolumeClaim: backups}}",
-        )
-        .unwrap();
-        local.status = Some(
-            serde_saphyr::from_str(
-                "lastBackup: {objectKey: 'file:///var/lib/etcd-backup/snaps/etcd.db'}",
-            )
-            .unwrap(),
+        let local = local_backup(
+            "{path: snaps/etcd.db, persistentVolumeClaim: backups}",
+            "{objectKey: 'file:///var/lib/etcd-backup/snaps/etcd.db'}",
         );
         let source = from_backup(&spec(), &local).unwrap();
         assert_eq!(source.url, "file:///var/lib/etcd-backup/snaps/etcd.db");
         assert_eq!(source.claim.as_deref(), Some("backups"));
     }
 
+    /// A Local EtcdBackup with this `local` block and this `status.lastBackup`.
+    fn local_backup(local: &str, last_backup: &str) -> EtcdBackup {
+        let mut backup: EtcdBackup = serde_saphyr::from_str(&format!(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {{name: local}}\n\
+             spec: {{etcdEndpoints: ['http://c-client:2379'], storageType: Local, local: {local}}}"
+        ))
+        .unwrap();
+        backup.status =
+            Some(serde_saphyr::from_str(&format!("lastBackup: {last_backup}")).unwrap());
+        backup
+    }
+
     /// A Local backup without `persistentVolumeClaim` (on the operator's own claim), written by
     /// an operator that mounts its claim elsewhere: the record says where it lies.
     #[test]
     fn a_recorded_claim_and_path_reach_a_local_backup_wherever_the_operator_wrote_it() {
-        let mut local: EtcdBackup = serde_saphyr::from_str(
-            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
-             metadata: {name: local}\n\
-             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: Local,\n\
-               local: {path: /var/lib/etcd-backup/snaps/etcd.db}}",
-        )
-        .unwrap();
-        local.status = Some(
-            serde_saphyr::from_str(
-                "lastBackup: {objectKey: 'file:///srv/backups/snaps/etcd.db-1',\n\
-                 localVolume: {claim: operator-backups, path: snaps/etcd.db-1}}",
-            )
-            .unwrap(),
+        let mut local = local_backup(
+            "{path: /var/lib/etcd-backup/snaps/etcd.db}",
+            "{objectKey: 'file:///srv/backups/snaps/etcd.db-1',\n\
+              localVolume: {claim: operator-backups, path: snaps/etcd.db-1}}",
         );
         let source = from_backup(&spec(), &local).unwrap();
         assert_eq!(source.url, "file:///var/lib/etcd-backup/snaps/etcd.db-1");
