@@ -53,6 +53,12 @@ pub enum CannotDrill {
     Version(String),
     #[error("{0}")]
     Source(#[from] fetch_pod::SourceError),
+    #[error(
+        "the EtcdBackup names no s3.awsSecret: its backups are written with the operator's own \
+         identity (--allow-ambient-credentials), which a drill pod never gets; name a Secret \
+         with keys that can read the bucket in s3.awsSecret, or remove spec.drill"
+    )]
+    NoCredentials,
 }
 
 impl CannotDrill {
@@ -61,6 +67,7 @@ impl CannotDrill {
             CannotDrill::NothingRecorded => "NothingRecorded",
             CannotDrill::Version(_) => "UnknownEtcdVersion",
             CannotDrill::Source(_) => "CannotReachBackup",
+            CannotDrill::NoCredentials => "NoCredentials",
         }
     }
 }
@@ -99,6 +106,10 @@ pub fn drill_pod(
         .contents
         .as_ref()
         .ok_or(CannotDrill::NothingRecorded)?;
+    // The pod reads with the EtcdBackup's own keys only; without any it could only fail.
+    if source.s3.as_ref().is_some_and(|s3| s3.aws_secret.is_none()) {
+        return Err(CannotDrill::NoCredentials);
+    }
     let version_text = record.etcd_version.clone().unwrap_or_default();
     let version = EtcdVersion::parse(&version_text)
         .map_err(|_| CannotDrill::Version(version_text.clone()))?;
@@ -333,5 +344,16 @@ mod tests {
             .unwrap();
         record.contents = None;
         assert_eq!(pod_of(&backup), Err(CannotDrill::NothingRecorded));
+    }
+
+    /// Backups written with the operator's identity (no awsSecret) cannot be read by a drill
+    /// pod: refused before a pod is made, with what to do.
+    #[test]
+    fn a_backup_without_keys_of_its_own_is_not_drilled() {
+        let mut backup = backup();
+        backup.spec.s3.as_mut().unwrap().aws_secret = None;
+        let refused = pod_of(&backup).unwrap_err();
+        assert_eq!(refused, CannotDrill::NoCredentials);
+        assert!(refused.to_string().contains("s3.awsSecret"), "{refused}");
     }
 }
