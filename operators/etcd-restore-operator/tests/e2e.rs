@@ -1006,5 +1006,83 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     assert_eq!(status.snapshot.and_then(|s| s.revision), Some(revision));
     assert!(status.restored_revision.unwrap() >= revision + 1_000_000_000);
     assert_eq!(keys_of(&kube, &ns, "copy-raw").await, 300);
+
+    // A Local backup by the EtcdBackup operator on its own claim (no persistentVolumeClaim in
+    // the EtcdBackup), the claim mounted at a non-default --local-volume-dir: restored by
+    // backupRef from the claim and path the operator recorded.
+    let mounted = json!({"spec": {"template": {"spec": {
+        "securityContext": {"fsGroup": 65532},
+        "volumes": [{"name": "local-backups", "persistentVolumeClaim": {"claimName": "backups"}}],
+        "containers": [{"name": "operator",
+            "env": [{"name": "LOCAL_VOLUME_CLAIM", "value": format!("{ns}/backups")},
+                    {"name": "LOCAL_VOLUME_DIR", "value": "/srv/backups"}],
+            "volumeMounts": [{"name": "local-backups", "mountPath": "/srv/backups"}]}]}}}});
+    deployments
+        .patch(
+            "etcd-backup-operator",
+            &PatchParams::default(),
+            &Patch::Strategic(mounted),
+        )
+        .await
+        .unwrap();
+    let rolled_out = |d: &Deployment| {
+        let status = d.status.clone().unwrap_or_default();
+        status.observed_generation >= d.metadata.generation
+            && status.updated_replicas == Some(1)
+            && status.ready_replicas == Some(1)
+            && status.replicas == Some(1)
+    };
+    wait_until(
+        &deployments,
+        "etcd-backup-operator",
+        "the rollout",
+        180,
+        rolled_out,
+    )
+    .await
+    .unwrap();
+    let on_claim: EtcdBackup = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "on-claim"},
+        "spec": {"etcdEndpoints": ["http://source-client:2379"], "storageType": "Local",
+            "local": {"path": "/var/lib/etcd-backup/operator/etcd.db"}},
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &on_claim)
+        .await
+        .unwrap();
+    let on_claim = wait_until(&backups, "on-claim", "the Local backup", 180, succeeded)
+        .await
+        .unwrap();
+    let record = on_claim.status.unwrap().last_backup.unwrap();
+    assert_eq!(record.object_key, "file:///srv/backups/operator/etcd.db");
+    let local_volume = record.local_volume.unwrap();
+    assert_eq!(
+        (local_volume.claim.as_str(), local_volume.path.as_str()),
+        ("backups", "operator/etcd.db")
+    );
+    let from_claim = restore(
+        "copy-claim",
+        1,
+        "3.5.33",
+        json!({"backupStorageType": "Local", "backupRef": {"name": "on-claim"}}),
+    );
+    restores
+        .create(&PostParams::default(), &from_claim)
+        .await
+        .unwrap();
+    let done = wait_until(
+        &restores,
+        "copy-claim",
+        "the restore by backupRef",
+        300,
+        finished,
+    )
+    .await
+    .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    assert_eq!(keys_of(&kube, &ns, "copy-claim").await, 300);
     kube.delete_namespace(&ns).await.unwrap();
 }
