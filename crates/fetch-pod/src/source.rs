@@ -59,6 +59,13 @@ pub enum SourceError {
     #[error("EtcdBackup {name} recorded {url:?}, which is not an s3:// or file:// location")]
     BadRecordedUrl { name: String, url: String },
     #[error(
+        "EtcdBackup {name} recorded {url:?}, outside {LOCAL_PVC_MOUNT_PATH} (its operator \
+         mounted its claim elsewhere), and not the claim and path (lastBackup.localVolume, \
+         recorded by newer operators): restore it with a local block naming the claim and the \
+         file's path inside it"
+    )]
+    OutsideTheClaimMount { name: String, url: String },
+    #[error(
         "the newest backup of EtcdBackup {name} is encrypted (to {recipients}) and no \
          identity (private key) is named for it; nothing was touched"
     )]
@@ -161,11 +168,15 @@ fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Sourc
         .local
         .as_ref()
         .ok_or(SourceError::MissingBlock("local"))?;
-    // The backup operator records the file where its pod mounts the claim.
+    // A record without `localVolume` (an operator version before it): the file where the
+    // operator's pod mounted the claim, by default.
     let inside = path
         .strip_prefix(LOCAL_PVC_MOUNT_PATH)
         .filter(|p| p.starts_with('/'))
-        .ok_or_else(bad)?;
+        .ok_or_else(|| SourceError::OutsideTheClaimMount {
+            name: name.clone(),
+            url: url.clone(),
+        })?;
     local_source(local, inside)
 }
 
@@ -317,6 +328,15 @@ mod tests {
     #[test]
     fn a_recorded_claim_and_path_reach_a_local_backup_wherever_the_operator_wrote_it() {
         let mut local = local_backup(
+            "{path: /var/lib/etcd-backup/snaps/etcd.db, persistentVolumeClaim: backups}",
+            "{objectKey: 'file:///srv/backups/snaps/etcd.db-1'}",
+        );
+        // Recorded before localVolume existed, by an operator mounting its claim elsewhere.
+        assert!(matches!(
+            from_backup(&spec(), &local),
+            Err(SourceError::OutsideTheClaimMount { .. })
+        ));
+        local = local_backup(
             "{path: /var/lib/etcd-backup/snaps/etcd.db}",
             "{objectKey: 'file:///srv/backups/snaps/etcd.db-1',\n\
               localVolume: {claim: operator-backups, path: snaps/etcd.db-1}}",
