@@ -378,6 +378,11 @@ pub struct BackupRecord {
     /// Hex sha256 of the stored object (after compression, if any), as in the manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// Hex CRC32C of the stored object, as in the manifest, for an encrypted backup: its
+    /// manifest records this instead of a sha256 (age authenticates the content itself, and the
+    /// snapshot's own sha256 is checked on every restore).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<String>,
     /// Revision of the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_revision: Option<i64>,

@@ -1,12 +1,13 @@
 //! The manifest written beside each backup once it is committed.
 //!
-//! S3 fixes user metadata when an upload starts, but the sha256 and size are known only at
-//! the end; the manifest holds both, so `verify`, `list` and the controllers can check an
+//! S3 fixes user metadata when an upload starts, but the checksums and size are known only at
+//! the end; the manifest holds them, so `verify`, `list` and the controllers can check an
 //! object without trusting its name.
 
 use std::collections::BTreeMap;
 
 use backup_storage::encryption::Encryption;
+use backup_storage::stored_checksum::StoredChecksum;
 use backup_storage::{ObjectInfo, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -20,9 +21,14 @@ pub const FORMAT: &str = "etcd-snapshot/v1";
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
     pub format: String,
-    /// Bytes stored (after compression and encryption) and their sha256.
+    /// Bytes stored (after compression and encryption) and one checksum of them: their sha256,
+    /// or for an encrypted object their CRC32C (see [`backup_storage::stored_checksum`]; older
+    /// manifests of encrypted objects record the sha256). Use [`Manifest::stored_checksum`].
     pub stored_bytes: u64,
-    pub stored_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_crc32c: Option<String>,
     /// The object's ETag (local storage: its inode and mtime) once committed, so a manifest
     /// left from before a rewrite of its object never vouches for the new object unread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,7 +73,25 @@ impl Manifest {
                 message: format!("unknown format {:?} (expected {FORMAT})", manifest.format),
             });
         }
+        if manifest.recorded_checksum().is_none() {
+            return Err(Error::BadManifest {
+                key: key.to_string(),
+                message:
+                    "it records no checksum of the stored bytes (storedSha256 or storedCrc32c)"
+                        .into(),
+            });
+        }
         Ok(manifest)
+    }
+
+    fn recorded_checksum(&self) -> Option<StoredChecksum> {
+        StoredChecksum::recorded(self.stored_sha256.as_deref(), self.stored_crc32c.as_deref())
+    }
+
+    /// The checksum of the stored bytes this manifest records.
+    pub fn stored_checksum(&self) -> StoredChecksum {
+        self.recorded_checksum()
+            .expect("a parsed or written manifest records a stored checksum")
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -151,7 +175,8 @@ mod tests {
         Manifest {
             format: FORMAT.into(),
             stored_bytes: 10,
-            stored_sha256: "ab".into(),
+            stored_sha256: Some("ab".into()),
+            stored_crc32c: None,
             stored_etag: Some("\"e1\"".into()),
             compression: Compression::Zstd,
             encryption: None,
@@ -178,6 +203,29 @@ mod tests {
         assert!(text.contains("\"dbSha256\": \"cd\""), "{text}");
         assert!(text.contains("\"compression\": \"zstd\""), "{text}");
         assert_eq!(Manifest::parse("k", &json).unwrap(), sample());
+        assert!(!text.contains("storedCrc32c"), "{text}");
+    }
+
+    #[test]
+    fn an_encrypted_objects_manifest_records_its_crc32c_and_one_without_a_checksum_is_refused() {
+        let encrypted = Manifest {
+            stored_sha256: None,
+            stored_crc32c: Some("0a0b0c0d".into()),
+            ..sample()
+        };
+        let json = encrypted.to_json();
+        let text = String::from_utf8(json.clone()).unwrap();
+        assert!(text.contains("\"storedCrc32c\": \"0a0b0c0d\""), "{text}");
+        assert!(!text.contains("storedSha256"), "{text}");
+        let parsed = Manifest::parse("k", &json).unwrap();
+        assert_eq!(parsed.stored_checksum().to_string(), "crc32c 0a0b0c0d");
+
+        let neither = Manifest {
+            stored_sha256: None,
+            ..sample()
+        };
+        let err = Manifest::parse("k", &neither.to_json()).unwrap_err();
+        assert!(err.to_string().contains("records no checksum"), "{err}");
     }
 
     fn object(size: u64, etag: Option<&str>) -> ObjectInfo {

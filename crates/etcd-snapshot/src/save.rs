@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use backup_storage::encryption::{Encryption, Recipients};
 use backup_storage::layers::LayerEncoder;
+use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum, StoredHasher};
 use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
-use sha2::{Digest, Sha256};
 
 use crate::contents::{self, HashKv};
 use crate::manifest::{FORMAT, object_metadata};
@@ -177,7 +177,8 @@ async fn save_within(
     let manifest = Manifest {
         format: FORMAT.into(),
         stored_bytes: stored.size,
-        stored_sha256: streamed.stored_sha256,
+        stored_sha256: streamed.stored.sha256(),
+        stored_crc32c: streamed.stored.crc32c(),
         stored_etag: stored.etag.clone(),
         compression: options.compression,
         encryption: options.recipients.as_ref().map(Encryption::age),
@@ -202,14 +203,14 @@ async fn save_within(
             "application/json",
         )
         .await?;
-    tracing::info!(%url, bytes = manifest.stored_bytes, sha256 = %manifest.stored_sha256, "snapshot stored and verified");
+    tracing::info!(%url, bytes = manifest.stored_bytes, checksum = %manifest.stored_checksum(), "snapshot stored and verified");
     Ok(SaveReport { key, url, manifest })
 }
 
 struct Streamed {
     db_bytes: u64,
     db_sha256: String,
-    stored_sha256: String,
+    stored: StoredChecksum,
 }
 
 async fn stream(
@@ -229,8 +230,10 @@ async fn stream(
     )?;
     // Neither compressed nor encrypted, the stored bytes are the stream, whose hash the
     // verifier already computes.
-    let transformed = options.compression != Compression::None || options.recipients.is_some();
-    let mut stored_hash = transformed.then(Sha256::new);
+    let encrypted = options.recipients.is_some();
+    let transformed = options.compression != Compression::None || encrypted;
+    let mut stored_hash =
+        transformed.then(|| StoredHasher::new(ChecksumKind::for_new_object(encrypted)));
     let expected = member.db_size.max(0) as u64;
 
     // Waits for the next step of the stream, bounded by the stall timeout and the deadline.
@@ -305,9 +308,12 @@ async fn stream(
     }
     Ok(Streamed {
         db_bytes: verified.db_bytes,
-        stored_sha256: match stored_hash {
-            Some(hash) => hex::encode(hash.finalize()),
-            None => verified.stream_sha256,
+        stored: match stored_hash {
+            Some(hash) => hash.finish(),
+            None => StoredChecksum {
+                kind: ChecksumKind::Sha256,
+                hex: verified.stream_sha256,
+            },
         },
         db_sha256: verified.db_sha256,
     })

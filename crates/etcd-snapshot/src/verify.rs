@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use backup_storage::Store;
 use backup_storage::encryption::Identity;
 use backup_storage::layers::{Declared, ObjectReader, identity_needed};
+use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum};
 use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
 use crate::{Compression, Error, Manifest, Result, TrailerVerifier};
@@ -15,7 +16,8 @@ use crate::{Compression, Error, Manifest, Result, TrailerVerifier};
 pub struct VerifyReport {
     pub url: String,
     pub stored_bytes: u64,
-    pub stored_sha256: String,
+    /// The kind the manifest records (sha256, or CRC32C for an encrypted object).
+    pub stored: StoredChecksum,
     pub compression: Compression,
     pub encrypted: bool,
     pub db_bytes: u64,
@@ -26,12 +28,12 @@ pub struct VerifyReport {
 }
 
 /// What could be checked of an encrypted object without its identity: it is complete (size
-/// and sha256 as recorded), and its age header is well formed. Its content was not read.
+/// and checksum as recorded), and its age header is well formed. Its content was not read.
 #[derive(Debug, Clone)]
 pub struct StoredReport {
     pub url: String,
     pub stored_bytes: u64,
-    pub stored_sha256: String,
+    pub stored: StoredChecksum,
     pub manifest: Option<Manifest>,
 }
 
@@ -56,7 +58,7 @@ pub async fn verify(store: &Store, key: &str, identity: Option<&Identity>) -> Re
 }
 
 /// Like [`verify`], but an encrypted object without an identity is checked as far as it can
-/// be (complete, header well formed, size and sha256 as recorded) instead of refused.
+/// be (complete, header well formed, size and checksum as recorded) instead of refused.
 pub async fn verify_what_can_be(
     store: &Store,
     key: &str,
@@ -137,7 +139,7 @@ async fn check_layers(
     let download = store.download(key).await?;
     let manifest = Manifest::load(store, key).await?;
     // A backup copied elsewhere (another bucket, a restored volume) has another ETag and keeps
-    // its manifest: the content decides, by its size and sha256, checked below.
+    // its manifest: the content decides, by its size and checksums, checked below.
     if let Some(why) = manifest.as_ref().and_then(|m| m.staleness(download.info())) {
         tracing::warn!(%url, %why, "the manifest was written for an object with another size or ETag (copied, or rewritten); checking the content against it");
     }
@@ -163,9 +165,12 @@ async fn check_layers(
         true => Some(verifier.finish()?),
         false => None,
     };
-    let stored_sha256 = match (reader.stored_sha256(), &verified) {
-        (Some(hash), _) => hash,
-        (None, Some(verified)) => verified.stream_sha256.clone(),
+    let stored = match (reader.stored_checksum(), &verified) {
+        (Some(checksum), _) => checksum,
+        (None, Some(verified)) => StoredChecksum {
+            kind: ChecksumKind::Sha256,
+            hex: verified.stream_sha256.clone(),
+        },
         (None, None) => unreachable!("encrypted objects are hashed as they are read"),
     };
     if let Some(m) = &manifest {
@@ -174,10 +179,14 @@ async fn check_layers(
             m.stored_bytes.to_string(),
             stored_bytes.to_string(),
         )?;
+        let recorded = m.stored_checksum();
         expect(
-            "stored sha256",
-            m.stored_sha256.clone(),
-            stored_sha256.clone(),
+            match recorded.kind {
+                ChecksumKind::Sha256 => "stored sha256",
+                ChecksumKind::Crc32c => "stored CRC32C",
+            },
+            recorded.hex,
+            stored.hex.clone(),
         )?;
         if let Some(verified) = &verified {
             expect(
@@ -191,14 +200,14 @@ async fn check_layers(
         return Ok(Checked::StoredOnly(StoredReport {
             url,
             stored_bytes,
-            stored_sha256,
+            stored,
             manifest,
         }));
     };
     Ok(Checked::Content(VerifyReport {
         url,
         stored_bytes,
-        stored_sha256,
+        stored,
         compression: reader.compression().unwrap_or_default(),
         encrypted: reader.encrypted(),
         db_bytes: verified.db_bytes,
@@ -227,6 +236,7 @@ fn declared_layers(manifest: Option<&Manifest>, info: &backup_storage::ObjectInf
             compression: Some(m.compression),
             encrypted: Some(m.encryption.is_some()),
             recipients: m.encryption.as_ref().map(|e| e.recipients.clone()),
+            stored_checksum: Some(m.stored_checksum().kind),
         },
         None => Declared {
             compression: info
@@ -235,6 +245,7 @@ fn declared_layers(manifest: Option<&Manifest>, info: &backup_storage::ObjectInf
                 .and_then(|c| c.parse().ok()),
             encrypted: None,
             recipients: None,
+            stored_checksum: None,
         },
     }
 }
@@ -245,6 +256,7 @@ mod tests {
     use crate::TRAILER_LEN;
     use backup_storage::encryption::Recipients;
     use backup_storage::layers::LayerEncoder;
+    use backup_storage::stored_checksum::StoredHasher;
     use backup_storage::{Location, S3Options};
     use sha2::{Digest, Sha256};
 
@@ -289,16 +301,29 @@ mod tests {
         // Uncompressed, the stored hash comes from the trailer check's own pass.
         let plain = verify_file(&snap).await;
         assert_eq!(plain.compression, Compression::None);
-        assert_eq!(plain.stored_sha256, hex::encode(Sha256::digest(&snap)));
+        assert_eq!(plain.stored, sha256_of(&snap));
         assert_eq!(plain.stored_bytes, snap.len() as u64);
         assert_eq!(plain.db_sha256, db_sha256);
 
         let zstd = stored(&snap, Compression::Zstd, None);
         let compressed = verify_file(&zstd).await;
         assert_eq!(compressed.compression, Compression::Zstd);
-        assert_eq!(compressed.stored_sha256, hex::encode(Sha256::digest(&zstd)));
+        assert_eq!(compressed.stored, sha256_of(&zstd));
         assert_eq!(compressed.stored_bytes, zstd.len() as u64);
         assert_eq!(compressed.db_sha256, db_sha256);
+    }
+
+    fn sha256_of(bytes: &[u8]) -> StoredChecksum {
+        StoredChecksum {
+            kind: ChecksumKind::Sha256,
+            hex: hex::encode(Sha256::digest(bytes)),
+        }
+    }
+
+    fn crc32c_of(bytes: &[u8]) -> StoredChecksum {
+        let mut crc = StoredHasher::new(ChecksumKind::Crc32c);
+        crc.update(bytes);
+        crc.finish()
     }
 
     fn keys() -> (Identity, Recipients) {
@@ -322,10 +347,8 @@ mod tests {
         let report = fetch(&store, &key, &out, Some(&identity)).await.unwrap();
         assert!(report.encrypted);
         assert_eq!(report.compression, Compression::Zstd);
-        assert_eq!(
-            report.stored_sha256,
-            hex::encode(Sha256::digest(&encrypted))
-        );
+        // No manifest: the checksum a new manifest of an encrypted object records.
+        assert_eq!(report.stored, crc32c_of(&encrypted));
         assert_eq!(std::fs::read(&out).unwrap(), snap);
         std::fs::remove_file(&out).unwrap();
 
@@ -348,7 +371,7 @@ mod tests {
         match verify_what_can_be(&store, &key, None).await.unwrap() {
             Checked::StoredOnly(r) => {
                 assert_eq!(r.stored_bytes, encrypted.len() as u64);
-                assert_eq!(r.stored_sha256, hex::encode(Sha256::digest(&encrypted)));
+                assert_eq!(r.stored, crc32c_of(&encrypted));
             }
             Checked::Content(_) => panic!("the content cannot have been checked"),
         }
@@ -361,7 +384,8 @@ mod tests {
         Manifest {
             format: crate::manifest::FORMAT.into(),
             stored_bytes: stored.len() as u64,
-            stored_sha256: hex::encode(Sha256::digest(stored)),
+            stored_sha256: None,
+            stored_crc32c: Some(crc32c_of(stored).hex),
             stored_etag: None,
             compression: Compression::None,
             encryption: Some(backup_storage::encryption::Encryption::age(recipients)),
@@ -416,6 +440,55 @@ mod tests {
             assert!(err.is_integrity(), "{what}: {err}");
             assert!(!out.exists(), "{what}");
             assert!(!dir.path().join("restored.db.part").exists(), "{what}");
+        }
+    }
+
+    /// Without its identity, an encrypted object is checked by the checksum its manifest
+    /// records: the CRC32C new manifests record, and the sha256 older ones recorded.
+    #[tokio::test]
+    async fn without_the_identity_a_damaged_object_fails_by_either_recorded_checksum() {
+        let snap = snapshot();
+        let (identity, recipients) = keys();
+        let encrypted = stored(&snap, Compression::None, Some(&recipients));
+        let new = manifest_for(&snap, &encrypted, &recipients);
+        let old = Manifest {
+            stored_sha256: Some(sha256_of(&encrypted).hex),
+            stored_crc32c: None,
+            ..new.clone()
+        };
+        let mut damaged = encrypted.clone();
+        damaged[encrypted.len() / 2] ^= 0x01;
+        for (manifest, kind) in [(&new, ChecksumKind::Crc32c), (&old, ChecksumKind::Sha256)] {
+            let with = |bytes: Vec<u8>| {
+                let manifest = manifest.to_json();
+                async move {
+                    let dir = tempfile::tempdir().unwrap();
+                    let (store, key) = store_with(&dir, &bytes).await;
+                    std::fs::write(dir.path().join("etcd.backup.manifest.json"), manifest).unwrap();
+                    (dir, store, key)
+                }
+            };
+            let (_dir, store, key) = with(encrypted.clone()).await;
+            match verify_what_can_be(&store, &key, None).await.unwrap() {
+                Checked::StoredOnly(r) => assert_eq!(r.stored.kind, kind),
+                Checked::Content(_) => panic!("the content cannot have been checked"),
+            }
+            let report = verify(&store, &key, Some(&identity)).await.unwrap();
+            assert_eq!((report.stored.kind, report.db_bytes), (kind, new.db_bytes));
+
+            let (_dir, store, key) = with(damaged.clone()).await;
+            let err = verify_what_can_be(&store, &key, None).await.unwrap_err();
+            assert!(err.is_integrity(), "{kind:?}: {err}");
+            assert!(
+                err.to_string().contains(&format!(
+                    "stored {}",
+                    match kind {
+                        ChecksumKind::Sha256 => "sha256",
+                        ChecksumKind::Crc32c => "CRC32C",
+                    }
+                )),
+                "{kind:?}: {err}"
+            );
         }
     }
 }

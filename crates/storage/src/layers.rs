@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::{AsyncRead, AsyncReadExt, TryStreamExt};
-use sha2::{Digest, Sha256};
 
 use crate::compress::{Compression, CompressionError, DECODE_PIECE, Decoder, Encoder};
 use crate::encryption::{
     AGE_MAGIC, EncryptionError, Encryptor, Identity, Recipients, check_header, header_error,
     recipients_note,
 };
+use crate::stored_checksum::{ChecksumKind, StoredChecksum, StoredHasher};
 use crate::{Download, StorageError};
 
 /// Largest age header we wait for when checking one without a key; real ones are a few
@@ -92,14 +92,25 @@ pub struct Declared {
     pub encrypted: Option<bool>,
     /// The recipients the manifest records, for messages.
     pub recipients: Option<Vec<String>>,
+    /// Which checksum of the stored bytes the manifest records; without a manifest, the one
+    /// a new manifest would record.
+    pub stored_checksum: Option<ChecksumKind>,
 }
 
-/// The stored bytes as they pass: their count and, when they differ from the plaintext, their
-/// sha256. A failed download is kept here, so it is reported as such and not as corruption.
+impl Declared {
+    fn stored_checksum(&self, encrypted: bool) -> ChecksumKind {
+        self.stored_checksum
+            .unwrap_or(ChecksumKind::for_new_object(encrypted))
+    }
+}
+
+/// The stored bytes as they pass: their count and, when they differ from the plaintext (or
+/// the checksum recorded is not the plaintext's sha256), their checksum. A failed download is
+/// kept here, so it is reported as such and not as corruption.
 #[derive(Default)]
 struct Tally {
     bytes: u64,
-    sha256: Option<Sha256>,
+    checksum: Option<StoredHasher>,
     failure: Option<StorageError>,
 }
 
@@ -108,8 +119,8 @@ type Shared = Arc<Mutex<Tally>>;
 fn count(tally: &Shared, chunk: &[u8]) {
     let mut tally = tally.lock().expect("not poisoned");
     tally.bytes += chunk.len() as u64;
-    if let Some(sha) = tally.sha256.as_mut() {
-        sha.update(chunk);
+    if let Some(checksum) = tally.checksum.as_mut() {
+        checksum.update(chunk);
     }
 }
 
@@ -135,6 +146,7 @@ pub struct ObjectReader {
     what: String,
     source: Source,
     declared_compression: Option<Compression>,
+    declared_checksum: ChecksumKind,
     decoder: Option<(Compression, Decoder)>,
     tally: Shared,
     buffer: Vec<u8>,
@@ -159,6 +171,12 @@ impl ObjectReader {
                 .is_some_and(|bytes| bytes.starts_with(AGE_MAGIC))
         });
         let tally: Shared = Arc::default();
+        let checksum = declared.stored_checksum(encrypted);
+        // Plain stored bytes are the plaintext (or its zstd frame, found on the first piece),
+        // whose sha256 the caller computes: hashed here only if the manifest records another.
+        if encrypted || checksum != ChecksumKind::Sha256 {
+            tally.lock().expect("not poisoned").checksum = Some(StoredHasher::new(checksum));
+        }
         let source = match (encrypted, identity) {
             (false, _) => Source::Plain { download, first },
             (true, None) => Source::Opaque {
@@ -168,7 +186,6 @@ impl ObjectReader {
                 header_checked: false,
             },
             (true, Some(identity)) => {
-                tally.lock().expect("not poisoned").sha256 = Some(Sha256::new());
                 let stored = stored_stream(download, first, tally.clone());
                 let decryptor = match age::Decryptor::new_async(stored).await {
                     Ok(d) => d,
@@ -186,13 +203,11 @@ impl ObjectReader {
                 Source::Age(Box::new(reader))
             }
         };
-        if matches!(source, Source::Opaque { .. }) {
-            tally.lock().expect("not poisoned").sha256 = Some(Sha256::new());
-        }
         Ok(ObjectReader {
             what: what.to_string(),
             source,
             declared_compression: declared.compression,
+            declared_checksum: checksum,
             decoder: None,
             tally,
             buffer: vec![0; DECODE_PIECE],
@@ -220,15 +235,13 @@ impl ObjectReader {
         self.tally.lock().expect("not poisoned").bytes
     }
 
-    /// The sha256 of the stored bytes once the reader is done, or `None` when they are the
-    /// plaintext itself (neither compressed nor encrypted): the caller hashes that anyway, and
-    /// a second pass would double the CPU of every fetch.
-    pub fn stored_sha256(&self) -> Option<String> {
+    /// The checksum of the stored bytes (of the kind the manifest records) once the reader is
+    /// done, or `None` when they are the plaintext itself (neither compressed nor encrypted)
+    /// and their sha256 is asked for: the caller hashes that anyway, and a second pass would
+    /// double the CPU of every fetch.
+    pub fn stored_checksum(&self) -> Option<StoredChecksum> {
         let tally = self.tally.lock().expect("not poisoned");
-        tally
-            .sha256
-            .as_ref()
-            .map(|sha| hex::encode(sha.clone().finalize()))
+        tally.checksum.clone().map(StoredHasher::finish)
     }
 
     /// The next piece of plaintext, or `None` at the end, once every layer ended cleanly.
@@ -253,9 +266,11 @@ impl ObjectReader {
                 let compression = self
                     .declared_compression
                     .unwrap_or_else(|| Compression::sniff(&chunk));
-                if plain && compression != Compression::None {
-                    self.tally.lock().expect("not poisoned").sha256 = Some(Sha256::new());
+                let mut tally = self.tally.lock().expect("not poisoned");
+                if plain && compression != Compression::None && tally.checksum.is_none() {
+                    tally.checksum = Some(StoredHasher::new(self.declared_checksum));
                 }
+                drop(tally);
                 self.decoder = Some((compression, Decoder::new(compression)?));
             }
             // Encrypted chunks were counted as they left the store.

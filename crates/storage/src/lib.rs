@@ -21,6 +21,7 @@ mod object;
 mod part_size;
 mod s3;
 mod store;
+pub mod stored_checksum;
 
 pub use error::{Result, StorageError};
 

@@ -169,21 +169,24 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
     match output {
         Output::Json => println!(
             "{}",
-            json!({
-                "object": report.url, "bytes": m.stored_bytes, "sha256": m.stored_sha256,
-                "dbBytes": m.db_bytes, "dbSha256": m.db_sha256, "compression": m.compression,
-                "encryption": m.encryption, "contents": m.contents, "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
-                "clusterId": m.cluster_id, "memberId": m.member_id, "endpoint": m.endpoint,
-                "seconds": round(seconds), "mbPerSecond": round(mb_per_s),
-            })
+            with_stored(
+                &m.stored_checksum(),
+                json!({
+                    "object": report.url, "bytes": m.stored_bytes,
+                    "dbBytes": m.db_bytes, "dbSha256": m.db_sha256, "compression": m.compression,
+                    "encryption": m.encryption, "contents": m.contents, "revision": m.etcd_revision, "etcdVersion": m.etcd_version,
+                    "clusterId": m.cluster_id, "memberId": m.member_id, "endpoint": m.endpoint,
+                    "seconds": round(seconds), "mbPerSecond": round(mb_per_s),
+                })
+            )
         ),
         Output::Text => println!(
-            "saved {} ({} bytes stored, {} compression, {}, sha256 {})\n  snapshot of {} at revision {} (etcd {}), {} database bytes, trailer sha256 {} verified\n  {:.1} s, {:.1} MB/s",
+            "saved {} ({} bytes stored, {} compression, {}, {})\n  snapshot of {} at revision {} (etcd {}), {} database bytes, trailer sha256 {} verified\n  {:.1} s, {:.1} MB/s",
             report.url,
             m.stored_bytes,
             m.compression.as_str(),
             encryption_text(m.encryption.as_ref()),
-            m.stored_sha256,
+            m.stored_checksum(),
             m.endpoint,
             m.etcd_revision,
             m.etcd_version,
@@ -194,6 +197,16 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// The stored checksum under its own name: `"sha256"`, or `"crc32c"` for an encrypted object
+/// (see `backup_storage::stored_checksum`).
+fn with_stored(
+    stored: &backup_storage::stored_checksum::StoredChecksum,
+    mut report: serde_json::Value,
+) -> serde_json::Value {
+    report[stored.kind.as_str()] = stored.hex.clone().into();
+    report
 }
 
 fn round(x: f64) -> f64 {
@@ -219,12 +232,15 @@ fn print_verified(what: &str, r: &etcd_snapshot::VerifyReport, output: Output) {
     match output {
         Output::Json => println!(
             "{}",
-            json!({
-                "object": r.url, "bytes": r.stored_bytes, "sha256": r.stored_sha256,
-                "dbBytes": r.db_bytes, "dbSha256": r.db_sha256, "compression": r.compression,
-                "encrypted": r.encrypted, "contentChecked": true, "manifest": m.is_some(), "revision": m.map(|m| m.etcd_revision),
-                "etcdVersion": m.map(|m| m.etcd_version.clone()),
-            })
+            with_stored(
+                &r.stored,
+                json!({
+                    "object": r.url, "bytes": r.stored_bytes,
+                    "dbBytes": r.db_bytes, "dbSha256": r.db_sha256, "compression": r.compression,
+                    "encrypted": r.encrypted, "contentChecked": true, "manifest": m.is_some(), "revision": m.map(|m| m.etcd_revision),
+                    "etcdVersion": m.map(|m| m.etcd_version.clone()),
+                })
+            )
         ),
         Output::Text => {
             println!(
@@ -242,8 +258,8 @@ fn print_verified(what: &str, r: &etcd_snapshot::VerifyReport, output: Output) {
             println!("  sha256 trailer matches the data: {}", r.db_sha256);
             match m {
                 Some(m) => println!(
-                    "  manifest matches: size, stored sha256 {}, revision {}, etcd {}, taken {}",
-                    r.stored_sha256, m.etcd_revision, m.etcd_version, m.start_time
+                    "  manifest matches: size, stored {}, revision {}, etcd {}, taken {}",
+                    r.stored, m.etcd_revision, m.etcd_version, m.start_time
                 ),
                 None => println!("  no manifest beside the object: only the trailer was checked"),
             }
@@ -317,12 +333,15 @@ fn print_stored_only(r: &etcd_snapshot::StoredReport, output: Output) {
     match output {
         Output::Json => println!(
             "{}",
-            json!({
-                "object": r.url, "bytes": r.stored_bytes, "sha256": r.stored_sha256,
-                "encrypted": true, "contentChecked": false, "manifest": m.is_some(),
-                "revision": m.map(|m| m.etcd_revision),
-                "etcdVersion": m.map(|m| m.etcd_version.clone()),
-            })
+            with_stored(
+                &r.stored,
+                json!({
+                    "object": r.url, "bytes": r.stored_bytes,
+                    "encrypted": true, "contentChecked": false, "manifest": m.is_some(),
+                    "revision": m.map(|m| m.etcd_revision),
+                    "etcdVersion": m.map(|m| m.etcd_version.clone()),
+                })
+            )
         ),
         Output::Text => {
             println!(
@@ -331,8 +350,8 @@ fn print_stored_only(r: &etcd_snapshot::StoredReport, output: Output) {
             );
             match m {
                 Some(m) => println!(
-                    "  manifest matches: size, stored sha256 {}, revision {}, etcd {}, taken {}",
-                    r.stored_sha256, m.etcd_revision, m.etcd_version, m.start_time
+                    "  manifest matches: size, stored {}, revision {}, etcd {}, taken {}",
+                    r.stored, m.etcd_revision, m.etcd_version, m.start_time
                 ),
                 None => println!("  no manifest beside the object: only its header was checked"),
             }

@@ -124,7 +124,8 @@ mod tests {
         Manifest {
             format: crate::manifest::FORMAT.into(),
             stored_bytes,
-            stored_sha256: String::new(),
+            stored_sha256: Some(String::new()),
+            stored_crc32c: None,
             stored_etag: None,
             compression: Default::default(),
             encryption: None,

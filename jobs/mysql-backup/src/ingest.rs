@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use backup_storage::encryption::{Encryption, Recipients};
 use backup_storage::layers::LayerEncoder;
+use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum, StoredHasher};
 use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
@@ -43,7 +44,9 @@ impl Default for IngestOptions {
 pub struct Ingest {
     parser: Parser,
     encoder: LayerEncoder,
-    sha: Sha256,
+    /// The stored bytes' checksum: sha256, or CRC32C for an encrypted backup (see
+    /// `backup_storage::stored_checksum`).
+    stored: StoredHasher,
     /// The plaintext's sha256, for encrypted backups only: there the stored hash says nothing
     /// about the stream a restore extracts.
     plain_sha: Option<Sha256>,
@@ -59,7 +62,7 @@ pub struct Finished {
     upload: Upload,
     pub summary: StreamSummary,
     pub metadata: BackupMetadata,
-    sha: String,
+    stored: StoredChecksum,
     plain_sha: Option<String>,
     compression: Compression,
     encryption: Option<Encryption>,
@@ -79,7 +82,7 @@ impl Ingest {
         Ok(Ingest {
             parser: Parser::new(),
             encoder,
-            sha: Sha256::new(),
+            stored: StoredHasher::new(ChecksumKind::for_new_object(options.recipients.is_some())),
             plain_sha: options.recipients.is_some().then(Sha256::new),
             upload,
             compression: options.compression,
@@ -97,7 +100,7 @@ impl Ingest {
         }
         let out = self.encoder.encode(data)?;
         if !out.is_empty() {
-            self.sha.update(out);
+            self.stored.update(out);
             self.upload.write(out).await?;
         }
         Ok(())
@@ -113,7 +116,7 @@ impl Ingest {
         let Ingest {
             parser,
             encoder,
-            mut sha,
+            mut stored,
             plain_sha,
             mut upload,
             compression,
@@ -147,14 +150,14 @@ impl Ingest {
             }
         };
         if !tail.is_empty() {
-            sha.update(&tail);
+            stored.update(&tail);
             upload.write(&tail).await?;
         }
         Ok(Finished {
             upload,
             metadata: BackupMetadata::from_files(&summary.metadata),
             summary,
-            sha: hex::encode(sha.finalize()),
+            stored: stored.finish(),
             plain_sha: plain_sha.map(|s| hex::encode(s.finalize())),
             compression,
             encryption,
@@ -193,7 +196,8 @@ impl Finished {
         let manifest = Manifest {
             format: FORMAT.into(),
             stored_bytes: info.size,
-            stored_sha256: self.sha,
+            stored_sha256: self.stored.sha256(),
+            stored_crc32c: self.stored.crc32c(),
             stored_etag: info.etag.clone(),
             compression: self.compression,
             encryption: self.encryption,

@@ -1,7 +1,8 @@
 //! The manifest written beside a committed backup. S3 fixes user metadata when an upload starts,
-//! but the size, sha256 and file count are known only at the end; restore checks them.
+//! but the size, checksums and file count are known only at the end; restore checks them.
 
 use backup_storage::encryption::Encryption;
+use backup_storage::stored_checksum::StoredChecksum;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -16,9 +17,15 @@ pub const FORMAT: &str = "mysql-backup/v1";
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {
     pub format: String,
-    /// Bytes stored (after compression and encryption) and their sha256.
+    /// Bytes stored (after compression and encryption) and one checksum of them: their sha256,
+    /// or for an encrypted backup their CRC32C (age authenticates the content, and
+    /// `streamSha256` records the plaintext's; older manifests of encrypted backups record the
+    /// sha256). Use [`Manifest::stored_checksum`].
     pub stored_bytes: u64,
-    pub stored_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_crc32c: Option<String>,
     /// The object's ETag once committed: a manifest left from before a rewrite of its object
     /// is never taken for the new object's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,7 +59,22 @@ impl Manifest {
         if m.format != FORMAT {
             return Err(format!("unknown format {:?} (expected {FORMAT})", m.format));
         }
+        if m.recorded_checksum().is_none() {
+            return Err(
+                "it records no checksum of the stored bytes (storedSha256 or storedCrc32c)".into(),
+            );
+        }
         Ok(m)
+    }
+
+    fn recorded_checksum(&self) -> Option<StoredChecksum> {
+        StoredChecksum::recorded(self.stored_sha256.as_deref(), self.stored_crc32c.as_deref())
+    }
+
+    /// The checksum of the stored bytes this manifest records.
+    pub fn stored_checksum(&self) -> StoredChecksum {
+        self.recorded_checksum()
+            .expect("a parsed or written manifest records a stored checksum")
     }
 
     pub fn to_json(&self) -> Vec<u8> {

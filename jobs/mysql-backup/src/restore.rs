@@ -5,6 +5,7 @@ use std::path::Path;
 use backup_storage::Store;
 use backup_storage::encryption::Identity;
 use backup_storage::layers::{Declared, ObjectReader, ReadError, identity_needed};
+use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum};
 use sha2::{Digest, Sha256};
 
 use crate::compress::Compression;
@@ -112,12 +113,12 @@ pub async fn restore(
                 stored.size, m.stored_bytes
             )));
         }
-        // A copied backup has another ETag: its sha256, checked while streaming, decides.
+        // A copied backup has another ETag: its checksums, checked while streaming, decide.
         if let (Some(recorded), Some(found)) = (&m.stored_etag, &stored.etag)
             && recorded != found
         {
             tracing::warn!(
-                "{url}: ETag {found}, the manifest recorded {recorded} (copied, or rewritten); checking the content against the manifest's sha256"
+                "{url}: ETag {found}, the manifest recorded {recorded} (copied, or rewritten); checking the content against the manifest's checksums"
             );
         }
     }
@@ -130,6 +131,7 @@ pub async fn restore(
             .as_ref()
             .and_then(|m| m.encryption.as_ref())
             .map(|e| e.recipients.clone()),
+        stored_checksum: manifest.as_ref().map(|m| m.stored_checksum().kind),
     };
     let mut reader = ObjectReader::open(download, &declared, identity, &url)
         .await
@@ -234,17 +236,19 @@ async fn stream_into(
             other => other,
         })?;
     }
-    let digest = match (reader.stored_sha256(), plain_sha) {
-        (Some(digest), _) => digest,
-        (None, Some(sha)) => hex::encode(sha.finalize()),
-        (None, None) => hex::encode(Sha256::digest(b"")),
+    let found = match (reader.stored_checksum(), plain_sha) {
+        (Some(checksum), _) => checksum,
+        (None, sha) => StoredChecksum {
+            kind: ChecksumKind::Sha256,
+            hex: hex::encode(sha.unwrap_or_default().finalize()),
+        },
     };
     if let Some(m) = manifest
-        && digest != m.stored_sha256
+        && found != m.stored_checksum()
     {
         return Err(corrupted(format!(
-            "sha256 {digest} does not match the manifest's {}",
-            m.stored_sha256
+            "{found} does not match the manifest's {}",
+            m.stored_checksum()
         )));
     }
     if let (Some(m), Some(sha)) = (manifest, stream_sha) {

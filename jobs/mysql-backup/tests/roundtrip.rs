@@ -179,6 +179,30 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
         refused.stderr
     );
     assert!(!datadir.exists() || list_files(&datadir).is_empty());
+
+    // The stored bytes' checksum is their CRC32C (age authenticates the content); a manifest
+    // whose CRC32C is not the object's refuses the restore as bad data.
+    assert!(manifest.get("storedSha256").is_none(), "{manifest}");
+    let crc = manifest["storedCrc32c"].as_str().unwrap();
+    assert_eq!(crc.len(), 8, "{manifest}");
+    let other_crc = if crc == "00000000" {
+        "00000001"
+    } else {
+        "00000000"
+    };
+    std::fs::write(&manifest_path, recorded.replace(crc, other_crc)).unwrap();
+    let mut a = restore_from(&url, &datadir, false);
+    a.extend(with_key.clone());
+    let refused = run(&a, &[]).await;
+    assert_eq!(refused.code, 3, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!(
+            "crc32c {crc} does not match the manifest's crc32c {other_crc}"
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert!(!datadir.exists() || list_files(&datadir).is_empty());
     std::fs::write(&manifest_path, recorded).unwrap();
 
     // One byte flipped in the middle: bad data (exit 3), nothing installed.

@@ -424,11 +424,11 @@ fn success_event(outcome: &Outcome) -> Event {
         type_: EventType::Normal,
         reason: "BackupSucceeded".into(),
         note: Some(format!(
-            "{} ({} bytes, revision {}, sha256 {}) in {:.1} s",
+            "{} ({} bytes, revision {}, {}) in {:.1} s",
             outcome.report.url,
             m.stored_bytes,
             m.etcd_revision,
-            m.stored_sha256,
+            m.stored_checksum(),
             m.duration_seconds
         )),
         action: "Backup".into(),

@@ -605,7 +605,7 @@ async fn one_shot_success_against_real_etcd_and_s3() {
     let verified = etcd_snapshot::verify(&store, "etcd.backup", None)
         .await
         .unwrap();
-    assert_eq!(last["sha256"], verified.stored_sha256);
+    assert_eq!(last["sha256"], verified.stored.hex);
     assert_eq!(last["sizeBytes"], verified.stored_bytes);
     assert_eq!(done["etcdRevision"], last["etcdRevision"]);
     let event = api.expect_event().await;

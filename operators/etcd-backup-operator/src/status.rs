@@ -94,7 +94,8 @@ pub fn succeeded(
         object_key: outcome.report.url.clone(),
         local_volume,
         size_bytes: i64::try_from(m.stored_bytes).ok(),
-        sha256: Some(m.stored_sha256.clone()),
+        sha256: m.stored_sha256.clone(),
+        crc32c: m.stored_crc32c.clone(),
         etcd_revision: Some(m.etcd_revision),
         etcd_version: Some(m.etcd_version.clone()),
         duration_seconds: Some((m.duration_seconds * 1000.0).round() / 1000.0),
@@ -271,6 +272,27 @@ mod tests {
     }
 
     #[test]
+    fn an_encrypted_backup_is_recorded_with_the_crc32c_its_manifest_records() {
+        let mut encrypted = outcome(Ok(vec![]));
+        let m = &mut encrypted.report.manifest;
+        (m.stored_sha256, m.stored_crc32c) = (None, Some("0a0b0c0d".into()));
+        let prev = running(&Default::default(), Some(3), at("2026-01-01T00:00:00Z"));
+        let s = succeeded(
+            &prev,
+            Some(3),
+            &encrypted,
+            None,
+            None,
+            at("2026-01-01T00:00:02Z"),
+        );
+        let last = s.last_backup.unwrap();
+        assert_eq!(
+            (last.sha256, last.crc32c.as_deref()),
+            (None, Some("0a0b0c0d"))
+        );
+    }
+
+    #[test]
     fn success_records_the_verified_backup_in_coreos_and_new_fields() {
         let prev = running(&Default::default(), Some(3), at("2026-01-01T00:00:00Z"));
         let s = succeeded(
@@ -289,6 +311,7 @@ mod tests {
         assert_eq!(last.object_key, "s3://b/etcd.backup");
         assert_eq!(last.size_bytes, Some(20512));
         assert_eq!(last.sha256.as_deref(), Some("ab12"));
+        assert_eq!(last.crc32c, None);
         assert_eq!(last.duration_seconds, Some(2.0));
         let ready = condition::find(&s.conditions, READY).unwrap();
         assert_eq!(

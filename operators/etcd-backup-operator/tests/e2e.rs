@@ -416,7 +416,7 @@ async fn coreos_one_shot_example_backs_up_once_and_bad_input_is_reported() {
     let verified = etcd_snapshot::verify(&store, "etcd.backup", None)
         .await
         .unwrap();
-    assert_eq!(Some(verified.stored_sha256.clone()), last.sha256);
+    assert_eq!(Some(verified.stored.hex.clone()), last.sha256);
     assert_eq!(Some(verified.stored_bytes as i64), last.size_bytes);
     let modified = store
         .head("etcd.backup")
@@ -880,7 +880,7 @@ async fn cluster_wide_rbac_backs_up_selected_objects_in_every_namespace() {
             .status
             .unwrap()
             .last_backup;
-        assert_eq!(last.unwrap().sha256, Some(verified.stored_sha256));
+        assert_eq!(last.unwrap().sha256, Some(verified.stored.hex));
         let events = events_for(&kube, ns, "selected").await;
         assert!(
             events
@@ -1030,7 +1030,7 @@ async fn local_pvc_example_prunes_on_the_claim_and_delete_removes_only_its_files
     let verified = etcd_snapshot::verify(&local, newest_key, None)
         .await
         .unwrap();
-    assert_eq!(newest.sha256, Some(verified.stored_sha256));
+    assert_eq!(newest.sha256, Some(verified.stored.hex));
 
     api.delete(&name, &DeleteParams::default()).await.unwrap();
     wait_for("the EtcdBackup to go", 60, || async {

@@ -73,10 +73,7 @@ async fn one_shot_writes_exactly_the_path_verified_and_tagged() {
     let verified = etcd_snapshot::verify(&store, "etcd.backup", None)
         .await
         .unwrap();
-    assert_eq!(
-        verified.stored_sha256,
-        outcome.report.manifest.stored_sha256
-    );
+    assert_eq!(verified.stored, outcome.report.manifest.stored_checksum());
     assert_eq!(verified.stored_bytes, outcome.report.manifest.stored_bytes);
     let head = store.head("etcd.backup").await.unwrap().unwrap();
     assert_eq!(

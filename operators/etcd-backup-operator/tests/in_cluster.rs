@@ -155,6 +155,6 @@ async fn operator_image_with_shipped_manifests_backs_up_an_etcd_pod() {
     let verified = etcd_snapshot::verify(&store(&garage).await, "in-cluster/etcd.backup", None)
         .await
         .unwrap();
-    assert_eq!(Some(verified.stored_sha256), last.sha256);
+    assert_eq!(Some(verified.stored.hex), last.sha256);
     kube.delete_namespace(&ns).await.unwrap();
 }

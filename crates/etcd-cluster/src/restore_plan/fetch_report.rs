@@ -3,14 +3,15 @@
 
 use super::recorded::VerifiedSnapshot;
 
-/// `etcd-backup --output json fetch`'s report (the last JSON line with a sha256), followed by the
+/// `etcd-backup --output json fetch`'s report (the last JSON line with a stored checksum: a
+/// sha256, or an encrypted object's CRC32C), followed by the
 /// restore tool's log. The revision is the manifest's; a backup without one (made by coreos or
 /// `etcdctl`, uploaded by hand) gets the snapshot's own, as the restore tool logs it.
 pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
     let report = output.lines().rev().find_map(|line| {
         let line = line.trim_start();
         let value: serde_json::Value = serde_json::from_str(line).ok()?;
-        value.get("sha256").is_some().then_some(value)
+        (value.get("sha256").is_some() || value.get("crc32c").is_some()).then_some(value)
     })?;
     Some(VerifiedSnapshot {
         revision: report["revision"]
@@ -18,6 +19,7 @@ pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
             .or_else(|| revision_restored(output)),
         db_bytes: report["dbBytes"].as_i64(),
         sha256: report["sha256"].as_str().map(str::to_string),
+        crc32c: report["crc32c"].as_str().map(str::to_string),
         etcd_version: report["etcdVersion"].as_str().map(str::to_string),
     })
 }

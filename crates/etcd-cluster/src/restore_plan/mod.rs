@@ -401,7 +401,8 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
             }
         }
     }
-    if reports.windows(2).any(|w| w[0].sha256 != w[1].sha256) {
+    let stored = |r: &VerifiedSnapshot| (r.sha256.clone(), r.crc32c.clone());
+    if reports.windows(2).any(|w| stored(&w[0]) != stored(&w[1])) {
         return fail(
             observed,
             RestoreFailure::BackupChanged,
@@ -552,6 +553,7 @@ mod tests {
             revision: Some(500),
             db_bytes: Some(1 << 20),
             sha256: Some("ab".into()),
+            crc32c: None,
             etcd_version: None,
         }
     }
@@ -780,6 +782,26 @@ mod tests {
         assert!(matches!(
             plan(&names(), &o),
             RestoreStep::Discard { reason, pods, .. } if reason == RestoreFailure::BackupChanged && pods == members()
+        ));
+        // An encrypted backup's fetch reports the object's CRC32C instead of its sha256.
+        let encrypted = |crc: &str| {
+            fetched(&format!(
+                r#"{{"crc32c":"{crc}","revision":500,"dbBytes":1048576}}"#
+            ))
+        };
+        let mut e = restoring(encrypted("0a0b0c0d"));
+        assert_eq!(
+            plan(&names(), &e),
+            RestoreStep::RecordSnapshot(VerifiedSnapshot {
+                sha256: None,
+                crc32c: Some("0a0b0c0d".into()),
+                ..snapshot()
+            })
+        );
+        e.restore_pods.insert("c-4".into(), encrypted("ffffffff"));
+        assert!(matches!(
+            plan(&names(), &e),
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BackupChanged
         ));
         o.restore_pods.insert("c-4".into(), fetched("no report"));
         assert!(matches!(

@@ -17,6 +17,10 @@ pub struct VerifiedSnapshot {
     /// sha256 of the stored object, checked against its trailer and manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// CRC32C of the stored object, for an encrypted backup, whose manifest records it instead
+    /// of a sha256 (age authenticates the content itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<String>,
     /// Version of the etcd member the backup was taken from, in the backup's manifest (none for
     /// a snapshot without a manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,174 @@
+//! The checksum a manifest records of an object's stored bytes, so that `verify` can tell a
+//! complete, unaltered object from a damaged one without its content (an encrypted object
+//! checked without its identity).
+//!
+//! Which one is recorded depends on what the bytes cost to hash:
+//! - **sha256** where the stored bytes are the plaintext (or its zstd frame): the plaintext's
+//!   sha256 is computed anyway for etcd's trailer, and it is what users compare by hand.
+//! - **CRC32C** of the whole object for encrypted objects. Their content is authenticated by
+//!   age itself (every 64 KiB chunk carries a Poly1305 tag, and the plaintext's sha256 is in
+//!   the manifest), so a second cryptographic hash of the ciphertext proves nothing a restore
+//!   does not prove anyway; it only has to catch a truncated, damaged or swapped object, which
+//!   a CRC does at a twentieth of sha256's CPU. A sha256 of the ciphertext in a manifest that
+//!   sits beside the object would be no defence against someone who can rewrite both.
+//!
+//! Manifests written before encrypted objects got a CRC32C record their sha256; readers accept
+//! both.
+
+use sha2::{Digest, Sha256};
+
+/// Which checksum of the stored bytes a manifest records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumKind {
+    Sha256,
+    Crc32c,
+}
+
+impl ChecksumKind {
+    /// What new manifests record for an object that is (or is not) encrypted.
+    pub fn for_new_object(encrypted: bool) -> ChecksumKind {
+        match encrypted {
+            true => ChecksumKind::Crc32c,
+            false => ChecksumKind::Sha256,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChecksumKind::Sha256 => "sha256",
+            ChecksumKind::Crc32c => "crc32c",
+        }
+    }
+}
+
+/// A checksum of stored bytes, as lowercase hex (a CRC32C as 8 digits, big-endian).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredChecksum {
+    pub kind: ChecksumKind,
+    pub hex: String,
+}
+
+impl StoredChecksum {
+    /// The one a manifest records: its sha256 if it has one, else its CRC32C. `None` when it
+    /// records neither (a manifest no version of ours writes).
+    pub fn recorded(sha256: Option<&str>, crc32c: Option<&str>) -> Option<StoredChecksum> {
+        let (kind, hex) = match (sha256, crc32c) {
+            (Some(hex), _) => (ChecksumKind::Sha256, hex),
+            (None, Some(hex)) => (ChecksumKind::Crc32c, hex),
+            (None, None) => return None,
+        };
+        Some(StoredChecksum {
+            kind,
+            hex: hex.to_string(),
+        })
+    }
+
+    /// The value for a manifest's `storedSha256` field.
+    pub fn sha256(&self) -> Option<String> {
+        (self.kind == ChecksumKind::Sha256).then(|| self.hex.clone())
+    }
+
+    /// The value for a manifest's `storedCrc32c` field.
+    pub fn crc32c(&self) -> Option<String> {
+        (self.kind == ChecksumKind::Crc32c).then(|| self.hex.clone())
+    }
+}
+
+impl std::fmt::Display for StoredChecksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind.as_str(), self.hex)
+    }
+}
+
+/// Computes a [`StoredChecksum`] over bytes as they pass.
+#[derive(Clone)]
+pub enum StoredHasher {
+    Sha256(Sha256),
+    Crc32c(crc_fast::Digest),
+}
+
+impl StoredHasher {
+    pub fn new(kind: ChecksumKind) -> StoredHasher {
+        match kind {
+            ChecksumKind::Sha256 => StoredHasher::Sha256(Sha256::new()),
+            ChecksumKind::Crc32c => {
+                StoredHasher::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi))
+            }
+        }
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            StoredHasher::Sha256(sha) => sha.update(bytes),
+            StoredHasher::Crc32c(crc) => crc.update(bytes),
+        }
+    }
+
+    pub fn finish(self) -> StoredChecksum {
+        match self {
+            StoredHasher::Sha256(sha) => StoredChecksum {
+                kind: ChecksumKind::Sha256,
+                hex: hex::encode(sha.finalize()),
+            },
+            StoredHasher::Crc32c(crc) => StoredChecksum {
+                kind: ChecksumKind::Crc32c,
+                hex: format!("{:08x}", crc.finalize() as u32),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checksum(kind: ChecksumKind, pieces: &[&[u8]]) -> StoredChecksum {
+        let mut hasher = StoredHasher::new(kind);
+        for piece in pieces {
+            hasher.update(piece);
+        }
+        hasher.finish()
+    }
+
+    #[test]
+    fn crc32c_is_the_published_check_value_in_any_pieces() {
+        // CRC-32C (Castagnoli) of "123456789" is e3069283 (RFC 3720, B.4).
+        for pieces in [&[&b"123456789"[..]][..], &[b"1234", b"", b"56789"]] {
+            let crc = checksum(ChecksumKind::Crc32c, pieces);
+            assert_eq!(crc.to_string(), "crc32c e3069283");
+            assert_eq!(
+                (crc.sha256(), crc.crc32c()),
+                (None, Some("e3069283".into()))
+            );
+        }
+    }
+
+    #[test]
+    fn sha256_is_the_hex_digest() {
+        let sha = checksum(ChecksumKind::Sha256, &[b"ab", b"c"]);
+        assert_eq!(
+            sha.hex,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(sha.crc32c(), None);
+    }
+
+    #[test]
+    fn a_manifest_records_its_sha256_or_else_its_crc32c() {
+        let recorded = |sha: Option<&str>, crc: Option<&str>| {
+            StoredChecksum::recorded(sha, crc).map(|c| c.to_string())
+        };
+        assert_eq!(recorded(Some("ab"), None).as_deref(), Some("sha256 ab"));
+        assert_eq!(
+            recorded(None, Some("0a0b0c0d")).as_deref(),
+            Some("crc32c 0a0b0c0d")
+        );
+        assert_eq!(recorded(None, None), None);
+        assert_eq!(
+            ChecksumKind::for_new_object(true),
+            ChecksumKind::Crc32c,
+            "encrypted objects are authenticated by age: a CRC finds damage"
+        );
+        assert_eq!(ChecksumKind::for_new_object(false), ChecksumKind::Sha256);
+    }
+}
