@@ -834,6 +834,13 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         .unwrap();
     let record = nightly.status.unwrap().last_backup.unwrap();
     assert_eq!(record.encrypted_to, vec![recipient.clone()]);
+    // An encrypted object's manifest records its CRC32C (age authenticates the content).
+    assert_eq!(record.sha256, None);
+    assert_eq!(
+        record.crc32c.as_ref().map(String::len),
+        Some(8),
+        "{record:?}"
+    );
 
     // Two restores into clusters that do not exist yet.
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
@@ -973,6 +980,15 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     assert_eq!(
         ref_status.source,
         Some(format!("s3://{}/copies/etcd.backup", garage.bucket))
+    );
+    // Every member's fetch reported the CRC32C the backup recorded.
+    let snapshot = ref_status
+        .snapshot
+        .clone()
+        .expect("the verified snapshot is recorded");
+    assert_eq!(
+        (snapshot.sha256, snapshot.crc32c),
+        (None, record.crc32c.clone())
     );
     // The EtcdCluster operator runs both: 3 and 1 ready members, Converged.
     wait_until(
