@@ -459,8 +459,9 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// Rounds of the encryption comparison.
-const ENCRYPTION_ROUNDS: usize = 3;
+/// Rounds of the encryption comparison: on a 2-core machine shared with etcd and Garage, single
+/// rounds of the fetch ratio ranged from 1.09 to 1.24 in one run.
+const ENCRYPTION_ROUNDS: usize = 5;
 
 /// One round of (a), (e), (f) and (g), each save into an empty store; also gives the plain
 /// store, which holds (a)'s backup.
