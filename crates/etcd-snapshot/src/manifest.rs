@@ -81,6 +81,14 @@ impl Manifest {
                         .into(),
             });
         }
+        // A CRC32C is enough only where age authenticates the content.
+        if manifest.encryption.is_none() && manifest.stored_sha256.is_none() {
+            return Err(Error::BadManifest {
+                key: key.to_string(),
+                message: "it records no storedSha256, which an unencrypted object's manifest must"
+                    .into(),
+            });
+        }
         Ok(manifest)
     }
 
@@ -211,6 +219,10 @@ mod tests {
         let encrypted = Manifest {
             stored_sha256: None,
             stored_crc32c: Some("0a0b0c0d".into()),
+            encryption: Some(Encryption {
+                scheme: "age".into(),
+                recipients: vec!["age1example".into()],
+            }),
             ..sample()
         };
         let json = encrypted.to_json();
@@ -221,11 +233,17 @@ mod tests {
         assert_eq!(parsed.stored_checksum().to_string(), "crc32c 0a0b0c0d");
 
         let neither = Manifest {
-            stored_sha256: None,
-            ..sample()
+            stored_crc32c: None,
+            ..encrypted.clone()
         };
         let err = Manifest::parse("k", &neither.to_json()).unwrap_err();
         assert!(err.to_string().contains("records no checksum"), "{err}");
+        let plain_with_a_crc = Manifest {
+            encryption: None,
+            ..encrypted
+        };
+        let err = Manifest::parse("k", &plain_with_a_crc.to_json()).unwrap_err();
+        assert!(err.to_string().contains("no storedSha256"), "{err}");
     }
 
     fn object(size: u64, etag: Option<&str>) -> ObjectInfo {

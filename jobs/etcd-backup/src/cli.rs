@@ -37,8 +37,8 @@ pub enum Command {
     Save(SaveArgs),
     /// Stream a stored backup and check its sha256 trailer, compression, encryption and
     /// manifest. An encrypted backup without --identity is checked as far as possible
-    /// (complete, header well formed, size and sha256 as recorded), and the output says that
-    /// its content was not.
+    /// (complete, header well formed, size and stored checksum as recorded), and the output
+    /// says that its content was not.
     Verify {
         /// s3://bucket/key or file:///path
         url: String,

@@ -34,6 +34,7 @@ async fn etcd_backup_in_its_image_file_set_backs_up_to_s3() {
     let mut verify = vec!["verify", &url, "--output", "json"];
     verify.extend(strs(&flags));
     let verified = run(&verify, &env).await.ok().json();
+    assert!(saved["sha256"].is_string(), "{saved}");
     assert_eq!(verified["sha256"], saved["sha256"]);
     assert_eq!(verified["manifest"], true);
 }

@@ -30,6 +30,7 @@ async fn roundtrip(url: String, compress: &str, s3: (Vec<String>, Vec<(String, S
     let mut verify = vec!["verify", &url, "--output", "json"];
     verify.extend(strs(&flags));
     let verified = run(&verify, &env).await.ok().json();
+    assert!(saved["sha256"].is_string(), "{saved}");
     assert_eq!(verified["sha256"], saved["sha256"]);
     assert_eq!(verified["dbSha256"], saved["dbSha256"]);
     assert_eq!(verified["manifest"], true);

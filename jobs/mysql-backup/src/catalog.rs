@@ -143,6 +143,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_manifest_records_a_sha256_or_for_an_encrypted_backup_a_crc32c() {
+        let plain = manifest(10, "2026-11-25T02:30:00Z");
+        assert_eq!(Manifest::parse(&plain.to_json()).unwrap(), plain);
+        let encrypted = Manifest {
+            stored_sha256: None,
+            stored_crc32c: Some("0a0b0c0d".into()),
+            encryption: Some(backup_storage::encryption::Encryption {
+                scheme: "age".into(),
+                recipients: vec!["age1example".into()],
+            }),
+            ..plain.clone()
+        };
+        let parsed = Manifest::parse(&encrypted.to_json()).unwrap();
+        assert_eq!(parsed.stored_checksum().to_string(), "crc32c 0a0b0c0d");
+        let neither = Manifest {
+            stored_crc32c: None,
+            ..encrypted.clone()
+        };
+        let err = Manifest::parse(&neither.to_json()).unwrap_err();
+        assert!(err.contains("records no checksum"), "{err}");
+        let plain_with_a_crc = Manifest {
+            encryption: None,
+            ..encrypted
+        };
+        let err = Manifest::parse(&plain_with_a_crc.to_json()).unwrap_err();
+        assert!(err.contains("no storedSha256"), "{err}");
+    }
+
     fn object(key: &str, size: u64) -> ObjectInfo {
         ObjectInfo {
             key: key.into(),

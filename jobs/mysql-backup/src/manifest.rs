@@ -64,6 +64,12 @@ impl Manifest {
                 "it records no checksum of the stored bytes (storedSha256 or storedCrc32c)".into(),
             );
         }
+        // A CRC32C is enough only where age authenticates the content.
+        if m.encryption.is_none() && m.stored_sha256.is_none() {
+            return Err(
+                "it records no storedSha256, which an unencrypted backup's manifest must".into(),
+            );
+        }
         Ok(m)
     }
 

@@ -20,6 +20,7 @@ pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
         db_bytes: report["dbBytes"].as_i64(),
         sha256: report["sha256"].as_str().map(str::to_string),
         crc32c: report["crc32c"].as_str().map(str::to_string),
+        db_sha256: report["dbSha256"].as_str().map(str::to_string),
         etcd_version: report["etcdVersion"].as_str().map(str::to_string),
     })
 }

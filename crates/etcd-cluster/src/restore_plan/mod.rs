@@ -401,8 +401,7 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
             }
         }
     }
-    let stored = |r: &VerifiedSnapshot| (r.sha256.clone(), r.crc32c.clone());
-    if reports.windows(2).any(|w| stored(&w[0]) != stored(&w[1])) {
+    if reports.windows(2).any(|w| !same_snapshot(&w[0], &w[1])) {
         return fail(
             observed,
             RestoreFailure::BackupChanged,
@@ -428,6 +427,28 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
 /// Why a snapshot cannot be restored into members of `version`: it was taken from a newer
 /// minor version (its manifest says which). etcd does not go back a minor version, through a
 /// snapshot neither: the older version may not read what the newer one wrote.
+/// Whether two members' fetches verified the same snapshot: every checksum both report agrees,
+/// and they report at least one in common. (Fetches of different versions may report different
+/// stored checksums of one encrypted object, a sha256 or a CRC32C; the snapshot's own sha256 is
+/// the same.)
+fn same_snapshot(a: &VerifiedSnapshot, b: &VerifiedSnapshot) -> bool {
+    let pairs = [
+        (&a.sha256, &b.sha256),
+        (&a.crc32c, &b.crc32c),
+        (&a.db_sha256, &b.db_sha256),
+    ];
+    let mut shared = 0;
+    for pair in pairs {
+        if let (Some(x), Some(y)) = pair {
+            if x != y {
+                return false;
+            }
+            shared += 1;
+        }
+    }
+    shared > 0
+}
+
 fn newer_minor(snapshot: &VerifiedSnapshot, version: &str) -> Option<String> {
     let taken = EtcdVersion::parse(snapshot.etcd_version.as_deref()?).ok()?;
     let target = EtcdVersion::parse(version).ok()?;
@@ -554,6 +575,7 @@ mod tests {
             db_bytes: Some(1 << 20),
             sha256: Some("ab".into()),
             crc32c: None,
+            db_sha256: None,
             etcd_version: None,
         }
     }
@@ -801,6 +823,28 @@ mod tests {
         e.restore_pods.insert("c-4".into(), encrypted("ffffffff"));
         assert!(matches!(
             plan(&names(), &e),
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BackupChanged
+        ));
+        // Fetches of two versions report different stored checksums of one encrypted object
+        // (a sha256, a CRC32C) and the same snapshot: the same backup. Another snapshot is not.
+        let with_db = |stored: &str, db: &str| {
+            fetched(&format!(
+                r#"{{{stored},"dbSha256":"{db}","revision":500,"dbBytes":1048576}}"#
+            ))
+        };
+        let mut mixed = restoring(with_db(r#""crc32c":"0a0b0c0d""#, "d1"));
+        mixed
+            .restore_pods
+            .insert("c-4".into(), with_db(r#""sha256":"ab""#, "d1"));
+        assert!(matches!(
+            plan(&names(), &mixed),
+            RestoreStep::RecordSnapshot(_)
+        ));
+        mixed
+            .restore_pods
+            .insert("c-4".into(), with_db(r#""crc32c":"0a0b0c0d""#, "d2"));
+        assert!(matches!(
+            plan(&names(), &mixed),
             RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BackupChanged
         ));
         o.restore_pods.insert("c-4".into(), fetched("no report"));

@@ -14,13 +14,16 @@ pub struct VerifiedSnapshot {
     /// Size of the etcd database in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub db_bytes: Option<i64>,
-    /// sha256 of the stored object, checked against its trailer and manifest.
+    /// sha256 of the stored object, checked against its manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// CRC32C of the stored object, for an encrypted backup, whose manifest records it instead
     /// of a sha256 (age authenticates the content itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc32c: Option<String>,
+    /// sha256 of the snapshot itself (the plaintext), as its trailer says and the fetch checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_sha256: Option<String>,
     /// Version of the etcd member the backup was taken from, in the backup's manifest (none for
     /// a snapshot without a manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
