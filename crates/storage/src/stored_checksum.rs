@@ -9,7 +9,7 @@
 //!   age itself (every 64 KiB chunk carries a Poly1305 tag, and the plaintext's sha256 is in
 //!   the manifest), so a second cryptographic hash of the ciphertext proves nothing a restore
 //!   does not prove anyway; it only has to catch a truncated or damaged object, which a CRC
-//!   does at a twentieth of sha256's CPU. Without the identity it is no proof against a
+//!   does for a small fraction of sha256's CPU. Without the identity it is no proof against a
 //!   deliberate swap (the recipients are public: another age file can be made to the same size
 //!   and CRC); only reading with the identity proves the content, as every restore does.
 //!
