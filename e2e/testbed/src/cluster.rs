@@ -46,6 +46,12 @@ pub fn bed_dir() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("etcd-backup-suite-bed"))
 }
 
+/// The bed's `ctr` (containerd's client), which build.sh builds beside containerd: a fresh
+/// machine has no other on its PATH.
+pub fn ctr_binary() -> PathBuf {
+    crate::kube::versions_path("containerd_bin").join("ctr")
+}
+
 /// The build output the test executable belongs to (`target/debug`): the images are made from
 /// the binaries there.
 fn binaries_dir() -> Result<PathBuf> {

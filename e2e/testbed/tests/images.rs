@@ -16,7 +16,7 @@ use testbed::kustomize::{IMAGES, root};
 
 fn ctr(args: &[&str]) {
     let socket = testbed::cluster::bed_dir().join("containerd/containerd.sock");
-    let output = Command::new("ctr")
+    let output = Command::new(testbed::cluster::ctr_binary())
         .arg("--address")
         .arg(&socket)
         .args(["-n", "k8s.io"])
