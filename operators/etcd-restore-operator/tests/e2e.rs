@@ -90,8 +90,6 @@ async fn client_of(pod: &Pod) -> etcd_client::Client {
         .unwrap()
 }
 
-/// Runs `restore` (the coreos example, s3 block replaced) until it has failed; returns its
-/// reason. Deletes it afterwards, so the next restore of the cluster can be made.
 /// The coreos example EtcdRestore of `CLUSTER` from `s3`, with `spec` fields added.
 async fn create_restore(restores: &Api<EtcdRestore>, s3: Value, spec: Value) {
     let mut restore = example("etcd-restore.yaml");
@@ -137,6 +135,9 @@ async fn backed_up(
         .unwrap()
 }
 
+/// Runs `restore` (the coreos example, s3 block replaced) until it has failed; returns its
+/// reason. Deletes it afterwards and waits until it is gone, so the next restore of the cluster
+/// can be made.
 async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
     let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), ns);
     create_restore(&restores, s3, json!({})).await;
@@ -176,6 +177,15 @@ async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
+    // Gone only once the operator's finalizer is off: the next restore takes the same name.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while restores.get_opt(CLUSTER).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the failed restore is still there 60 s after its deletion"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
     status.reason.unwrap_or_default()
 }
 
