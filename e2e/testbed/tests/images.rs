@@ -92,7 +92,11 @@ impl Exported {
     fn new(image: &str) -> Exported {
         let dir = tempfile::tempdir().unwrap();
         let tar = dir.path().join("image.tar");
-        ctr(&["images", "export", tar.to_str().unwrap(), image]);
+        // `--local`: through the transfer API (the default), containerd 2.2's `ctr` can close
+        // the output file while the stream is still being copied into it and exit 0 all the
+        // same ("error copying stream ... file already closed"), leaving a truncated archive
+        // whenever two exports overlap. `--local` reads the content store itself.
+        ctr(&["images", "export", "--local", tar.to_str().unwrap(), image]);
         let status = Command::new("tar")
             .arg("-xf")
             .arg(&tar)
