@@ -73,27 +73,21 @@ impl Manifest {
                 message: format!("unknown format {:?} (expected {FORMAT})", manifest.format),
             });
         }
-        if manifest.recorded_checksum().is_none() {
+        if let Err(message) = manifest.recorded_checksum() {
             return Err(Error::BadManifest {
                 key: key.to_string(),
-                message:
-                    "it records no checksum of the stored bytes (storedSha256 or storedCrc32c)"
-                        .into(),
-            });
-        }
-        // A CRC32C is enough only where age authenticates the content.
-        if manifest.encryption.is_none() && manifest.stored_sha256.is_none() {
-            return Err(Error::BadManifest {
-                key: key.to_string(),
-                message: "it records no storedSha256, which an unencrypted object's manifest must"
-                    .into(),
+                message: message.into(),
             });
         }
         Ok(manifest)
     }
 
-    fn recorded_checksum(&self) -> Option<StoredChecksum> {
-        StoredChecksum::recorded(self.stored_sha256.as_deref(), self.stored_crc32c.as_deref())
+    fn recorded_checksum(&self) -> Result<StoredChecksum, &'static str> {
+        StoredChecksum::from_manifest(
+            self.stored_sha256.as_deref(),
+            self.stored_crc32c.as_deref(),
+            self.encryption.is_some(),
+        )
     }
 
     /// The checksum of the stored bytes this manifest records.

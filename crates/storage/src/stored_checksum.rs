@@ -50,15 +50,30 @@ pub struct StoredChecksum {
 }
 
 impl StoredChecksum {
-    /// The one a manifest records: its sha256 if it has one, else its CRC32C. `None` when it
-    /// records neither (a manifest no version of ours writes).
-    pub fn recorded(sha256: Option<&str>, crc32c: Option<&str>) -> Option<StoredChecksum> {
+    /// The checksum a manifest records in its `storedSha256` and `storedCrc32c` fields: its
+    /// sha256 if it has one, else its CRC32C. The error says which rule the manifest breaks (for
+    /// a "bad manifest" message): it must record one of them, and a sha256 unless the object is
+    /// encrypted, since a CRC32C is enough only where age authenticates the content.
+    pub fn from_manifest(
+        sha256: Option<&str>,
+        crc32c: Option<&str>,
+        encrypted: bool,
+    ) -> Result<StoredChecksum, &'static str> {
         let (kind, hex) = match (sha256, crc32c) {
             (Some(hex), _) => (ChecksumKind::Sha256, hex),
+            (None, Some(_)) if !encrypted => {
+                return Err(
+                    "it records no storedSha256, which an unencrypted object's manifest must",
+                );
+            }
             (None, Some(hex)) => (ChecksumKind::Crc32c, hex),
-            (None, None) => return None,
+            (None, None) => {
+                return Err(
+                    "it records no checksum of the stored bytes (storedSha256 or storedCrc32c)",
+                );
+            }
         };
-        Some(StoredChecksum {
+        Ok(StoredChecksum {
             kind,
             hex: hex.to_string(),
         })
@@ -155,16 +170,31 @@ mod tests {
     }
 
     #[test]
-    fn a_manifest_records_its_sha256_or_else_its_crc32c() {
-        let recorded = |sha: Option<&str>, crc: Option<&str>| {
-            StoredChecksum::recorded(sha, crc).map(|c| c.to_string())
+    fn a_manifest_records_its_sha256_or_else_its_crc32c_and_a_crc32c_only_when_encrypted() {
+        let recorded = |sha: Option<&str>, crc: Option<&str>, encrypted: bool| {
+            StoredChecksum::from_manifest(sha, crc, encrypted).map(|c| c.to_string())
         };
-        assert_eq!(recorded(Some("ab"), None).as_deref(), Some("sha256 ab"));
+        for encrypted in [false, true] {
+            assert_eq!(
+                recorded(Some("ab"), None, encrypted),
+                Ok("sha256 ab".into())
+            );
+            assert_eq!(
+                recorded(Some("ab"), Some("0a0b0c0d"), encrypted),
+                Ok("sha256 ab".into())
+            );
+            let neither = recorded(None, None, encrypted).unwrap_err();
+            assert!(neither.contains("records no checksum"), "{neither}");
+        }
         assert_eq!(
-            recorded(None, Some("0a0b0c0d")).as_deref(),
-            Some("crc32c 0a0b0c0d")
+            recorded(None, Some("0a0b0c0d"), true),
+            Ok("crc32c 0a0b0c0d".into())
         );
-        assert_eq!(recorded(None, None), None);
+        let plain_with_a_crc = recorded(None, Some("0a0b0c0d"), false).unwrap_err();
+        assert!(
+            plain_with_a_crc.contains("no storedSha256"),
+            "{plain_with_a_crc}"
+        );
         assert_eq!(
             ChecksumKind::for_new_object(true),
             ChecksumKind::Crc32c,

@@ -59,22 +59,16 @@ impl Manifest {
         if m.format != FORMAT {
             return Err(format!("unknown format {:?} (expected {FORMAT})", m.format));
         }
-        if m.recorded_checksum().is_none() {
-            return Err(
-                "it records no checksum of the stored bytes (storedSha256 or storedCrc32c)".into(),
-            );
-        }
-        // A CRC32C is enough only where age authenticates the content.
-        if m.encryption.is_none() && m.stored_sha256.is_none() {
-            return Err(
-                "it records no storedSha256, which an unencrypted backup's manifest must".into(),
-            );
-        }
+        m.recorded_checksum()?;
         Ok(m)
     }
 
-    fn recorded_checksum(&self) -> Option<StoredChecksum> {
-        StoredChecksum::recorded(self.stored_sha256.as_deref(), self.stored_crc32c.as_deref())
+    fn recorded_checksum(&self) -> Result<StoredChecksum, &'static str> {
+        StoredChecksum::from_manifest(
+            self.stored_sha256.as_deref(),
+            self.stored_crc32c.as_deref(),
+            self.encryption.is_some(),
+        )
     }
 
     /// The checksum of the stored bytes this manifest records.
