@@ -151,9 +151,9 @@ async fn check_layers(
 
     let mut verifier = TrailerVerifier::new();
     while let Some(piece) = reader.next_piece().await? {
-        verifier.update(&piece);
+        verifier.update(piece);
         if let Some(sink) = sink.as_mut() {
-            sink.write_all(&piece).await.map_err(|e| Error::Io {
+            sink.write_all(piece).await.map_err(|e| Error::Io {
                 path: PathBuf::from("<output>"),
                 source: e,
             })?;

@@ -129,8 +129,18 @@ pub struct Decoder {
     input: Bytes,
     pos: usize,
     out: Vec<u8>,
+    /// Where the piece [`Decoder::advance`] found lies.
+    piece: PieceAt,
     /// True when the last zstd frame ended exactly: a truncated stream leaves this false.
     frame_done: bool,
+}
+
+#[derive(Clone, Copy)]
+enum PieceAt {
+    /// The whole input chunk (no compression).
+    Input,
+    /// The first `n` bytes of `out`.
+    Out(usize),
 }
 
 impl Decoder {
@@ -146,6 +156,7 @@ impl Decoder {
             input: Bytes::new(),
             pos: 0,
             out: vec![0; DECODE_PIECE],
+            piece: PieceAt::Out(0),
             frame_done: true,
         })
     }
@@ -161,12 +172,22 @@ impl Decoder {
     }
 
     pub fn next_piece(&mut self) -> Result<Option<&[u8]>> {
+        Ok(match self.advance()? {
+            true => Some(self.piece()),
+            false => None,
+        })
+    }
+
+    /// Decodes the next piece, which [`Decoder::piece`] then returns (borrowing the decoder only
+    /// shared, so a caller can return it from a loop); false once the chunk is used up.
+    pub fn advance(&mut self) -> Result<bool> {
         let Some(decoder) = self.zstd.as_mut() else {
             if self.pos >= self.input.len() {
-                return Ok(None);
+                return Ok(false);
             }
             self.pos = self.input.len();
-            return Ok(Some(&self.input));
+            self.piece = PieceAt::Input;
+            return Ok(true);
         };
         // A run may consume input (headers) without output; keep going until there is output
         // or the chunk is used up.
@@ -187,11 +208,20 @@ impl Decoder {
             }
             self.pos += input.pos();
             if produced > 0 {
-                return Ok(Some(&self.out[..produced]));
+                self.piece = PieceAt::Out(produced);
+                return Ok(true);
             }
             if self.pos >= self.input.len() {
-                return Ok(None);
+                return Ok(false);
             }
+        }
+    }
+
+    /// The piece the last successful [`Decoder::advance`] found.
+    pub fn piece(&self) -> &[u8] {
+        match self.piece {
+            PieceAt::Input => &self.input,
+            PieceAt::Out(n) => &self.out[..n],
         }
     }
 

@@ -141,7 +141,9 @@ enum Source {
     },
 }
 
-/// Streams an object's plaintext in pieces of at most [`DECODE_PIECE`] bytes.
+/// Streams an object's plaintext in pieces of at most [`DECODE_PIECE`] bytes, lent to the
+/// caller until the next call: a piece is where it was made (a stored chunk, age's output, the
+/// decoder's output), never copied again.
 pub struct ObjectReader {
     what: String,
     source: Source,
@@ -149,8 +151,31 @@ pub struct ObjectReader {
     declared_checksum: ChecksumKind,
     decoder: Option<(Compression, Decoder)>,
     tally: Shared,
+    /// age's plaintext is read into this.
     buffer: Vec<u8>,
+    /// The stored chunk the last piece was, when the stored bytes are the plaintext.
+    chunk: Bytes,
+    piece: Option<Piece>,
     encrypted: bool,
+}
+
+/// Where the piece [`ObjectReader::advance`] found lies.
+#[derive(Clone, Copy)]
+enum Piece {
+    /// `chunk`.
+    Chunk,
+    /// The first `n` bytes of `buffer`.
+    Buffer(usize),
+    /// The decoder's piece.
+    Decoded,
+}
+
+/// A chunk of (compressed) plaintext from the source.
+enum PlainChunk {
+    /// A stored chunk (the object is not encrypted).
+    Stored(Bytes),
+    /// The first `n` bytes of `buffer` (age's output).
+    Buffer(usize),
 }
 
 impl ObjectReader {
@@ -211,6 +236,8 @@ impl ObjectReader {
             decoder: None,
             tally,
             buffer: vec![0; DECODE_PIECE],
+            chunk: Bytes::new(),
+            piece: None,
             encrypted,
         })
     }
@@ -245,12 +272,37 @@ impl ObjectReader {
     }
 
     /// The next piece of plaintext, or `None` at the end, once every layer ended cleanly.
-    pub async fn next_piece(&mut self) -> Result<Option<Bytes>, ReadError> {
+    pub async fn next_piece(&mut self) -> Result<Option<&[u8]>, ReadError> {
+        Ok(match self.advance().await? {
+            true => Some(self.piece()),
+            false => None,
+        })
+    }
+
+    /// Finds the next piece of plaintext, which [`ObjectReader::piece`] then lends (so a
+    /// caller can ask the reader other things while holding it); false at the end, once every
+    /// layer ended cleanly.
+    pub async fn advance(&mut self) -> Result<bool, ReadError> {
+        self.piece = self.find_piece().await?;
+        Ok(self.piece.is_some())
+    }
+
+    /// The piece the last [`ObjectReader::advance`] found; empty at the end.
+    pub fn piece(&self) -> &[u8] {
+        match self.piece {
+            None => &[],
+            Some(Piece::Chunk) => &self.chunk,
+            Some(Piece::Buffer(n)) => &self.buffer[..n],
+            Some(Piece::Decoded) => self.decoder.as_ref().expect("decoding").1.piece(),
+        }
+    }
+
+    async fn find_piece(&mut self) -> Result<Option<Piece>, ReadError> {
         loop {
             if let Some((_, decoder)) = self.decoder.as_mut()
-                && let Some(piece) = decoder.next_piece()?
+                && decoder.advance()?
             {
-                return Ok(Some(Bytes::copy_from_slice(piece)));
+                return Ok(Some(Piece::Decoded));
             }
             let Some(chunk) = self.next_plain_chunk().await? else {
                 if let Some((_, decoder)) = &self.decoder {
@@ -258,14 +310,18 @@ impl ObjectReader {
                 }
                 return Ok(None);
             };
-            if chunk.is_empty() {
+            let bytes: &[u8] = match &chunk {
+                PlainChunk::Stored(bytes) => bytes,
+                PlainChunk::Buffer(n) => &self.buffer[..*n],
+            };
+            if bytes.is_empty() {
                 continue;
             }
             let plain = matches!(self.source, Source::Plain { .. });
             if self.decoder.is_none() {
                 let compression = self
                     .declared_compression
-                    .unwrap_or_else(|| Compression::sniff(&chunk));
+                    .unwrap_or_else(|| Compression::sniff(bytes));
                 let mut tally = self.tally.lock().expect("not poisoned");
                 if plain && compression != Compression::None && tally.checksum.is_none() {
                     tally.checksum = Some(StoredHasher::new(self.declared_checksum));
@@ -275,26 +331,35 @@ impl ObjectReader {
             }
             // Encrypted chunks were counted as they left the store.
             if plain {
-                count(&self.tally, &chunk);
+                count(&self.tally, bytes);
             }
             let (compression, decoder) = self.decoder.as_mut().expect("set above");
-            if *compression == Compression::None {
-                return Ok(Some(chunk));
+            match (*compression, chunk) {
+                (Compression::None, PlainChunk::Stored(bytes)) => {
+                    self.chunk = bytes;
+                    return Ok(Some(Piece::Chunk));
+                }
+                (Compression::None, PlainChunk::Buffer(n)) => return Ok(Some(Piece::Buffer(n))),
+                (_, PlainChunk::Stored(bytes)) => decoder.feed(bytes),
+                // The decoder keeps its input across reads of the next; compressed bytes are
+                // the smaller side to copy.
+                (_, PlainChunk::Buffer(n)) => {
+                    decoder.feed(Bytes::copy_from_slice(&self.buffer[..n]))
+                }
             }
-            decoder.feed(chunk);
         }
     }
 
     /// The next chunk of (compressed) plaintext; encrypted stored bytes are counted as they pass.
-    async fn next_plain_chunk(&mut self) -> Result<Option<Bytes>, ReadError> {
+    async fn next_plain_chunk(&mut self) -> Result<Option<PlainChunk>, ReadError> {
         match &mut self.source {
             Source::Plain { download, first } => match first.take() {
-                Some(chunk) => Ok(Some(chunk)),
-                None => Ok(download.next_chunk().await?),
+                Some(chunk) => Ok(Some(PlainChunk::Stored(chunk))),
+                None => Ok(download.next_chunk().await?.map(PlainChunk::Stored)),
             },
             Source::Age(reader) => match reader.read(&mut self.buffer).await {
                 Ok(0) => Ok(None),
-                Ok(n) => Ok(Some(Bytes::copy_from_slice(&self.buffer[..n]))),
+                Ok(n) => Ok(Some(PlainChunk::Buffer(n))),
                 Err(e) => Err(failure_or(&self.tally, || {
                     let reason = if e.kind() == std::io::ErrorKind::UnexpectedEof {
                         "it ends before its last chunk".to_string()

@@ -214,24 +214,25 @@ async fn stream_into(
         .and_then(|m| m.stream_sha256.as_ref())
         .map(|_| Sha256::new());
     loop {
-        let piece = match reader.next_piece().await {
-            Ok(Some(piece)) => piece,
-            Ok(None) => break,
+        match reader.advance().await {
+            Ok(true) => {}
+            Ok(false) => break,
             Err(e) => return Err(read_error(e, corrupted)),
-        };
+        }
         if plain_sha.is_none()
             && !reader.encrypted()
             && reader.compression() == Some(Compression::None)
         {
             plain_sha = Some(Sha256::new());
         }
+        let piece = reader.piece();
         if let Some(sha) = plain_sha.as_mut() {
-            sha.update(&piece);
+            sha.update(piece);
         }
         if let Some(sha) = stream_sha.as_mut() {
-            sha.update(&piece);
+            sha.update(piece);
         }
-        extraction.write(&piece).await.map_err(|e| match e {
+        extraction.write(piece).await.map_err(|e| match e {
             Error::Stream(s) => corrupted(s.to_string()),
             other => other,
         })?;
