@@ -2,6 +2,8 @@
 //! encryption, and the manifest's size and hashes. `fetch` also writes the snapshot to a file,
 //! which appears under its name only when every check passed.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use backup_storage::Store;
@@ -82,29 +84,23 @@ pub async fn fetch(
     };
     // Owner-only, like `etcdctl snapshot save` (a snapshot holds every Kubernetes Secret); set
     // again on the open file in case a leftover `.part` of another mode was truncated.
-    let file = tokio::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(&part)
-        .await
         .map_err(|e| io(&part, e))?;
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
-        .await
         .map_err(|e| io(&part, e))?;
-    let mut writer = BufWriter::with_capacity(1 << 20, file);
+    let mut writer = BufWriter::with_capacity(1 << 20, BlockingFile(file));
     let result = async {
         let report = match check(store, key, identity, Some(&mut writer)).await? {
             Checked::Content(report) => report,
             Checked::StoredOnly(_) => unreachable!("a sink asks for the content"),
         };
         writer.flush().await.map_err(|e| io(&part, e))?;
-        writer
-            .get_ref()
-            .sync_all()
-            .await
-            .map_err(|e| io(&part, e))?;
+        writer.get_ref().0.sync_all().map_err(|e| io(&part, e))?;
         tokio::fs::rename(&part, out)
             .await
             .map_err(|e| io(out, e))?;
@@ -115,6 +111,37 @@ pub async fn fetch(
         let _ = tokio::fs::remove_file(&part).await;
     }
     result
+}
+
+/// A file written by blocking writes on the calling thread. A fetch is the one task of the
+/// `etcd-backup` process (a single-threaded runtime) and its writes go to the page cache, so
+/// nothing else waits on that thread; `tokio::fs::File` would copy every piece into a buffer of
+/// its own and hand it to another thread, which on a busy machine cost more CPU than the write.
+struct BlockingFile(std::fs::File);
+
+impl AsyncWrite for BlockingFile {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(self.get_mut().0.write(bytes))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        // Nothing is buffered here; durability is `sync_all`'s.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 async fn check(
