@@ -71,6 +71,8 @@ pub async fn verify_what_can_be(
 
 /// Downloads, verifies, decrypts and decompresses `key` into `out`. The file is written as
 /// `<out>.part` and renamed only after every check passed, so `out` is never a bad snapshot.
+/// The file is written by blocking writes on the calling thread: call it where the fetch is the
+/// process's one task, as in the `etcd-backup` CLI, not on a runtime shared with other work.
 pub async fn fetch(
     store: &Store,
     key: &str,
