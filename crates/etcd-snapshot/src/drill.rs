@@ -86,7 +86,8 @@ impl DrillReport {
     }
 }
 
-/// Runs the drill on `key`. A report that did not pass names what differs (exit 3).
+/// Runs the drill on `key`. A report that did not pass names what differs (exit 3). Fetches
+/// with [`crate::fetch`], which writes on the calling thread.
 pub async fn drill(
     store: &Store,
     key: &str,

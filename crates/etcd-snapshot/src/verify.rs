@@ -116,9 +116,10 @@ pub async fn fetch(
 }
 
 /// A file written by blocking writes on the calling thread. A fetch is the one task of the
-/// `etcd-backup` process (a single-threaded runtime) and its writes go to the page cache, so
-/// nothing else waits on that thread; `tokio::fs::File` would copy every piece into a buffer of
-/// its own and hand it to another thread, which on a busy machine cost more CPU than the write.
+/// `etcd-backup` process (a single-threaded runtime) and its writes go to the page cache: the
+/// download waits while a write runs, which it would for the file anyway (the writer is its
+/// back-pressure); `tokio::fs::File` would copy every piece into a buffer of its own and hand
+/// it to another thread, which on a busy machine cost more CPU than the write.
 struct BlockingFile(std::fs::File);
 
 impl AsyncWrite for BlockingFile {
@@ -127,7 +128,14 @@ impl AsyncWrite for BlockingFile {
         _: &mut std::task::Context<'_>,
         bytes: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::task::Poll::Ready(self.get_mut().0.write(bytes))
+        // `std::fs::File::write_all` retries an interrupted write; tokio's writers do not.
+        let file = &mut self.get_mut().0;
+        loop {
+            match file.write(bytes) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                result => return std::task::Poll::Ready(result),
+            }
+        }
     }
 
     fn poll_flush(

@@ -123,7 +123,7 @@ impl Encoder {
 
 /// Decompresses chunk by chunk into pieces of at most [`DECODE_PIECE`] bytes. Pull-based so the
 /// caller can await between pieces: `feed` a chunk, then take pieces with `next_piece` until
-/// it returns `None`.
+/// it returns `None` (or with `advance` and `piece` until `advance` returns false).
 pub struct Decoder {
     zstd: Option<Box<RawDecoder<'static>>>,
     input: Bytes,
@@ -181,6 +181,8 @@ impl Decoder {
     /// Decodes the next piece, which [`Decoder::piece`] then returns (borrowing the decoder only
     /// shared, so a caller can return it from a loop); false once the chunk is used up.
     pub fn advance(&mut self) -> Result<bool> {
+        // Cleared first: after `false` or an error there is no piece.
+        self.piece = PieceAt::Out(0);
         let Some(decoder) = self.zstd.as_mut() else {
             if self.pos >= self.input.len() {
                 return Ok(false);
@@ -217,7 +219,7 @@ impl Decoder {
         }
     }
 
-    /// The piece the last successful [`Decoder::advance`] found.
+    /// The piece the last [`Decoder::advance`] found; empty after `false` or an error.
     pub fn piece(&self) -> &[u8] {
         match self.piece {
             PieceAt::Input => &self.input,

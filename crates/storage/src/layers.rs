@@ -141,9 +141,10 @@ enum Source {
     },
 }
 
-/// Streams an object's plaintext in pieces of at most [`DECODE_PIECE`] bytes, lent to the
-/// caller until the next call: a piece is where it was made (a stored chunk, age's output, the
-/// decoder's output), never copied again.
+/// Streams an object's plaintext in pieces lent to the caller until the next call: a piece is
+/// where it was made, never copied again: a stored chunk as the store sent it (an object
+/// neither compressed nor encrypted), or at most [`DECODE_PIECE`] bytes of age's or the
+/// decoder's output.
 pub struct ObjectReader {
     what: String,
     source: Source,
@@ -283,11 +284,13 @@ impl ObjectReader {
     /// caller can ask the reader other things while holding it); false at the end, once every
     /// layer ended cleanly.
     pub async fn advance(&mut self) -> Result<bool, ReadError> {
+        // Cleared first: after an error (or a cancelled call) there is no piece.
+        self.piece = None;
         self.piece = self.find_piece().await?;
         Ok(self.piece.is_some())
     }
 
-    /// The piece the last [`ObjectReader::advance`] found; empty at the end.
+    /// The piece the last [`ObjectReader::advance`] found; empty at the end or after an error.
     pub fn piece(&self) -> &[u8] {
         match self.piece {
             None => &[],

@@ -74,7 +74,7 @@ impl Manifest {
     /// The checksum of the stored bytes this manifest records.
     pub fn stored_checksum(&self) -> StoredChecksum {
         self.recorded_checksum()
-            .expect("a parsed or written manifest records a stored checksum")
+            .expect("a manifest that parsed, or one this version wrote, follows the checksum rules")
     }
 
     pub fn to_json(&self) -> Vec<u8> {

@@ -276,6 +276,11 @@ mod tests {
         let mut encrypted = outcome(Ok(vec![]));
         let m = &mut encrypted.report.manifest;
         (m.stored_sha256, m.stored_crc32c) = (None, Some("0a0b0c0d".into()));
+        m.encryption = Some(backup_storage::encryption::Encryption {
+            scheme: "age".into(),
+            recipients: vec!["age1example".into()],
+        });
+        assert_eq!(m.stored_checksum().to_string(), "crc32c 0a0b0c0d");
         let prev = running(&Default::default(), Some(3), at("2026-01-01T00:00:00Z"));
         let s = succeeded(
             &prev,
