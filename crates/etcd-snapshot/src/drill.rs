@@ -87,7 +87,7 @@ impl DrillReport {
 }
 
 /// Runs the drill on `key`. A report that did not pass names what differs (exit 3). Fetches
-/// with [`crate::fetch`], which writes on the calling thread.
+/// with [`crate::fetch`].
 pub async fn drill(
     store: &Store,
     key: &str,

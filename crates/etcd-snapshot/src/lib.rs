@@ -13,6 +13,7 @@ mod error;
 mod manifest;
 mod member;
 pub mod naming;
+mod plaintext_sink;
 mod save;
 mod trailer;
 mod verify;

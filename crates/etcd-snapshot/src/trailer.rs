@@ -77,15 +77,21 @@ impl TrailerVerifier {
     }
 }
 
+/// A snapshot as etcd streams it, for tests: `db_len` bytes of database, then their sha256.
+#[cfg(test)]
+pub(crate) fn test_snapshot(db_len: usize) -> Vec<u8> {
+    let mut snap: Vec<u8> = (0..db_len).map(|i| (i * 7 % 251) as u8).collect();
+    let trailer = Sha256::digest(&snap);
+    snap.extend_from_slice(&trailer);
+    snap
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn snapshot(db_len: usize) -> Vec<u8> {
-        let db: Vec<u8> = (0..db_len).map(|i| (i * 7 % 251) as u8).collect();
-        let mut out = db.clone();
-        out.extend_from_slice(&Sha256::digest(&db));
-        out
+        test_snapshot(db_len)
     }
 
     fn verify_in_chunks(bytes: &[u8], chunk: usize) -> Result<Verified> {

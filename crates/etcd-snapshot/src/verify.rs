@@ -2,7 +2,6 @@
 //! encryption, and the manifest's size and hashes. `fetch` also writes the snapshot to a file,
 //! which appears under its name only when every check passed.
 
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -10,9 +9,9 @@ use backup_storage::Store;
 use backup_storage::encryption::Identity;
 use backup_storage::layers::{Declared, ObjectReader, identity_needed};
 use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum};
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
-use crate::{Compression, Error, Manifest, Result, TrailerVerifier};
+use crate::plaintext_sink::PlaintextSink;
+use crate::{Compression, Error, Manifest, Result};
 
 #[derive(Debug, Clone)]
 pub struct VerifyReport {
@@ -51,7 +50,7 @@ pub enum Checked {
 /// Reads the whole object and checks it; nothing is written. An encrypted object needs
 /// `identity`.
 pub async fn verify(store: &Store, key: &str, identity: Option<&Identity>) -> Result<VerifyReport> {
-    match check(store, key, identity, None).await? {
+    match check_layers(store, key, identity, None, false).await?.0 {
         Checked::Content(report) => Ok(report),
         Checked::StoredOnly(_) => {
             unreachable!("check refuses an object whose content it cannot read")
@@ -66,13 +65,13 @@ pub async fn verify_what_can_be(
     key: &str,
     identity: Option<&Identity>,
 ) -> Result<Checked> {
-    check_layers(store, key, identity, None, true).await
+    Ok(check_layers(store, key, identity, None, true).await?.0)
 }
 
 /// Downloads, verifies, decrypts and decompresses `key` into `out`. The file is written as
 /// `<out>.part` and renamed only after every check passed, so `out` is never a bad snapshot.
-/// The file is written by blocking writes on the calling thread: call it where the fetch is the
-/// process's one task, as in the `etcd-backup` CLI, not on a runtime shared with other work.
+/// The download and decryption run on the calling task, the hashing and the file's writes on a
+/// blocking thread beside it.
 pub async fn fetch(
     store: &Store,
     key: &str,
@@ -95,14 +94,15 @@ pub async fn fetch(
         .map_err(|e| io(&part, e))?;
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(|e| io(&part, e))?;
-    let mut writer = BufWriter::with_capacity(1 << 20, BlockingFile(file));
     let result = async {
-        let report = match check(store, key, identity, Some(&mut writer)).await? {
+        let (checked, file) =
+            check_layers(store, key, identity, Some((file, part.clone())), false).await?;
+        let report = match checked {
             Checked::Content(report) => report,
-            Checked::StoredOnly(_) => unreachable!("a sink asks for the content"),
+            Checked::StoredOnly(_) => unreachable!("a file to write asks for the content"),
         };
-        writer.flush().await.map_err(|e| io(&part, e))?;
-        writer.get_ref().0.sync_all().map_err(|e| io(&part, e))?;
+        let file = tokio::fs::File::from_std(file.expect("the file given is handed back"));
+        file.sync_all().await.map_err(|e| io(&part, e))?;
         tokio::fs::rename(&part, out)
             .await
             .map_err(|e| io(out, e))?;
@@ -115,63 +115,16 @@ pub async fn fetch(
     result
 }
 
-/// A file written by blocking writes on the calling thread. A fetch is the one task of the
-/// `etcd-backup` process (a single-threaded runtime) and its writes go to the page cache: the
-/// download waits while a write runs, which it would for the file anyway (the writer is its
-/// back-pressure); `tokio::fs::File` would copy every piece into a buffer of its own and hand
-/// it to another thread, which on a busy machine cost more CPU than the write.
-struct BlockingFile(std::fs::File);
-
-impl AsyncWrite for BlockingFile {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        bytes: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        // `std::fs::File::write_all` retries an interrupted write; tokio's writers do not.
-        let file = &mut self.get_mut().0;
-        loop {
-            match file.write(bytes) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                result => return std::task::Poll::Ready(result),
-            }
-        }
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        // Nothing is buffered here; durability is `sync_all`'s.
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
-async fn check(
-    store: &Store,
-    key: &str,
-    identity: Option<&Identity>,
-    sink: Option<&mut (dyn AsyncWrite + Unpin + Send)>,
-) -> Result<Checked> {
-    check_layers(store, key, identity, sink, false).await
-}
-
-/// `stored_only_is_enough`: an encrypted object without `identity` is checked without its
-/// content instead of refused.
+/// `output`: the file the plaintext is written to (handed back, written, once every check
+/// passed). `stored_only_is_enough`: an encrypted object without `identity` is checked without
+/// its content instead of refused.
 async fn check_layers(
     store: &Store,
     key: &str,
     identity: Option<&Identity>,
-    mut sink: Option<&mut (dyn AsyncWrite + Unpin + Send)>,
+    output: Option<(std::fs::File, PathBuf)>,
     stored_only_is_enough: bool,
-) -> Result<Checked> {
+) -> Result<(Checked, Option<std::fs::File>)> {
     let url = store.location(key).to_string();
     let download = store.download(key).await?;
     let manifest = Manifest::load(store, key).await?;
@@ -186,22 +139,25 @@ async fn check_layers(
         return Err(identity_needed(&url, &declared).into());
     }
 
-    let mut verifier = TrailerVerifier::new();
-    while let Some(piece) = reader.next_piece().await? {
-        verifier.update(piece);
-        if let Some(sink) = sink.as_mut() {
-            sink.write_all(piece).await.map_err(|e| Error::Io {
-                path: PathBuf::from("<output>"),
-                source: e,
-            })?;
+    // Unreadable content: the stored bytes are all that can be checked.
+    let mut sink = reader
+        .content_readable()
+        .then(|| PlaintextSink::start(output));
+    while reader.advance().await? {
+        let sink = sink.as_mut().expect("only readable content has pieces");
+        if !sink.take(reader.piece_bytes()).await {
+            // The sink stopped (a write failed); `finish` says why.
+            break;
         }
     }
-    let stored_bytes = reader.stored_bytes();
-    // Unreadable content: the stored bytes are all that can be checked.
-    let verified = match reader.content_readable() {
-        true => Some(verifier.finish()?),
-        false => None,
+    let (verified, file) = match sink {
+        Some(sink) => {
+            let finished = sink.finish().await?;
+            (Some(finished.verified), finished.file)
+        }
+        None => (None, None),
     };
+    let stored_bytes = reader.stored_bytes();
     let stored = match (reader.stored_checksum(), &verified) {
         (Some(checksum), _) => checksum,
         (None, Some(verified)) => StoredChecksum {
@@ -234,14 +190,17 @@ async fn check_layers(
         }
     }
     let Some(verified) = verified else {
-        return Ok(Checked::StoredOnly(StoredReport {
-            url,
-            stored_bytes,
-            stored,
-            manifest,
-        }));
+        return Ok((
+            Checked::StoredOnly(StoredReport {
+                url,
+                stored_bytes,
+                stored,
+                manifest,
+            }),
+            file,
+        ));
     };
-    Ok(Checked::Content(VerifyReport {
+    let report = Checked::Content(VerifyReport {
         url,
         stored_bytes,
         stored,
@@ -250,7 +209,8 @@ async fn check_layers(
         db_bytes: verified.db_bytes,
         db_sha256: verified.db_sha256,
         manifest,
-    }))
+    });
+    Ok((report, file))
 }
 
 fn expect(what: &'static str, expected: String, found: String) -> Result<()> {
@@ -297,12 +257,9 @@ mod tests {
     use backup_storage::{Location, S3Options};
     use sha2::{Digest, Sha256};
 
-    /// A snapshot as etcd streams it: whole pages of database, then their sha256.
+    /// Whole pages of database, then their sha256.
     fn snapshot() -> Vec<u8> {
-        let mut snap: Vec<u8> = (0..4096 * 40).map(|i| (i * 7 % 251) as u8).collect();
-        let trailer = Sha256::digest(&snap);
-        snap.extend_from_slice(&trailer);
-        snap
+        crate::trailer::test_snapshot(4096 * 40)
     }
 
     fn stored(snap: &[u8], compression: Compression, recipients: Option<&Recipients>) -> Vec<u8> {

@@ -300,6 +300,15 @@ impl ObjectReader {
         }
     }
 
+    /// The piece [`ObjectReader::piece`] lends, as bytes of its own to hand to another thread:
+    /// a stored chunk without a copy, age's or the decoder's output copied.
+    pub fn piece_bytes(&self) -> Bytes {
+        match self.piece {
+            Some(Piece::Chunk) => self.chunk.clone(),
+            _ => Bytes::copy_from_slice(self.piece()),
+        }
+    }
+
     async fn find_piece(&mut self) -> Result<Option<Piece>, ReadError> {
         loop {
             if let Some((_, decoder)) = self.decoder.as_mut()

@@ -12,6 +12,8 @@
 //!   (d) `aws s3 cp FILE s3://...` alone,
 //! and, for encryption (age), the same save encrypted (e), and `etcd-backup fetch` of the plain
 //! (f) and the encrypted (g) object: encrypted against plain, same run;
+//! (i) and (j), `etcd-backup fetch` of a plain and an encrypted backup from a directory (a
+//! PVC's), where no S3 server shares the cores;
 //! (h) `etcd-backup drill` of (a)'s backup, with what recording its contents cost inside (a);
 //! then (a), (e) and (g) again on a small database, to show that memory does not grow with
 //! snapshot size.
@@ -28,6 +30,12 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use testbed::{Etcd, Garage};
+
+mod encryption;
+
+use encryption::{
+    ENCRYPTION_ROUNDS, Keys, directory_rounds, encryption_cost, encryption_round, fetch_script,
+};
 
 struct Args {
     size_mib: u64,
@@ -317,6 +325,8 @@ async fn main() -> Result<()> {
     }
     let plain = first_plain.context("at least one round")?;
     let [a, e, f, g] = rounds[0].clone();
+    let directory = directory_rounds(&etcd_backup, &etcd, &keys, work.path(), &fetched)?;
+    let [i, j] = directory[0].clone();
     // The drill of (a)'s backup, and what recording its contents (key count, HashKV) cost
     // inside (a), from the manifest.
     let h = measure(
@@ -354,8 +364,8 @@ async fn main() -> Result<()> {
         "(g) encrypted fetch, small db",
         &fetch_script(
             &etcd_backup,
-            &encrypted,
-            "bench/encrypted-small",
+            Some(&encrypted),
+            &encrypted.url("bench/encrypted-small"),
             &fetched,
             Some(&keys),
         ),
@@ -383,7 +393,7 @@ async fn main() -> Result<()> {
             m.server_cpu_seconds
         )
     };
-    for m in [&a, &b, &c, &d, &e, &f, &g, &h] {
+    for m in [&a, &b, &c, &d, &e, &f, &g, &h, &i, &j] {
         row(m, db_size);
     }
     for m in [&a_small, &e_small, &g_small] {
@@ -443,107 +453,26 @@ async fn main() -> Result<()> {
     for (label, p, e, small) in [("save", 0, 1, &e_small), ("fetch", 2, 3, &g_small)] {
         let ratios: Vec<f64> = rounds.iter().map(|r| r[e].seconds / r[p].seconds).collect();
         let (plain, encrypted) = (&rounds[0][p], &rounds[0][e]);
-        let rounds_text: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!(
-            "  {label}: time {:.2} [<= 1.10] (rounds: {}); client CPU-s/GiB added {:.2} ({:.2} -> {:.2}); \
-             RSS big / small {:.2} [<= 1.10; {:.1} MiB]",
-            median(ratios.clone()),
-            rounds_text.join(", "),
-            (client(encrypted) - client(plain)) / gib,
-            client(plain) / gib,
-            client(encrypted) / gib,
+            "  {label}: {}; RSS big / small {:.2} [<= 1.10; {:.1} MiB]",
+            encryption_cost(&ratios, client(plain) / gib, client(encrypted) / gib),
             encrypted.peak_rss_mib / small.peak_rss_mib,
             encrypted.peak_rss_mib
         );
     }
+    let ratios: Vec<f64> = directory
+        .iter()
+        .map(|[i, j]| j.seconds / i.seconds)
+        .collect();
+    let use_of_cores = |m: &Measured| 100.0 * client(m) / m.seconds / cores as f64;
+    println!(
+        "  fetch from a directory (a PVC's backup; no server on the cores): {}; the client kept \
+         {:.0} % -> {:.0} % of the {cores} cores busy",
+        encryption_cost(&ratios, client(&i) / gib, client(&j) / gib),
+        use_of_cores(&i),
+        use_of_cores(&j)
+    );
     Ok(())
-}
-
-/// Rounds of the encryption comparison: on a 2-core machine shared with etcd and Garage, single
-/// rounds of the fetch ratio ranged from 1.09 to 1.24 in one run.
-const ENCRYPTION_ROUNDS: usize = 5;
-
-/// One round of (a), (e), (f) and (g), each save into an empty store; also gives the plain
-/// store, which holds (a)'s backup.
-async fn encryption_round(
-    etcd_backup: &Path,
-    tls: &testbed::TlsFiles,
-    etcd: &Etcd,
-    keys: &Keys,
-    fetched: &Path,
-) -> Result<([Measured; 4], Store)> {
-    let plain = Store::empty(tls).await?;
-    let a = measure(
-        "(a) etcd-backup save -> S3",
-        &save_script(etcd_backup, &plain, etcd, "bench/etcd-backup"),
-        &plain.env,
-        &plain.servers(etcd),
-    )?;
-    let encrypted = Store::empty(tls).await?;
-    let e = measure(
-        "(e) etcd-backup save, encrypted",
-        &format!(
-            "{} --encrypt-to {}",
-            save_script(etcd_backup, &encrypted, etcd, "bench/encrypted"),
-            keys.recipient
-        ),
-        &encrypted.env,
-        &encrypted.servers(etcd),
-    )?;
-    let f = measure(
-        "(f) etcd-backup fetch",
-        &fetch_script(etcd_backup, &plain, "bench/etcd-backup", fetched, None),
-        &plain.env,
-        &plain.servers(etcd),
-    )?;
-    std::fs::remove_file(fetched)?;
-    let g = measure(
-        "(g) etcd-backup fetch, encrypted",
-        &fetch_script(
-            etcd_backup,
-            &encrypted,
-            "bench/encrypted",
-            fetched,
-            Some(keys),
-        ),
-        &encrypted.env,
-        &encrypted.servers(etcd),
-    )?;
-    std::fs::remove_file(fetched)?;
-    Ok(([a, e, f, g], plain))
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// An age key pair made by the reference tool (`age-keygen`).
-struct Keys {
-    identity: PathBuf,
-    recipient: String,
-}
-
-impl Keys {
-    fn generate(dir: &Path) -> Result<Keys> {
-        let identity = dir.join("restore-key.txt");
-        let made = Command::new("age-keygen")
-            .arg("-o")
-            .arg(&identity)
-            .output()
-            .context("cannot run age-keygen (apt install age)")?;
-        if !made.status.success() {
-            bail!("age-keygen: {}", String::from_utf8_lossy(&made.stderr));
-        }
-        let public = Command::new("age-keygen")
-            .arg("-y")
-            .arg(&identity)
-            .output()?;
-        Ok(Keys {
-            identity,
-            recipient: String::from_utf8(public.stdout)?.trim().to_string(),
-        })
-    }
 }
 
 fn drill_script(etcd_backup: &Path, store: &Store, key: &str, scratch: &Path) -> String {
@@ -571,23 +500,4 @@ fn recorded_contents_seconds(store: &Store, key: &str) -> Result<f64> {
     manifest["contents"]["seconds"]
         .as_f64()
         .context("the manifest records no contents")
-}
-
-fn fetch_script(
-    etcd_backup: &Path,
-    store: &Store,
-    key: &str,
-    out: &Path,
-    keys: Option<&Keys>,
-) -> String {
-    let identity = keys.map_or(String::new(), |k| {
-        format!(" --identity {}", k.identity.display())
-    });
-    format!(
-        "{} {} fetch {} --out {}{identity} >/dev/null",
-        etcd_backup.display(),
-        store.flags(),
-        store.url(key),
-        out.display()
-    )
 }

@@ -1,0 +1,181 @@
+//! Encryption (age) against the same way unencrypted, in rounds: save and fetch to and from S3,
+//! and fetch from a directory (a PVC's backup), where no server shares the cores.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use testbed::Etcd;
+
+use crate::{Measured, Store, measure, save_script};
+
+/// Rounds of the encryption comparison: on a 2-core machine shared with etcd and Garage, single
+/// rounds of the fetch ratio ranged from 1.09 to 1.24 in one run.
+pub(crate) const ENCRYPTION_ROUNDS: usize = 5;
+
+/// One round of (a), (e), (f) and (g), each save into an empty store; also gives the plain
+/// store, which holds (a)'s backup.
+pub(crate) async fn encryption_round(
+    etcd_backup: &Path,
+    tls: &testbed::TlsFiles,
+    etcd: &Etcd,
+    keys: &Keys,
+    fetched: &Path,
+) -> Result<([Measured; 4], Store)> {
+    let plain = Store::empty(tls).await?;
+    let a = measure(
+        "(a) etcd-backup save -> S3",
+        &save_script(etcd_backup, &plain, etcd, "bench/etcd-backup"),
+        &plain.env,
+        &plain.servers(etcd),
+    )?;
+    let encrypted = Store::empty(tls).await?;
+    let e = measure(
+        "(e) etcd-backup save, encrypted",
+        &format!(
+            "{} --encrypt-to {}",
+            save_script(etcd_backup, &encrypted, etcd, "bench/encrypted"),
+            keys.recipient
+        ),
+        &encrypted.env,
+        &encrypted.servers(etcd),
+    )?;
+    let f = measure(
+        "(f) etcd-backup fetch",
+        &fetch_script(
+            etcd_backup,
+            Some(&plain),
+            &plain.url("bench/etcd-backup"),
+            fetched,
+            None,
+        ),
+        &plain.env,
+        &plain.servers(etcd),
+    )?;
+    std::fs::remove_file(fetched)?;
+    let g = measure(
+        "(g) etcd-backup fetch, encrypted",
+        &fetch_script(
+            etcd_backup,
+            Some(&encrypted),
+            &encrypted.url("bench/encrypted"),
+            fetched,
+            Some(keys),
+        ),
+        &encrypted.env,
+        &encrypted.servers(etcd),
+    )?;
+    std::fs::remove_file(fetched)?;
+    Ok(([a, e, f, g], plain))
+}
+
+/// The time ratio of the rounds (their median, each round's), and the client CPU-s/GiB that
+/// encryption added in the first round.
+pub(crate) fn encryption_cost(ratios: &[f64], plain_cpu: f64, encrypted_cpu: f64) -> String {
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    format!(
+        "time {:.2} [<= 1.10] (rounds: {}); client CPU-s/GiB added {:.2} ({plain_cpu:.2} -> \
+         {encrypted_cpu:.2})",
+        median(ratios.to_vec()),
+        each.join(", "),
+        encrypted_cpu - plain_cpu
+    )
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// An age key pair made by the reference tool (`age-keygen`).
+pub(crate) struct Keys {
+    pub(crate) identity: PathBuf,
+    pub(crate) recipient: String,
+}
+
+impl Keys {
+    pub(crate) fn generate(dir: &Path) -> Result<Keys> {
+        let identity = dir.join("restore-key.txt");
+        let made = Command::new("age-keygen")
+            .arg("-o")
+            .arg(&identity)
+            .output()
+            .context("cannot run age-keygen (apt install age)")?;
+        if !made.status.success() {
+            bail!("age-keygen: {}", String::from_utf8_lossy(&made.stderr));
+        }
+        let public = Command::new("age-keygen")
+            .arg("-y")
+            .arg(&identity)
+            .output()?;
+        Ok(Keys {
+            identity,
+            recipient: String::from_utf8(public.stdout)?.trim().to_string(),
+        })
+    }
+}
+
+/// `etcd-backup fetch` of the backup at `url` in `store` (`None`: `url` is a path).
+pub(crate) fn fetch_script(
+    etcd_backup: &Path,
+    store: Option<&Store>,
+    url: &str,
+    out: &Path,
+    keys: Option<&Keys>,
+) -> String {
+    let identity = keys.map_or(String::new(), |k| {
+        format!(" --identity {}", k.identity.display())
+    });
+    format!(
+        "{} {} fetch {url} --out {}{identity} >/dev/null",
+        etcd_backup.display(),
+        store.map_or(String::new(), Store::flags),
+        out.display()
+    )
+}
+
+/// (i) and (j), [`ENCRYPTION_ROUNDS`] times: `etcd-backup fetch` of a plain and of an encrypted
+/// backup of `etcd` from a directory, as from a PVC. No S3 server shares the cores: this shows
+/// what the client makes of them, as where S3 runs on other machines.
+pub(crate) fn directory_rounds(
+    etcd_backup: &Path,
+    etcd: &Etcd,
+    keys: &Keys,
+    dir: &Path,
+    fetched: &Path,
+) -> Result<Vec<[Measured; 2]>> {
+    let backups = dir.join("pvc");
+    std::fs::create_dir_all(&backups)?;
+    let plain = backups.join("plain.backup");
+    let encrypted = backups.join("encrypted.backup");
+    let save = |to: &Path, encrypt: &str| {
+        format!(
+            "{} save --endpoints {} {} --to {}{encrypt} >/dev/null",
+            etcd_backup.display(),
+            etcd.endpoint,
+            etcd.client_tls_flags().join(" "),
+            to.display()
+        )
+    };
+    measure("save to a directory", &save(&plain, ""), &[], &[])?;
+    let encrypt = format!(" --encrypt-to {}", keys.recipient);
+    measure("save to a directory", &save(&encrypted, &encrypt), &[], &[])?;
+    let fetch = |backup: &Path, keys| {
+        fetch_script(etcd_backup, None, &backup.to_string_lossy(), fetched, keys)
+    };
+    let mut rounds = Vec::new();
+    for _ in 0..ENCRYPTION_ROUNDS {
+        let i = measure("(i) fetch from a directory", &fetch(&plain, None), &[], &[])?;
+        std::fs::remove_file(fetched)?;
+        let j = measure(
+            "(j) fetch from a directory, encrypted",
+            &fetch(&encrypted, Some(keys)),
+            &[],
+            &[],
+        )?;
+        std::fs::remove_file(fetched)?;
+        rounds.push([i, j]);
+    }
+    std::fs::remove_dir_all(&backups)?;
+    Ok(rounds)
+}
