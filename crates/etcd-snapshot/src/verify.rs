@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use backup_storage::Store;
 use backup_storage::encryption::Identity;
-use backup_storage::layers::{Declared, ObjectReader, identity_needed};
+use backup_storage::layers::{Declared, ObjectReader, ReadError, identity_needed};
 use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum};
 
 use crate::plaintext_sink::PlaintextSink;
@@ -83,16 +83,18 @@ pub async fn fetch(
         path: path.to_path_buf(),
         source,
     };
-    // Owner-only, like `etcdctl snapshot save` (a snapshot holds every Kubernetes Secret); set
-    // again on the open file in case a leftover `.part` of another mode was truncated.
+    // A new file, never a leftover `.part` reopened: that one may be of another mode, or still
+    // open in the writer of a cancelled fetch. Owner-only, like `etcdctl snapshot save` (a
+    // snapshot holds every Kubernetes Secret).
+    match std::fs::remove_file(&part) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&part, e)),
+        _ => {}
+    }
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&part)
-        .map_err(|e| io(&part, e))?;
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .map_err(|e| io(&part, e))?;
     let result = async {
         let (checked, file) =
@@ -106,6 +108,13 @@ pub async fn fetch(
         tokio::fs::rename(&part, out)
             .await
             .map_err(|e| io(out, e))?;
+        // The rename lasts through a crash only once the directory is synced too.
+        let dir = match out.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let synced = async { tokio::fs::File::open(dir).await?.sync_all().await };
+        synced.await.map_err(|e| io(dir, e))?;
         Ok(report)
     }
     .await;
@@ -143,12 +152,17 @@ async fn check_layers(
     let mut sink = reader
         .content_readable()
         .then(|| PlaintextSink::start(output));
-    while reader.advance().await? {
-        let sink = sink.as_mut().expect("only readable content has pieces");
-        if !sink.take(reader.piece_bytes()).await {
-            // The sink stopped (a write failed); `finish` says why.
-            break;
-        }
+    if let Err(read) = read_into(&mut reader, sink.as_mut()).await {
+        // The writer stops before the caller removes its file. A write that failed first (a
+        // full disk) is the cause to report, unless the data itself is bad.
+        let write = match sink {
+            Some(sink) => sink.abandon().await,
+            None => None,
+        };
+        return Err(match write {
+            Some(write) if !read.is_integrity() => write,
+            _ => read.into(),
+        });
     }
     let (verified, file) = match sink {
         Some(sink) => {
@@ -211,6 +225,21 @@ async fn check_layers(
         manifest,
     });
     Ok((report, file))
+}
+
+/// Reads every piece into `sink`; stops early when the sink stopped (a write failed), whose
+/// `finish` says why.
+async fn read_into(
+    reader: &mut ObjectReader,
+    mut sink: Option<&mut PlaintextSink>,
+) -> std::result::Result<(), ReadError> {
+    while reader.advance().await? {
+        let sink = sink.as_mut().expect("only readable content has pieces");
+        if !sink.take(reader.piece_bytes()).await {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn expect(what: &'static str, expected: String, found: String) -> Result<()> {
@@ -326,6 +355,47 @@ mod tests {
             Identity::parse(&secret, "identity").unwrap(),
             Recipients::parse(&public, "recipients").unwrap(),
         )
+    }
+
+    #[tokio::test]
+    async fn a_leftover_part_file_is_replaced_not_reopened() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let snap = snapshot();
+        let dir = tempfile::tempdir().unwrap();
+        let (store, key) = store_with(&dir, &snap).await;
+        let out = dir.path().join("restored.db");
+        let part = dir.path().join("restored.db.part");
+        // A cancelled fetch's leftover, world-readable and still open in its writer.
+        std::fs::write(&part, vec![b'x'; snap.len() * 2]).unwrap();
+        std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut stale_writer = std::fs::OpenOptions::new().write(true).open(&part).unwrap();
+
+        fetch(&store, &key, &out, None).await.unwrap();
+        stale_writer.write_all(b"late write").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), snap);
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!part.exists());
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_reported_as_the_writes_not_as_bad_data() {
+        let snap = snapshot();
+        let dir = tempfile::tempdir().unwrap();
+        let (store, key) = store_with(&dir, &snap).await;
+        let path = dir.path().join("restored.db.part");
+        std::fs::write(&path, b"").unwrap();
+        // Opened for reading only: every write fails, as on a full or broken disk.
+        let read_only = std::fs::File::open(&path).unwrap();
+        let err = check_layers(&store, &key, None, Some((read_only, path.clone())), false)
+            .await
+            .expect_err("the writes failed");
+        assert!(
+            matches!(&err, Error::Io { path: p, .. } if *p == path),
+            "{err}"
+        );
+        assert!(!err.is_integrity(), "{err}");
     }
 
     #[tokio::test]

@@ -142,9 +142,10 @@ enum Source {
 }
 
 /// Streams an object's plaintext in pieces lent to the caller until the next call: a piece is
-/// where it was made, never copied again: a stored chunk as the store sent it (an object
+/// where it was made, not copied by the reader: a stored chunk as the store sent it (an object
 /// neither compressed nor encrypted), or at most [`DECODE_PIECE`] bytes of age's or the
-/// decoder's output.
+/// decoder's output. [`ObjectReader::piece_bytes`] gives it as bytes of its own, copying only
+/// what is not a stored chunk.
 pub struct ObjectReader {
     what: String,
     source: Source,

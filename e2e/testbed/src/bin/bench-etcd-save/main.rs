@@ -454,7 +454,7 @@ async fn main() -> Result<()> {
         let ratios: Vec<f64> = rounds.iter().map(|r| r[e].seconds / r[p].seconds).collect();
         let (plain, encrypted) = (&rounds[0][p], &rounds[0][e]);
         println!(
-            "  {label}: {}; RSS big / small {:.2} [<= 1.10; {:.1} MiB]",
+            "  {label}: {} [time <= 1.10]; RSS big / small {:.2} [<= 1.10; {:.1} MiB]",
             encryption_cost(&ratios, client(plain) / gib, client(encrypted) / gib),
             encrypted.peak_rss_mib / small.peak_rss_mib,
             encrypted.peak_rss_mib
