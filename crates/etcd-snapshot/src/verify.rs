@@ -113,8 +113,9 @@ pub async fn fetch(
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
         };
-        let synced = async { tokio::fs::File::open(dir).await?.sync_all().await };
-        synced.await.map_err(|e| io(dir, e))?;
+        backup_storage::sync_dir(dir)
+            .await
+            .map_err(|e| io(dir, e))?;
         Ok(report)
     }
     .await;

@@ -33,6 +33,7 @@ pub fn manifest_key(object_key: &str) -> String {
     format!("{object_key}{MANIFEST_SUFFIX}")
 }
 pub use aborts::finish_aborts;
+pub use local::sync_dir;
 pub use location::Location;
 pub use object::{ObjectInfo, Precondition, UploadOptions};
 pub use part_size::PartSizer;

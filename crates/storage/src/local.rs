@@ -56,13 +56,12 @@ fn info_of(path: &Path, meta: &std::fs::Metadata) -> ObjectInfo {
     }
 }
 
-/// fsync the directory so a rename survives a crash.
-async fn sync_dir(dir: &Path) -> Result<()> {
+/// fsync the directory `dir`, so a rename into it survives a crash.
+pub async fn sync_dir(dir: &Path) -> std::io::Result<()> {
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || std::fs::File::open(&dir).and_then(|d| d.sync_all()))
         .await
         .expect("fsync task panicked")
-        .map_err(|e| StorageError::io(path_of(""), e))
 }
 
 impl LocalStore {
@@ -295,7 +294,8 @@ impl LocalUpload {
         file.sync_all().await.map_err(io)?;
         drop(file);
         self.put_in_place().await?;
-        sync_dir(self.target.parent().unwrap_or(Path::new("/"))).await?;
+        let dir = self.target.parent().unwrap_or(Path::new("/"));
+        sync_dir(dir).await.map_err(|e| StorageError::io(dir, e))?;
         let meta = tokio::fs::metadata(&self.target)
             .await
             .map_err(|e| StorageError::io(&self.target, e))?;
