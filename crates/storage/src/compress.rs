@@ -12,7 +12,7 @@ use zstd::stream::raw::{Decoder as RawDecoder, InBuffer, Operation, OutBuffer};
 /// zstd frames start with these bytes; neither bbolt databases (a meta page) nor xbstream
 /// (`XBSTCK01`) do.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-/// Largest piece [`Decoder::next_piece`] returns.
+/// Largest piece [`Decoder::advance`] finds.
 pub const DECODE_PIECE: usize = 256 * 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -122,8 +122,8 @@ impl Encoder {
 }
 
 /// Decompresses chunk by chunk into pieces of at most [`DECODE_PIECE`] bytes. Pull-based so the
-/// caller can await between pieces: `feed` a chunk, then take pieces with `next_piece` until
-/// it returns `None` (or with `advance` and `piece` until `advance` returns false).
+/// caller can await between pieces: `feed` a chunk, then take pieces with `advance` and `piece`
+/// until `advance` returns false.
 pub struct Decoder {
     zstd: Option<Box<RawDecoder<'static>>>,
     input: Bytes,
@@ -161,7 +161,7 @@ impl Decoder {
         })
     }
 
-    /// Hands over the next stored chunk; call after `next_piece` returned `None`.
+    /// Hands over the next stored chunk; call after `advance` returned false.
     pub fn feed(&mut self, chunk: Bytes) {
         debug_assert!(
             self.pos >= self.input.len(),
@@ -169,13 +169,6 @@ impl Decoder {
         );
         self.input = chunk;
         self.pos = 0;
-    }
-
-    pub fn next_piece(&mut self) -> Result<Option<&[u8]>> {
-        Ok(match self.advance()? {
-            true => Some(self.piece()),
-            false => None,
-        })
     }
 
     /// Decodes the next piece, which [`Decoder::piece`] then returns (borrowing the decoder only
@@ -257,7 +250,8 @@ mod tests {
         let mut out = Vec::new();
         for c in stored.chunks(chunk) {
             dec.feed(Bytes::copy_from_slice(c));
-            while let Some(piece) = dec.next_piece()? {
+            while dec.advance()? {
+                let piece = dec.piece();
                 assert!(piece.len() <= DECODE_PIECE);
                 out.extend_from_slice(piece);
             }

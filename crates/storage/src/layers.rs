@@ -248,7 +248,7 @@ impl ObjectReader {
         self.encrypted
     }
 
-    /// False for an encrypted object opened without an identity: `next_piece` yields nothing,
+    /// False for an encrypted object opened without an identity: `advance` finds no piece,
     /// and only the stored bytes and the header are checked.
     pub fn content_readable(&self) -> bool {
         !matches!(self.source, Source::Opaque { .. })
@@ -271,14 +271,6 @@ impl ObjectReader {
     pub fn stored_checksum(&self) -> Option<StoredChecksum> {
         let tally = self.tally.lock().expect("not poisoned");
         tally.checksum.clone().map(StoredHasher::finish)
-    }
-
-    /// The next piece of plaintext, or `None` at the end, once every layer ended cleanly.
-    pub async fn next_piece(&mut self) -> Result<Option<&[u8]>, ReadError> {
-        Ok(match self.advance().await? {
-            true => Some(self.piece()),
-            false => None,
-        })
     }
 
     /// Finds the next piece of plaintext, which [`ObjectReader::piece`] then lends (so a
