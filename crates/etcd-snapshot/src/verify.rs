@@ -96,33 +96,59 @@ pub async fn fetch(
         .mode(0o600)
         .open(&part)
         .map_err(|e| io(&part, e))?;
-    let result = async {
-        let (checked, file) =
-            check_layers(store, key, identity, Some((file, part.clone())), false).await?;
-        let report = match checked {
-            Checked::Content(report) => report,
-            Checked::StoredOnly(_) => unreachable!("a file to write asks for the content"),
-        };
-        let file = tokio::fs::File::from_std(file.expect("the file given is handed back"));
-        file.sync_all().await.map_err(|e| io(&part, e))?;
-        tokio::fs::rename(&part, out)
-            .await
-            .map_err(|e| io(out, e))?;
-        // The rename lasts through a crash only once the directory is synced too.
-        let dir = match out.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        backup_storage::sync_dir(dir)
-            .await
-            .map_err(|e| io(dir, e))?;
-        Ok(report)
+    let mut part_file = PartFile::new(part.clone());
+    let (checked, file) =
+        check_layers(store, key, identity, Some((file, part.clone())), false).await?;
+    let report = match checked {
+        Checked::Content(report) => report,
+        Checked::StoredOnly(_) => unreachable!("a file to write asks for the content"),
+    };
+    let file = tokio::fs::File::from_std(file.expect("the file given is handed back"));
+    file.sync_all().await.map_err(|e| io(&part, e))?;
+    tokio::fs::rename(&part, out)
+        .await
+        .map_err(|e| io(out, e))?;
+    part_file.renamed();
+    // The rename lasts through a crash only once the directory is synced too.
+    let dir = match out.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    backup_storage::sync_dir(dir)
+        .await
+        .map_err(|e| io(dir, e))?;
+    Ok(report)
+}
+
+/// The `<out>.part` a fetch writes: removed when the fetch ends without renaming it, by an
+/// error or by being dropped (a cancelled task, or a CLI stopped by a signal), so no partial
+/// snapshot is left behind.
+struct PartFile {
+    path: PathBuf,
+    renamed: bool,
+}
+
+impl PartFile {
+    fn new(path: PathBuf) -> PartFile {
+        PartFile {
+            path,
+            renamed: false,
+        }
     }
-    .await;
-    if result.is_err() {
-        let _ = tokio::fs::remove_file(&part).await;
+
+    fn renamed(&mut self) {
+        self.renamed = true;
     }
-    result
+}
+
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        // A writer thread still holding the file (a cancelled fetch's) writes to an unlinked
+        // file, freed when it closes it.
+        if !self.renamed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// `output`: the file the plaintext is written to (handed back, written, once every check
@@ -197,6 +223,11 @@ async fn check_layers(
             stored.hex.clone(),
         )?;
         if let Some(verified) = &verified {
+            expect(
+                "database size",
+                m.db_bytes.to_string(),
+                verified.db_bytes.to_string(),
+            )?;
             expect(
                 "database sha256",
                 m.db_sha256.clone(),
@@ -381,6 +412,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_fetch_dropped_mid_way_leaves_no_part_file() {
+        let snap = crate::trailer::test_snapshot(32 << 20);
+        let dir = tempfile::tempdir().unwrap();
+        let (store, key) = store_with(&dir, &snap).await;
+        let out = dir.path().join("restored.db");
+        let part = dir.path().join("restored.db.part");
+
+        // Drive the fetch until it has written part of the file, then drop it, as a cancelled
+        // task or a CLI stopped by a signal does.
+        let mut fetching = Box::pin(fetch(&store, &key, &out, None));
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut fetching => panic!("the fetch ended before it was dropped: {done:?}"),
+                _ = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
+            }
+            let written = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
+            if written > 0 {
+                assert!(written < snap.len() as u64, "{written}");
+                break;
+            }
+        }
+        drop(fetching);
+        assert!(!part.exists());
+        assert!(!out.exists());
+    }
+
+    #[tokio::test]
     async fn a_failed_write_is_reported_as_the_writes_not_as_bad_data() {
         let snap = snapshot();
         let dir = tempfile::tempdir().unwrap();
@@ -424,13 +483,35 @@ mod tests {
             assert!(!err.is_integrity(), "a missing key is not bad data: {err}");
             assert!(!out.exists() && !part.exists());
         }
-        let err = fetch(&store, &key, &out, Some(&stranger))
-            .await
-            .unwrap_err();
-        assert!(
-            err.to_string().contains("not among its recipients"),
-            "{err}"
-        );
+        // No manifest records the recipients, so another key's refusal cannot tell a stanza for
+        // other keys from a damaged one, and says so; a damaged stanza reads the same.
+        let mut damaged_stanza = encrypted.clone();
+        let share = damaged_stanza
+            .windows(7)
+            .position(|w| w == b"X25519 ")
+            .unwrap()
+            + 7;
+        damaged_stanza[share] = if damaged_stanza[share] == b'A' {
+            b'B'
+        } else {
+            b'A'
+        };
+        let damaged_dir = tempfile::tempdir().unwrap();
+        let (damaged, damaged_key) = store_with(&damaged_dir, &damaged_stanza).await;
+        let damaged_out = damaged_dir.path().join("restored.db");
+        for (store, key, out, identity) in [
+            (&store, &key, &out, &stranger),
+            (&damaged, &damaged_key, &damaged_out, &identity),
+        ] {
+            let err = fetch(store, key, out, Some(identity)).await.unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("encrypted to other keys, or its header was damaged"),
+                "{err}"
+            );
+            assert!(!err.is_integrity(), "{err}");
+            assert!(!out.exists());
+        }
 
         // Without the identity, verify checks what it can and says so.
         match verify_what_can_be(&store, &key, None).await.unwrap() {
@@ -491,21 +572,56 @@ mod tests {
             encrypted[..encrypted.len() - (encrypted.len() - 200) % (64 * 1024 + 16)].to_vec(),
         ));
         for (what, bytes) in damaged {
-            let dir = tempfile::tempdir().unwrap();
-            let (store, key) = store_with(&dir, &bytes).await;
-            std::fs::write(
-                dir.path().join("etcd.backup.manifest.json"),
-                manifest.to_json(),
-            )
-            .unwrap();
-            let out = dir.path().join("restored.db");
-            let err = fetch(&store, &key, &out, Some(&identity))
-                .await
-                .expect_err(&what);
+            let (err, left_a_file) = failed_fetch(&what, &bytes, &manifest, &identity).await;
             assert!(err.is_integrity(), "{what}: {err}");
-            assert!(!out.exists(), "{what}");
-            assert!(!dir.path().join("restored.db.part").exists(), "{what}");
+            assert!(!left_a_file, "{what}");
         }
+    }
+
+    /// Fetches `bytes`, stored with `manifest` beside it, which must fail: the error, and
+    /// whether the output file or its `.part` was left behind.
+    async fn failed_fetch(
+        what: &str,
+        bytes: &[u8],
+        manifest: &Manifest,
+        identity: &Identity,
+    ) -> (Error, bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, key) = store_with(&dir, bytes).await;
+        std::fs::write(
+            dir.path().join("etcd.backup.manifest.json"),
+            manifest.to_json(),
+        )
+        .unwrap();
+        let out = dir.path().join("restored.db");
+        let err = fetch(&store, &key, &out, Some(identity))
+            .await
+            .expect_err(what);
+        let left_a_file = out.exists() || dir.path().join("restored.db.part").exists();
+        (err, left_a_file)
+    }
+
+    #[tokio::test]
+    async fn a_database_size_other_than_the_manifests_fails_the_fetch() {
+        let snap = snapshot();
+        let (identity, recipients) = keys();
+        let encrypted = stored(&snap, Compression::None, Some(&recipients));
+        let mut manifest = manifest_for(&snap, &encrypted, &recipients);
+        manifest.db_bytes += 4096;
+        let what = "the manifest records another size";
+        let (err, left_a_file) = failed_fetch(what, &encrypted, &manifest, &identity).await;
+        assert!(
+            matches!(
+                &err,
+                Error::ManifestMismatch {
+                    what: "database size",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.is_integrity(), "{err}");
+        assert!(!left_a_file);
     }
 
     /// Without its identity, an encrypted object is checked by the checksum its manifest

@@ -53,6 +53,20 @@ async fn multipart_uploads(store: &Store, bucket: &str) -> usize {
 
 #[tokio::test]
 async fn etcd_killed_mid_stream_stores_nothing() {
+    killed_mid_stream(None).await;
+}
+
+/// The same with the stream compressed and encrypted: the layers between etcd and the upload
+/// do not turn a cut stream into a stored object.
+#[tokio::test]
+async fn etcd_killed_mid_stream_of_an_encrypted_save_stores_nothing() {
+    let (_, public) = backup_storage::encryption::Identity::generate();
+    let recipients = backup_storage::encryption::Recipients::parse(&public, "test").unwrap();
+    killed_mid_stream(Some(recipients)).await;
+}
+
+async fn killed_mid_stream(recipients: Option<backup_storage::encryption::Recipients>) {
+    let encrypted = recipients.is_some();
     let mut etcd = Etcd::start().await.unwrap();
     fill(&etcd, 40).await;
     let garage = Garage::start().await.unwrap();
@@ -65,6 +79,10 @@ async fn etcd_killed_mid_stream_stores_nothing() {
     let killed = Arc::new(AtomicBool::new(false));
     let mut options = SaveOptions::new(ObjectName::Exact(location.key()));
     options.stall_timeout = Duration::from_secs(10);
+    if encrypted {
+        options.compression = etcd_snapshot::Compression::Zstd;
+        options.recipients = recipients;
+    }
     let flag = killed.clone();
     options.progress = Some(Arc::new(move |p| {
         if p.received > 12 << 20 && !flag.swap(true, Ordering::SeqCst) {

@@ -52,6 +52,12 @@ pub enum EncryptionError {
         recipients: String,
     },
 
+    /// Without a manifest, age cannot tell a stanza for another key from a damaged one.
+    #[error(
+        "{what} does not open with the identity given (public key {given}): it is encrypted to other keys, or its header was damaged (no manifest records its recipients to tell which)"
+    )]
+    NoRecipientOpens { what: String, given: String },
+
     #[error("{what} is not a readable age file: {reason}")]
     BadHeader { what: String, reason: String },
 
@@ -297,6 +303,12 @@ pub(crate) fn header_error(
             EncryptionError::Corrupt {
                 what: what.to_string(),
                 reason: "the manifest lists the identity's key among the recipients, yet the header does not open with it".into(),
+            }
+        }
+        age::DecryptError::NoMatchingKeys if recipients.is_none() => {
+            EncryptionError::NoRecipientOpens {
+                what: what.to_string(),
+                given: identity.public_keys().join(", "),
             }
         }
         age::DecryptError::NoMatchingKeys => EncryptionError::NotARecipient {

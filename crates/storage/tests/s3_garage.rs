@@ -221,14 +221,9 @@ async fn download_underway(garage: &Garage, key: &str) -> (Vec<u8>, Download, Ve
 
 #[tokio::test]
 async fn download_resumes_after_the_server_restarts() {
-    let mut garage = Garage::start().await.unwrap();
+    let garage = Garage::start().await.unwrap();
     let (data, mut download, mut got) = download_underway(&garage, "resume").await;
-    garage.kill();
-    let restarted = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        garage.restart().await.unwrap();
-        garage
-    });
+    let restarted = garage.crash_and_restart(Duration::from_secs(2));
     while let Some(chunk) = download.next_chunk().await.unwrap() {
         got.extend_from_slice(&chunk);
     }

@@ -97,6 +97,20 @@ impl Garage {
         }
     }
 
+    /// Kills the server now and starts it again `after` that, in a task: a server that
+    /// drops its connections mid-request and comes back. The task gives the server back.
+    pub fn crash_and_restart(
+        mut self,
+        after: std::time::Duration,
+    ) -> tokio::task::JoinHandle<Garage> {
+        self.kill();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            self.restart().await.expect("restart Garage");
+            self
+        })
+    }
+
     /// Starts the server again on the same data, config and ports.
     pub async fn restart(&mut self) -> Result<()> {
         script(&up_args(self.dir.path(), self.ports), &self.address)

@@ -666,3 +666,52 @@ async fn clean_uploads_aborts_old_unfinished_uploads_under_the_prefix_only() {
         "{left}"
     );
 }
+
+/// Bad keys are refused before anything is read or written: one `error: ` line that says what
+/// is wrong, no object stored, no data dir made.
+#[tokio::test]
+async fn bad_keys_get_one_line_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let backups = dir.path().join("backups");
+    let url = format!("file://{}/shop.xbstream", backups.display());
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "# no keys yet\n").unwrap();
+    let (_, public) = backup_storage::encryption::Identity::generate();
+    // A public key where the identity belongs.
+    let not_an_identity = dir.path().join("identity.txt");
+    std::fs::write(&not_an_identity, format!("{public}\n")).unwrap();
+    let datadir = dir.path().join("restored");
+
+    let backup = |flags: &[&str]| {
+        let mut a = args(&["backup", "--to", &url, "--socket", "/nonexistent.sock"]);
+        a.extend(args(flags));
+        a
+    };
+    let mut restore = restore_from(&url, &datadir, false);
+    restore.extend(args(&["--identity", not_an_identity.to_str().unwrap()]));
+    let cases = [
+        (
+            backup(&["--encrypt-to", "age1notakey"]),
+            "--encrypt-to (number 1), line 1: not an age X25519 recipient",
+        ),
+        (
+            backup(&["--encrypt-to-file", empty.to_str().unwrap()]),
+            "holds no age recipient",
+        ),
+        (restore, "line 1: not an age X25519 identity"),
+    ];
+    for (a, message) in cases {
+        let result = run(&a, &[]).await;
+        assert_eq!(result.code, 1, "{a:?}: {}", result.stderr);
+        let lines: Vec<&str> = result.stderr.lines().collect();
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(message),
+            "{a:?}: expected one error line saying {message:?}, got:\n{}",
+            result.stderr
+        );
+        // The identity file is not quoted back: it could have held a private key.
+        assert!(!result.stderr.contains(&public), "{}", result.stderr);
+        assert!(!backups.exists(), "{a:?} wrote to storage");
+        assert!(!datadir.exists(), "{a:?} made the data dir");
+    }
+}

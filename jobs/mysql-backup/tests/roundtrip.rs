@@ -220,6 +220,29 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
         refused.stderr
     );
     assert!(!datadir.exists() || list_files(&datadir).is_empty());
+
+    // The other direction: a plain backup encrypted by the reference `age` tool, with no
+    // manifest of ours beside it (`--force`), restores with the identity.
+    let plain = dir.path().join("nightly/plain.xbstream.zst");
+    let plain_url = format!("file://{}", plain.display());
+    run(&source.backup_to(&plain_url, &["--compress", "zstd"]), &[])
+        .await
+        .ok();
+    let by_tool = dir.path().join("by-age-tool/shop.xbstream.zst.age");
+    std::fs::create_dir_all(by_tool.parent().unwrap()).unwrap();
+    let encrypted = std::process::Command::new("age")
+        .args(["--encrypt", "--recipient", public.as_str(), "--output"])
+        .arg(&by_tool)
+        .arg(&plain)
+        .status()
+        .unwrap();
+    assert!(encrypted.success());
+    let from_tool = args(&["--force", "--identity", identity.to_str().unwrap()]);
+    let by_tool_url = format!("file://{}", by_tool.display());
+    assert_eq!(
+        restore_and_digest(&by_tool_url, &from_tool, &[]).await,
+        expected
+    );
 }
 
 /// Backups sharing a prefix: `list` shows the complete ones newest first (by the manifests'

@@ -89,6 +89,42 @@ async fn one_shot_failure_lands_in_status_with_a_warning_event() {
     api.expect_silence().await;
 }
 
+/// A recipients Secret without a valid key fails the run before etcd or S3 is reached, with a
+/// reason of its own (the keys are the user's to fix) that names the line.
+#[tokio::test]
+async fn bad_recipients_fail_the_run_as_invalid_encryption_keys() {
+    let (ctx, mut api) = context();
+    let mut spec = one_shot_spec();
+    spec["encryption"] = json!({"recipientsSecret": {"name": "keys", "key": "recipients.txt"}});
+    let obj = backup(spec, None);
+    let task = start(guard(obj.clone()), &ctx);
+    api.expect_status_apply(&obj).await;
+    task.await.unwrap();
+
+    // "# rotated 2026-11\nage1notakey\n"
+    let keys = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "keys", "namespace": "ns"},
+        "data": {"recipients.txt": "IyByb3RhdGVkIDIwMjYtMTEKYWdlMW5vdGFrZXkK"}});
+    let read = api.expect(StatusCode::OK, |_| keys).await;
+    assert_eq!(read.path, "/api/v1/namespaces/ns/secrets/keys");
+    let failed = api.expect_status_apply(&obj).await;
+    assert_eq!(failed["lastFailure"]["reason"], "EncryptionKeysInvalid");
+    let message = failed["Reason"].as_str().unwrap();
+    assert!(
+        message.contains(r#"Secret "keys" key "recipients.txt""#)
+            && message.contains("line 2: not an age X25519 recipient"),
+        "{message}"
+    );
+    let event = api.expect_event().await;
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("EncryptionKeysInvalid")
+    );
+}
+
 #[tokio::test]
 async fn a_finished_one_shot_is_never_redone() {
     let (ctx, mut api) = context();

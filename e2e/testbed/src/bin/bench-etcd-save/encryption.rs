@@ -7,7 +7,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use testbed::Etcd;
 
-use crate::{Measured, Store, measure, save_script};
+use crate::measure::{Measured, measure};
+use crate::{Store, save_script};
 
 /// Rounds of the encryption comparison: on a 2-core machine shared with etcd and Garage, single
 /// rounds of the fetch ratio ranged from 1.09 to 1.24 in one run.

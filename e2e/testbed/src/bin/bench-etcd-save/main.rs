@@ -32,6 +32,9 @@ use anyhow::{Context, Result, bail};
 use testbed::{Etcd, Garage};
 
 mod encryption;
+mod measure;
+
+use measure::{Measured, measure};
 
 use encryption::{
     ENCRYPTION_ROUNDS, Keys, directory_rounds, encryption_cost, encryption_round, fetch_script,
@@ -76,85 +79,6 @@ fn parse_args() -> Result<Args> {
         );
     }
     Ok(args)
-}
-
-/// One measured command.
-#[derive(Clone)]
-struct Measured {
-    label: &'static str,
-    seconds: f64,
-    /// User and system CPU seconds of the client processes (not of etcd or Garage).
-    user_seconds: f64,
-    system_seconds: f64,
-    /// CPU seconds etcd and Garage spent meanwhile: with the client's, what the machine had to do.
-    server_cpu_seconds: f64,
-    peak_rss_mib: f64,
-}
-
-/// CPU seconds (user + system) a process has used so far, from `/proc/PID/stat`.
-fn process_cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces) start at field 3; utime and stime
-    // are fields 14 and 15, in clock ticks (100 per second on Linux).
-    let after_name = &stat[stat.rfind(')').context("/proc stat")? + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-    Ok(ticks / 100.0)
-}
-
-fn servers_cpu_seconds(servers: &[u32]) -> Result<f64> {
-    servers.iter().map(|&pid| process_cpu_seconds(pid)).sum()
-}
-
-/// Runs `script` under `bash -c` with GNU time; fails when the command fails.
-fn measure(
-    label: &'static str,
-    script: &str,
-    env: &[(String, String)],
-    servers: &[u32],
-) -> Result<Measured> {
-    let dir = tempfile::tempdir()?;
-    // The page cache writeback of an earlier way's files is not this way's to pay.
-    let synced = Command::new("sync").status()?;
-    if !synced.success() {
-        bail!("sync failed");
-    }
-    let servers_before = servers_cpu_seconds(servers)?;
-    let report = dir.path().join("time");
-    let output = Command::new("/usr/bin/time")
-        .arg("-f")
-        .arg("%e %M %U %S")
-        .arg("-o")
-        .arg(&report)
-        .args(["bash", "-c", script])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("ETCDCTL_API", "3")
-        .output()
-        .context("cannot run /usr/bin/time (apt install time)")?;
-    if !output.status.success() {
-        bail!(
-            "{label} failed: {}\n{}",
-            script,
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let text = std::fs::read_to_string(&report)?;
-    let fields: Vec<f64> = text
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("GNU time output: {text}"))?;
-    let [seconds, kib, user, system] = fields[..] else {
-        bail!("GNU time output: {text}");
-    };
-    Ok(Measured {
-        label,
-        seconds,
-        user_seconds: user,
-        system_seconds: system,
-        server_cpu_seconds: servers_cpu_seconds(servers)? - servers_before,
-        peak_rss_mib: kib / 1024.0,
-    })
 }
 
 async fn filled_etcd(mib: u64, tls: Option<&testbed::TlsFiles>) -> Result<(Etcd, u64)> {
