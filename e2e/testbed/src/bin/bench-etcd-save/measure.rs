@@ -49,6 +49,16 @@ pub(crate) fn measure(
     env: &[(String, String)],
     servers: &[u32],
 ) -> Result<Measured> {
+    measure_within(label, script, env, servers, WAY_LIMIT)
+}
+
+fn measure_within(
+    label: &'static str,
+    script: &str,
+    env: &[(String, String)],
+    servers: &[u32],
+    limit: Duration,
+) -> Result<Measured> {
     let dir = tempfile::tempdir()?;
     // The page cache writeback of an earlier way's files is not this way's to pay.
     let synced = Command::new("sync").status()?;
@@ -72,14 +82,14 @@ pub(crate) fn measure(
         .process_group(0)
         .spawn()
         .context("cannot run /usr/bin/time (apt install time)")?;
-    let status = match wait_at_most(&mut child, WAY_LIMIT)? {
+    let status = match wait_at_most(&mut child, limit)? {
         Some(status) => status,
         None => {
             let waits = where_it_waits(child.id());
             stop_group(&mut child)?;
             bail!(
                 "{label} still ran after {} s: stopped. {script}\nWhere it waited:\n{waits}\n{}",
-                WAY_LIMIT.as_secs(),
+                limit.as_secs(),
                 std::fs::read_to_string(&stderr).unwrap_or_default()
             );
         }
@@ -158,4 +168,36 @@ fn stop_group(child: &mut std::process::Child) -> Result<()> {
         child.wait()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_way_that_hangs_is_stopped_with_where_it_waited() {
+        // A duration of its own, to find this `sleep` among the machine's processes. It runs as
+        // a child of bash (two commands), so stopping only the top process would leave it.
+        let marker = format!("sleep 600.{}", std::process::id());
+        let script = format!("{marker}\ntrue");
+        let err = measure_within("stuck", &script, &[], &[], Duration::from_secs(1))
+            .err()
+            .expect("a way that does not end fails");
+        let report = err.to_string();
+        assert!(
+            report.contains("stuck still ran after 1 s: stopped"),
+            "{report}"
+        );
+        assert!(
+            report.lines().any(|l| l.contains(&marker)),
+            "the report lists the group's processes: {report}"
+        );
+        assert!(
+            report.contains("State"),
+            "the report lists the sockets: {report}"
+        );
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        let left = String::from_utf8_lossy(&ps.stdout).contains(&marker);
+        assert!(!left, "a process of the stopped way is still running");
+    }
 }
