@@ -249,7 +249,7 @@ async fn main() -> Result<()> {
     }
     let plain = first_plain.context("at least one round")?;
     let [a, e, f, g] = rounds[0].clone();
-    let directory = directory_rounds(&etcd_backup, &etcd, &keys, work.path(), &fetched)?;
+    let directory = directory_rounds(&etcd_backup, &etcd, &keys, work.path())?;
     let [i, j] = directory[0].clone();
     // The drill of (a)'s backup, and what recording its contents (key count, HashKV) cost
     // inside (a), from the manifest.
