@@ -108,7 +108,7 @@ pub async fn fetch(
     tokio::fs::rename(&part, out)
         .await
         .map_err(|e| io(out, e))?;
-    part_file.renamed();
+    part_file.mark_renamed();
     // The rename lasts through a crash only once the directory is synced too.
     let dir = match out.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -136,7 +136,7 @@ impl PartFile {
         }
     }
 
-    fn renamed(&mut self) {
+    fn mark_renamed(&mut self) {
         self.renamed = true;
     }
 }

@@ -305,7 +305,7 @@ pub(crate) fn header_error(
                 reason: "the manifest lists the identity's key among the recipients, yet the header does not open with it".into(),
             }
         }
-        age::DecryptError::NoMatchingKeys if recipients.is_none() => {
+        age::DecryptError::NoMatchingKeys if recipients.is_none_or(<[String]>::is_empty) => {
             EncryptionError::NoRecipientOpens {
                 what: what.to_string(),
                 given: identity.public_keys().join(", "),

@@ -61,6 +61,16 @@ impl Run {
             .unwrap_or_else(|| panic!("no error line in:\n{}", self.stderr))
             .to_string()
     }
+
+    /// Checks that stderr is one line, `error: ...`, that says `message`: what bad input gets.
+    pub fn assert_one_error_line(&self, message: &str) {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(message),
+            "expected one error line saying {message:?}, got:\n{}",
+            self.stderr
+        );
+    }
 }
 
 impl Garage {

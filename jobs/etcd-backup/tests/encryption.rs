@@ -312,7 +312,7 @@ async fn bad_keys_get_one_line_and_nothing_is_written() {
         save.extend(flags);
         let result = run(&save, &[]).await;
         assert_eq!(result.code, 1, "{flags:?}: {}", result.stderr);
-        assert_one_error_line(&result.stderr, message);
+        result.assert_one_error_line(message);
         assert!(!backups.exists(), "{flags:?} wrote to storage");
     }
 
@@ -349,17 +349,8 @@ async fn bad_keys_get_one_line_and_nothing_is_written() {
     )
     .await;
     assert_eq!(result.code, 1, "{}", result.stderr);
-    assert_one_error_line(&result.stderr, "line 1: not an age X25519 identity");
+    result.assert_one_error_line("line 1: not an age X25519 identity");
     assert_eq!(std::fs::read_dir(out.parent().unwrap()).unwrap().count(), 0);
-}
-
-/// The whole of stderr is one `error: ` line that says `message`.
-fn assert_one_error_line(stderr: &str, message: &str) {
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert!(
-        lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(message),
-        "expected one error line saying {message:?}, got:\n{stderr}"
-    );
 }
 
 /// S3 server-side encryption with a customer key (SSE-C, which Garage implements): the

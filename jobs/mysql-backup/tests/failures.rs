@@ -703,12 +703,7 @@ async fn bad_keys_get_one_line_and_nothing_is_written() {
     for (a, message) in cases {
         let result = run(&a, &[]).await;
         assert_eq!(result.code, 1, "{a:?}: {}", result.stderr);
-        let lines: Vec<&str> = result.stderr.lines().collect();
-        assert!(
-            lines.len() == 1 && lines[0].starts_with("error: ") && lines[0].contains(message),
-            "{a:?}: expected one error line saying {message:?}, got:\n{}",
-            result.stderr
-        );
+        result.assert_one_error_line(message);
         // The identity file is not quoted back: it could have held a private key.
         assert!(!result.stderr.contains(&public), "{}", result.stderr);
         assert!(!backups.exists(), "{a:?} wrote to storage");

@@ -210,6 +210,7 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     eprintln!("measuring (database {:.0} MB) ...", mb);
+    measure::stop_ways_on_interrupt();
     // (c) stores nothing: any store's environment will do.
     let store_d = Store::empty(&tls).await?;
     let c = measure(

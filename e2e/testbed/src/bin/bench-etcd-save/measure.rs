@@ -3,6 +3,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -13,6 +14,25 @@ const WAY_LIMIT: Duration = Duration::from_secs(300);
 
 /// How long a stuck way gets after SIGTERM (the CLI aborts its upload) before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The process group of the way running now (0: none), for [`stop_ways_on_interrupt`].
+static RUNNING_GROUP: AtomicU32 = AtomicU32::new(0);
+
+/// From now on, Ctrl-C of the bench also stops the way that runs: in a process group of its
+/// own, it no longer gets the terminal's SIGINT.
+pub(crate) fn stop_ways_on_interrupt() {
+    tokio::spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let group = RUNNING_GROUP.load(Ordering::SeqCst);
+            if group != 0 {
+                let _ = Command::new("kill")
+                    .args(["-TERM", "--", &format!("-{group}")])
+                    .status();
+            }
+            std::process::exit(130);
+        }
+    });
+}
 
 /// One measured command.
 #[derive(Clone)]
@@ -49,7 +69,7 @@ pub(crate) fn measure(
     env: &[(String, String)],
     servers: &[u32],
 ) -> Result<Measured> {
-    measure_within(label, script, env, servers, WAY_LIMIT)
+    measure_within(label, script, env, servers, WAY_LIMIT, STOP_GRACE)
 }
 
 fn measure_within(
@@ -58,6 +78,7 @@ fn measure_within(
     env: &[(String, String)],
     servers: &[u32],
     limit: Duration,
+    grace: Duration,
 ) -> Result<Measured> {
     let dir = tempfile::tempdir()?;
     // The page cache writeback of an earlier way's files is not this way's to pay.
@@ -82,11 +103,14 @@ fn measure_within(
         .process_group(0)
         .spawn()
         .context("cannot run /usr/bin/time (apt install time)")?;
-    let status = match wait_at_most(&mut child, limit)? {
+    RUNNING_GROUP.store(child.id(), Ordering::SeqCst);
+    let waited = wait_at_most(&mut child, limit);
+    RUNNING_GROUP.store(0, Ordering::SeqCst);
+    let status = match waited? {
         Some(status) => status,
         None => {
             let waits = where_it_waits(child.id());
-            stop_group(&mut child)?;
+            stop_group(&mut child, grace)?;
             bail!(
                 "{label} still ran after {} s: stopped. {script}\nWhere it waited:\n{waits}\n{}",
                 limit.as_secs(),
@@ -158,16 +182,41 @@ fn where_it_waits(group: u32) -> String {
     format!("{processes}\n{sockets}")
 }
 
-/// SIGTERM to the way's group, then SIGKILL if it is still there after [`STOP_GRACE`].
-fn stop_group(child: &mut std::process::Child) -> Result<()> {
-    let group = format!("-{}", child.id());
-    let signal = |name: &str| Command::new("kill").args([name, "--", &group]).status();
+/// SIGTERM to the way's group, then SIGKILL to what is left of it after `grace`. The
+/// group's leader (GNU time) dies of SIGTERM at once, whatever its children do, so the group
+/// itself is watched, not the leader.
+fn stop_group(child: &mut std::process::Child, grace: Duration) -> Result<()> {
+    let group = child.id();
+    let signal = |name: &str| {
+        Command::new("kill")
+            .args([name, "--", &format!("-{group}")])
+            .status()
+    };
     signal("-TERM")?;
-    if wait_at_most(child, STOP_GRACE)?.is_none() {
-        signal("-KILL")?;
-        child.wait()?;
+    let start = Instant::now();
+    while group_is_running(group) && start.elapsed() < grace {
+        std::thread::sleep(Duration::from_millis(50));
     }
+    if group_is_running(group) {
+        signal("-KILL")?;
+        while group_is_running(group) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    child.wait()?;
     Ok(())
+}
+
+/// Whether a process of group `group` still runs (zombies, dead but not yet reaped, do not).
+fn group_is_running(group: u32) -> bool {
+    let Ok(ps) = Command::new("ps").args(["-eo", "pgid=,stat="]).output() else {
+        return false;
+    };
+    String::from_utf8_lossy(&ps.stdout).lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        fields.next() == Some(group.to_string().as_str())
+            && fields.next().is_some_and(|stat| !stat.starts_with('Z'))
+    })
 }
 
 #[cfg(test)]
@@ -177,10 +226,12 @@ mod tests {
     #[test]
     fn a_way_that_hangs_is_stopped_with_where_it_waited() {
         // A duration of its own, to find this `sleep` among the machine's processes. It runs as
-        // a child of bash (two commands), so stopping only the top process would leave it.
+        // a child of bash (two commands), so stopping only the top process would leave it, and
+        // it ignores SIGTERM (as a hung client may not act on it), so only SIGKILL stops it.
         let marker = format!("sleep 600.{}", std::process::id());
-        let script = format!("{marker}\ntrue");
-        let err = measure_within("stuck", &script, &[], &[], Duration::from_secs(1))
+        let script = format!("trap '' TERM\n{marker}\ntrue");
+        let second = Duration::from_secs(1);
+        let err = measure_within("stuck", &script, &[], &[], second, second)
             .err()
             .expect("a way that does not end fails");
         let report = err.to_string();
@@ -193,11 +244,18 @@ mod tests {
             "the report lists the group's processes: {report}"
         );
         assert!(
-            report.contains("State"),
+            report.contains("Recv-Q"),
             "the report lists the sockets: {report}"
         );
-        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-        let left = String::from_utf8_lossy(&ps.stdout).contains(&marker);
-        assert!(!left, "a process of the stopped way is still running");
+        let ps = Command::new("ps")
+            .args(["-eo", "stat=,args="])
+            .output()
+            .unwrap();
+        let left: Vec<String> = String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .filter(|l| l.contains(&marker) && !l.starts_with('Z'))
+            .map(String::from)
+            .collect();
+        assert!(left.is_empty(), "still running after the stop: {left:?}");
     }
 }
