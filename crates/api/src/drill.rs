@@ -117,8 +117,9 @@ pub struct DrillRecord {
     /// `RestoreFailed` (etcd's restore tool refused it), `DidNotServe`, `TimedOut`,
     /// `PodCannotStart` (e.g. an image that cannot be pulled), `PodFailed`,
     /// `PodLost` (its pod vanished after a newer backup), `NothingRecorded` (a backup taken
-    /// before drills existed), `UnknownEtcdVersion`, `CannotReachBackup`, `Cancelled`
-    /// (`spec.drill` removed while it ran).
+    /// before drills existed), `UnknownEtcdVersion`, `CannotReachBackup`, `NoUsableIdentity`
+    /// (an encrypted backup and no `identitySecret`, or one that is not among its recipients),
+    /// `Cancelled` (`spec.drill` removed while it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What the drill found, in words.

@@ -46,14 +46,16 @@ pub async fn until_interrupted<F: Future>(work: F) -> Result<F::Output, Interrup
     }
 }
 
-/// After an interrupt: waits for the aborts of the dropped uploads, says what happened in one
-/// line, and returns the exit code.
-pub async fn exit_after(interrupt: Interrupt) -> ExitCode {
+/// What an interrupted upload leaves: nothing.
+pub const NOTHING_STORED: &str = "any upload in progress was aborted, nothing was stored";
+
+/// After an interrupt: waits for the aborts of the dropped uploads, says in one line what
+/// happened and what the command left (`left`, e.g. [`NOTHING_STORED`]), and returns the exit
+/// code.
+pub async fn exit_after(interrupt: Interrupt, left: &str) -> ExitCode {
     let name = interrupt.name();
     if backup_storage::finish_aborts(ABORT_LIMIT).await {
-        eprintln!(
-            "error: interrupted by {name}; any upload in progress was aborted, nothing was stored"
-        );
+        eprintln!("error: interrupted by {name}; {left}");
     } else {
         eprintln!(
             "error: interrupted by {name}; an upload could not be aborted within {} s, nothing was \

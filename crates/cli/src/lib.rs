@@ -11,7 +11,7 @@ mod storage;
 use clap::ValueEnum;
 
 #[cfg(feature = "storage")]
-pub use interrupt::{Interrupt, exit_after, until_interrupted};
+pub use interrupt::{Interrupt, NOTHING_STORED, exit_after, until_interrupted};
 #[cfg(feature = "storage")]
 pub use storage::{CompressArg, EncryptArgs, IdentityArgs, KeyError, S3Args, SseArg};
 
@@ -20,6 +20,10 @@ pub const EXIT_FAILED: u8 = 1;
 /// Exit code of a backup that failed verification, so callers (scripts, the restore operator)
 /// can tell "the data is bad" from "the network was down".
 pub const EXIT_DATA_BAD: u8 = 3;
+/// Exit code of a run that could not decrypt with the identity given (none given for an
+/// encrypted backup, not an age identity, not among the backup's recipients): the backup may
+/// be good, the key is wrong, which a restore at 3 a.m. must not confuse with bad data.
+pub const EXIT_NO_USABLE_IDENTITY: u8 = 4;
 
 /// `--log-format`: logs go to stderr, as text or one JSON object per line.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -129,11 +129,23 @@ pub enum KeyError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
+        /// An identity file (`--identity`), not a recipients file.
+        identity: bool,
         #[source]
         source: std::io::Error,
     },
     #[error(transparent)]
     Invalid(#[from] EncryptionError),
+}
+
+impl KeyError {
+    /// True for an identity that cannot be read or parsed (exit code 4).
+    pub fn is_identity_problem(&self) -> bool {
+        match self {
+            KeyError::Read { identity, .. } => *identity,
+            KeyError::Invalid(e) => e.is_identity_problem(),
+        }
+    }
 }
 
 impl EncryptArgs {
@@ -147,6 +159,7 @@ impl EncryptArgs {
         for path in &self.encrypt_to_file {
             let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
                 path: path.clone(),
+                identity: false,
                 source,
             })?;
             add(Recipients::parse(&text, &path.display().to_string())?);
@@ -177,6 +190,7 @@ impl IdentityArgs {
         };
         let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
             path: path.clone(),
+            identity: true,
             source,
         })?;
         Ok(Some(Identity::parse(&text, &path.display().to_string())?))

@@ -92,6 +92,11 @@ impl Error {
         ) || matches!(self, Error::Compression(e) if e.is_integrity())
             || matches!(self, Error::Encryption(e) if e.is_integrity())
     }
+
+    /// True when the identity given cannot decrypt (exit code 4), not the data.
+    pub fn is_identity_problem(&self) -> bool {
+        matches!(self, Error::Encryption(e) if e.is_identity_problem())
+    }
 }
 
 impl From<ReadError> for Error {

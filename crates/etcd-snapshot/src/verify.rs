@@ -481,6 +481,7 @@ mod tests {
             let err = fetch(&store, &key, &out, identity).await.unwrap_err();
             assert!(matches!(err, Error::Encryption(_)), "{err}");
             assert!(!err.is_integrity(), "a missing key is not bad data: {err}");
+            assert!(err.is_identity_problem(), "{err}");
             assert!(!out.exists() && !part.exists());
         }
         // No manifest records the recipients, so another key's refusal cannot tell a stanza for
@@ -510,6 +511,7 @@ mod tests {
                 "{err}"
             );
             assert!(!err.is_integrity(), "{err}");
+            assert!(err.is_identity_problem(), "{err}");
             assert!(!out.exists());
         }
 
@@ -574,6 +576,7 @@ mod tests {
         for (what, bytes) in damaged {
             let (err, left_a_file) = failed_fetch(&what, &bytes, &manifest, &identity).await;
             assert!(err.is_integrity(), "{what}: {err}");
+            assert!(!err.is_identity_problem(), "{what}: {err}");
             assert!(!left_a_file, "{what}");
         }
     }

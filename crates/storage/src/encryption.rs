@@ -78,6 +78,20 @@ impl EncryptionError {
             EncryptionError::BadHeader { .. } | EncryptionError::Corrupt { .. }
         )
     }
+
+    /// True when the identity is at fault (exit code 4): none given for an encrypted object,
+    /// a file that holds no usable age identity, or one that opens none of its stanzas. A
+    /// restore tells this from bad data: the backup may be fine, the key is not.
+    pub fn is_identity_problem(&self) -> bool {
+        matches!(
+            self,
+            EncryptionError::BadIdentity { .. }
+                | EncryptionError::NoIdentity { .. }
+                | EncryptionError::IdentityNeeded { .. }
+                | EncryptionError::NotARecipient { .. }
+                | EncryptionError::NoRecipientOpens { .. }
+        )
+    }
 }
 
 type Result<T> = std::result::Result<T, EncryptionError>;

@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::cli::{Cli, Command, Output, PruneArgs, S3Args, SaveArgs};
 
 /// Exit code 3 marks a backup that failed verification, so scripts can tell "the data is bad"
-/// from "the network was down" (1).
+/// from "the network was down" (1); 4 an identity that cannot decrypt it ("the key is wrong").
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let integrity = err.chain().any(|e| {
         e.downcast_ref::<etcd_snapshot::Error>()
@@ -23,10 +23,31 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 .is_some_and(|e| e.is_integrity())
             || e.is::<DrillFailed>()
     });
+    let identity = err.chain().any(|e| {
+        e.downcast_ref::<etcd_snapshot::Error>()
+            .is_some_and(|e| e.is_identity_problem())
+            || e.downcast_ref::<backup_cli::KeyError>()
+                .is_some_and(|e| e.is_identity_problem())
+    });
     if integrity {
         backup_cli::EXIT_DATA_BAD
+    } else if identity {
+        backup_cli::EXIT_NO_USABLE_IDENTITY
     } else {
         backup_cli::EXIT_FAILED
+    }
+}
+
+/// What `command` leaves when a signal stops it, for its last line.
+pub fn left_when_interrupted(command: &Command) -> String {
+    match command {
+        // The signal may come after the verified file was renamed into place: it stays.
+        Command::Fetch { out, .. } => format!(
+            "the partial download {0}.part was removed; {0} exists only if it was verified \
+             whole before the signal",
+            out.display()
+        ),
+        _ => backup_cli::NOTHING_STORED.to_string(),
     }
 }
 

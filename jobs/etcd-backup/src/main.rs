@@ -15,10 +15,12 @@ use cli::Cli;
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     backup_cli::init_logging(cli.log_format, "warn");
-    // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored.
+    // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored; a fetch removes
+    // its partial file.
+    let left = commands::left_when_interrupted(&cli.command);
     let result = match backup_cli::until_interrupted(commands::run(cli)).await {
         Ok(result) => result,
-        Err(interrupt) => return backup_cli::exit_after(interrupt).await,
+        Err(interrupt) => return backup_cli::exit_after(interrupt, &left).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -177,7 +177,8 @@ async fn an_encrypted_backup_opens_with_the_age_tool_and_restores_with_its_ident
         &[],
     )
     .await;
-    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    // Exit 4: the key is wrong, not the backup (a restore reports it so).
+    assert_eq!(refused.code, 4, "{}", refused.stderr);
     assert!(
         refused.stderr.contains("not among its recipients"),
         "{}",
@@ -189,7 +190,7 @@ async fn an_encrypted_backup_opens_with_the_age_tool_and_restores_with_its_ident
         &[],
     )
     .await;
-    assert_eq!(no_key.code, 1, "{}", no_key.stderr);
+    assert_eq!(no_key.code, 4, "{}", no_key.stderr);
     assert!(
         no_key.stderr.contains("no identity was given"),
         "{}",
@@ -348,7 +349,7 @@ async fn bad_keys_get_one_line_and_nothing_is_written() {
         &[],
     )
     .await;
-    assert_eq!(result.code, 1, "{}", result.stderr);
+    assert_eq!(result.code, 4, "{}", result.stderr);
     result.assert_one_error_line("line 1: not an age X25519 identity");
     assert_eq!(std::fs::read_dir(out.parent().unwrap()).unwrap().count(), 0);
 }

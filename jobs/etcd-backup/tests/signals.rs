@@ -137,6 +137,18 @@ async fn a_signal_mid_fetch_leaves_no_partial_file() {
         let status = interrupt(&mut child, signal).await;
         let log = log.read_to_end().await;
         assert_eq!(status.code(), Some(code), "{log}");
+        let name = if signal == "-TERM" {
+            "SIGTERM"
+        } else {
+            "SIGINT"
+        };
+        assert!(
+            log.contains(&format!(
+                "interrupted by {name}; the partial download {}.part was removed",
+                out.display()
+            )),
+            "{log}"
+        );
         assert!(!part.exists(), "{} left behind\n{log}", part.display());
         assert!(!out.exists(), "{log}");
     }

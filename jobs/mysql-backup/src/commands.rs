@@ -21,14 +21,23 @@ use crate::cli::{
 };
 use crate::list_output::print_list;
 
-/// 3 marks "the data is bad" as opposed to "something was unreachable" (1).
+/// 3 marks "the data is bad" as opposed to "something was unreachable" (1); 4 an identity
+/// that cannot decrypt the backup ("the key is wrong").
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     let integrity = err.chain().any(|e| {
         e.downcast_ref::<mysql_backup::Error>()
             .is_some_and(|e| e.is_integrity())
     });
+    let identity = err.chain().any(|e| {
+        e.downcast_ref::<mysql_backup::Error>()
+            .is_some_and(|e| e.is_identity_problem())
+            || e.downcast_ref::<backup_cli::KeyError>()
+                .is_some_and(|e| e.is_identity_problem())
+    });
     if integrity {
         backup_cli::EXIT_DATA_BAD
+    } else if identity {
+        backup_cli::EXIT_NO_USABLE_IDENTITY
     } else {
         backup_cli::EXIT_FAILED
     }

@@ -131,4 +131,9 @@ impl Error {
                 | Error::NoManifest { .. }
         )
     }
+
+    /// True when the identity given cannot decrypt (exit code 4), not the data.
+    pub fn is_identity_problem(&self) -> bool {
+        matches!(self, Error::Encryption(e) if e.is_identity_problem())
+    }
 }

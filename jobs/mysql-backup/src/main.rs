@@ -18,7 +18,9 @@ async fn main() -> ExitCode {
     // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored.
     let result = match backup_cli::until_interrupted(commands::run(cli)).await {
         Ok(result) => result,
-        Err(interrupt) => return backup_cli::exit_after(interrupt).await,
+        Err(interrupt) => {
+            return backup_cli::exit_after(interrupt, backup_cli::NOTHING_STORED).await;
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

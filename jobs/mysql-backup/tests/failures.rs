@@ -689,20 +689,23 @@ async fn bad_keys_get_one_line_and_nothing_is_written() {
     };
     let mut restore = restore_from(&url, &datadir, false);
     restore.extend(args(&["--identity", not_an_identity.to_str().unwrap()]));
+    // Bad recipients are a failure (1); an identity that is none, exit 4 (the key is wrong).
     let cases = [
         (
             backup(&["--encrypt-to", "age1notakey"]),
+            1,
             "--encrypt-to (number 1), line 1: not an age X25519 recipient",
         ),
         (
             backup(&["--encrypt-to-file", empty.to_str().unwrap()]),
+            1,
             "holds no age recipient",
         ),
-        (restore, "line 1: not an age X25519 identity"),
+        (restore, 4, "line 1: not an age X25519 identity"),
     ];
-    for (a, message) in cases {
+    for (a, code, message) in cases {
         let result = run(&a, &[]).await;
-        assert_eq!(result.code, 1, "{a:?}: {}", result.stderr);
+        assert_eq!(result.code, code, "{a:?}: {}", result.stderr);
         result.assert_one_error_line(message);
         // The identity file is not quoted back: it could have held a private key.
         assert!(!result.stderr.contains(&public), "{}", result.stderr);

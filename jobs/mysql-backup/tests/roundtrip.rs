@@ -154,7 +154,8 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
         let mut a = restore_from(&url, &datadir, false);
         a.extend(extra);
         let refused = run(&a, &[]).await;
-        assert_eq!(refused.code, 1, "{}", refused.stderr);
+        // Exit 4: the key is missing or wrong, not the backup.
+        assert_eq!(refused.code, 4, "{}", refused.stderr);
         assert!(refused.stderr.contains(message), "{}", refused.stderr);
         assert!(!datadir.exists() || list_files(&datadir).is_empty());
     }

@@ -29,7 +29,7 @@ use crate::observe;
 use crate::status::{self, RESTORE_ANNOTATION};
 use etcd_cluster::restore_plan;
 use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep};
-use fetch_pod::source::{self, Source};
+use fetch_pod::source::{self, Source, SourceError};
 
 /// Look again soon while something runs; at once after a step changed something: its own
 /// status write does not wake the controller (spec changes only), and every reconcile reads
@@ -200,21 +200,30 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     })
 }
 
+/// Why the snapshot cannot be read: the restore fails with this reason and message.
+pub type SourceProblem = (RestoreFailure, String);
+
+fn bad_source(message: String) -> Result<Result<Source, SourceProblem>, Error> {
+    Ok(Err((RestoreFailure::BadSource, message)))
+}
+
 /// The snapshot's location, or what is wrong with it (a missing EtcdBackup or Secret is a
 /// failure of this restore, not an error of the operator).
 async fn resolve_source(
     ctx: &Context,
     restore: &EtcdRestore,
-) -> Result<Result<Source, String>, Error> {
+) -> Result<Result<Source, SourceProblem>, Error> {
     let ns = restore.namespace().unwrap_or_default();
     if let Err(e) = restore.spec.validate(&restore.name_any()) {
-        return Ok(Err(e.to_string()));
+        return bad_source(e.to_string());
     }
     let source = match &restore.spec.backup_ref {
         Some(backup) => {
             let backups: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &ns);
             match backups.get_opt(&backup.name).await? {
-                None => return Ok(Err(format!("EtcdBackup {} not found in {ns}", backup.name))),
+                None => {
+                    return bad_source(format!("EtcdBackup {} not found in {ns}", backup.name));
+                }
                 Some(b) => source::from_backup(&restore.spec, &b),
             }
         }
@@ -222,7 +231,11 @@ async fn resolve_source(
     };
     let mut source = match source {
         Ok(s) => s,
-        Err(e) => return Ok(Err(e.to_string())),
+        // An encrypted backup without an identity: the key is missing, not the backup.
+        Err(e @ SourceError::IdentityNeeded { .. }) => {
+            return Ok(Err((RestoreFailure::NoUsableIdentity, e.to_string())));
+        }
+        Err(e) => return bad_source(e.to_string()),
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     // The identity is a private key: only its Secret's existence is checked (metadata), its
@@ -230,10 +243,10 @@ async fn resolve_source(
     if let Some(identity) = &source.identity
         && secrets.get_metadata_opt(&identity.name).await?.is_none()
     {
-        return Ok(Err(format!(
+        return bad_source(format!(
             "Secret {} (spec.decryption.identitySecret) not found in {ns}",
             identity.name
-        )));
+        ));
     }
     let Some(s3) = source.s3.as_mut() else {
         return Ok(Ok(source));
@@ -242,13 +255,13 @@ async fn resolve_source(
     let aws = match &s3.aws_secret {
         None => None,
         Some(name) => match secrets.get_opt(name).await? {
-            None => return Ok(Err(format!("Secret {name} not found in {ns}"))),
+            None => return bad_source(format!("Secret {name} not found in {ns}")),
             Some(secret) => Some((name.as_str(), secret.data.unwrap_or_default())),
         },
     };
     for secret in s3.ca_secret.iter() {
         if secrets.get_opt(secret).await?.is_none() {
-            return Ok(Err(format!("Secret {secret} not found in {ns}")));
+            return bad_source(format!("Secret {secret} not found in {ns}"));
         }
     }
     // Like the identity, the SSE-C key is only mounted: its data never reaches the operator.
@@ -259,10 +272,10 @@ async fn resolve_source(
     if let Some(key) = sse_c
         && secrets.get_metadata_opt(&key.name).await?.is_none()
     {
-        return Ok(Err(format!(
+        return bad_source(format!(
             "Secret {} (s3.serverSideEncryption.customerKeySecret) not found in {ns}",
             key.name
-        )));
+        ));
     }
     // The backup operator's rules for what a tenant's object may read S3 with.
     let text = |data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str| {
@@ -280,7 +293,7 @@ async fn resolve_source(
         .as_ref()
         .map(|(name, credentials, config)| (*name, credentials.as_deref(), config.as_deref()));
     if let Err(e) = tenant_credentials::check(checked, ctx.allow_ambient_credentials) {
-        return Ok(Err(e.to_string()));
+        return bad_source(e.to_string());
     }
     Ok(Ok(source))
 }

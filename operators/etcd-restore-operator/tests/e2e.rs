@@ -163,16 +163,7 @@ async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
     );
     // Given back as it was: running, neither held nor paused.
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), ns);
-    let cluster = clusters.get(CLUSTER).await.unwrap();
-    assert!(!cluster.spec.is_paused(), "{status:?}");
-    assert!(
-        !cluster
-            .annotations()
-            .keys()
-            .any(|k| k.starts_with("etcd.database.coreos.com/")),
-        "{:?}",
-        cluster.annotations()
-    );
+    assert_given_back(&clusters.get(CLUSTER).await.unwrap());
     restores
         .delete(CLUSTER, &DeleteParams::default())
         .await
@@ -710,6 +701,30 @@ async fn run_backup_pod(kube: &KubeTestbed, ns: &str, args: &[&str]) {
     testbed::cluster::run_once(&pods, pod, 120).await;
 }
 
+/// A cluster a failed restore gave back: running, neither held nor paused.
+fn assert_given_back(cluster: &EtcdCluster) {
+    assert!(
+        !cluster.spec.is_paused(),
+        "{} is paused",
+        cluster.name_any()
+    );
+    assert!(
+        !cluster
+            .annotations()
+            .keys()
+            .any(|k| k.starts_with("etcd.database.coreos.com/")),
+        "{:?}",
+        cluster.annotations()
+    );
+}
+
+/// The uids of `cluster`'s member pods (the same after a restore that touched nothing).
+async fn member_uids(pods: &Api<Pod>, cluster: &str) -> Vec<String> {
+    let selector = ListParams::default().labels(&format!("etcd_cluster={cluster}"));
+    let members = pods.list(&selector).await.unwrap().items;
+    members.iter().map(|p| p.uid().unwrap()).collect()
+}
+
 /// Every key of `cluster`, read from one of its member pods.
 async fn keys_of(kube: &KubeTestbed, ns: &str, cluster: &str) -> usize {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
@@ -967,7 +982,8 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     assert!(!refused.succeeded && refused.plan.is_none(), "{refused:?}");
     let reason = refused.reason.unwrap_or_default();
     assert!(
-        reason.contains("no identity (private key) is named"),
+        reason.starts_with("NoUsableIdentity: ")
+            && reason.contains("no identity (private key) is named"),
         "{reason}"
     );
     assert!(clusters.get_opt("copy-no-key").await.unwrap().is_none());
@@ -1013,6 +1029,57 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     wait_until(&clusters, "copy-ref", "1 ready member", 120, converged(1))
         .await
         .unwrap();
+
+    // A restore of the running source cluster with a key that is not a recipient of the
+    // encrypted backup: the members' fetches find it (the operator never reads the private
+    // key), the restore fails as NoUsableIdentity (the key is wrong, the backup was not
+    // judged), and the cluster is given back untouched: the same member pod, every key, not
+    // paused, not held, no claim of the restore left.
+    let (stranger, _) = backup_storage::encryption::Identity::generate();
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "stranger-key"}, "stringData": {"identity.txt": stranger}}),
+    )
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let member_before = member_uids(&pods, "source").await;
+    let wrong_key: EtcdRestore = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": "source"},
+        "spec": {"etcdCluster": {"name": "source"}, "backupStorageType": "S3",
+            "backupRef": {"name": "nightly"},
+            "decryption": {"identitySecret": {"name": "stranger-key", "key": "identity.txt"}}},
+    }))
+    .unwrap();
+    restores
+        .create(&PostParams::default(), &wrong_key)
+        .await
+        .unwrap();
+    let refused = wait_until(&restores, "source", "the refusal", 180, finished)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(
+        !refused.succeeded && refused.snapshot.is_none(),
+        "{refused:?}"
+    );
+    let reason = refused.reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("NoUsableIdentity: ") && reason.contains("not among its recipients"),
+        "{reason}"
+    );
+    assert_given_back(&clusters.get("source").await.unwrap());
+    assert_eq!(
+        member_uids(&pods, "source").await,
+        member_before,
+        "the member pod was not replaced"
+    );
+    let staged = ListParams::default().labels("etcd_restore=source");
+    assert!(claims.list(&staged).await.unwrap().items.is_empty());
+    assert_eq!(keys_of(&kube, &ns, "source").await, 300);
 
     // The etcdctl snapshot, without a manifest: checked against its own revision, which the
     // restore tool reports (and the restored member serves it, bumped).

@@ -528,6 +528,21 @@ fn verified_world() -> World {
     world
 }
 
+/// A failure before any member stopped: the restore's own pods, then its claims, are deleted.
+async fn expect_restore_objects_deleted(api: &mut MockApi) {
+    for path in [
+        format!("{NS}/pods/c-3-restore"),
+        format!("{NS}/pods/c-4-restore"),
+        format!("{NS}/pods/c-5-restore"),
+        format!("{NS}/persistentvolumeclaims/c-3"),
+        format!("{NS}/persistentvolumeclaims/c-4"),
+        format!("{NS}/persistentvolumeclaims/c-5"),
+    ] {
+        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| json!({}))
+            .await;
+    }
+}
+
 #[tokio::test]
 async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untouched() {
     let (ctx, mut api) = context();
@@ -552,17 +567,7 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
         recorded_reason.starts_with("BackupInvalid: ") && recorded_reason.contains("c-4"),
         "{recorded_reason}"
     );
-    for path in [
-        format!("{NS}/pods/c-3-restore"),
-        format!("{NS}/pods/c-4-restore"),
-        format!("{NS}/pods/c-5-restore"),
-        format!("{NS}/persistentvolumeclaims/c-3"),
-        format!("{NS}/persistentvolumeclaims/c-4"),
-        format!("{NS}/persistentvolumeclaims/c-5"),
-    ] {
-        api.expect_call(Method::DELETE, &path, StatusCode::OK, |_| json!({}))
-            .await;
-    }
+    expect_restore_objects_deleted(&mut api).await;
     let status = expect_report_of(&mut api, &world.restore, "Warning", "BackupInvalid").await;
     assert_eq!(status["phase"], "Restoring");
     assert_eq!(status["conditions"][1]["reason"], "Discarding");
@@ -592,6 +597,37 @@ async fn a_backup_failing_one_members_fetch_gives_the_running_cluster_back_untou
         reason.contains("sha256 trailer mismatch") && reason.contains("c-4"),
         "{reason}"
     );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// A fetch that cannot decrypt with the restore's identity (exit 4) fails the restore as
+/// `NoUsableIdentity`, not as an invalid backup: the key is wrong, the backup was not judged.
+/// The running cluster is given back untouched, as for any failed fetch.
+#[tokio::test]
+async fn a_fetch_the_identity_cannot_decrypt_fails_as_no_usable_identity() {
+    let (ctx, mut api) = context();
+    let wrong_key = json!({"phase": "Failed", "initContainerStatuses": [{
+        "name": "fetch", "image": "backup:dev", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 4, "message":
+            "error: s3://b/etcd.backup is encrypted to other keys: the identity given (public key age1x) is not among its recipients (age1y)"}}}]});
+    let world = restoring([
+        wrong_key,
+        json!({"phase": "Running"}),
+        json!({"phase": "Running"}),
+    ]);
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve(&mut api).await;
+    let record = expect_records(&mut api, &world.restore).await;
+    let recorded_reason = record.body["status"]["reason"].as_str().unwrap();
+    assert!(
+        recorded_reason.starts_with("NoUsableIdentity: ")
+            && recorded_reason.contains("spec.decryption")
+            && recorded_reason.contains("not among its recipients (age1y)"),
+        "{recorded_reason}"
+    );
+    expect_restore_objects_deleted(&mut api).await;
+    expect_report_of(&mut api, &world.restore, "Warning", "NoUsableIdentity").await;
     reconcile.await.unwrap();
     api.expect_silence().await;
 }

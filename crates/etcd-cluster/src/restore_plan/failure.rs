@@ -37,10 +37,13 @@ pub enum RestoreFailure {
     BadPlan,
     /// The backup comes from a newer minor version than the cluster runs.
     BackupTooNew,
+    /// The backup is encrypted and the restore names no identity, or one that opens none of
+    /// its recipients' stanzas (the key is wrong, not the backup).
+    NoUsableIdentity,
 }
 
 impl RestoreFailure {
-    pub const ALL: [RestoreFailure; 15] = [
+    pub const ALL: [RestoreFailure; 16] = [
         RestoreFailure::BadSource,
         RestoreFailure::Refused,
         RestoreFailure::ClusterDeleted,
@@ -56,6 +59,7 @@ impl RestoreFailure {
         RestoreFailure::BackupChanged,
         RestoreFailure::BadPlan,
         RestoreFailure::BackupTooNew,
+        RestoreFailure::NoUsableIdentity,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -75,6 +79,7 @@ impl RestoreFailure {
             RestoreFailure::BackupChanged => "BackupChanged",
             RestoreFailure::BadPlan => "BadPlan",
             RestoreFailure::BackupTooNew => "BackupTooNew",
+            RestoreFailure::NoUsableIdentity => "NoUsableIdentity",
         }
     }
 

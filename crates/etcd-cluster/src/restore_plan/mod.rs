@@ -27,11 +27,12 @@ pub use observed::{ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, Rest
 pub use recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
 pub use step::RestoreStep;
 
-/// `etcd-backup fetch`'s exit codes: the data failed verification, and any other failure (the
-/// object missing, refused or unreachable, the scratch volume full).
-/// (`backup_cli::EXIT_DATA_BAD` and `EXIT_FAILED`; the restore operator's tests check that
-/// they agree.)
+/// `etcd-backup fetch`'s exit codes: the data failed verification, the identity cannot decrypt
+/// it, and any other failure (the object missing, refused or unreachable, the scratch volume
+/// full). (`backup_cli::EXIT_DATA_BAD`, `EXIT_NO_USABLE_IDENTITY` and `EXIT_FAILED`; the
+/// restore operator's tests check that they agree.)
 pub const FETCH_DATA_BAD: i32 = 3;
+pub const FETCH_NO_USABLE_IDENTITY: i32 = 4;
 pub const FETCH_FAILED: i32 = 1;
 
 /// The revision every restored member must serve at least: the snapshot's, plus the bump when
@@ -57,8 +58,8 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         return fail(*reason, message);
     }
     // 1. A source that cannot be read fails before anything is touched.
-    if let (None, Some(problem)) = (&observed.snapshot, &observed.source_problem) {
-        return fail(RestoreFailure::BadSource, problem);
+    if let (None, Some((reason, problem))) = (&observed.snapshot, &observed.source_problem) {
+        return fail(*reason, problem);
     }
     let Some(cluster) = &observed.cluster else {
         if observed.plan.is_some() {
@@ -147,6 +148,14 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
                 &format!(
                     "the backup {url} failed verification in member {member}'s fetch; no member \
                      or volume of the cluster was touched: {message}"
+                ),
+            ),
+            (None, "fetch", Some(FETCH_NO_USABLE_IDENTITY)) => fail(
+                RestoreFailure::NoUsableIdentity,
+                &format!(
+                    "member {member}'s fetch could not decrypt the backup {url} with the \
+                     identity named (spec.decryption); the backup itself was not judged; no \
+                     member or volume of the cluster was touched: {message}"
                 ),
             ),
             (None, "fetch", Some(FETCH_FAILED)) => fail(
@@ -254,8 +263,8 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         .cloned()
         .collect();
     if !to_restore.is_empty() {
-        if let Some(problem) = &observed.source_problem {
-            return fail(RestoreFailure::BadSource, problem);
+        if let Some((reason, problem)) = &observed.source_problem {
+            return fail(*reason, problem);
         }
         return RestoreStep::RestoreMembers(to_restore);
     }
@@ -665,10 +674,19 @@ mod tests {
     fn a_bad_source_fails_at_once_and_a_good_one_pauses_the_cluster_first() {
         let mut o = start();
         assert_eq!(plan(&names(), &o), RestoreStep::PauseCluster);
-        o.source_problem = Some("local.persistentVolumeClaim is not set".into());
+        o.source_problem = Some((
+            RestoreFailure::BadSource,
+            "local.persistentVolumeClaim is not set".into(),
+        ));
         assert!(matches!(
             plan(&names(), &o),
             RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::BadSource
+        ));
+        // The source's own reason is kept (an encrypted backup named without an identity).
+        o.source_problem = Some((RestoreFailure::NoUsableIdentity, "no identity".into()));
+        assert!(matches!(
+            plan(&names(), &o),
+            RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::NoUsableIdentity
         ));
     }
 
@@ -789,7 +807,10 @@ mod tests {
         o.staged_claims.insert("c-3".into());
         // The source went bad meanwhile (its Secret deleted): no pod is made without it, and
         // the restore's claims and running pods go before the cluster is given back.
-        o.source_problem = Some("Secret aws not found in ns".into());
+        o.source_problem = Some((
+            RestoreFailure::BadSource,
+            "Secret aws not found in ns".into(),
+        ));
         assert!(matches!(
             plan(&names(), &o),
             RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BadSource
@@ -1029,6 +1050,12 @@ mod tests {
         assert_eq!(reason, RestoreFailure::BackupInvalid);
         assert!(message.contains("could not read the backup") && message.contains("NoSuchKey"));
         assert!(!message.contains("failed verification"), "{message}");
+        // An identity that opens none of the backup's stanzas (exit 4): the key is wrong, and
+        // the reason says so rather than calling the backup invalid.
+        let (reason, message) = fetch_failed(4, "is not among its recipients (age1abc)");
+        assert_eq!(reason, RestoreFailure::NoUsableIdentity);
+        assert!(message.contains("spec.decryption") && message.contains("age1abc"));
+        assert!(message.contains("no member or volume of the cluster was touched"));
         let (reason, message) = fetch_failed(137, "fetch exited 137: OOMKilled");
         assert_eq!(reason, RestoreFailure::FetchFailed);
         assert!(message.contains("neither read whole nor judged") && message.contains("OOMKilled"));

@@ -68,9 +68,9 @@ pub struct RestoreObserved {
     pub restored_revision: Option<i64>,
     /// The failure recorded by a [`RestoreStep::Discard`] (reason, message), while it is carried out.
     pub failing: Option<(super::RestoreFailure, String)>,
-    /// Where the snapshot is, and why it cannot be read when it cannot.
+    /// Where the snapshot is, and why it cannot be read when it cannot (reason, message).
     pub source_url: String,
-    pub source_problem: Option<String>,
+    pub source_problem: Option<(super::RestoreFailure, String)>,
     /// The world.
     pub cluster: Option<ClusterView>,
     /// The cluster's member pods (`app=etcd,etcd_cluster=<name>`), with whether they are ready.

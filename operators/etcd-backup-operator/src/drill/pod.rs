@@ -66,6 +66,9 @@ impl CannotDrill {
         match self {
             CannotDrill::NothingRecorded => "NothingRecorded",
             CannotDrill::Version(_) => "UnknownEtcdVersion",
+            CannotDrill::Source(fetch_pod::SourceError::IdentityNeeded { .. }) => {
+                "NoUsableIdentity"
+            }
             CannotDrill::Source(_) => "CannotReachBackup",
             CannotDrill::NoCredentials => "NoCredentials",
         }
@@ -355,5 +358,22 @@ mod tests {
         let refused = pod_of(&backup).unwrap_err();
         assert_eq!(refused, CannotDrill::NoCredentials);
         assert!(refused.to_string().contains("s3.awsSecret"), "{refused}");
+    }
+
+    /// An encrypted backup without drill.identitySecret: the key is missing, which the reason
+    /// says (not that the backup cannot be reached).
+    #[test]
+    fn an_encrypted_backup_without_an_identity_fails_as_no_usable_identity() {
+        let mut backup = backup();
+        let identity = backup.spec.drill.as_ref().unwrap().identity_secret.clone();
+        let refused =
+            CannotDrill::from(fetch_pod::source::newest_backup(&backup, None).unwrap_err());
+        assert_eq!(refused.reason(), "NoUsableIdentity");
+        assert!(refused.to_string().contains("age1abc"), "{refused}");
+        let status = backup.status.as_mut().unwrap();
+        status.last_backup.as_mut().unwrap().object_key = "ftp://elsewhere".into();
+        let unreachable =
+            CannotDrill::from(fetch_pod::source::newest_backup(&backup, identity).unwrap_err());
+        assert_eq!(unreachable.reason(), "CannotReachBackup");
     }
 }

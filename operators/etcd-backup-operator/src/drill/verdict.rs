@@ -104,6 +104,14 @@ pub fn read(pod: &Pod) -> Option<Verdict> {
                                 "the backup failed verification while it was fetched: {message}"
                             ),
                         ),
+                        ("fetch", 4) => failed(
+                            "NoUsableIdentity",
+                            format!(
+                                "the backup could not be decrypted with the drill's identity \
+                                 (drill.identitySecret); the backup itself was not judged: \
+                                 {message}"
+                            ),
+                        ),
                         ("fetch", _) => failed(
                             "FetchFailed",
                             format!("the backup could not be fetched: {message}"),
@@ -215,6 +223,13 @@ mod tests {
         assert_eq!(
             read(&failed_pod("fetch", 1, "S3 down")).unwrap().reason,
             "FetchFailed"
+        );
+        let v = read(&failed_pod("fetch", 4, "is not among its recipients")).unwrap();
+        assert_eq!(v.reason, "NoUsableIdentity");
+        assert!(
+            v.message.contains("not among its recipients"),
+            "{}",
+            v.message
         );
         assert_eq!(
             read(&failed_pod("restore", 1, "bad db")).unwrap().reason,
