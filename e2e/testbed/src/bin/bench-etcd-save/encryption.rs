@@ -12,11 +12,15 @@ use crate::{Store, save_script};
 
 /// Rounds of the encryption comparison: on a 2-core machine shared with etcd and Garage, single
 /// rounds of the fetch ratio ranged from 1.09 to 1.24 in one run.
-pub(crate) const ENCRYPTION_ROUNDS: usize = 5;
+pub(crate) const ENCRYPTION_ROUNDS: usize = 7;
 
-/// One round of (a), (e), (f) and (g), each save into an empty store; also gives the plain
-/// store, which holds (a)'s backup.
+/// Round `round` of (a), (e), (f) and (g), each save into an empty store; also gives the plain
+/// store, which holds (a)'s backup. Both stores are up before the first way, and the ways turn
+/// about from round to round (even rounds plain first, odd rounds encrypted first), so that
+/// neither way always runs beside a Garage still settling the other's gigabyte, or after the
+/// other's page cache.
 pub(crate) async fn encryption_round(
+    round: usize,
     etcd_backup: &Path,
     tls: &testbed::TlsFiles,
     etcd: &Etcd,
@@ -24,49 +28,48 @@ pub(crate) async fn encryption_round(
     fetched: &Path,
 ) -> Result<([Measured; 4], Store)> {
     let plain = Store::empty(tls).await?;
-    let a = measure(
-        "(a) etcd-backup save -> S3",
-        &save_script(etcd_backup, &plain, etcd, "bench/etcd-backup"),
-        &plain.env,
-        &plain.servers(etcd),
-    )?;
     let encrypted = Store::empty(tls).await?;
-    let e = measure(
-        "(e) etcd-backup save, encrypted",
-        &format!(
-            "{} --encrypt-to {}",
-            save_script(etcd_backup, &encrypted, etcd, "bench/encrypted"),
-            keys.recipient
-        ),
-        &encrypted.env,
-        &encrypted.servers(etcd),
-    )?;
-    let f = measure(
-        "(f) etcd-backup fetch",
-        &fetch_script(
-            etcd_backup,
-            Some(&plain),
-            &plain.url("bench/etcd-backup"),
-            fetched,
-            None,
-        ),
-        &plain.env,
-        &plain.servers(etcd),
-    )?;
-    std::fs::remove_file(fetched)?;
-    let g = measure(
-        "(g) etcd-backup fetch, encrypted",
-        &fetch_script(
-            etcd_backup,
-            Some(&encrypted),
-            &encrypted.url("bench/encrypted"),
-            fetched,
-            Some(keys),
-        ),
-        &encrypted.env,
-        &encrypted.servers(etcd),
-    )?;
-    std::fs::remove_file(fetched)?;
+    let save = |store: &Store, encrypt: bool| -> Result<Measured> {
+        if encrypt {
+            let script = format!(
+                "{} --encrypt-to {}",
+                save_script(etcd_backup, store, etcd, "bench/encrypted"),
+                keys.recipient
+            );
+            let label = "(e) etcd-backup save, encrypted";
+            measure(label, &script, &store.env, &store.servers(etcd))
+        } else {
+            let script = save_script(etcd_backup, store, etcd, "bench/etcd-backup");
+            let label = "(a) etcd-backup save -> S3";
+            measure(label, &script, &store.env, &store.servers(etcd))
+        }
+    };
+    let fetch = |store: &Store, encrypt: bool| -> Result<Measured> {
+        let (label, key, with) = if encrypt {
+            (
+                "(g) etcd-backup fetch, encrypted",
+                "bench/encrypted",
+                Some(keys),
+            )
+        } else {
+            ("(f) etcd-backup fetch", "bench/etcd-backup", None)
+        };
+        let script = fetch_script(etcd_backup, Some(store), &store.url(key), fetched, with);
+        let measured = measure(label, &script, &store.env, &store.servers(etcd))?;
+        std::fs::remove_file(fetched)?;
+        Ok(measured)
+    };
+    let [a, e, f, g] = if round.is_multiple_of(2) {
+        let a = save(&plain, false)?;
+        let e = save(&encrypted, true)?;
+        let f = fetch(&plain, false)?;
+        [a, e, f, fetch(&encrypted, true)?]
+    } else {
+        let e = save(&encrypted, true)?;
+        let a = save(&plain, false)?;
+        let g = fetch(&encrypted, true)?;
+        [a, e, fetch(&plain, false)?, g]
+    };
     Ok(([a, e, f, g], plain))
 }
 

@@ -243,8 +243,9 @@ async fn main() -> Result<()> {
     let fetched = work.path().join("fetched.db");
     let mut rounds = Vec::new();
     let mut first_plain = None;
-    for _ in 0..ENCRYPTION_ROUNDS {
-        let (round, plain) = encryption_round(&etcd_backup, &tls, &etcd, &keys, &fetched).await?;
+    for round in 0..ENCRYPTION_ROUNDS {
+        let (round, plain) =
+            encryption_round(round, &etcd_backup, &tls, &etcd, &keys, &fetched).await?;
         rounds.push(round);
         first_plain.get_or_insert(plain);
     }
