@@ -202,6 +202,34 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// Exit code 4 is for the identity: an unreadable or invalid identity file is one, a bad
+    /// recipients file is not.
+    #[test]
+    fn only_identity_files_are_identity_problems() {
+        let missing = std::path::PathBuf::from("/nonexistent/key.txt");
+        let identity = IdentityArgs {
+            identity: Some(missing.clone()),
+        };
+        assert!(identity.load().unwrap_err().is_identity_problem());
+        let recipients = EncryptArgs {
+            encrypt_to_file: vec![missing],
+            ..Default::default()
+        };
+        assert!(!recipients.recipients().unwrap_err().is_identity_problem());
+        let empty = std::env::temp_dir().join(format!("no-keys-{}.txt", std::process::id()));
+        std::fs::write(&empty, "# nothing\n").unwrap();
+        let identity = IdentityArgs {
+            identity: Some(empty.clone()),
+        };
+        assert!(identity.load().unwrap_err().is_identity_problem());
+        let recipients = EncryptArgs {
+            encrypt_to_file: vec![empty.clone()],
+            ..Default::default()
+        };
+        assert!(!recipients.recipients().unwrap_err().is_identity_problem());
+        std::fs::remove_file(empty).unwrap();
+    }
+
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]

@@ -78,6 +78,11 @@ impl DrillError {
     pub fn is_integrity(&self) -> bool {
         matches!(self, DrillError::Fetch(e) if e.is_integrity())
     }
+
+    /// The identity given cannot decrypt the backup (exit code 4).
+    pub fn is_identity_problem(&self) -> bool {
+        matches!(self, DrillError::Fetch(e) if e.is_identity_problem())
+    }
 }
 
 impl DrillReport {

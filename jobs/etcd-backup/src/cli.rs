@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
     about = "Save, verify, fetch, list and prune etcd snapshots in S3 or a local directory"
 )]
 #[command(
-    after_help = "Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 the backup failed verification."
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 the backup failed verification, 4 the identity cannot decrypt the backup (none given, not an age identity, not a recipient)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -58,7 +58,7 @@ pub enum Command {
     /// Restore a backup into a throw-away etcd on loopback (a scratch directory, removed after)
     /// and check that it serves what the manifest recorded at backup time: the revision, the
     /// key count and HashKV. Exit 0 when all match, 3 when the backup is bad, 1 when the drill
-    /// could not run.
+    /// could not run, 4 when --identity cannot decrypt it.
     Drill {
         url: String,
         #[command(flatten)]

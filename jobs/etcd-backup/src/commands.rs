@@ -26,6 +26,8 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     let identity = err.chain().any(|e| {
         e.downcast_ref::<etcd_snapshot::Error>()
             .is_some_and(|e| e.is_identity_problem())
+            || e.downcast_ref::<etcd_snapshot::DrillError>()
+                .is_some_and(|e| e.is_identity_problem())
             || e.downcast_ref::<backup_cli::KeyError>()
                 .is_some_and(|e| e.is_identity_problem())
     });
@@ -43,7 +45,7 @@ pub fn left_when_interrupted(command: &Command) -> String {
     match command {
         // The signal may come after the verified file was renamed into place: it stays.
         Command::Fetch { out, .. } => format!(
-            "the partial download {0}.part was removed; {0} exists only if it was verified \
+            "any partial download {0}.part was removed; {0} exists only if it was verified \
              whole before the signal",
             out.display()
         ),

@@ -97,6 +97,25 @@ async fn good_backups_pass_plain_compressed_and_encrypted() {
             "{name}"
         );
     }
+
+    // The encrypted backup without its identity, or with another key: exit 4 (the key is
+    // wrong, not the backup), one line, nothing left in the scratch directory.
+    let (stranger, _) = backup_storage::encryption::Identity::generate();
+    let stranger_file = dir.path().join("stranger.txt");
+    std::fs::write(&stranger_file, stranger).unwrap();
+    let url = format!("file://{}/encrypted/etcd.backup", dir.path().display());
+    for (flags, message) in [
+        (vec![], "no identity was given"),
+        (
+            vec!["--identity", stranger_file.to_str().unwrap()],
+            "not among its recipients",
+        ),
+    ] {
+        let refused = drill(&url, scratch.path(), &flags).await;
+        assert_eq!(refused.code, 4, "{flags:?}: {}", refused.stderr);
+        refused.assert_one_error_line(message);
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
 }
 
 /// Puts the backup in `from` (object and manifest) in `to`'s place, with `to`'s recorded

@@ -337,21 +337,34 @@ async fn bad_keys_get_one_line_and_nothing_is_written() {
     std::fs::write(&wrong, format!("{recipient}\n")).unwrap();
     let out = dir.path().join("out/fetched.db");
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    let result = run(
-        &[
-            "fetch",
-            &url,
-            "--out",
-            out.to_str().unwrap(),
-            "--identity",
+    // Each an identity problem: exit 4, one line, nothing written.
+    for (identity, message) in [
+        (
             wrong.to_str().unwrap(),
-        ],
-        &[],
-    )
-    .await;
-    assert_eq!(result.code, 4, "{}", result.stderr);
-    result.assert_one_error_line("line 1: not an age X25519 identity");
-    assert_eq!(std::fs::read_dir(out.parent().unwrap()).unwrap().count(), 0);
+            "line 1: not an age X25519 identity",
+        ),
+        (empty.to_str().unwrap(), "holds no age identity"),
+        (
+            "/nonexistent/identity.txt",
+            "cannot read /nonexistent/identity.txt",
+        ),
+    ] {
+        let result = run(
+            &[
+                "fetch",
+                &url,
+                "--out",
+                out.to_str().unwrap(),
+                "--identity",
+                identity,
+            ],
+            &[],
+        )
+        .await;
+        assert_eq!(result.code, 4, "{identity}: {}", result.stderr);
+        result.assert_one_error_line(message);
+        assert_eq!(std::fs::read_dir(out.parent().unwrap()).unwrap().count(), 0);
+    }
 }
 
 /// S3 server-side encryption with a customer key (SSE-C, which Garage implements): the

@@ -144,7 +144,7 @@ async fn a_signal_mid_fetch_leaves_no_partial_file() {
         };
         assert!(
             log.contains(&format!(
-                "interrupted by {name}; the partial download {}.part was removed",
+                "interrupted by {name}; any partial download {}.part was removed",
                 out.display()
             )),
             "{log}"

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Streaming MySQL/MariaDB physical backups with xtrabackup or mariadb-backup"
 )]
 #[command(
-    after_help = "Exit codes: 0 success, 1 failure, 3 the data failed verification (corrupted, truncated, no manifest)."
+    after_help = "Exit codes: 0 success, 1 failure, 3 the data failed verification (corrupted, truncated, no manifest), 4 the identity cannot decrypt the backup (none given, not an age identity, not a recipient)."
 )]
 pub struct Cli {
     #[command(subcommand)]

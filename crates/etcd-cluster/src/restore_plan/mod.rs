@@ -154,8 +154,8 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
                 RestoreFailure::NoUsableIdentity,
                 &format!(
                     "member {member}'s fetch could not decrypt the backup {url} with the \
-                     identity named (spec.decryption); the backup itself was not judged; no \
-                     member or volume of the cluster was touched: {message}"
+                     identity named (spec.decryption); no member or volume of the cluster was \
+                     touched: {message}"
                 ),
             ),
             (None, "fetch", Some(FETCH_FAILED)) => fail(

@@ -3,6 +3,7 @@
 //! messages (`check` writes its JSON verdict there; the others' is the end of their log).
 
 use backup_api::DrillResult;
+use etcd_cluster::restore_plan::{FETCH_DATA_BAD, FETCH_NO_USABLE_IDENTITY};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use operator_runtime::events::truncate_note;
 use serde::Deserialize;
@@ -98,13 +99,13 @@ pub fn read(pod: &Pod) -> Option<Verdict> {
                     .filter(|(code, _)| *code != 0)
                 {
                     return Some(match (step, code) {
-                        ("fetch", 3) => failed(
+                        ("fetch", FETCH_DATA_BAD) => failed(
                             "BackupCorrupt",
                             format!(
                                 "the backup failed verification while it was fetched: {message}"
                             ),
                         ),
-                        ("fetch", 4) => failed(
+                        ("fetch", FETCH_NO_USABLE_IDENTITY) => failed(
                             "NoUsableIdentity",
                             format!(
                                 "the backup could not be decrypted with the drill's identity \
