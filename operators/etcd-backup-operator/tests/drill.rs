@@ -5,6 +5,9 @@
 //! recorded when it took it:
 //! - a good backup: `lastDrill` succeeded with the recorded revision and key count, the pod is
 //!   gone, the condition `Drilled` is True;
+//! - an encrypted, compressed backup (as the example `etcd-backup-cron-zstd.yaml`): the drill
+//!   pod decrypts with `drill.identitySecret` (mounted for its fetch only) and proves it; with
+//!   a key that is not a recipient it fails as `NoUsableIdentity`;
 //! - the same backup object and manifest replaced by another cluster's valid snapshot (every
 //!   byte check passes): the drill fails with `ContentMismatch`, a Warning, `Drilled` False, and
 //!   the failed pod is kept for its logs.
@@ -42,16 +45,17 @@ fn etcd_pod() -> Value {
     pod
 }
 
-/// A one-shot EtcdBackup of the etcd pod to `key`, with `drill` when given.
-fn one_shot(name: &str, ip: &str, garage: &Garage, key: &str, drill: Option<Value>) -> EtcdBackup {
+/// A one-shot EtcdBackup of the etcd pod to `key`, with the fields of `extra` (a drill,
+/// encryption) added to its spec.
+fn one_shot(name: &str, ip: &str, garage: &Garage, key: &str, extra: Value) -> EtcdBackup {
     let mut spec = json!({
         "etcdEndpoints": [format!("http://{ip}:2379")],
         "storageType": "S3",
         "s3": {"path": format!("{}/{key}", garage.bucket), "awsSecret": "aws",
                "endpoint": garage.endpoint, "forcePathStyle": true},
     });
-    if let Some(drill) = drill {
-        spec["drill"] = drill;
+    for (field, value) in extra.as_object().unwrap() {
+        spec[field] = value.clone();
     }
     serde_json::from_value(json!({
         "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
@@ -135,7 +139,7 @@ async fn drills_prove_a_good_backup_and_catch_another_clusters_content() {
                 &ip,
                 &garage,
                 "drill/proven.backup",
-                Some(drill.clone()),
+                json!({"drill": drill}),
             ),
         )
         .await
@@ -180,13 +184,71 @@ async fn drills_prove_a_good_backup_and_catch_another_clusters_content() {
             .collect::<Vec<_>>()
     );
 
+    // Encrypted and compressed, as the example `etcd-backup-cron-zstd.yaml`: the drill pod
+    // decrypts with the identity mounted for its fetch and proves the backup; with another
+    // key, the drill fails as NoUsableIdentity (the key is wrong, not the backup).
+    let (identity, recipient) = backup_storage::encryption::Identity::generate();
+    let (stranger, _) = backup_storage::encryption::Identity::generate();
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
+    for (name, key, text) in [
+        ("recipients", "recipients.txt", recipient.clone()),
+        ("drill-key", "identity.txt", identity),
+        ("stranger-key", "identity.txt", stranger),
+    ] {
+        let secret = json!({"metadata": {"name": name}, "stringData": {key: text}});
+        let secret: Secret = serde_json::from_value(secret).unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    for (name, key_secret, result, reason) in [
+        ("sealed", "drill-key", DrillResult::Succeeded, "Passed"),
+        (
+            "wrong-key",
+            "stranger-key",
+            DrillResult::Failed,
+            "NoUsableIdentity",
+        ),
+    ] {
+        let mut drill = drill.clone();
+        drill["identitySecret"] = json!({"name": key_secret, "key": "identity.txt"});
+        let extra = json!({"compression": "zstd", "drill": drill,
+            "encryption": {"recipientsSecret": {"name": "recipients", "key": "recipients.txt"}}});
+        let key = format!("drill/{name}.backup");
+        let backup = one_shot(name, &ip, &garage, &key, extra);
+        backups
+            .create(&PostParams::default(), &backup)
+            .await
+            .unwrap();
+        let drilled = wait_until(&backups, name, "the drill", 300, drill_ended)
+            .await
+            .unwrap();
+        let status = drilled.status.clone().unwrap();
+        let encrypted_to = status.last_backup.unwrap().encrypted_to;
+        assert_eq!(encrypted_to, vec![recipient.clone()]);
+        let drill = status.last_drill.unwrap();
+        assert_eq!(drill.result, result, "{name}: {drill:?}");
+        assert_eq!(
+            drilled_condition(&drilled)
+                .map(|(_, reason)| reason)
+                .as_deref(),
+            Some(reason),
+            "{name}: {drill:?}"
+        );
+        if result == DrillResult::Failed {
+            let message = drill.message.unwrap_or_default();
+            assert!(message.contains("not among its recipients"), "{message}");
+        }
+    }
+
     // Another backup of the same etcd, taken without a drill; then its object and manifest are
     // replaced by another cluster's valid snapshot (written as our tool writes, so the trailer,
     // sizes and hashes all check out). Only a restore shows the key space is not ours.
     backups
         .create(
             &PostParams::default(),
-            &one_shot("replaced", &ip, &garage, "drill/replaced.backup", None),
+            &one_shot("replaced", &ip, &garage, "drill/replaced.backup", json!({})),
         )
         .await
         .unwrap();
