@@ -43,6 +43,18 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// What `command` leaves when a signal stops it, for its last line.
+pub fn left_when_interrupted(command: &Command) -> &'static str {
+    match command {
+        // The staging dir is dropped with the task, which undoes it (datadir::Staging).
+        Command::Restore { .. } | Command::Clone { .. } => {
+            "a restore in progress was undone and the data dir is as it was, unless a warning \
+             above says it stays marked incomplete (the next restore or clone clears it)"
+        }
+        _ => backup_cli::NOTHING_STORED,
+    }
+}
+
 pub async fn run(cli: Cli) -> Result<()> {
     let profile = match cli.tool {
         ToolArg::Auto => ToolProfile::detect(),

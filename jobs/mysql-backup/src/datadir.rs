@@ -56,12 +56,16 @@ pub fn state(datadir: &Path) -> Result<State> {
     }
 }
 
-/// An in-progress restore into `datadir`.
+/// An in-progress restore into `datadir`. Dropped before [`Staging::install`] began (the
+/// restore's task dropped by SIGTERM, say), it discards what it staged, as a failure does.
 pub struct Staging {
     pub datadir: PathBuf,
     pub dir: PathBuf,
     /// The data dir did not exist before; a failed attempt removes it again.
     created: bool,
+    /// Installing began or the attempt was discarded: nothing is left for `drop` to undo. A
+    /// failed install keeps the marker (its files are half in the data dir).
+    settled: bool,
 }
 
 impl Staging {
@@ -89,11 +93,13 @@ impl Staging {
             datadir: datadir.to_path_buf(),
             dir,
             created,
+            settled: false,
         })
     }
 
     /// Moves the prepared files into the data dir, then removes the marker (last).
-    pub fn install(self, restored_json: &[u8]) -> Result<()> {
+    pub fn install(mut self, restored_json: &[u8]) -> Result<()> {
+        self.settled = true;
         for name in entries(&self.dir)? {
             let from = self.dir.join(&name);
             let to = self.datadir.join(&name);
@@ -111,7 +117,12 @@ impl Staging {
     /// After a failure: removes everything this attempt added, leaving the data dir as it was
     /// (empty, or absent if this attempt created it). If even that fails, the marker stays so
     /// nobody starts a server on it.
-    pub fn discard(self) {
+    pub fn discard(mut self) {
+        self.undo();
+    }
+
+    fn undo(&mut self) {
+        self.settled = true;
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!(
                 "could not remove {}: {e}; the data dir stays marked incomplete",
@@ -124,6 +135,14 @@ impl Staging {
         if self.created {
             // Only succeeds while it is empty.
             let _ = std::fs::remove_dir(&self.datadir);
+        }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.undo();
         }
     }
 }
@@ -182,6 +201,25 @@ mod tests {
         assert!(
             d.join("ibdata1").exists() && d.join(RESTORED).exists() && !d.join(INCOMPLETE).exists()
         );
+    }
+
+    /// Dropped without install or discard (its task cancelled): undone as by discard. A
+    /// failed install is not undone: its files are half in the data dir, under the marker.
+    #[test]
+    fn a_dropped_staging_is_discarded_but_a_failed_install_keeps_the_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lost+found")).unwrap();
+        let staging = Staging::begin(dir.path()).unwrap();
+        std::fs::write(staging.dir.join("ibdata1"), b"x").unwrap();
+        drop(staging);
+        assert_eq!(entries(dir.path()).unwrap(), ["lost+found"]);
+
+        let staging = Staging::begin(dir.path()).unwrap();
+        std::fs::write(staging.dir.join("ibdata1"), b"x").unwrap();
+        // The data dir already holds an entry of that name: the move fails half-way.
+        std::fs::create_dir_all(dir.path().join("ibdata1/taken")).unwrap();
+        assert!(staging.install(b"{}").is_err());
+        assert_eq!(state(dir.path()).unwrap(), State::Incomplete);
     }
 
     #[test]

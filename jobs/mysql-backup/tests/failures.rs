@@ -632,6 +632,81 @@ async fn sigterm_mid_upload_aborts_and_stores_nothing() {
     }
 }
 
+/// SIGTERM mid-restore (a pod deleted during its init container): the restore's task is
+/// dropped, which kills the extractor and undoes the staging, so the data dir is exactly as it
+/// was (no staging dir, no marker), the last line says so, and the next restore succeeds.
+///
+/// The extractor is paused (SIGSTOP) once it runs, so the restore is provably mid-way when the
+/// signal comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_restore_leaves_the_data_dir_as_it_was() {
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    // 48 MB more, so that the extraction lasts long enough to be caught and paused.
+    source.sql("CREATE TABLE shop.padding (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB;");
+    for i in 0..6 {
+        source.sql(&format!(
+            "INSERT INTO shop.padding VALUES ({i}, REPEAT(SHA2('{i}', 256), 131072));"
+        ));
+    }
+    let backups = tempfile::tempdir().unwrap();
+    let url = format!("file://{}/shop.xbstream", backups.path().display());
+    run(&source.backup_to(&url, &[]), &[]).await.ok();
+
+    // A data dir as a fresh volume looks: lost+found only.
+    let volume = tempfile::tempdir().unwrap();
+    let datadir = volume.path().join("data");
+    std::fs::create_dir_all(datadir.join("lost+found")).unwrap();
+    let before = tree(&datadir);
+    let mut child = command(&restore_from(&url, &datadir, false), &[])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = testbed::cli::StderrLog::of(&mut child);
+    let extractor = child_named(child.id().unwrap(), "mbstream").await;
+    signal(extractor, "-STOP");
+    let staging = datadir.join(".mysql-backup-staging");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !staging.exists() {
+        assert!(Instant::now() < deadline, "no staging dir after 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(datadir.join(".mysql-backup-incomplete").exists());
+    signal(child.id().unwrap(), "-TERM");
+
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the restore exits within 30 s of SIGTERM")
+        .unwrap();
+    let log = log.read_to_end().await;
+    assert_eq!(status.code(), Some(143), "{log}");
+    assert!(
+        log.contains("interrupted by SIGTERM; a restore in progress was undone"),
+        "{log}"
+    );
+    assert_eq!(tree(&datadir), before, "{log}");
+    // The paused extractor went with the restore's task (a zombie at most, until reaped).
+    signal_if_alive(extractor, "-CONT");
+    let state = std::fs::read_to_string(format!("/proc/{extractor}/stat")).unwrap_or_default();
+    let state = state
+        .rsplit_once(')')
+        .map(|(_, r)| r.trim_start().chars().next());
+    assert!(
+        matches!(state, None | Some(Some('Z'))),
+        "mbstream still runs: {state:?}"
+    );
+    run(&restore_from(&url, &datadir, false), &[]).await.ok();
+    assert!(datadir.join("ibdata1").exists());
+}
+
+/// `kill SIG PID` for a process that may be gone already.
+fn signal_if_alive(pid: u32, sig: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 /// `clean-uploads` aborts the unfinished uploads a runner killed outright left under its
 /// prefix, once they are older than the limit, and nothing else.
 #[tokio::test]
