@@ -28,7 +28,7 @@ use crate::finalizer::{abandon, let_go_of_finalizer};
 use crate::observe;
 use crate::status::{self, RESTORE_ANNOTATION};
 use etcd_cluster::restore_plan;
-use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep};
+use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep, SourceProblem};
 use fetch_pod::source::{self, Source, SourceError};
 
 /// Look again soon while something runs; at once after a step changed something: its own
@@ -199,9 +199,6 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         _ => Action::requeue(CHANGED),
     })
 }
-
-/// Why the snapshot cannot be read: the restore fails with this reason and message.
-pub type SourceProblem = (RestoreFailure, String);
 
 fn bad_source(message: String) -> Result<Result<Source, SourceProblem>, Error> {
     Ok(Err((RestoreFailure::BadSource, message)))

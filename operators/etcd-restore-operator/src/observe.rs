@@ -245,7 +245,7 @@ pub struct World {
 pub async fn world(
     ctx: &Context,
     restore: &EtcdRestore,
-    source: &Result<Source, crate::controller::SourceProblem>,
+    source: &Result<Source, etcd_cluster::restore_plan::SourceProblem>,
     cluster: Option<&EtcdCluster>,
 ) -> Result<World, Error> {
     let ns = restore.namespace().unwrap_or_default();

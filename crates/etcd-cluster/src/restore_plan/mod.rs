@@ -23,7 +23,9 @@ pub mod step;
 
 pub use failure::RestoreFailure;
 use fetch_report::parse_verified;
-pub use observed::{ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved};
+pub use observed::{
+    ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved, SourceProblem,
+};
 pub use recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
 pub use step::RestoreStep;
 

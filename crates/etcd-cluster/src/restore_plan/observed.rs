@@ -55,6 +55,9 @@ pub struct Health {
     pub revisions: BTreeMap<String, i64>,
 }
 
+/// Why the snapshot cannot be read: the restore fails with this reason and message.
+pub type SourceProblem = (super::RestoreFailure, String);
+
 #[derive(Clone, Debug, Default)]
 pub struct RestoreObserved {
     /// This restore's uid (its lock on the cluster).
@@ -70,7 +73,7 @@ pub struct RestoreObserved {
     pub failing: Option<(super::RestoreFailure, String)>,
     /// Where the snapshot is, and why it cannot be read when it cannot (reason, message).
     pub source_url: String,
-    pub source_problem: Option<(super::RestoreFailure, String)>,
+    pub source_problem: Option<SourceProblem>,
     /// The world.
     pub cluster: Option<ClusterView>,
     /// The cluster's member pods (`app=etcd,etcd_cluster=<name>`), with whether they are ready.
