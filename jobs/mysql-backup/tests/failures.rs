@@ -428,14 +428,9 @@ async fn s3_dying_mid_restore_fails_and_leaves_the_data_dir_as_it_was() {
     let (s3_args, env) = garage.cli_args();
     let source = Mariadb::fresh(1);
     source.write_sample();
-    // 48 MB more (in 8 MB rows, under max_allowed_packet); a paused restore had read about
-    // 6 MB when the server died (pipe and socket buffers), so most of the object is unread.
-    source.sql("CREATE TABLE shop.padding (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB;");
-    for i in 0..6 {
-        source.sql(&format!(
-            "INSERT INTO shop.padding VALUES ({i}, REPEAT(SHA2('{i}', 256), 131072));"
-        ));
-    }
+    // A paused restore had read about 6 MB when the server died (pipe and socket buffers),
+    // so most of the object is unread.
+    add_48_mb(&source);
     let url = format!("s3://{}/big.xbstream", garage.bucket);
     let mut a = source.backup_to(&url, &[]);
     a.extend(s3_args.clone());
@@ -615,15 +610,8 @@ async fn sigterm_mid_upload_aborts_and_stores_nothing() {
     let log = log.read_to_end().await;
     assert_eq!(status.code(), Some(143), "{log}");
     assert!(log.contains("interrupted by SIGTERM"), "{log}");
-    // The tool was killed with the runner's work (a zombie at most, until reaped).
-    let state = std::fs::read_to_string(format!("/proc/{tool}/stat")).unwrap_or_default();
-    let state = state
-        .rsplit_once(')')
-        .map(|(_, r)| r.trim_start().chars().next());
-    assert!(
-        matches!(state, None | Some(Some('Z'))),
-        "mariadb-backup still runs: {state:?}"
-    );
+    // The tool was killed with the runner's work.
+    assert_gone(tool, "mariadb-backup");
     for listing in ["list-objects-v2", "list-multipart-uploads"] {
         let out = garage.aws(&["s3api", listing, "--bucket", &garage.bucket]);
         assert!(out.status.success());
@@ -642,13 +630,8 @@ async fn sigterm_mid_upload_aborts_and_stores_nothing() {
 async fn sigterm_mid_restore_leaves_the_data_dir_as_it_was() {
     let source = Mariadb::fresh(1);
     source.write_sample();
-    // 48 MB more, so that the extraction lasts long enough to be caught and paused.
-    source.sql("CREATE TABLE shop.padding (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB;");
-    for i in 0..6 {
-        source.sql(&format!(
-            "INSERT INTO shop.padding VALUES ({i}, REPEAT(SHA2('{i}', 256), 131072));"
-        ));
-    }
+    // So that the extraction lasts long enough to be caught and paused.
+    add_48_mb(&source);
     let backups = tempfile::tempdir().unwrap();
     let url = format!("file://{}/shop.xbstream", backups.path().display());
     run(&source.backup_to(&url, &[]), &[]).await.ok();
@@ -687,16 +670,31 @@ async fn sigterm_mid_restore_leaves_the_data_dir_as_it_was() {
     assert_eq!(tree(&datadir), before, "{log}");
     // The paused extractor went with the restore's task (a zombie at most, until reaped).
     signal_if_alive(extractor, "-CONT");
-    let state = std::fs::read_to_string(format!("/proc/{extractor}/stat")).unwrap_or_default();
-    let state = state
+    assert_gone(extractor, "mbstream");
+    run(&restore_from(&url, &datadir, false), &[]).await.ok();
+    assert!(datadir.join("ibdata1").exists());
+}
+
+/// 48 MB more in `source` (in 8 MB rows, under max_allowed_packet).
+fn add_48_mb(source: &Mariadb) {
+    source.sql("CREATE TABLE shop.padding (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB;");
+    for i in 0..6 {
+        source.sql(&format!(
+            "INSERT INTO shop.padding VALUES ({i}, REPEAT(SHA2('{i}', 256), 131072));"
+        ));
+    }
+}
+
+/// Process `pid` (named `name`) no longer runs: gone, or a zombie until its parent reaps it.
+fn assert_gone(pid: u32, name: &str) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
         .rsplit_once(')')
         .map(|(_, r)| r.trim_start().chars().next());
     assert!(
         matches!(state, None | Some(Some('Z'))),
-        "mbstream still runs: {state:?}"
+        "{name} still runs: {state:?}"
     );
-    run(&restore_from(&url, &datadir, false), &[]).await.ok();
-    assert!(datadir.join("ibdata1").exists());
 }
 
 /// `kill SIG PID` for a process that may be gone already.
