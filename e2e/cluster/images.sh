@@ -17,7 +17,9 @@
 #   localhost/ncat-clone:bench           the tutorial's clone tools (mariadb-backup, ncat), for
 #                                        the clone benchmark
 #
-#   images.sh SOCKET WORKDIR [BINDIR]    BINDIR defaults to the workspace's target/debug
+#   images.sh SOCKET[,SOCKET...] WORKDIR [BINDIR]
+#                                        into each containerd (one per node) at SOCKET; BINDIR
+#                                        defaults to the workspace's target/debug
 #
 # The etcd images hold the program, the shared libraries `ldd` lists for it,
 # busybox as /bin/sh, /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle.
@@ -26,8 +28,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.sh
 source "$here/versions.sh"
-[[ $# == 2 || $# == 3 ]] || { echo "usage: $0 SOCKET WORKDIR [BINDIR]" >&2; exit 2; }
-socket=$1 work=$2 bindir=${3:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
+[[ $# == 2 || $# == 3 ]] || { echo "usage: $0 SOCKET[,SOCKET...] WORKDIR [BINDIR]" >&2; exit 2; }
+IFS=, read -r -a sockets <<<"$1"
+work=$2 bindir=${3:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
 
 log() { echo "images.sh: $*" >&2; }
 
@@ -78,7 +81,10 @@ import_image() {
     --config.env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
   umoci gc --layout "$layout"
   tar -C "$layout" -cf "$layout.tar" .
-  ctr --address "$socket" -n k8s.io images import --base-name "localhost/$name" "$layout.tar" >/dev/null
+  local one
+  for one in "${sockets[@]}"; do
+    ctr --address "$one" -n k8s.io images import --base-name "localhost/$name" "$layout.tar" >/dev/null
+  done
   rm -rf "$layout" "$layout.tar"
   log "localhost/$name:$tag"
 }

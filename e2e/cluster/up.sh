@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Starts a real single-node Kubernetes (1.37 by default, 1.35 with KUBE_VERSION=1.35; versions.sh)
-# whose kubelet runs pods, on this machine only, every part built from its Go module by build.sh:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd 2 + runc, kubelet,
-# kube-proxy (iptables), a CNI bridge 10.88.0.1/16 with no default route and no masquerade (no pod
-# traffic leaves the machine), dnsmasq as cluster DNS and the bed agent (DNS records for Services
-# and headless pods, a directory-backed default StorageClass). Images come from images.sh.
-# See shared/reference/test-cluster-with-kubelet.md for why each setting is what it is.
+# Starts a real Kubernetes (1.37 by default, 1.35 with KUBE_VERSION=1.35; versions.sh) whose
+# kubelets run pods, on this machine only, every part built from its Go module by build.sh:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and per node containerd 2 + runc,
+# kubelet and kube-proxy (iptables); a bridge 10.88.0.1/16 with no default route and no
+# masquerade for pods (no pod traffic leaves the machine), dnsmasq as cluster DNS and the bed agent
+# (DNS records for Services and headless pods, the StorageClasses). Images come from images.sh.
+# One node by default (the host itself); `--nodes N` starts N nodes, each in its own network
+# namespace and zone (node.sh says how they are laid out). See
+# shared/reference/test-cluster-with-kubelet.md for why each setting is what it is.
 #
-#   up.sh [--watch-pid PID [--rm]] DIR
-#         Starts the bed in DIR (or, if it already runs there, just adds PID to its users) and
-#         prints `export KUBECONFIG=DIR/kubeconfig`. With --watch-pid, the bed stops once every
-#         process that started or joined it that way is gone (and with --rm, DIR is deleted).
-#         A bed that starts has no objects, volumes or pods from an earlier bed in DIR.
+#   up.sh [--nodes N] [--watch-pid PID [--rm]] DIR
+#         Starts the bed in DIR (or, if it already runs there with N nodes, just adds PID to its
+#         users) and prints `export KUBECONFIG=DIR/kubeconfig`. With --watch-pid, the bed stops
+#         once every process that started or joined it that way is gone (and with --rm, DIR is
+#         deleted). A bed that starts has no objects, volumes or pods from an earlier bed in DIR.
 #   up.sh --stop DIR
-#         Stops everything and leaves nothing behind: processes, containers, mounts, CNI netns,
-#         the bridge, KUBE-* iptables chains, kubepods cgroups; changed sysctls are restored.
+#         Stops everything and leaves nothing behind: processes, containers, mounts, network
+#         namespaces, the bridge, routes, KUBE-* iptables chains, the pods' cgroups; changed
+#         sysctls are restored. Also with nodes down or cut off.
+#   up.sh --node-down DIR NODE    NODE powered off: network cut, its kubelet, kube-proxy,
+#                                 containerd and containers killed at once (files and volumes stay)
+#   up.sh --node-up DIR NODE      powered on again on the same files
+#   up.sh --partition DIR NODE    NODE's network cut while everything on it keeps running
+#   up.sh --heal DIR NODE         its network back
+#         Faults need a bed of two nodes or more. The node controller's timings are Kubernetes'
+#         defaults (NotReady about 50 s after a node stops reporting, NoExecute eviction after
+#         300 s more).
 #
 #   KUBE_VERSION           1.37 (default) or 1.35
 #   KUBE_TESTBED_BIN       the Kubernetes binaries (default: build.sh's cache)
@@ -37,10 +48,10 @@ timeout=${KUBE_TESTBED_TIMEOUT:-120}
 machine_lock=/run/lock/etcd-backup-suite-bed.lock
 machine_owner=/run/etcd-backup-suite-bed
 
-bridge=ebsbed0 gateway=10.88.0.1 pod_cidr=10.88.0.0/16 service_cidr=10.96.0.0/24 node=testbed
+bridge=ebsbed0 gateway=10.88.0.1 pod_cidr=10.88.0.0/16 service_cidr=10.96.0.0/24
 api_port=6443
-# Stop order. containerd goes after the kubelet, and its containers are cleaned up in between.
-parts=(bed-agent kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver dnsmasq etcd)
+# The control plane's parts, in stop order; the nodes stop between the bed agent and the rest.
+parts=(bed-agent kube-scheduler kube-controller-manager kube-apiserver dnsmasq etcd)
 # What the kubelet and kube-proxy may change; recorded before start, restored on stop.
 sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
   net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic
@@ -52,11 +63,17 @@ host_paths=(/var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /
 
 log() { echo "up.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
-usage() { echo "usage: $0 [--watch-pid PID [--rm]] DIR | --stop DIR" >&2; exit 2; }
+usage() {
+  echo "usage: $0 [--nodes N] [--watch-pid PID [--rm]] DIR | --stop DIR" >&2
+  echo "       $0 --node-down|--node-up|--partition|--heal DIR NODE" >&2
+  exit 2
+}
 
 # alive, recorded_pid, free_port
 # shellcheck source=../lib/processes.sh
 source "$here/../lib/processes.sh"
+# shellcheck source=node.sh
+source "$here/node.sh"
 
 # TERM, then KILL after 10 s; waits until PID is gone.
 terminate() {
@@ -90,45 +107,22 @@ remove_kube_chains() {
   done
 }
 
-# Deletes the kubepods cgroup trees, leaves first, in every controller hierarchy.
-remove_kubepods_cgroups() {
-  local dir
-  for dir in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
-    [[ -d $dir ]] || continue
-    # Processes left in them (containers the shims no longer manage) are killed first.
-    find "$dir" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
-    # A killed process leaves its cgroup only once it has exited: try again for a while, or a
-    # later start finds the tree and refuses to run beside "another Kubernetes".
-    local i
-    for ((i = 0; i < 50; i++)); do
-      find "$dir" -depth -type d -exec rmdir {} + 2>/dev/null || true
-      [[ -d $dir ]] || break
-      sleep 0.2
-    done
-  done
-}
-
-# Everything the containers left on the host: shims, mounts, network namespaces, pod logs.
-remove_containers() {
-  local dir=$1 pid mnt ns
+# What the containers left on the host beside the nodes' own: CNI network namespaces (every
+# one on the machine is this bed's: it starts only where none exists) and the fixed host paths
+# the kubelets and containerd created.
+remove_host_leftovers() {
+  local dir=$1 ns path
   [[ -d $dir/host ]] || return 0
-  # The shims of our containerd (they survive it by design) and the containers they run.
-  for pid in $(pgrep -f "containerd-shim.*-address $dir/containerd/containerd.sock" || true); do
-    kill -KILL "$pid" 2>/dev/null || true
-  done
-  remove_kubepods_cgroups
-  # Mounts under DIR (overlay rootfs, secret tmpfs, shm), deepest first.
-  for mnt in $(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do
-    umount -l "$mnt" 2>/dev/null || true
-  done
   for ns in /run/netns/cni-*; do
     [[ -e $ns ]] || continue
     umount "$ns" 2>/dev/null || true
     rm -f "$ns"
   done
-  local path
   for path in "${host_paths[@]}"; do
-    if [[ -f $dir/host/created${path//\//-} ]]; then rm -rf "$path"; fi
+    [[ -f $dir/host/created${path//\//-} ]] || continue
+    # `ip netns add` mounts /run/netns on itself (to share it): unmounted before it goes.
+    while mountpoint -q "$path" 2>/dev/null; do umount "$path" 2>/dev/null || break; done
+    rm -rf "$path"
   done
   return 0
 }
@@ -143,12 +137,10 @@ stop() {
   for name in "${parts[@]}"; do
     pid=$(recorded_pid "$dir" "$name") && terminate "$name" "$pid"
     rm -f "$dir/$name.pid"
-    if [[ $name == kubelet ]]; then
-      # Containers go while containerd still runs, so it can tear their sandboxes down.
-      remove_containers "$dir"
-      pid=$(recorded_pid "$dir" containerd) && terminate containerd "$pid"
-      rm -f "$dir/containerd.pid"
-      remove_containers "$dir"
+    if [[ $name == bed-agent && -d $dir/host ]]; then
+      local node
+      for node in $(bed_nodes "$dir"); do stop_node "$node"; done
+      remove_host_leftovers "$dir"
     fi
   done
   # The host changes, only if this bed made them (a bridge of someone else's stays).
@@ -163,10 +155,17 @@ stop() {
   rm -rf "$dir/users"
 }
 
-# True when the bed in DIR runs: every part alive and the API server ready.
+# True when the bed in DIR runs: every part alive (on every node not taken down) and the API
+# server ready.
 running() {
-  local dir=$1 name
-  for name in "${parts[@]}" containerd; do recorded_pid "$dir" "$name" >/dev/null || return 1; done
+  local dir=$1 name node
+  for name in "${parts[@]}"; do recorded_pid "$dir" "$name" >/dev/null || return 1; done
+  for node in $(bed_nodes "$dir"); do
+    [[ $(node_state "$node") == down ]] && continue
+    for name in containerd kubelet kube-proxy; do
+      recorded_pid "$dir" "$(node_part "$node" "$name")" >/dev/null || return 1
+    done
+  done
   [[ -f $dir/kubeconfig ]] || return 1
   # Every part runs: give a busy API server 30 s to answer before calling the bed dead (a
   # restart would pull it from under the tests using it).
@@ -178,7 +177,75 @@ running() {
   return 1
 }
 
-watch_pid='' rm_dir=0
+fail() {
+  local name=$1
+  shift
+  log "$*; last lines of $dir/logs/$name.log:"
+  tail -n 30 "$dir/logs/$name.log" >&2 || true
+  exit 1
+}
+
+# Starts part NAME (a program with arguments) in the background, in its own session.
+start() {
+  local name=$1
+  shift
+  # Not with the machine lock's fd 8: the lock must end with this script.
+  setsid "$@" </dev/null >"$dir/logs/$name.log" 2>&1 8>&- &
+  echo $! >"$dir/$name.pid"
+}
+
+# Waits until COMMAND succeeds while part NAME runs.
+wait_for() {
+  local name=$1 what=$2 t0=$SECONDS pid
+  shift 2
+  pid=$(cat "$dir/$name.pid")
+  while ((SECONDS - t0 < timeout)); do
+    alive "$pid" || fail "$name" "$name exited before $what"
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.25
+  done
+  fail "$name" "no $what after $timeout s"
+}
+
+# The users that started or joined the bed in DIR with --watch-pid and still run; fails when
+# there were such users and none is left (a bed started without --watch-pid counts as used).
+has_live_users() {
+  local f p
+  [[ -d $1/users ]] || return 0
+  for f in "$1"/users/*; do
+    p=${f##*/}
+    [[ $p =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null && return 0
+  done
+  return 1
+}
+
+watch_pid='' rm_dir=0 nodes=1
+case ${1:-} in
+  --node-down | --node-up | --partition | --heal)
+    [[ $# == 3 && -d $2 ]] || usage
+    dir=$(cd "$2" && pwd) node=$3
+    [[ $(bed_nodes "$dir") == testbed ]] && die "the bed in $dir has one node: faults need --nodes 2 or more"
+    bed_nodes "$dir" | grep -qx -- "$node" || die "the bed in $dir has no node $node (it has: $(bed_nodes "$dir" | paste -sd' ' -))"
+    mkdir -p /run/lock
+    exec 8>"$machine_lock"
+    flock 8
+    state=$(node_state "$node")
+    bin=$kube_bin
+    export PATH=$containerd_bin:$PATH
+    case $1 in
+      --node-down) [[ $state == up ]] || die "$node is $state, not up"; node_down "$node" ;;
+      --node-up) [[ $state == down ]] || die "$node is $state, not down"; node_up "$node" ;;
+      --partition) [[ $state == up ]] || die "$node is $state, not up"; partition_node "$node" ;;
+      --heal) [[ $state == partitioned ]] || die "$node is $state, not partitioned"; heal_node "$node" ;;
+    esac
+    exit 0
+    ;;
+esac
+if [[ ${1:-} == --nodes ]]; then
+  [[ ${2:-} =~ ^[1-6]$ ]] || die "--nodes takes 1 to 6"
+  nodes=$2
+  shift 2
+fi
 case ${1:-} in
   --stop)
     [[ $# == 2 ]] || usage
@@ -226,6 +293,12 @@ add_user() {
   [[ $rm_dir == 1 ]] && touch "$dir/users/.rm"
   return 0
 }
+if [[ $nodes == 1 ]]; then wanted_nodes=testbed; else wanted_nodes=$(printf '%s\n' "${multi_node_names[@]:0:$nodes}"); fi
+if running "$dir" && [[ $(bed_nodes "$dir") != "$wanted_nodes" ]]; then
+  has_live_users "$dir" && die "the bed in $dir runs with other nodes ($(bed_nodes "$dir" | paste -sd' ' -)) for users that still run; stop it first: $0 --stop $dir"
+  log "the bed in $dir runs with other nodes and no user is left: stopping it"
+  stop "$dir"
+fi
 if running "$dir"; then
   add_user
   log "the bed in $dir already runs; joined"
@@ -234,7 +307,9 @@ if running "$dir"; then
 fi
 owner=$(cat "$machine_owner" 2>/dev/null) || true
 if [[ -n $owner && $owner != "$dir" ]] && running "$owner"; then
-  die "another bed runs on this machine, in $owner: stop it with $0 --stop $owner"
+  has_live_users "$owner" && die "another bed runs on this machine, in $owner: stop it with $0 --stop $owner"
+  # Its users are gone and its watcher has not stopped it yet: it is stopped here.
+  log "the bed in $owner has no user left: stopping it"
 fi
 # Leftovers of a bed that died (or of a half-started one) go first.
 [[ -n $owner ]] && stop "$owner"
@@ -242,7 +317,7 @@ stop "$dir"
 # A bed that starts (rather than joins) starts empty: an earlier bed's API objects, volumes and
 # pod state in DIR would otherwise live on in every later run, its CronJobs still firing. The
 # image store stays (images.sh imports the images again on every start).
-rm -rf "$dir/etcd" "$dir/volumes" "$dir/kubelet" "$dir/cni" \
+rm -rf "$dir/etcd" "$dir/volumes" "$dir/kubelet" "$dir/cni" "$dir"/nodes/*/{kubelet,cni,pod-logs} \
   || die "cannot remove the earlier bed's state in $dir (a mount left under it?)"
 
 # Preconditions, each with one line that says what to do.
@@ -252,7 +327,7 @@ for b in "$bin"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,k
 done
 # containerd finds its shim on PATH; ctr is used by images.sh.
 export PATH=$containerd_bin:$PATH
-for tool in runc umoci dnsmasq iptables catatonit busybox openssl; do
+for tool in runc umoci dnsmasq iptables catatonit busybox openssl nsenter; do
   command -v "$tool" >/dev/null || die "$tool is missing: run $repo/e2e/install-deps.sh"
 done
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || die "CNI plugins missing: run $repo/e2e/install-deps.sh"
@@ -263,6 +338,9 @@ if iptables -t nat -S 2>/dev/null | grep -q '^-N KUBE-' || iptables -t filter -S
 fi
 if compgen -G '/sys/fs/cgroup/*/kubepods' >/dev/null || compgen -G '/run/netns/cni-*' >/dev/null; then
   die "kubepods cgroups or CNI network namespaces exist: another Kubernetes or container runtime runs on this machine; stop it first"
+fi
+if compgen -G '/sys/fs/cgroup/*/ebsbed-*' >/dev/null || compgen -G '/run/netns/ebsbed-*' >/dev/null; then
+  die "ebsbed-* cgroups or network namespaces exist, left by a bed that was not stopped: remove them (ip netns delete; rmdir) or stop that bed"
 fi
 if ip link show "$bridge" >/dev/null 2>&1; then
   die "a bridge $bridge exists that this bed did not make (addresses: $(ip -o -4 addr show dev "$bridge" | awk '{print $4}' | paste -sd, -)); delete it with: ip link delete $bridge"
@@ -288,36 +366,6 @@ trap 'if [[ -z $ready ]]; then log "start failed; stopping what started"; stop "
 started=$SECONDS
 mkdir -p "$dir/logs"
 
-fail() {
-  local name=$1
-  shift
-  log "$*; last lines of $dir/logs/$name.log:"
-  tail -n 30 "$dir/logs/$name.log" >&2 || true
-  exit 1
-}
-
-# Starts part NAME (a program with arguments) in the background, in its own session.
-start() {
-  local name=$1
-  shift
-  # Not with the machine lock's fd 8: the lock must end with this script.
-  setsid "$@" </dev/null >"$dir/logs/$name.log" 2>&1 8>&- &
-  echo $! >"$dir/$name.pid"
-}
-
-# Waits until COMMAND succeeds while part NAME runs.
-wait_for() {
-  local name=$1 what=$2 t0=$SECONDS pid
-  shift 2
-  pid=$(cat "$dir/$name.pid")
-  while ((SECONDS - t0 < timeout)); do
-    alive "$pid" || fail "$name" "$name exited before $what"
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.25
-  done
-  fail "$name" "no $what after $timeout s"
-}
-
 # 1. Host network: the bridge, sysctls. What is changed on the host is recorded in DIR/host
 #    first, so that --stop undoes exactly that: old sysctl values, host paths the kubelet creates.
 mkdir -p "$dir/host"
@@ -334,6 +382,14 @@ sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 \
 ip link add "$bridge" type bridge
 ip addr add "$gateway/16" dev "$bridge"
 ip link set "$bridge" up
+echo "$wanted_nodes" >"$dir/nodes.list"
+node_count=$(wc -l <"$dir/nodes.list")
+if ((nodes > 1)); then
+  for node in $wanted_nodes; do
+    make_node_network "$node" "$node_count"
+    make_node_cgroup "$(node_cgroup "$node")"
+  done
+fi
 
 # 2. Certificates and credentials. One CA; the API server's serving certificate; the client
 #    certificate the API server shows the kubelet; tokens for everyone else.
@@ -354,19 +410,22 @@ mkdir -p "$pki"
   sign apiserver /CN=kube-apiserver "subjectAltName=IP:$gateway,IP:10.96.0.1,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth"
   sign kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
-  sign kubelet "/CN=$node" "subjectAltName=IP:$gateway,DNS:$node
+  for node in $wanted_nodes; do
+    sign "kubelet-$node" "/CN=$node" "subjectAltName=IP:$(node_ip "$node"),DNS:$node
 extendedKeyUsage=serverAuth"
+  done
   [[ -f sa.key ]] || { openssl genrsa -out sa.key 2048 2>/dev/null; openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null; }
-  if [[ ! -f ../tokens.csv ]]; then
-    t() { openssl rand -hex 24; }
-    {
-      echo "$(t),admin,admin,\"system:masters\""
-      echo "$(t),system:kube-controller-manager,kcm"
-      echo "$(t),system:kube-scheduler,scheduler"
-      echo "$(t),system:node:$node,kubelet,\"system:nodes\""
-      echo "$(t),system:kube-proxy,kube-proxy"
-    } >../tokens.csv
-  fi
+  # One token per user (uid unique), kept across starts in DIR; a node new to DIR gets one.
+  t() { openssl rand -hex 24; }
+  touch ../tokens.csv
+  add_token() { # USER UID [GROUP]
+    grep -q "^[^,]*,$1," ../tokens.csv || echo "$(t),$1,$2${3:+,\"$3\"}" >>../tokens.csv
+  }
+  add_token admin admin system:masters
+  add_token system:kube-controller-manager kcm
+  add_token system:kube-scheduler scheduler
+  add_token system:kube-proxy kube-proxy
+  for node in $wanted_nodes; do add_token "system:node:$node" "kubelet-$node" system:nodes; done
 )
 token() { awk -F, -v u="$1" '$2 == u {print $1}' "$dir/tokens.csv"; }
 server=https://$gateway:$api_port
@@ -396,7 +455,7 @@ KUBECONFIG
     mv "$1.tmp" "$1"
   )
 }
-for user in system:kube-controller-manager system:kube-scheduler system:node:$node system:kube-proxy; do
+for user in system:kube-controller-manager system:kube-scheduler $(printf 'system:node:%s ' $wanted_nodes) system:kube-proxy; do
   kubeconfig "$dir/${user##*:}.kubeconfig" "$user"
 done
 
@@ -428,8 +487,8 @@ if [[ -n $watch_pid ]]; then
 fi
 
 # 3. Control plane: etcd, API server, controller manager, scheduler.
-etcd_port='' etcd_peer_port='' kcm_port='' sched_port='' kubelet_port='' kubelet_healthz='' proxy_healthz='' proxy_metrics=''
-for v in etcd_port etcd_peer_port kcm_port sched_port kubelet_port kubelet_healthz proxy_healthz proxy_metrics; do free_port "$v"; done
+etcd_port='' etcd_peer_port='' kcm_port='' sched_port=''
+for v in etcd_port etcd_peer_port kcm_port sched_port; do free_port "$v"; done
 log "etcd on 127.0.0.1:$etcd_port"
 start etcd "$etcd" --name testbed --data-dir "$dir/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -475,119 +534,23 @@ start dnsmasq dnsmasq --keep-in-foreground --no-resolv --no-hosts --no-poll --bi
   --listen-address "$gateway" --port 53 --local=/cluster.local/ --domain-needed \
   --hostsdir "$dir/dns" --pid-file= --user=root --log-facility=-
 start bed-agent "$agent" --kubeconfig "$dir/kubeconfig" --dns-hosts "$dir/dns/cluster.hosts" \
-  --volumes "$dir/volumes" --node "$node"
+  --volumes "$dir/volumes" --nodes "$(paste -sd, "$dir/nodes.list")"
 
-# 5. containerd (own root, state, socket and runc root under DIR) and the images.
-ctrd=$dir/containerd
-mkdir -p "$ctrd" "$dir/cni/net.d"
-# containerd 2's configuration (schema version 3: the CRI plugin is split into image and runtime
-# sections; 1.x's io.containerd.grpc.v1.cri section would be ignored).
-cat >"$ctrd/config.toml" <<TOML
-version = 3
-root = "$ctrd/root"
-state = "$ctrd/state"
-[grpc]
-  address = "$ctrd/containerd.sock"
-[ttrpc]
-  address = "$ctrd/containerd.sock.ttrpc"
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "localhost/pause:3.2"
-[plugins."io.containerd.cri.v1.runtime"]
-  # runc cannot set oom_score_adj -998 without CAP_SYS_RESOURCE, which this machine lacks.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "$ctrd/runc"
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "$dir/cni/net.d"
-TOML
-# The CNI bridge: a gateway for the service range only, no default route, no masquerade.
-cat >"$dir/cni/net.d/10-testbed.conflist" <<JSON
-{
-  "cniVersion": "0.4.0",
-  "name": "testbed",
-  "plugins": [{
-    "type": "bridge", "bridge": "$bridge", "isGateway": true, "isDefaultGateway": false,
-    "ipMasq": false, "hairpinMode": true,
-    "ipam": {
-      "type": "host-local", "dataDir": "$dir/cni/ipam",
-      "ranges": [[{"subnet": "$pod_cidr", "rangeStart": "10.88.1.1", "gateway": "$gateway"}]],
-      "routes": [{"dst": "$service_cidr"}]
-    }
-  }, {"type": "loopback"}]
-}
-JSON
-log "containerd"
-start containerd containerd --config "$ctrd/config.toml"
-wait_for containerd "containerd socket" ctr --address "$ctrd/containerd.sock" version
-"$here/images.sh" "$ctrd/containerd.sock" "$dir/images" "$binaries" 2>"$dir/logs/images.log" \
-  || { tail -n 20 "$dir/logs/images.log" >&2; die "building the images failed (log: $dir/logs/images.log)"; }
-
-# 6. kubelet and kube-proxy.
+# 5. The nodes: containerd (own root, state, socket and runc root), the images in each, then
+#    kubelet and kube-proxy (node.sh).
 : >"$dir/resolv.conf"
-cat >"$dir/kubelet.yaml" <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: $gateway
-port: $kubelet_port
-healthzBindAddress: 127.0.0.1
-healthzPort: $kubelet_healthz
-readOnlyPort: 0
-tlsCertFile: $pki/kubelet.crt
-tlsPrivateKeyFile: $pki/kubelet.key
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $pki/ca.crt}
-authorization: {mode: Webhook}
-cgroupDriver: cgroupfs
-failSwapOn: false
-makeIPTablesUtilChains: false
-clusterDNS: [$gateway]
-clusterDomain: cluster.local
-resolvConf: $dir/resolv.conf
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {nodefs.available: "1%", imagefs.available: "1%", memory.available: "100Mi", nodefs.inodesFree: "1%"}
-volumePluginDir: $dir/kubelet-plugins
-serializeImagePulls: false
-containerRuntimeEndpoint: unix://$ctrd/containerd.sock
-# This machine mounts cgroup v1 hierarchies (hybrid, an empty cgroup2 at /sys/fs/cgroup/unified);
-# the kubelet refuses to start on cgroup v1 unless told to accept it.
-failCgroupV1: false
-YAML
-log "kubelet (node $node at $gateway)"
-start kubelet "$bin/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/$node.kubeconfig" \
-  --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet-certs" \
-  --hostname-override "$node" --node-ip "$gateway"
-cat >"$dir/kube-proxy.yaml" <<YAML
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection: {kubeconfig: $dir/kube-proxy.kubeconfig}
-mode: iptables
-clusterCIDR: $pod_cidr
-hostnameOverride: $node
-bindAddress: $gateway
-healthzBindAddress: 127.0.0.1:$proxy_healthz
-metricsBindAddress: 127.0.0.1:$proxy_metrics
-# Leave the machine's conntrack table size alone.
-conntrack: {maxPerCore: 0}
-YAML
-log "kube-proxy"
-start kube-proxy "$bin/kube-proxy" --config "$dir/kube-proxy.yaml"
-
-node_ready() {
-  [[ $("${kubectl[@]}" get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
-}
-wait_for kubelet "node Ready" node_ready
-wait_for kube-proxy "kube-proxy health" curl -sf "http://127.0.0.1:$proxy_healthz/healthz"
+sockets=()
+for node in $wanted_nodes; do
+  write_node_config "$node" "$node_count"
+  start_node_containerd "$node"
+  sockets+=("$(node_dir "$dir" "$node")/containerd/containerd.sock")
+done
+images_started=$SECONDS
+"$here/images.sh" "$(IFS=,; echo "${sockets[*]}")" "$dir/images" "$binaries" 2>"$dir/logs/images.log" \
+  || { tail -n 20 "$dir/logs/images.log" >&2; die "building the images failed (log: $dir/logs/images.log)"; }
+log "images in every node in $((SECONDS - images_started)) s"
+for node in $wanted_nodes; do start_node_kubelet "$node"; done
+for node in $wanted_nodes; do wait_node_ready "$node"; done
 wait_for bed-agent "the default StorageClass" "${kubectl[@]}" get storageclass testbed-local
 
 ready=1

@@ -15,6 +15,7 @@
 //!   for each etcd line in `e2e/cluster/versions.sh` and v3.4.23, `localhost/pause:3.2`.
 //! - [`FailureReport`] prints a namespace's events and pod logs when a test panics.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -69,25 +70,35 @@ fn binaries_dir() -> Result<PathBuf> {
 
 /// Starts (or joins) the bed for this test run; returns its kubeconfig.
 pub(crate) async fn start() -> Result<PathBuf> {
-    let dir = bed_dir();
-    let binaries = binaries_dir()?;
     let user = std::os::unix::process::parent_id().to_string();
+    let mut args = vec![OsString::from("--watch-pid"), user.into(), "--rm".into()];
+    args.push(bed_dir().into_os_string());
+    kubeconfig_printed(&run_up_sh(&args).await?)
+}
+
+/// Runs `e2e/cluster/up.sh` with `args` (images from this build's binaries); its stdout, or an
+/// error with its stderr.
+pub(crate) async fn run_up_sh(args: &[OsString]) -> Result<String> {
     let output = tokio::process::Command::new(SCRIPT)
-        .args(["--watch-pid", &user, "--rm"])
-        .arg(&dir)
-        .env("BED_BINARIES", &binaries)
+        .args(args)
+        .env("BED_BINARIES", binaries_dir()?)
         .stdin(std::process::Stdio::null())
         .output()
         .await
         .with_context(|| format!("cannot run {SCRIPT}"))?;
     if !output.status.success() {
         bail!(
-            "{SCRIPT} failed ({}):\n{}",
+            "{SCRIPT} {args:?} failed ({}):\n{}",
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    String::from_utf8_lossy(&output.stdout)
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The kubeconfig named by up.sh's `export KUBECONFIG=` line.
+pub(crate) fn kubeconfig_printed(stdout: &str) -> Result<PathBuf> {
+    stdout
         .lines()
         .find_map(|l| l.strip_prefix("export KUBECONFIG="))
         .map(PathBuf::from)
@@ -308,6 +319,41 @@ pub fn restricted(spec: &mut serde_json::Value) {
             context["capabilities"] = json!({"drop": ["ALL"]});
         }
     }
+}
+
+/// `kubectl exec POD -- ARGS` in namespace `ns`: whether it succeeded, and its stdout followed by
+/// its stderr.
+pub fn exec_in_pod(kubeconfig: &Path, ns: &str, pod: &str, args: &[&str]) -> (bool, String) {
+    let output = match kubectl(kubeconfig)
+        .args(["--namespace", ns, "exec", pod, "--"])
+        .args(args)
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) => return (false, format!("cannot run kubectl: {e}")),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// A pod's phase (`Pending`, `Running`, `Succeeded`, ...), empty before it has one.
+pub fn pod_phase(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// Whether a pod's `Ready` condition is `True`.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The IP of pod `name` (which must have one: started, not yet gone).

@@ -10,6 +10,7 @@ use kube::Api;
 use kube::api::{DeleteParams, LogParams};
 use kube::runtime::wait::await_condition;
 use serde_json::{Value, json};
+use testbed::cluster::{pod_phase as phase, pod_ready as ready};
 use testbed::kube::{KubeTestbed, wait_until};
 
 const UP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../cluster/up.sh");
@@ -26,20 +27,6 @@ async fn wait_pod(
     wait_until(&api, name, "pod state", seconds, done)
         .await
         .unwrap()
-}
-
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
-}
-
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn succeeded(pod: &Pod) -> bool {
@@ -73,11 +60,7 @@ async fn logs(kube: &KubeTestbed, ns: &str, pod: &str) -> String {
 
 /// Whether `kubectl exec POD -- ARGS` succeeds.
 fn try_exec(kube: &KubeTestbed, ns: &str, pod: &str, args: &[&str]) -> bool {
-    testbed::cluster::kubectl(&kube.kubeconfig)
-        .args(["--namespace", ns, "exec", pod, "--"])
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
+    testbed::cluster::exec_in_pod(&kube.kubeconfig, ns, pod, args).0
 }
 
 /// `etcdctl endpoint health` from `pod` against `endpoint` succeeds within 30 s (tried every
@@ -105,20 +88,8 @@ async fn healthy_through(kube: &KubeTestbed, ns: &str, pod: &str, endpoint: &str
 /// `kubectl exec POD -- ARGS`: stdout and stderr (etcdctl 3.4 reports health on stderr), or a
 /// panic with both.
 fn exec(kube: &KubeTestbed, ns: &str, pod: &str, args: &[&str]) -> String {
-    let output = testbed::cluster::kubectl(&kube.kubeconfig)
-        .args(["--namespace", ns, "exec", pod, "--"])
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "kubectl exec {pod} {args:?}: {text}"
-    );
+    let (ok, text) = testbed::cluster::exec_in_pod(&kube.kubeconfig, ns, pod, args);
+    assert!(ok, "kubectl exec {pod} {args:?}: {text}");
     text
 }
 
@@ -358,6 +329,7 @@ fn up(args: &[&str], user: Option<&str>) -> (i32, String) {
             for (from, to) in [
                 (here.join("up.sh"), root.join("cluster/up.sh")),
                 (here.join("versions.sh"), root.join("cluster/versions.sh")),
+                (here.join("node.sh"), root.join("cluster/node.sh")),
                 (
                     here.join("../lib/processes.sh"),
                     root.join("lib/processes.sh"),

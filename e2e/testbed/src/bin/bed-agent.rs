@@ -5,10 +5,16 @@
 //!   Service's `<svc>.<ns>.svc.cluster.local` (its ClusterIP, or for a headless Service the
 //!   addresses of its Endpoints) and every endpoint address with a hostname as
 //!   `<hostname>.<svc>.<ns>.svc.cluster.local` (what etcd peer URLs use), like CoreDNS.
-//! - **Directory volumes.** Creates the default StorageClass `testbed-local` and, for each
-//!   Pending claim of that class, a `hostPath` PersistentVolume bound to it, backed by a directory
-//!   under `--volumes`. The volume outlives pods; when its claim is deleted, the directory and the
-//!   volume are removed (reclaim policy Delete).
+//! - **Directory volumes**, backed by a directory under `--volumes` each, bound to their claim by
+//!   the agent. A volume outlives pods; when its claim is deleted, the directory and the volume are
+//!   removed (reclaim policy Delete). Two StorageClasses:
+//!   - `testbed-local` (the default): **node-local**, as local-path-provisioner and local SSD
+//!     classes are. The volume's node affinity names one node, so a pod using the claim can only
+//!     run there. On a bed of one node it binds at once (`Immediate`, the node is the only one);
+//!     on a bed of several it is `WaitForFirstConsumer`: the scheduler picks the node of the first
+//!     pod (`volume.kubernetes.io/selected-node`) and the volume is made for that node.
+//!   - `testbed-shared`: volumes any node may mount (`Immediate`, no node affinity), as network
+//!     storage is; for the tests that need a claim to follow its pod to another node.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +30,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 const STORAGE_CLASS: &str = "testbed-local";
+const SHARED_STORAGE_CLASS: &str = "testbed-shared";
+/// The annotation the scheduler sets on a `WaitForFirstConsumer` claim: the node it chose.
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const PROVISIONER: &str = "testbed.etcd-backup-suite/local";
 const DOMAIN: &str = "cluster.local";
 
@@ -31,7 +40,7 @@ struct Args {
     kubeconfig: PathBuf,
     dns_hosts: PathBuf,
     volumes: PathBuf,
-    node: String,
+    nodes: Vec<String>,
 }
 
 fn args() -> Result<Args> {
@@ -46,24 +55,25 @@ fn args() -> Result<Args> {
         kubeconfig: take("--kubeconfig")?.into(),
         dns_hosts: take("--dns-hosts")?.into(),
         volumes: take("--volumes")?.into(),
-        node: take("--node")?,
+        nodes: take("--nodes")?.split(',').map(str::to_string).collect(),
     })
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
-    let args = args()
-        .context("usage: bed-agent --kubeconfig FILE --dns-hosts FILE --volumes DIR --node NAME")?;
+    let args = args().context(
+        "usage: bed-agent --kubeconfig FILE --dns-hosts FILE --volumes DIR --nodes NAME,...",
+    )?;
     let config = kube::Config::from_custom_kubeconfig(
         Kubeconfig::read_from(&args.kubeconfig)?,
         &KubeConfigOptions::default(),
     )
     .await?;
     let client = Client::try_from(config)?;
-    install_storage_class(&client).await?;
+    install_storage_classes(&client, args.nodes.len()).await?;
     tokio::try_join!(
         dns(client.clone(), args.dns_hosts),
-        volumes(client, args.volumes, args.node),
+        volumes(client, args.volumes, args.nodes),
     )?;
     Ok(())
 }
@@ -145,30 +155,50 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 // ---- Volumes ----
 
-async fn install_storage_class(client: &Client) -> Result<()> {
-    let class: StorageClass = serde_json::from_value(serde_json::json!({
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {
-            "name": STORAGE_CLASS,
-            "annotations": { "storageclass.kubernetes.io/is-default-class": "true" },
-        },
-        "provisioner": PROVISIONER,
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    }))?;
-    Api::<StorageClass>::all(client.clone())
-        .patch(
-            STORAGE_CLASS,
-            &PatchParams::apply("bed-agent").force(),
-            &Patch::Apply(&class),
-        )
-        .await
-        .context("cannot create the default StorageClass")?;
+async fn install_storage_classes(client: &Client, nodes: usize) -> Result<()> {
+    let local_binding = if nodes > 1 {
+        "WaitForFirstConsumer"
+    } else {
+        "Immediate"
+    };
+    let classes = [
+        serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": { "storageclass.kubernetes.io/is-default-class": "true" },
+            },
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": local_binding,
+        }),
+        serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": { "name": SHARED_STORAGE_CLASS },
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+        }),
+    ];
+    // The shared class first: the default class is what up.sh waits for as "ready".
+    for class in classes.iter().rev() {
+        let class: StorageClass = serde_json::from_value(class.clone())?;
+        let name = class.name_any();
+        Api::<StorageClass>::all(client.clone())
+            .patch(
+                &name,
+                &PatchParams::apply("bed-agent").force(),
+                &Patch::Apply(&class),
+            )
+            .await
+            .with_context(|| format!("cannot create the StorageClass {name}"))?;
+    }
     Ok(())
 }
 
-async fn volumes(client: Client, root: PathBuf, node: String) -> Result<()> {
+async fn volumes(client: Client, root: PathBuf, nodes: Vec<String>) -> Result<()> {
     let claims = watcher(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         watcher::Config::default(),
@@ -186,7 +216,7 @@ async fn volumes(client: Client, root: PathBuf, node: String) -> Result<()> {
     let mut changes = std::pin::pin!(futures::stream::select(claims, volumes));
     while let Some(change) = changes.next().await {
         let result = match change {
-            Ok(Change::Claim(claim)) => provision(&client, &root, &node, &claim).await,
+            Ok(Change::Claim(claim)) => provision(&client, &root, &nodes, &claim).await,
             Ok(Change::Volume(volume)) => reclaim(&client, &root, &volume).await,
             Err(error) => Err(error.into()),
         };
@@ -202,12 +232,31 @@ enum Change {
     Volume(Box<PersistentVolume>),
 }
 
-/// Creates a volume for a Pending claim of our class that has none yet. The volume's name is
+/// The node a claim's volume must be on: none for the shared class; for the node-local class
+/// the only node, or on a bed of several the node the scheduler chose for the claim's first pod
+/// (not chosen yet: no volume yet either).
+fn volume_node<'a>(
+    class: &str,
+    nodes: &'a [String],
+    claim: &'a PersistentVolumeClaim,
+) -> Option<Option<&'a str>> {
+    match class {
+        SHARED_STORAGE_CLASS => Some(None),
+        STORAGE_CLASS if nodes.len() == 1 => Some(Some(nodes[0].as_str())),
+        STORAGE_CLASS => claim
+            .annotations()
+            .get(SELECTED_NODE)
+            .map(|n| Some(n.as_str())),
+        _ => None,
+    }
+}
+
+/// Creates a volume for a Pending claim of our classes that has none yet. The volume's name is
 /// derived from the claim's UID, so a repeated event cannot make a second one.
 async fn provision(
     client: &Client,
     root: &Path,
-    node: &str,
+    nodes: &[String],
     claim: &PersistentVolumeClaim,
 ) -> Result<()> {
     let Some(spec) = &claim.spec else {
@@ -216,11 +265,14 @@ async fn provision(
     let pending = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
     if !pending
         || spec.volume_name.as_deref().is_some_and(|v| !v.is_empty())
-        || spec.storage_class_name.as_deref() != Some(STORAGE_CLASS)
         || claim.metadata.deletion_timestamp.is_some()
     {
         return Ok(());
     }
+    let class = spec.storage_class_name.as_deref().unwrap_or_default();
+    let Some(node) = volume_node(class, nodes, claim) else {
+        return Ok(());
+    };
     let (ns, name, uid) = (
         claim.namespace().unwrap_or_default(),
         claim.name_any(),
@@ -239,7 +291,7 @@ async fn provision(
         .and_then(|r| r.get("storage"))
         .map(|q| q.0.clone())
         .unwrap_or_else(|| "1Gi".into());
-    let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
+    let mut volume = serde_json::json!({
         "metadata": {
             "name": pv_name,
             "annotations": { "pv.kubernetes.io/provisioned-by": PROVISIONER },
@@ -248,22 +300,27 @@ async fn provision(
             "capacity": { "storage": size },
             "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
             "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": STORAGE_CLASS,
+            "storageClassName": class,
             "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
             "claimRef": { "kind": "PersistentVolumeClaim", "apiVersion": "v1",
                           "namespace": ns, "name": name, "uid": uid },
             "hostPath": { "path": dir, "type": "Directory" },
-            "nodeAffinity": { "required": { "nodeSelectorTerms": [{ "matchExpressions": [{
-                "key": "kubernetes.io/hostname", "operator": "In", "values": [node] }] }] } },
         },
-    }))?;
+    });
+    if let Some(node) = node {
+        volume["spec"]["nodeAffinity"] = serde_json::json!({ "required": { "nodeSelectorTerms": [{
+            "matchExpressions": [{ "key": "kubernetes.io/hostname", "operator": "In", "values": [node] }]
+        }] } });
+    }
+    let volume: PersistentVolume = serde_json::from_value(volume)?;
     match Api::<PersistentVolume>::all(client.clone())
         .create(&PostParams::default(), &volume)
         .await
     {
         Ok(_) => eprintln!(
-            "bed-agent: {pv_name} for claim {ns}/{name} at {}",
-            dir.display()
+            "bed-agent: {pv_name} for claim {ns}/{name} at {} (node {})",
+            dir.display(),
+            node.unwrap_or("any")
         ),
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e).with_context(|| format!("cannot create {pv_name}")),
