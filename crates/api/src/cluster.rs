@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, PersistentVolumeClaimSpec, PodSecurityContext, ResourceRequirements,
-    Toleration,
+    Toleration, TopologySpreadConstraint,
 };
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -126,6 +126,12 @@ pub struct PodPolicy {
     /// Deprecated: spread members across nodes; use `affinity`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anti_affinity: Option<bool>,
+    /// How members spread over topology domains (not in coreos). Unset: a member per node
+    /// (required for a member starting on new data, preferred for one returning to its claim)
+    /// and across `topology.kubernetes.io/zone` (preferred), unless `antiAffinity` or a pod
+    /// anti-affinity in `affinity` places them already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
     /// Resources of the etcd container; fixed at creation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,

@@ -28,6 +28,7 @@ const KUBERNETES_TYPES: &[(&str, &str)] = &[
     ("EtcdCluster", "spec.pod.affinity"),
     ("EtcdCluster", "spec.pod.resources"),
     ("EtcdCluster", "spec.pod.tolerations"),
+    ("EtcdCluster", "spec.pod.topologySpreadConstraints"),
     ("EtcdCluster", "spec.pod.etcdEnv"),
     ("EtcdCluster", "spec.pod.persistentVolumeClaimSpec"),
     ("EtcdCluster", "spec.pod.securityContext"),

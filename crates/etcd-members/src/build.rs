@@ -24,6 +24,7 @@ use crate::labels::{
     NOTHING_RAN, POD_SECURITY_ANNOTATION, RESTRICTED, VERSION_ANNOTATION, VERSION_RAN_ANNOTATION,
     member_labels, selector,
 };
+use crate::spread::{MemberData, member_spread};
 use crate::tls::{PEER_DIR, SERVER_DIR, TlsSecrets};
 
 /// Where the data volume is mounted, and etcd's data dir in it (coreos layout).
@@ -137,12 +138,16 @@ pub fn run_as(claim: Option<&PersistentVolumeClaim>) -> RunAs {
 /// The member pod: etcd `version` with coreos's flags, restarted in place by the kubelet, data
 /// on the member's claim (or an emptyDir without a claim spec), security settings that pass
 /// Pod Security "restricted" (`run_as` says whom it runs as, see [`run_as`]).
+/// The member pod of `member`. `data` says whether it starts on new data or returns to a claim
+/// that holds its data, which decides how strictly it is kept off nodes with other members
+/// ([`crate::spread`]).
 pub fn pod(
     cluster: &EtcdCluster,
     member: &str,
     bootstrap: &Bootstrap,
     version: &str,
     run_as: RunAs,
+    data: MemberData,
 ) -> Pod {
     let names = names(cluster);
     let spec = &cluster.spec;
@@ -248,6 +253,7 @@ pub fn pod(
             node_selector: policy.node_selector.clone(),
             tolerations: policy.tolerations.clone(),
             affinity: member_affinity(cluster),
+            topology_spread_constraints: member_spread(cluster, data),
             security_context: Some(pod_security::pod_context(
                 policy.security_context.as_ref(),
                 run_as,
@@ -465,6 +471,7 @@ spec:
             },
             "3.4.22",
             RunAs::NonRoot,
+            MemberData::New,
         );
         let labels = pod.metadata.labels.clone().unwrap();
         assert_eq!(labels["app"], "etcd");
@@ -520,6 +527,7 @@ spec:
             },
             "3.4.23",
             RunAs::NonRoot,
+            MemberData::New,
         );
         let spec = pod.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
@@ -538,6 +546,7 @@ spec:
                 &Bootstrap::New { token: "t".into() },
                 version,
                 RunAs::NonRoot,
+                MemberData::New,
             );
             let env = pod.spec.unwrap().containers[0]
                 .env
@@ -596,6 +605,7 @@ spec:
                 &Bootstrap::New { token: "t".into() },
                 "3.6.16",
                 RunAs::NonRoot,
+                MemberData::New,
             );
             pod.spec.unwrap().containers[0]
                 .env
@@ -646,6 +656,7 @@ spec:
             &Bootstrap::New { token: "t".into() },
             "3.4.23",
             RunAs::NonRoot,
+            MemberData::New,
         );
         let spec = pod.spec.unwrap();
         let etcd = &spec.containers[0];
@@ -702,6 +713,7 @@ spec:
             &Bootstrap::New { token: "t".into() },
             "3.4.23",
             RunAs::NonRoot,
+            MemberData::New,
         );
         let args = plain.spec.unwrap().containers[0].args.clone().unwrap();
         assert!(
@@ -717,9 +729,16 @@ spec:
         let mut c = cluster(COREOS);
         c.spec.pod.as_mut().unwrap().anti_affinity = Some(true);
         let bootstrap = Bootstrap::New { token: "t".into() };
-        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot)
-            .spec
-            .unwrap();
+        let spec = pod(
+            &c,
+            "example-0",
+            &bootstrap,
+            "3.4.23",
+            RunAs::NonRoot,
+            MemberData::New,
+        )
+        .spec
+        .unwrap();
         let term = &spec
             .affinity
             .unwrap()
@@ -735,9 +754,16 @@ spec:
             node_affinity: Some(Default::default()),
             ..Default::default()
         });
-        let spec = pod(&c, "example-0", &bootstrap, "3.4.23", RunAs::NonRoot)
-            .spec
-            .unwrap();
+        let spec = pod(
+            &c,
+            "example-0",
+            &bootstrap,
+            "3.4.23",
+            RunAs::NonRoot,
+            MemberData::New,
+        )
+        .spec
+        .unwrap();
         let affinity = spec.affinity.unwrap();
         assert!(affinity.pod_anti_affinity.is_none() && affinity.node_affinity.is_some());
     }
@@ -746,9 +772,16 @@ spec:
     fn member_pods_pass_pod_security_restricted_unless_their_data_predates_it() {
         let mut c = cluster(COREOS);
         let bootstrap = Bootstrap::New { token: "t".into() };
-        let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::NonRoot)
-            .spec
-            .unwrap();
+        let spec = pod(
+            &c,
+            "example-0",
+            &bootstrap,
+            "3.5.33",
+            RunAs::NonRoot,
+            MemberData::New,
+        )
+        .spec
+        .unwrap();
         let context = spec.security_context.unwrap();
         assert_eq!(context.run_as_non_root, Some(true));
         assert_eq!(context.run_as_user, Some(pod_security::NON_ROOT));
@@ -767,9 +800,16 @@ spec:
         old.annotations_mut().remove(POD_SECURITY_ANNOTATION);
         assert_eq!(run_as(Some(&old)), RunAs::ImageUser);
         assert_eq!(run_as(None), RunAs::NonRoot);
-        let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::ImageUser)
-            .spec
-            .unwrap();
+        let spec = pod(
+            &c,
+            "example-0",
+            &bootstrap,
+            "3.5.33",
+            RunAs::ImageUser,
+            MemberData::New,
+        )
+        .spec
+        .unwrap();
         let context = spec.security_context.unwrap();
         assert_eq!((context.run_as_user, context.run_as_non_root), (None, None));
         assert_eq!(context.seccomp_profile.unwrap().type_, "RuntimeDefault");
@@ -780,9 +820,16 @@ spec:
                 fs_group: Some(1000),
                 ..Default::default()
             });
-        let spec = pod(&c, "example-0", &bootstrap, "3.5.33", RunAs::NonRoot)
-            .spec
-            .unwrap();
+        let spec = pod(
+            &c,
+            "example-0",
+            &bootstrap,
+            "3.5.33",
+            RunAs::NonRoot,
+            MemberData::New,
+        )
+        .spec
+        .unwrap();
         let context = spec.security_context.unwrap();
         assert_eq!(
             (context.run_as_user, context.fs_group),

@@ -6,6 +6,7 @@
 //!
 //! - [`labels`]: labels and annotations both operators read or write.
 //! - [`build`]: pure builders of member pods, claims, Services and the disruption budget.
+//! - [`spread`]: how members spread over nodes and zones unless the user says otherwise.
 //! - [`tls`]: the TLS Secrets of a cluster, mounted into members and used to reach them.
 //! - [`origin`]: the proof that a pod was made by this operator (or a restore of it).
 //! - [`access`]: connecting to a member through its pod IP.
@@ -16,4 +17,5 @@ pub mod build;
 pub mod labels;
 pub mod origin;
 pub mod rbac;
+pub mod spread;
 pub mod tls;

@@ -69,9 +69,12 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Validate, then dereference the TLS Secrets: bad input gets a condition and a Warning,
     // and nothing running is touched. A missing Secret is looked at again shortly (it may be
     // created after the cluster), an invalid spec only when the spec changes.
-    if let Err(problem) = validate(&cluster) {
-        return report_invalid(&ctx, &cluster, &problem, Action::await_change()).await;
-    }
+    let target = match validate(&cluster) {
+        Ok(target) => target,
+        Err(problem) => {
+            return report_invalid(&ctx, &cluster, &problem, Action::await_change()).await;
+        }
+    };
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
     let client_tls = match tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await? {
         Dereferenced::Ready(client_tls) => client_tls,
@@ -139,7 +142,6 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
 
     // Plan one step, execute it, report. A failed upgrade is looked at first: its member
     // holds everything else up until it runs again.
-    let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
     let mut versions = upgrade::pod_versions(&cluster, &pods, &live_claims);
     upgrade::ask_snapshots(&target, &pods, &mut versions).await;
     let settled = settled(&target, &versions);
@@ -161,7 +163,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         },
     };
     tracing::debug!(cluster = %name, ?step, ?failed, "planned");
-    let mut outcome = execute(&ctx, &cluster, &access, &pods, &live_claims, &step).await;
+    let mut outcome = execute(&ctx, &cluster, &target, &access, &pods, &live_claims, &step).await;
     // Otherwise upgrades only once membership has converged.
     let upgrade = match (failed, &step, &observed.members) {
         (Some(failed), _, _) => Some(failed),
@@ -238,16 +240,19 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     })
 }
 
-fn validate(cluster: &EtcdCluster) -> Result<(), String> {
+/// Checks the spec this reconcile acts on; the target version it names. Everything after works
+/// with what this returns rather than parsing the spec again.
+fn validate(cluster: &EtcdCluster) -> Result<EtcdVersion, String> {
     let size = cluster.spec.size;
     if !(1..=7).contains(&size) {
         return Err(format!("size {size} is outside 1..7"));
     }
-    EtcdVersion::parse_supported(cluster.spec.version()).map_err(|e| e.to_string())?;
+    let target = EtcdVersion::parse_supported(cluster.spec.version()).map_err(|e| e.to_string())?;
     if let Some(d) = &cluster.spec.defragmentation {
         defrag::check_schedule(&d.schedule)?;
     }
-    TlsSecrets::of(&cluster.spec).validate()
+    TlsSecrets::of(&cluster.spec).validate()?;
+    Ok(target)
 }
 
 /// A Warning for each condition that newly went bad (quorum lost, an invalid spec, a refused

@@ -18,12 +18,15 @@ use etcd_members::access::Access;
 use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels;
 use etcd_members::origin;
+use etcd_members::spread::MemberData;
 
 /// Executes one step. Steps that change membership record their intent in status first.
-/// `claims` are the data claims by member, with what they record about their data.
+/// `target` is the version the validated spec names; `claims` are the data claims by member,
+/// with what they record about their data.
 pub(crate) async fn execute(
     ctx: &Context,
     cluster: &EtcdCluster,
+    target: &EtcdVersion,
     access: &Access,
     pods: &[MemberPod],
     claims: &BTreeMap<String, ClaimRecord>,
@@ -32,10 +35,9 @@ pub(crate) async fn execute(
     // The version a pod is created with (see `starting_version`), and for a member restarting
     // in the middle of an upgrade, the version it came from.
     let version_of = |member: &str| {
-        let target = EtcdVersion::parse(cluster.spec.version()).expect("validated");
         let record = claims.get(member).cloned().unwrap_or_default();
         let running = pods.iter().filter_map(|p| p.version.as_deref());
-        let version = starting_version(&target, record.version.as_deref(), running).to_string();
+        let version = starting_version(target, record.version.as_deref(), running).to_string();
         let from = record
             .upgraded_from
             .filter(|_| record.version.as_deref() == Some(&version));
@@ -228,7 +230,18 @@ async fn create_member(
         }
     }
     let run_as = build::run_as(claimed.as_ref());
-    let mut pod = build::pod(cluster, member, bootstrap, version, run_as);
+    // A claim bound to a volume holds the member's data, and its volume decides the node; an
+    // unbound one (new, or made by an interrupted run of this step) or none is new data.
+    let bound = claimed
+        .as_ref()
+        .and_then(|c| c.spec.as_ref())
+        .is_some_and(|s| s.volume_name.as_deref().is_some_and(|v| !v.is_empty()));
+    let data = if bound {
+        MemberData::OnItsClaim
+    } else {
+        MemberData::New
+    };
+    let mut pod = build::pod(cluster, member, bootstrap, version, run_as, data);
     if let Some(from) = upgraded_from {
         pod.annotations_mut()
             .insert(labels::UPGRADED_FROM_ANNOTATION.into(), from);

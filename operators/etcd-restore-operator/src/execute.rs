@@ -7,6 +7,7 @@ use etcd_cluster::EtcdVersion;
 use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels::ABANDONED_RESTORE_ANNOTATION;
 use etcd_members::origin;
+use etcd_members::spread::MemberData;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -196,8 +197,16 @@ pub(crate) async fn execute(
                 initial_cluster: plan.members.clone(),
             };
             for member in members {
-                // On the claim this restore made and filled: the non-root user's data.
-                let pod = build::pod(cluster, member, &bootstrap, &plan.version, RunAs::NonRoot);
+                // On the claim this restore made and filled: the non-root user's data, which
+                // fixes the member's node as a claim of its own does.
+                let pod = build::pod(
+                    cluster,
+                    member,
+                    &bootstrap,
+                    &plan.version,
+                    RunAs::NonRoot,
+                    MemberData::OnItsClaim,
+                );
                 origin::make_member_pod(&pod_api, &ctx.proof, &pod).await?;
             }
         }

@@ -25,6 +25,7 @@ use common::*;
 mod defrag;
 mod membership;
 mod reporting;
+mod three_nodes;
 mod trust;
 mod upgrades;
 
