@@ -8,15 +8,30 @@ use thiserror::Error;
 
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum CredentialsError {
+    /// A line that is not a static key. The line's text is never quoted: a key written with the
+    /// wrong separator (`aws_secret_access_key: wJalr...`), or a Secret holding a bare token,
+    /// would put the secret into a status, an event and the logs. Only a setting name from
+    /// [`KNOWN_SOURCING_SETTINGS`] is named.
     #[error(
-        "Secret {secret:?} key {key:?} sets {setting:?}, which makes the AWS SDK source credentials \
-         elsewhere (with the operator's own identity); an awsSecret may hold only static keys \
-         (aws_access_key_id, aws_secret_access_key, aws_session_token) and region"
+        "Secret {secret:?} key {key:?} line {line}: {}; an awsSecret may hold only static keys \
+         (aws_access_key_id, aws_secret_access_key, aws_session_token) and region, as `name = value` \
+         lines",
+        match setting {
+            Some(setting) => format!(
+                "sets {setting:?}, which makes the AWS SDK source credentials elsewhere (with the \
+                 operator's own identity)"
+            ),
+            None => "is not one of those settings (its text is not shown: it may hold a secret)"
+                .to_string(),
+        }
     )]
     CredentialSourcing {
         secret: String,
         key: &'static str,
-        setting: String,
+        /// 1-based.
+        line: usize,
+        /// The setting's name when it is one of [`KNOWN_SOURCING_SETTINGS`].
+        setting: Option<String>,
     },
     #[error(
         "no AWS keys ({0}): the operator does not lend its own AWS identity (nor the node's) to \
@@ -37,21 +52,49 @@ const ALLOWED_AWS_SETTINGS: &[&str] = &[
     "output",
 ];
 
+/// The AWS shared-file settings that source credentials elsewhere: refused, and named in the
+/// refusal (a name from this list cannot be a secret).
+pub const KNOWN_SOURCING_SETTINGS: &[&str] = &[
+    "role_arn",
+    "source_profile",
+    "credential_source",
+    "credential_process",
+    "web_identity_token_file",
+    "role_session_name",
+    "external_id",
+    "mfa_serial",
+    "duration_seconds",
+    "sso_session",
+    "sso_account_id",
+    "sso_role_name",
+    "sso_region",
+    "sso_start_url",
+    "sso_registration_scopes",
+];
+
 /// Refuses any setting of an AWS shared file (INI: `[profile]`, `key = value`, `#`/`;`
 /// comments) outside [`ALLOWED_AWS_SETTINGS`].
 pub fn check_settings(secret: &str, key: &'static str, text: &str) -> Result<(), CredentialsError> {
-    for line in text.lines().map(str::trim) {
+    for (index, line) in text.lines().map(str::trim).enumerate() {
         if line.is_empty() || line.starts_with(['#', ';', '[']) {
             continue;
         }
-        let setting = line.split('=').next().unwrap_or_default().trim();
-        if !ALLOWED_AWS_SETTINGS.contains(&setting.to_ascii_lowercase().as_str()) {
-            return Err(CredentialsError::CredentialSourcing {
-                secret: secret.to_string(),
-                key,
-                setting: setting.to_string(),
-            });
+        let name = line
+            .split_once('=')
+            .map(|(name, _)| name.trim().to_ascii_lowercase());
+        if name
+            .as_deref()
+            .is_some_and(|n| ALLOWED_AWS_SETTINGS.contains(&n))
+        {
+            continue;
         }
+        let setting = name.filter(|n| KNOWN_SOURCING_SETTINGS.contains(&n.as_str()));
+        return Err(CredentialsError::CredentialSourcing {
+            secret: secret.to_string(),
+            key,
+            line: index + 1,
+            setting,
+        });
     }
     Ok(())
 }
@@ -103,7 +146,8 @@ mod tests {
         ));
         assert!(matches!(
             check(Some(("aws", None, Some(role))), true),
-            Err(CredentialsError::CredentialSourcing { setting, .. }) if setting == "role_arn"
+            Err(CredentialsError::CredentialSourcing { setting, line: 2, .. })
+                if setting.as_deref() == Some("role_arn")
         ));
         let process = "[default]\ncredential_process = /bin/steal\n";
         assert!(matches!(
@@ -118,5 +162,26 @@ mod tests {
             check(Some(("aws", Some(KEYS), Some(region))), false),
             Ok(())
         );
+    }
+
+    /// A secret written with a colon, a bare token, or a value ending in `=` (base64) is
+    /// refused without any of its text in the message.
+    #[test]
+    fn a_refused_line_never_shows_its_text() {
+        let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        for text in [
+            format!("[default]\naws_access_key_id = AK\naws_secret_access_key: {secret}\n"),
+            format!("{secret}\n"),
+            format!("{secret}==\n"),
+            format!("[default]\n{secret} = x\n"),
+        ] {
+            let err = check(Some(("aws", Some(&text), None)), false).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains("wJalr"), "{shown}");
+            assert!(
+                shown.contains("Secret \"aws\" key \"credentials\" line"),
+                "{shown}"
+            );
+        }
     }
 }

@@ -440,7 +440,7 @@ mod tests {
             let err =
                 s3_options(plan().s3().unwrap(), Some(("aws", &secret)), None, true).unwrap_err();
             assert!(
-                matches!(&err, SecretError::Credentials(CredentialsError::CredentialSourcing { setting: s, .. }) if s == setting),
+                matches!(&err, SecretError::Credentials(CredentialsError::CredentialSourcing { setting: s, .. }) if s.as_deref() == Some(setting)),
                 "{setting}: {err}"
             );
         }

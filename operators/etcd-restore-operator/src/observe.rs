@@ -326,15 +326,11 @@ pub async fn world(
             .iter()
             .all(|m| matches!(restore_pods.get(m), Some(PodRun::Succeeded { .. })));
     if all_restored && recorded.snapshot.is_none() {
-        let log_of = |container: &str| LogParams {
-            container: Some(container.into()),
-            ..LogParams::default()
-        };
         for member in &planned_members {
             let pod = pods::restore_pod_name(member);
-            let fetched = pod_api.logs(&pod, &log_of("fetch")).await?;
+            let fetched = pod_api.logs(&pod, &report_log("fetch")).await?;
             // The restore tool's log says the snapshot's own revision (restore_plan::fetch_report::parse_verified).
-            let restored = pod_api.logs(&pod, &log_of("restore")).await?;
+            let restored = pod_api.logs(&pod, &report_log("restore")).await?;
             let output = format!("{fetched}\n{restored}");
             restore_pods.insert(member.clone(), PodRun::Succeeded { output });
         }
@@ -452,6 +448,23 @@ async fn member_health(
     Ok(Some(health(&access, &members).await))
 }
 
+/// How much of a restore pod container's log is read: its last lines, bounded in bytes. The
+/// report the restore needs is at the end (the fetch's JSON line, etcdutl's "bumping latest
+/// revision" among its last lines), and the container runs the tenant's image, which could
+/// otherwise make the operator read hundreds of MiB.
+fn report_log(container: &str) -> LogParams {
+    LogParams {
+        container: Some(container.into()),
+        tail_lines: Some(REPORT_LOG_LINES),
+        limit_bytes: Some(REPORT_LOG_BYTES),
+        ..LogParams::default()
+    }
+}
+
+/// The last lines of a restore pod container's log that are read, and at most how many bytes.
+const REPORT_LOG_LINES: i64 = 200;
+const REPORT_LOG_BYTES: i64 = 256 * 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,5 +580,13 @@ mod tests {
               restartCount: 0, state: {running: {}}}]}",
         );
         assert_eq!(member_problem(&not_ready), None);
+    }
+
+    #[test]
+    fn a_restore_pod_log_is_read_from_its_tail_and_bounded() {
+        let params = report_log("fetch");
+        assert_eq!(params.container.as_deref(), Some("fetch"));
+        assert_eq!(params.tail_lines, Some(REPORT_LOG_LINES));
+        assert_eq!(params.limit_bytes, Some(REPORT_LOG_BYTES));
     }
 }
