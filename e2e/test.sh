@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (etcd, Garage, MariaDB, ...),
 # builds Kubernetes (1.37, or KUBE_VERSION=1.35), etcd and containerd from their Go modules (once;
-# cached), then `cargo test --workspace --locked`, then the tests on a bed of three nodes (ignored in
-# a plain run: `cargo test --workspace -- --ignored three_nodes`). Integration tests start their own servers on
-# loopback; the Kubernetes tests start the beds (e2e/apiserver, e2e/cluster). With KUBECONFIG set,
-# the Kubernetes tests use that cluster instead. CI (.ci/run) runs exactly this. Formatting and
-# clippy come first: a change that fails them fails before the long tests.
+# cached), then `cargo test --workspace --locked`, then the tests on a bed of three nodes (ignored
+# in a plain run: `cargo test --workspace -- --ignored three_nodes`). Integration tests start
+# their own servers on loopback; the Kubernetes tests start the beds (e2e/apiserver,
+# e2e/cluster). With KUBECONFIG set, the Kubernetes tests use that cluster instead (and the
+# three-node tests, which take nodes down, do not run). CI (.ci/run) runs exactly this.
+# Formatting and clippy come first: a change that fails them fails before the long tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
