@@ -105,7 +105,8 @@ make_node_cgroup() {
 # finds the tree and refuses to run beside "another Kubernetes".
 remove_cgroup() {
   local name=$1 cgroup i
-  for cgroup in /sys/fs/cgroup/*/"$name"; do
+  # v1 hierarchies, or the unified one of a cgroup v2 host.
+  for cgroup in /sys/fs/cgroup/*/"$name" /sys/fs/cgroup/"$name"; do
     [[ -d $cgroup ]] || continue
     for ((i = 0; i < 50; i++)); do
       find "$cgroup" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
@@ -124,7 +125,7 @@ kill_node_containers() {
   for pid in $(pgrep -f "containerd-shim.*-address $nd/containerd/containerd.sock" || true); do
     kill -KILL "$pid" 2>/dev/null || true
   done
-  for cgroup in /sys/fs/cgroup/*/"$name"; do
+  for cgroup in /sys/fs/cgroup/*/"$name" /sys/fs/cgroup/"$name"; do
     [[ -d $cgroup ]] || continue
     find "$cgroup" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
   done
@@ -320,12 +321,20 @@ node_state() { cat "$(node_dir "$dir" "$1")/state" 2>/dev/null || echo up; }
 # Node down, as a machine powered off: its network is cut and its kubelet, kube-proxy,
 # containerd and every container stop at once (SIGKILL). Its files and volumes stay.
 node_down() {
-  local node=$1 name pid
+  local node=$1 name pid pids=() i
   ip link set "$(node_veth "$node")" down
   for name in kubelet kube-proxy containerd; do
-    pid=$(recorded_pid "$dir" "$(node_part "$node" "$name")") && { kill -KILL "$pid" 2>/dev/null || true; }
+    if pid=$(recorded_pid "$dir" "$(node_part "$node" "$name")"); then
+      kill -KILL "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
   done
   kill_node_containers "$node"
+  # Gone before this returns: a containerd still exiting would hold its database when the node
+  # comes up again.
+  for pid in "${pids[@]}"; do
+    for ((i = 0; i < 100; i++)); do alive "$pid" || break; sleep 0.1; done
+  done
   echo down >"$(node_dir "$dir" "$node")/state"
   log "$node is down"
 }

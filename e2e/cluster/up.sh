@@ -57,9 +57,9 @@ sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridg
   net.ipv4.conf.all.route_localnet vm.overcommit_memory vm.panic_on_oom kernel.panic
   kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
-# Fixed host paths the kubelet, containerd (shim sockets) and CNI (netns) create; removed on stop
-# when this bed created them.
-host_paths=(/var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/netns)
+# Fixed host paths the kubelet, containerd (shim sockets) and CNI (netns, the CNI library's
+# result cache) create; removed on stop when this bed created them.
+host_paths=(/var/log/pods /var/log/containers /var/lib/kubelet /run/containerd /run/netns /var/lib/cni)
 
 log() { echo "up.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -118,9 +118,15 @@ remove_host_leftovers() {
     umount "$ns" 2>/dev/null || true
     rm -f "$ns"
   done
+  # The CNI library caches each attachment's result under the network's name (ours, and
+  # containerd's loopback); a pod killed without a network teardown leaves its entry.
+  rm -f /var/lib/cni/results/testbed-* /var/lib/cni/results/cni-loopback-*
+  # `ip netns add` mounts /run/netns on itself (to share it) when it is not a mount point yet.
+  if [[ -f $dir/host/netns-not-mounted ]]; then
+    while mountpoint -q /run/netns 2>/dev/null; do umount /run/netns 2>/dev/null || break; done
+  fi
   for path in "${host_paths[@]}"; do
     [[ -f $dir/host/created${path//\//-} ]] || continue
-    # `ip netns add` mounts /run/netns on itself (to share it): unmounted before it goes.
     while mountpoint -q "$path" 2>/dev/null; do umount "$path" 2>/dev/null || break; done
     rm -rf "$path"
   done
@@ -376,6 +382,7 @@ done
 for path in "${host_paths[@]}"; do
   [[ -e $path ]] || touch "$dir/host/created${path//\//-}"
 done
+mountpoint -q /run/netns 2>/dev/null || touch "$dir/host/netns-not-mounted"
 modprobe br_netfilter 2>/dev/null || true
 sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 \
   || die "cannot set net.ipv4.ip_forward / bridge-nf-call-iptables (br_netfilter missing?)"

@@ -94,6 +94,10 @@ pub fn read(dir: &std::path::Path) -> HostState {
             .map(|p| p.to_string())
             .collect(),
     );
+    state.insert(
+        "CNI cache",
+        files_under(std::path::Path::new("/var/lib/cni")),
+    );
     state.insert("processes", processes_naming(&dir.to_string_lossy()));
     state
 }
@@ -117,6 +121,23 @@ fn cgroups() -> Vec<String> {
                     hierarchy.file_name().to_string_lossy()
                 ));
             }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Every file and directory under `root`, recursively (none if it does not exist).
+fn files_under(root: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path.clone());
+            }
+            found.push(path.display().to_string());
         }
     }
     found.sort();

@@ -440,6 +440,20 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
     // Node down: node-c's processes are gone at once, the node turns NotReady by itself (the
     // node controller's default timings), its member cannot be reached, the other two serve.
     etcdctl(kube, &ns, "etcd-0", &["put", "before-down", "kept"]).await;
+    // What proves the volume itself came back (replication alone would also bring the keys
+    // back to an empty member): a file beside the data, and the database file's inode.
+    let on_volume = |script: &str| {
+        let (ok, text) = testbed::cluster::exec_in_pod(
+            &kube.kubeconfig,
+            &ns,
+            "etcd-2",
+            &["/bin/sh", "-c", script],
+        );
+        assert!(ok, "{script} in etcd-2: {text}");
+        text
+    };
+    let mark = "echo survived > /data/marker && /bin/busybox stat -c %i /data/etcd/member/snap/db";
+    let inode = on_volume(mark);
     bed.node_down("node-c").await.unwrap();
     assert_eq!(bed.node_processes("node-c"), Vec::<u32>::new());
     wait_node(kube, "node-c", false, 180).await;
@@ -462,6 +476,8 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
     })
     .await;
     assert_eq!(back.spec.unwrap().node_name.as_deref(), Some("node-c"));
+    let read = "/bin/busybox cat /data/marker && /bin/busybox stat -c %i /data/etcd/member/snap/db";
+    assert_eq!(on_volume(read), format!("survived\n{inode}"));
     // Its own data: what it held before the node went down, and what it missed meanwhile.
     caught_up(kube, &ns, "etcd-2", "before-down", "kept").await;
     caught_up(kube, &ns, "etcd-2", "while-down", "written").await;
