@@ -263,16 +263,16 @@ case ${1:-} in
       exec 8>"$machine_lock"
       flock 8
     fi
-    if [[ -n ${BED_WATCHER:-} ]]; then
-      # A watcher stops only its own bed: a new bed may have replaced it in DIR meanwhile.
-      [[ $(cat "$dir/watcher.pid" 2>/dev/null) == "$BED_WATCHER" ]] || exit 0
-      remove_dir=0
-      [[ -f $dir/users/.rm ]] && remove_dir=1
-      stop "$dir"
-      if ((remove_dir)) && [[ -f $dir/.made-by-up.sh ]]; then rm -rf "$dir"; fi
+    # A watcher stops only its own bed: a new bed may have replaced it in DIR meanwhile.
+    if [[ -n ${BED_WATCHER:-} && $(cat "$dir/watcher.pid" 2>/dev/null) != "$BED_WATCHER" ]]; then
       exit 0
     fi
+    # A DIR this script made for users that asked for --rm goes with the bed, whoever stops it
+    # (its watcher, or e2e/test.sh between its runs).
+    remove_dir=0
+    [[ -f $dir/users/.rm ]] && remove_dir=1
     stop "$dir"
+    if ((remove_dir)) && [[ -f $dir/.made-by-up.sh ]]; then rm -rf "$dir"; fi
     exit 0
     ;;
   --watch-pid)
