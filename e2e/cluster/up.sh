@@ -236,7 +236,6 @@ case ${1:-} in
     exec 8>"$machine_lock"
     flock 8
     state=$(node_state "$node")
-    bin=$kube_bin
     export PATH=$containerd_bin:$PATH
     case $1 in
       --node-down) [[ $state == up ]] || die "$node is $state, not up"; node_down "$node" ;;

@@ -22,8 +22,6 @@ use anyhow::{Result, bail};
 
 use crate::kube::KubeTestbed;
 
-/// The node-local default StorageClass of a bed of several nodes.
-pub const LOCAL_STORAGE_CLASS: &str = crate::cluster::STORAGE_CLASS;
 /// Volumes any node may mount (network storage's behaviour).
 pub const SHARED_STORAGE_CLASS: &str = "testbed-shared";
 
