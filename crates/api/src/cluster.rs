@@ -80,9 +80,49 @@ pub struct EtcdClusterSpec {
     /// they are recreated). Unset: periodic, keeping one hour.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compaction: Option<crate::defrag::AutoCompaction>,
+    /// Replacing a member whose node is lost (not Ready, or gone). Unset: after 300 s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_replacement: Option<MemberReplacement>,
 }
 
+/// When a member whose node is lost is replaced: removed from etcd (its claim kept, detached
+/// from the cluster) and a new member started on a healthy node, one at a time, only while the
+/// cluster keeps quorum without it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberReplacement {
+    /// Replace members of lost nodes at all; default `true`. `false`: a lost node's member stays
+    /// down until its node comes back (or a human removes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// How long a member's node must have been not Ready (counted from when Kubernetes marked it
+    /// so, about 50 s after it stopped answering) before the member is replaced; default 300,
+    /// at least 10. A node deleted from the cluster counts as lost at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub after_seconds: Option<i64>,
+}
+
+/// Default of `spec.memberReplacement.afterSeconds`: as long as Kubernetes waits before it
+/// evicts pods from an unreachable node (the default toleration of the `unreachable` taint).
+pub const DEFAULT_REPLACEMENT_AFTER_SECONDS: u64 = 300;
+
 impl EtcdClusterSpec {
+    /// After how many seconds of its node being lost a member is replaced; `None`: never.
+    pub fn replace_after_seconds(&self) -> Option<u64> {
+        let policy = self.member_replacement.as_ref();
+        if policy.and_then(|p| p.enabled) == Some(false) {
+            return None;
+        }
+        Some(
+            policy
+                .and_then(|p| p.after_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .unwrap_or(DEFAULT_REPLACEMENT_AFTER_SECONDS)
+                .max(10),
+        )
+    }
+
     /// The image repository, with the coreos default.
     pub fn repository(&self) -> &str {
         crate::storage::non_empty(self.repository.as_deref()).unwrap_or(DEFAULT_REPOSITORY)
@@ -283,6 +323,10 @@ pub struct MembershipChange {
     /// When the change was recorded (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<String>,
+    /// For a removal: the member's claim is kept, detached from the cluster (a member whose
+    /// node was lost), instead of deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_claim: Option<bool>,
 }
 
 /// Cluster phase (coreos's values). `""`: not looked at yet. `Creating`: the seed member is being

@@ -21,8 +21,9 @@ pub use backup::{
     EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, LocalVolumeRecord,
 };
 pub use cluster::{
-    ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, MemberSecret,
-    MembersStatus, MembershipChange, PodPolicy, StaticTls, TlsPolicy,
+    ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
+    MemberReplacement, MemberSecret, MembersStatus, MembershipChange, PodPolicy, StaticTls,
+    TlsPolicy,
 };
 pub use crd::crds;
 pub use defrag::{

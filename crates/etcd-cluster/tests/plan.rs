@@ -36,6 +36,8 @@ fn healthy(n: u64) -> MembershipObserved {
         reserved: BTreeSet::new(),
         crashing: BTreeMap::new(),
         member_errors: BTreeMap::new(),
+        nodes_down: BTreeMap::new(),
+        replace_after_seconds: Some(300),
         members: Some(members),
         leader_list: true,
         intent: None,
@@ -154,7 +156,8 @@ fn an_add_is_finished_or_undone_after_a_crash_at_any_point() {
     assert_eq!(
         plan(&names(), 1, &moot),
         MembershipStep::DeleteMemberResources {
-            member: "c-1".into()
+            member: "c-1".into(),
+            keep_claim: false,
         }
     );
 }
@@ -183,6 +186,7 @@ fn a_removal_is_completed_after_a_crash() {
         member: Some("c-2".into()),
         id: 3,
         reason: "scale down".into(),
+        keep_claim: false,
     });
     let mut o = healthy(3);
     o.intent = intent.clone();
@@ -194,7 +198,8 @@ fn a_removal_is_completed_after_a_crash() {
     assert_eq!(
         plan(&names(), 2, &o),
         MembershipStep::DeleteMemberResources {
-            member: "c-2".into()
+            member: "c-2".into(),
+            keep_claim: false,
         }
     );
     o.pods.remove("c-2");
@@ -360,6 +365,7 @@ fn a_recorded_change_etcd_refuses_does_not_keep_a_member_down() {
         member: Some("c-2".into()),
         id: 3,
         reason: "scale down".into(),
+        keep_claim: false,
     });
     o.pods.remove("c-1");
     member(&mut o, "c-1").healthy = false;
@@ -376,6 +382,7 @@ fn a_recorded_change_etcd_refuses_does_not_keep_a_member_down() {
         member: Some("c-2".into()),
         id: 3,
         reason: "scale down".into(),
+        keep_claim: false,
     });
     o.pods.remove("c-2");
     assert!(matches!(
@@ -423,6 +430,7 @@ fn a_member_that_keeps_crashing_is_replaced_only_while_the_others_hold_quorum() 
             member: Some(m),
             id: 2,
             reason,
+            keep_claim: false,
         } => {
             assert_eq!(m, "c-1");
             assert!(reason.contains("CrashLoopBackOff"), "{reason}");
@@ -450,7 +458,8 @@ fn nothing_is_removed_or_deleted_on_a_list_the_leader_did_not_give() {
     assert_eq!(
         plan(&names(), 3, &o),
         MembershipStep::DeleteMemberResources {
-            member: "c-3".into()
+            member: "c-3".into(),
+            keep_claim: false,
         }
     );
 }
@@ -528,7 +537,8 @@ fn pods_of_replaced_members_being_deleted_are_left_to_go() {
     assert_eq!(
         plan(&names(), 3, &o),
         MembershipStep::DeleteMemberResources {
-            member: "c-0".into()
+            member: "c-0".into(),
+            keep_claim: false,
         }
     );
 }
@@ -635,6 +645,7 @@ fn a_member_being_removed_is_not_restarted_when_no_member_answers() {
         member: Some("c-0".into()),
         id: 1,
         reason: "scaling down".into(),
+        keep_claim: false,
     });
     o.pods.remove("c-0");
     o.pods.insert("c-1".into(), PodState::Failed);

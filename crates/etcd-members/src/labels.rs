@@ -35,6 +35,9 @@ pub const ABANDONED_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/abandon
 /// On a replaced member's claim, instead of [`CLUSTER_LABEL`]: the cluster it was detached from
 /// by a restore (with `spec.oldVolumes: Keep`; no longer one of the cluster's claims).
 pub const DETACHED_LABEL: &str = "etcd.database.coreos.com/detached-from";
+/// On a claim detached by the EtcdCluster operator (with [`DETACHED_LABEL`]): its member was
+/// replaced because its node was lost; the value is that node. Kept until the user deletes it.
+pub const KEPT_FROM_LOST_NODE_ANNOTATION: &str = "etcd.database.coreos.com/kept-from-lost-node";
 
 /// The labels selecting every member pod and claim of a cluster.
 pub fn selector(cluster: &str) -> BTreeMap<String, String> {

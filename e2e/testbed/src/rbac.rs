@@ -105,12 +105,14 @@ pub fn assert_every_rule_commented(deploy_dir: &Path, variant: &str) {
 
 /// The all-in-one overlays (`deploy/namespaced/`, `deploy/cluster-wide/`), rendered by
 /// kustomize, grant ServiceAccount `account` exactly `calls` (plus `lease_calls` for leader
-/// election): in a Role when namespaced; in a ClusterRole, with the Lease in a Role of the
-/// operator's namespace only, when cluster-wide.
+/// election, and `cluster_calls` on cluster-scoped resources): in a Role (and a ClusterRole with
+/// only the cluster-scoped calls) when namespaced; in a ClusterRole, with the Lease in a Role of
+/// the operator's namespace only, when cluster-wide.
 pub fn assert_all_in_one_grants(
     account: &str,
     calls: &[(&str, &str, &str)],
     lease_calls: &[(&str, &str, &str)],
+    cluster_calls: &[(&str, &str, &str)],
 ) {
     for variant in ["namespaced", "cluster-wide"] {
         let dir = crate::kustomize::root().join("deploy").join(variant);
@@ -120,11 +122,17 @@ pub fn assert_all_in_one_grants(
         assert_eq!(roles.len(), 1, "{variant}: {account}");
         assert_eq!(roles[0]["metadata"]["namespace"], "etcd");
         if variant == "namespaced" {
-            assert!(cluster_roles.is_empty(), "{variant}: {account}");
+            let cluster_grants: BTreeSet<_> =
+                cluster_roles.iter().flat_map(|r| grants(r)).collect();
+            assert_eq!(cluster_grants, set(cluster_calls), "{variant}: {account}");
             assert_eq!(grants(roles[0]), &set(calls) | &set(lease_calls));
         } else {
             assert_eq!(cluster_roles.len(), 1, "{variant}: {account}");
-            assert_eq!(grants(cluster_roles[0]), set(calls), "{variant}");
+            assert_eq!(
+                grants(cluster_roles[0]),
+                &set(calls) | &set(cluster_calls),
+                "{variant}"
+            );
             assert_eq!(grants(roles[0]), set(lease_calls), "{variant}");
         }
     }

@@ -47,6 +47,8 @@ reasons! {
         CreatingSeed,
         AddingMember,
         RemovingMember,
+        /// A member whose node was lost is removed (its claim kept) to be replaced.
+        ReplacingLostMember,
         RestartingMember,
         FinishingChange,
         /// Any other membership step.
@@ -69,6 +71,8 @@ reasons! {
     /// `Degraded`: something needs attention (True), or every member is healthy.
     Degraded for "Degraded" {
         MembersUnhealthy,
+        /// A member is down with its node (not Ready, or gone).
+        NodeDown,
         EtcdAlarm,
         MemberDataDiffers,
         ForeignPod,
@@ -103,7 +107,7 @@ mod tests {
             Progressing::HeldByAbandonedRestore.as_str(),
             "HeldByAbandonedRestore"
         );
-        assert_eq!(Degraded::ALL.len(), 5);
+        assert_eq!(Degraded::ALL.len(), 6);
         assert_eq!(Defragmented::TYPE, "Defragmented");
     }
 }

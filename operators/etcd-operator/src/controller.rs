@@ -119,6 +119,8 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let databases = std::mem::take(&mut etcd.databases);
     let mut live_claims = observe::live_claims(&claims);
     upgrade::record_ran(&ctx, &cluster, &pods, &mut live_claims).await?;
+    let nodes = observe::nodes(&ctx.client).await?;
+    let nodes_down = observe::nodes_down(&pods, &live_claims, nodes.as_deref(), chrono::Utc::now());
     let observed = MembershipObserved {
         pods: pods.iter().map(|p| (p.name.clone(), p.state)).collect(),
         claims: live_claims.keys().cloned().collect(),
@@ -133,6 +135,8 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         members: etcd.members,
         leader_list: etcd.leader_list,
         member_errors: etcd.errors,
+        nodes_down,
+        replace_after_seconds: cluster.spec.replace_after_seconds(),
         intent: status::intent(&cluster),
         intent_age_seconds: status::intent_age_seconds(&cluster),
         persistent: build::persistent(&cluster.spec),

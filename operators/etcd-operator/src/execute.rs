@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 
 use crate::context::{Context, Error};
-use crate::context::{event, ignore_missing};
+use crate::context::{event, ignore_missing, warn};
 use crate::observe::{self, ClaimRecord, MemberPod};
 use crate::status;
 use etcd_members::access::Access;
@@ -138,11 +138,17 @@ pub(crate) async fn execute(
             )
             .await;
         }
-        MembershipStep::RemoveMember { member, id, reason } => {
+        MembershipStep::RemoveMember {
+            member,
+            id,
+            reason,
+            keep_claim,
+        } => {
             record(Some(Intent::Remove {
                 member: member.clone(),
                 id: *id,
                 reason: reason.clone(),
+                keep_claim: *keep_claim,
             }))
             .await?;
             let mut client = observe::any_member(access, pods)
@@ -154,7 +160,37 @@ pub(crate) async fn execute(
                 event(ctx, cluster, "MemberRemoved", &note).await;
             }
         }
-        MembershipStep::DeleteMemberResources { member } => {
+        MembershipStep::DeleteMemberResources {
+            member,
+            keep_claim: true,
+        } => {
+            // The claim first: once detached it is no longer the cluster's, whatever happens
+            // next. The pod then goes at once: its node does not answer, so a graceful delete
+            // would wait for it forever, and etcd no longer has the member, so it cannot serve.
+            let kept = match claims.get(member) {
+                Some(claim) => {
+                    detach_claim(ctx, cluster, claim, pods, member).await?;
+                    Some(claim.name.clone())
+                }
+                None => None,
+            };
+            force_delete_pod(ctx, &ns, member).await?;
+            if let Some(claim) = kept {
+                let on = claims
+                    .get(member)
+                    .and_then(|c| c.node.clone())
+                    .map(|n| format!(" (its volume is on node {n})"))
+                    .unwrap_or_default();
+                let note = format!(
+                    "member {member} was replaced because its node was lost; its claim {claim}{on} is kept, detached from the cluster: delete it once that node is gone for good, or keep it to look at its data"
+                );
+                warn(ctx, cluster, "LostMemberClaimKept", &note).await;
+            }
+        }
+        MembershipStep::DeleteMemberResources {
+            member,
+            keep_claim: false,
+        } => {
             delete_pod(ctx, &ns, member).await?;
             // Only the claim observed as this cluster's, unchanged since (uid and
             // resourceVersion): one detached meanwhile (relabelled by a restore keeping the old
@@ -249,6 +285,57 @@ async fn create_member(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     origin::make_member_pod(&pods, &ctx.proof, &pod).await?;
     Ok(())
+}
+
+/// Takes a removed member's claim out of the cluster (as a restore that keeps old volumes does):
+/// the cluster's label replaced by [`labels::DETACHED_LABEL`], the cluster no longer its owner,
+/// and why, in an annotation. Only the claim as observed (its resourceVersion): one changed
+/// meanwhile is looked at again by the next reconcile.
+async fn detach_claim(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    claim: &ClaimRecord,
+    pods: &[MemberPod],
+    member: &str,
+) -> Result<(), Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(current) = api.get_opt(&claim.name).await? else {
+        return Ok(());
+    };
+    let owners: Vec<_> = current
+        .owner_references()
+        .iter()
+        .filter(|o| !(o.kind == "EtcdCluster" && o.name == cluster.name_any()))
+        .cloned()
+        .collect();
+    let node = pods
+        .iter()
+        .find(|p| p.name == member)
+        .and_then(|p| p.node.clone())
+        .or_else(|| claim.node.clone())
+        .unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": claim.resource_version,
+            "labels": {labels::CLUSTER_LABEL: null, labels::DETACHED_LABEL: cluster.name_any()},
+            "annotations": {labels::KEPT_FROM_LOST_NODE_ANNOTATION: node},
+            "ownerReferences": owners,
+        }
+    });
+    api.patch(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Deletes a pod without waiting for its node to confirm (grace period 0).
+async fn force_delete_pod(ctx: &Context, ns: &str, member: &str) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    ignore_missing(
+        pods.delete(member, &DeleteParams::default().grace_period(0))
+            .await
+            .map(|_| ()),
+    )
 }
 
 async fn delete_pod(ctx: &Context, ns: &str, member: &str) -> Result<(), Error> {

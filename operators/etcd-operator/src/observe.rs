@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use etcd_client::{Client, StatusResponse};
 use etcd_cluster::checks::{self, Spelling};
+use etcd_cluster::plan::NodeDown;
 use etcd_cluster::upgrade::SNAPSHOT_SAVES_METRIC;
 use etcd_cluster::{ClusterNames, ContainerFailure, DataRan, Member, PodState};
-use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Node, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 
 use etcd_members::access::Access;
 use etcd_members::build::METRICS_PORT;
@@ -46,6 +48,8 @@ pub struct MemberPod {
     /// The version its etcd container has run in this pod, if it has run (it runs, or crashed
     /// after starting) the image of its `etcd.version`.
     pub ran: Option<String>,
+    /// The node it is scheduled on.
+    pub node: Option<String>,
 }
 
 /// A back-off this long means at least three crashes in a row (10 s, 20 s, 40 s), whatever
@@ -170,6 +174,7 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
                 _ => false,
             };
             Some(MemberPod {
+                node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 ran: version.clone().filter(|_| started && ran_spec_image),
                 data_differs: last_words.is_some_and(checks::initial_check_failed),
                 check_spelling: Spelling::of_env(env_names),
@@ -203,7 +208,12 @@ pub struct ClaimRecord {
     pub upgraded_from: Option<String>,
     /// The newest version that has run on its data (`VERSION_RAN_ANNOTATION`).
     pub data_ran: DataRan,
+    /// The node the scheduler chose for its volume (node-local volumes stay there).
+    pub node: Option<String>,
 }
+
+/// The annotation the scheduler puts on a claim it chose a node for (`WaitForFirstConsumer`).
+const SELECTED_NODE_ANNOTATION: &str = "volume.kubernetes.io/selected-node";
 
 /// Whether the image a container status reports is `spec` (the runtime may add a registry
 /// host such as `docker.io/library/` to short names).
@@ -233,8 +243,82 @@ pub fn live_claims(claims: &[PersistentVolumeClaim]) -> BTreeMap<String, ClaimRe
                     Some(NOTHING_RAN) => DataRan::Nothing,
                     Some(version) => DataRan::Version(version.to_string()),
                 },
+                node: c.annotations().get(SELECTED_NODE_ANNOTATION).cloned(),
             };
             Some((member, record))
+        })
+        .collect()
+}
+
+/// The cluster's Nodes, or `None` when the operator may not read them (a namespaced install
+/// without the `nodes` grant): then no member is taken for lost with its node, and none is
+/// replaced for it. Said once in the log.
+pub async fn nodes(client: &kube::Client) -> Result<Option<Vec<Node>>, kube::Error> {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    match Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => Ok(Some(list.items)),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            SAID.call_once(|| {
+                tracing::info!(
+                    "the operator may not list Nodes: members on lost nodes are not replaced (see docs/install.md)"
+                );
+            });
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Members whose node is down, by member name: the node their pod is scheduled on, or for a
+/// member without a pod the node its claim's volume was placed on. A node is down when its
+/// `Ready` condition is not `True` (for as long as since it changed), or when it is gone from
+/// the API. Nothing when the Nodes could not be read.
+pub fn nodes_down(
+    pods: &[MemberPod],
+    claims: &BTreeMap<String, ClaimRecord>,
+    nodes: Option<&[Node]>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> BTreeMap<String, NodeDown> {
+    let Some(nodes) = nodes else {
+        return BTreeMap::new();
+    };
+    let mut placed: BTreeMap<&str, &str> = claims
+        .iter()
+        .filter_map(|(member, c)| Some((member.as_str(), c.node.as_deref()?)))
+        .collect();
+    for pod in pods {
+        if let Some(node) = &pod.node {
+            placed.insert(&pod.name, node);
+        }
+    }
+    placed
+        .into_iter()
+        .filter_map(|(member, node)| {
+            let down = match nodes.iter().find(|n| n.name_any() == node) {
+                None => None,
+                Some(found) => {
+                    let ready = found
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))?;
+                    if ready.status == "True" {
+                        return None;
+                    }
+                    let since = ready.last_transition_time.as_ref().map_or(0, |t| {
+                        now.timestamp().saturating_sub(t.0.as_second()).max(0) as u64
+                    });
+                    Some(since)
+                }
+            };
+            let down = NodeDown {
+                node: node.to_string(),
+                for_seconds: down,
+            };
+            Some((member.to_string(), down))
         })
         .collect()
 }
@@ -452,6 +536,71 @@ mod tests {
             without_backoff(message),
             "back-off restarting failed container=etcd pod=c-1_ns(uid)"
         );
+    }
+
+    #[test]
+    fn a_member_is_down_with_the_node_of_its_pod_or_else_of_its_claim() {
+        let node = |name: &str, ready: &str, since: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": ready,
+                    "lastTransitionTime": since}]},
+            }))
+            .unwrap()
+        };
+        let nodes = [
+            node("node-a", "True", "2026-11-28T10:00:00Z"),
+            node("node-b", "Unknown", "2026-11-28T10:00:00Z"),
+        ];
+        let pod = |name: &str, on: &str| MemberPod {
+            node: Some(on.into()),
+            ..member_pods(&[serde_saphyr::from_str(&format!(
+                "metadata: {{name: {name}, labels: {{etcd_node: {name}}}}}"
+            ))
+            .unwrap()])[0]
+                .clone()
+        };
+        let claim = |on: &str| ClaimRecord {
+            node: Some(on.into()),
+            ..Default::default()
+        };
+        // c-0 on a Ready node; c-1's pod on node-b, down; c-2 has no pod, its claim's node is
+        // gone; c-3's claim was placed on node-b but its pod runs on node-a.
+        let pods = [
+            pod("c-0", "node-a"),
+            pod("c-1", "node-b"),
+            pod("c-3", "node-a"),
+        ];
+        let claims = BTreeMap::from([
+            ("c-0".to_string(), claim("node-a")),
+            ("c-2".to_string(), claim("node-x")),
+            ("c-3".to_string(), claim("node-b")),
+        ]);
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-28T10:01:40Z")
+            .unwrap()
+            .to_utc();
+        let down = nodes_down(&pods, &claims, Some(&nodes), now);
+        assert_eq!(
+            down,
+            BTreeMap::from([
+                (
+                    "c-1".to_string(),
+                    NodeDown {
+                        node: "node-b".into(),
+                        for_seconds: Some(100)
+                    }
+                ),
+                (
+                    "c-2".to_string(),
+                    NodeDown {
+                        node: "node-x".into(),
+                        for_seconds: None
+                    }
+                ),
+            ])
+        );
+        // Nodes not readable: nobody is taken for down.
+        assert!(nodes_down(&pods, &claims, None, now).is_empty());
     }
 
     #[test]

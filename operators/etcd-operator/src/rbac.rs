@@ -42,4 +42,11 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("events.k8s.io", "events", "patch"),
 ];
 
+/// Cluster-scoped calls, granted by a ClusterRole in both installs. Without them the operator
+/// runs on, but cannot tell that a member's node is lost, so it never replaces such a member.
+pub const CLUSTER_CALLS: &[ApiCall] = &[
+    // observe.rs nodes(): whether a member's node is Ready, or gone.
+    ("", "nodes", "list"),
+];
+
 pub use etcd_members::rbac::OWN_NAMESPACE_CALLS;

@@ -53,6 +53,7 @@ fn intent_of(change: &MembershipChange) -> Option<Intent> {
             member,
             id: u64::from_str_radix(change.member_id.as_deref()?, 16).ok()?,
             reason: change.reason.clone().unwrap_or_default(),
+            keep_claim: change.keep_claim.unwrap_or(false),
         }),
         _ => None,
     }
@@ -73,10 +74,16 @@ fn intent_after(step: &MembershipStep, before: &Option<Intent>) -> Option<Intent
         MembershipStep::AddLearner { member } => Some(Intent::Add {
             member: member.clone(),
         }),
-        MembershipStep::RemoveMember { member, id, reason } => Some(Intent::Remove {
+        MembershipStep::RemoveMember {
+            member,
+            id,
+            reason,
+            keep_claim,
+        } => Some(Intent::Remove {
             member: member.clone(),
             id: *id,
             reason: reason.clone(),
+            keep_claim: *keep_claim,
         }),
         MembershipStep::ClearIntent => None,
         _ => before.clone(),
@@ -113,12 +120,18 @@ pub fn change(intent: Intent) -> MembershipChange {
             started,
             ..Default::default()
         },
-        Intent::Remove { member, id, reason } => MembershipChange {
+        Intent::Remove {
+            member,
+            id,
+            reason,
+            keep_claim,
+        } => MembershipChange {
             action: "Remove".into(),
             member,
             member_id: Some(format!("{id:x}")),
             reason: Some(reason),
             started,
+            keep_claim: keep_claim.then_some(true),
         },
     }
 }
@@ -333,7 +346,11 @@ pub fn report(
         .into_iter()
         .map(|e| checks::explain_member_error(e))
         .collect();
-    let degraded = degraded || !alarms.is_empty() || !observed.foreign_pods.is_empty();
+    let nodes_down = nodes_down_message(observed);
+    let degraded = degraded
+        || !alarms.is_empty()
+        || !observed.foreign_pods.is_empty()
+        || !nodes_down.is_empty();
     let (degraded_reason, degraded_message) = match outcome {
         Err(e) => (Degraded::MembersUnhealthy, e.to_string()),
         Ok(()) if !observed.foreign_pods.is_empty() => (
@@ -356,6 +373,7 @@ pub fn report(
             ),
         ),
         Ok(()) if !alarms.is_empty() => (Degraded::EtcdAlarm, alarms.join("; ")),
+        Ok(()) if !nodes_down.is_empty() => (Degraded::NodeDown, nodes_down.join("; ")),
         Ok(()) if !failures.is_empty() => (Degraded::MembersUnhealthy, failures.join("; ")),
         Ok(()) if degraded => (
             Degraded::MembersUnhealthy,
@@ -439,6 +457,31 @@ pub fn new_warnings(
         .collect()
 }
 
+/// Each member down with its node, and what happens to it. Stable while nothing changes (no
+/// running count of seconds), so the Warning is said once.
+fn nodes_down_message(observed: &MembershipObserved) -> Vec<String> {
+    let then = match observed.replace_after_seconds {
+        Some(after) => format!(
+            "it is replaced on another node once the node has been down {after} s (spec.memberReplacement.afterSeconds), while the others keep quorum"
+        ),
+        None => "it is not replaced (spec.memberReplacement.enabled is false)".to_string(),
+    };
+    observed
+        .nodes_down
+        .iter()
+        .map(|(member, down)| {
+            let state = match down.for_seconds {
+                Some(_) => "is not Ready",
+                None => "is gone from the cluster",
+            };
+            format!(
+                "member {member} is down with its node {}, which {state}; {then}",
+                down.node
+            )
+        })
+        .collect()
+}
+
 /// Where members keep their data: said in status, since emptyDir loses it with the pod.
 fn persistence(cluster: &EtcdCluster, persistent: bool) -> ClusterCondition {
     if persistent {
@@ -464,6 +507,12 @@ fn step_reason(step: &MembershipStep) -> Progressing {
         MembershipStep::AddLearner { .. }
         | MembershipStep::StartMember { .. }
         | MembershipStep::Promote { .. } => Progressing::AddingMember,
+        MembershipStep::RemoveMember {
+            keep_claim: true, ..
+        }
+        | MembershipStep::DeleteMemberResources {
+            keep_claim: true, ..
+        } => Progressing::ReplacingLostMember,
         MembershipStep::RemoveMember { .. } | MembershipStep::DeleteMemberResources { .. } => {
             Progressing::RemovingMember
         }
@@ -621,6 +670,7 @@ mod tests {
             check_spelling: None,
             data_differs: false,
             ran: None,
+            node: None,
         }];
         let first = report(
             &cluster,
@@ -677,6 +727,7 @@ mod tests {
             check_spelling: None,
             data_differs: false,
             ran: None,
+            node: None,
         }];
         let step = MembershipStep::Wait {
             reason: "seed member c-0 is starting".into(),

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use etcd_operator::rbac::{NAMESPACED_CALLS, OWN_NAMESPACE_CALLS};
+use etcd_operator::rbac::{CLUSTER_CALLS, NAMESPACED_CALLS, OWN_NAMESPACE_CALLS};
 use serde_json::Value;
 use testbed::rbac::{self, grants, of_kind, set};
 
@@ -21,7 +21,10 @@ fn namespaced_rbac_covers_exactly_the_calls() {
         grants(roles[0]),
         &set(NAMESPACED_CALLS) | &set(OWN_NAMESPACE_CALLS)
     );
-    assert!(of_kind(&docs, "ClusterRole").is_empty());
+    // The one cluster-scoped grant: Nodes.
+    let nodes = rbac::bound_roles(&docs, "etcd-operator", "ClusterRoleBinding", "ClusterRole");
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(grants(nodes[0]), set(CLUSTER_CALLS));
     rbac::assert_every_rule_commented(&deploy_dir(), "namespaced");
 }
 
@@ -30,7 +33,10 @@ fn cluster_wide_rbac_covers_exactly_the_calls() {
     let docs = rbac::docs(&deploy_dir(), "cluster-wide");
     let cluster = rbac::bound_roles(&docs, "etcd-operator", "ClusterRoleBinding", "ClusterRole");
     assert_eq!(cluster.len(), 1);
-    assert_eq!(grants(cluster[0]), set(NAMESPACED_CALLS));
+    assert_eq!(
+        grants(cluster[0]),
+        &set(NAMESPACED_CALLS) | &set(CLUSTER_CALLS)
+    );
     // Leases only in the operator's own namespace.
     let lease = rbac::bound_roles(&docs, "etcd-operator", "RoleBinding", "Role");
     assert_eq!(lease.len(), 1);
@@ -110,5 +116,10 @@ fn deployment_has_probes_downward_api_and_a_locked_down_context() {
 
 #[test]
 fn all_in_one_overlays_grant_exactly_the_calls() {
-    rbac::assert_all_in_one_grants("etcd-operator", NAMESPACED_CALLS, OWN_NAMESPACE_CALLS);
+    rbac::assert_all_in_one_grants(
+        "etcd-operator",
+        NAMESPACED_CALLS,
+        OWN_NAMESPACE_CALLS,
+        CLUSTER_CALLS,
+    );
 }

@@ -152,7 +152,8 @@ async fn learner_add_promote_remove_and_a_phantom_member() {
         MembershipStep::RemoveMember {
             member: Some("c-2".into()),
             id: phantom,
-            reason: "it was added but never started".into()
+            reason: "it was added but never started".into(),
+            keep_claim: false,
         }
     );
     client.member_remove(phantom).await.unwrap();

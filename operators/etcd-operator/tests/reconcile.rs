@@ -92,6 +92,8 @@ async fn expect_observation_of_an_empty_world(api: &mut MockApi, obj: &EtcdClust
     assert!(pods.query.contains("etcd_cluster%3Dc"), "{}", pods.query);
     api.expect_list("/api/v1/namespaces/ns/persistentvolumeclaims", Vec::new())
         .await;
+    // Which nodes are up (members on lost nodes are replaced).
+    api.expect_list("/api/v1/nodes", Vec::new()).await;
 }
 
 /// The status, by server-side apply as the operator's field manager.
@@ -488,6 +490,7 @@ async fn a_pod_that_passes_for_a_member_is_not_trusted_and_holds_the_cluster() {
     assert_eq!(deleted.body["preconditions"]["uid"], "gated-uid");
     api.expect_list("/api/v1/namespaces/ns/persistentvolumeclaims", Vec::new())
         .await;
+    api.expect_list("/api/v1/nodes", Vec::new()).await;
     // Nothing is created or deleted: a Warning, then the status, say why.
     // (No member of its own answers here, so quorum is also reported lost, first.)
     let quorum = api.expect_event("ns").await;

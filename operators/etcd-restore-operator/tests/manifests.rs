@@ -62,6 +62,7 @@ fn all_in_one_overlays_grant_exactly_the_calls() {
         "etcd-restore-operator",
         NAMESPACED_CALLS,
         OWN_NAMESPACE_CALLS,
+        &[],
     );
 }
 
