@@ -19,8 +19,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
 
-use crate::kube::KubeTestbed;
+use crate::kube::{KubeTestbed, wait_until};
 
 /// Volumes any node may mount (network storage's behaviour).
 pub const SHARED_STORAGE_CLASS: &str = "testbed-shared";
@@ -43,6 +45,10 @@ pub struct NodesBed {
     pub kube: KubeTestbed,
     pub nodes: Vec<String>,
 }
+
+/// Held by a test while it takes nodes down or cuts them off: tests of one binary run in
+/// parallel, and each expects every node up when it starts.
+static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The shared bed's kubeconfig, once joined.
 static SHARED: tokio::sync::OnceCell<Result<(PathBuf, usize), String>> =
@@ -94,6 +100,41 @@ impl NodesBed {
     pub async fn stop_shared() -> Result<()> {
         run(&[OsArg::from("--stop"), shared_dir().into_os_string()]).await?;
         Ok(())
+    }
+
+    /// The bed to this test alone until the guard is dropped, with every node up and Ready
+    /// (a test that failed before bringing its node back leaves it down: it is brought up here).
+    pub async fn exclusive(&self) -> Result<tokio::sync::MutexGuard<'static, ()>> {
+        let guard = FAULTS.lock().await;
+        for node in &self.nodes {
+            let state = std::fs::read_to_string(self.dir.join("nodes").join(node).join("state"))
+                .unwrap_or_default();
+            match state.trim() {
+                "down" => self.node_up(node).await?,
+                "partitioned" => self.heal(node).await?,
+                _ => {}
+            }
+            self.wait_node(node, true, 180).await?;
+        }
+        Ok(guard)
+    }
+
+    /// Waits until node `node` reports Ready `True` (`ready`) or anything else (not ready), for at
+    /// most `seconds`; how long that took.
+    pub async fn wait_node(
+        &self,
+        node: &str,
+        ready: bool,
+        seconds: u64,
+    ) -> Result<std::time::Duration> {
+        let nodes: Api<Node> = Api::all(self.kube.client.clone());
+        let what = if ready { "Ready" } else { "NotReady" };
+        let started = std::time::Instant::now();
+        wait_until(&nodes, node, what, seconds, move |n| {
+            (node_ready(n) == Some("True")) == ready
+        })
+        .await?;
+        Ok(started.elapsed())
     }
 
     /// Node `node` powered off: its network cut, its kubelet, kube-proxy, containerd and every
@@ -150,6 +191,17 @@ impl NodesBed {
         .await?;
         Ok(())
     }
+}
+
+/// The status of a node's `Ready` condition (`True`, `False`, `Unknown`).
+pub fn node_ready(node: &Node) -> Option<&str> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.as_str())
 }
 
 /// Where the shared bed of several nodes lives: `BED_DIR` with `-nodes` appended, or

@@ -22,16 +22,6 @@ use testbed::nodes::NodesBed;
 
 const IMAGE: &str = "localhost/etcd:v3.6.16";
 
-fn node_ready(node: &Node) -> Option<&str> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.as_str())
-}
-
 async fn wait_pod(
     kube: &KubeTestbed,
     ns: &str,
@@ -45,16 +35,10 @@ async fn wait_pod(
 
 /// Waits until node `name` reports Ready `True` (`ready`) or anything else (not ready), for at
 /// most `seconds`.
-async fn wait_node(kube: &KubeTestbed, name: &str, ready: bool, seconds: u64) {
-    let nodes: Api<Node> = Api::all(kube.client.clone());
+async fn wait_node(bed: &NodesBed, name: &str, ready: bool, seconds: u64) {
+    let took = bed.wait_node(name, ready, seconds).await.unwrap();
     let what = if ready { "Ready" } else { "NotReady" };
-    let started = Instant::now();
-    wait_until(&nodes, name, what, seconds, move |n| {
-        (node_ready(n) == Some("True")) == ready
-    })
-    .await
-    .unwrap();
-    eprintln!("{name} {what} after {:.0?}", started.elapsed());
+    eprintln!("{name} {what} after {took:.0?}");
 }
 
 /// `etcdctl ARGS` in `pod` until it succeeds (30 s at most, every 500 ms; a loaded bed can miss
@@ -293,7 +277,7 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
             Some(&testbed::nodes::zone_of(i))
         );
         assert_eq!(labels.get("kubernetes.io/hostname"), Some(name));
-        assert_eq!(node_ready(&node), Some("True"), "{name}");
+        assert_eq!(testbed::nodes::node_ready(&node), Some("True"), "{name}");
     }
     let images = images_per_node(&bed);
     assert!(
@@ -456,7 +440,7 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
     let inode = on_volume(mark);
     bed.node_down("node-c").await.unwrap();
     assert_eq!(bed.node_processes("node-c"), Vec::<u32>::new());
-    wait_node(kube, "node-c", false, 180).await;
+    wait_node(&bed, "node-c", false, 180).await;
     let member_c = format!("http://{}:2379", ips[2]);
     assert!(
         !answers(kube, &ns, "etcd-0", &member_c),
@@ -466,7 +450,7 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
 
     // Node up: Ready again, the member restarts on its node-local volume and has its data.
     bed.node_up("node-c").await.unwrap();
-    wait_node(kube, "node-c", true, 180).await;
+    wait_node(&bed, "node-c", true, 180).await;
     let back = wait_pod(kube, &ns, "etcd-2", "member ready again", |p| {
         ready(p)
             && p.status
@@ -490,7 +474,7 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
         3,
         "node-b's kubelet, kube-proxy and containerd run on"
     );
-    wait_node(kube, "node-b", false, 180).await;
+    wait_node(&bed, "node-b", false, 180).await;
     assert_eq!(
         bed.node_processes("node-b").len(),
         3,
@@ -503,7 +487,7 @@ async fn three_nodes_bed_pods_claims_faults_drain_and_stop() {
     );
     etcdctl(kube, &ns, "etcd-0", &["put", "while-cut", "written"]).await;
     bed.heal("node-b").await.unwrap();
-    wait_node(kube, "node-b", true, 180).await;
+    wait_node(&bed, "node-b", true, 180).await;
     etcdctl(
         kube,
         &ns,

@@ -238,10 +238,23 @@ pub async fn fragment(
 
 /// A client writing a key every 50 ms until stopped, as one that names the members by DNS
 /// would: after a failed write it connects again to where the members are now (a member given
-/// a new pod has a new address). Measures the longest stretch without a successful write.
+/// a new pod has a new address). Each attempt writes a key of its own (`KEY/000042`), so that
+/// every acknowledged write can be looked for afterwards. Measures the longest stretch without
+/// a successful write.
 pub struct Writer {
     stop: tokio_util::sync::CancellationToken,
-    writing: tokio::task::JoinHandle<(Duration, u32)>,
+    writing: tokio::task::JoinHandle<Writes>,
+}
+
+/// What a [`Writer`] did.
+#[derive(Debug)]
+pub struct Writes {
+    /// The longest stretch without a successful write.
+    pub longest_gap: Duration,
+    /// The numbers of the writes etcd acknowledged.
+    pub acknowledged: Vec<u32>,
+    /// Writes that failed (refused, timed out: they may or may not have been applied).
+    pub failed: u32,
 }
 
 impl Writer {
@@ -254,8 +267,17 @@ impl Writer {
                     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
                     let mut endpoints = Vec::new();
                     for name in member_pods(&kube, &ns).await {
-                        let pod = pods.get(&name).await.unwrap();
-                        if let Some(ip) = pod.status.and_then(|s| s.pod_ip) {
+                        let Ok(pod) = pods.get(&name).await else {
+                            continue;
+                        };
+                        let ready = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            });
+                        if let Some(ip) = pod.status.and_then(|s| s.pod_ip).filter(|_| ready) {
                             endpoints.push(format!("http://{ip}:2379"));
                         }
                     }
@@ -276,22 +298,29 @@ impl Writer {
         let writing = {
             let stop = stop.clone();
             tokio::spawn(async move {
-                let (mut last_ok, mut longest, mut writes) = (started, Duration::ZERO, 0u32);
+                let (mut last_ok, mut longest) = (started, Duration::ZERO);
+                let (mut acknowledged, mut failed) = (Vec::new(), 0u32);
+                let mut n = 0u32;
                 while !stop.is_cancelled() {
-                    if client
-                        .put(key.as_str(), writes.to_string(), None)
-                        .await
-                        .is_ok()
-                    {
+                    let put = client.put(format!("{key}/{n:06}"), n.to_string(), None);
+                    if put.await.is_ok() {
                         longest = longest.max(last_ok.elapsed());
                         last_ok = Instant::now();
-                        writes += 1;
-                    } else if let Some(again) = connect().await {
-                        client = again;
+                        acknowledged.push(n);
+                    } else {
+                        failed += 1;
+                        if let Some(again) = connect().await {
+                            client = again;
+                        }
                     }
+                    n += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                (longest.max(last_ok.elapsed()), writes)
+                Writes {
+                    longest_gap: longest.max(last_ok.elapsed()),
+                    acknowledged,
+                    failed,
+                }
             })
         };
         Writer { stop, writing }
@@ -299,9 +328,39 @@ impl Writer {
 
     /// Stops writing: the longest stretch without a successful write, and the writes made.
     pub async fn stop(self) -> (Duration, u32) {
+        let writes = self.stop_counted().await;
+        (writes.longest_gap, writes.acknowledged.len() as u32)
+    }
+
+    /// Stops writing: everything it counted.
+    pub async fn stop_counted(self) -> Writes {
         self.stop.cancel();
         self.writing.await.unwrap()
     }
+}
+
+/// The acknowledged writes of a [`Writer`] under `key` that `client` does not find.
+pub async fn missing_writes(
+    client: &mut etcd_client::Client,
+    key: &str,
+    acknowledged: &[u32],
+) -> Vec<u32> {
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_keys_only();
+    let found: std::collections::BTreeSet<u32> = client
+        .get(format!("{key}/"), Some(options))
+        .await
+        .unwrap()
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.key_str().ok()?.rsplit('/').next()?.parse().ok())
+        .collect();
+    acknowledged
+        .iter()
+        .copied()
+        .filter(|n| !found.contains(n))
+        .collect()
 }
 
 /// Schedules defragmentation every minute (the first round is due at once: its first time
