@@ -87,6 +87,11 @@ pub struct RecordedContents {
     /// The compaction revision `HashKV` reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact_revision: Option<i64>,
+    /// SHA-256 (hex) of every key at that revision with its value and metadata: what a drill
+    /// compares, whatever the compaction; absent with `HashKV` turned off, and in records made
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_sha256: Option<String>,
 }
 
 /// How a drill ended.

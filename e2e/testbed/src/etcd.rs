@@ -38,7 +38,16 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None, None).await
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None, None, &[]).await
+    }
+
+    /// A fresh single-member cluster over plain HTTP, with more flags (such as
+    /// `--auto-compaction-mode=periodic`).
+    pub async fn start_with(flags: &[&str]) -> Result<Etcd> {
+        let dir = tempfile::tempdir()?;
+        let data_dir = dir.path().join("data");
+        let peer_url = format!("http://127.0.0.1:{}", free_port());
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None, None, flags).await
     }
 
     /// A fresh peer URL for a member to be added with [`Etcd::join`].
@@ -52,7 +61,16 @@ impl Etcd {
     pub async fn join(name: &str, peer_url: &str, initial_cluster: &str) -> Result<Etcd> {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
-        Etcd::spawn(dir, data_dir, name, peer_url, None, Some(initial_cluster)).await
+        Etcd::spawn(
+            dir,
+            data_dir,
+            name,
+            peer_url,
+            None,
+            Some(initial_cluster),
+            &[],
+        )
+        .await
     }
 
     /// A fresh member on https that requires client certificates signed by `tls`'s CA.
@@ -60,7 +78,7 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, Some(tls), None).await
+        Etcd::spawn(dir, data_dir, "testbed", &peer_url, Some(tls), None, &[]).await
     }
 
     /// A member on a data dir made by `snapshot_restore` with the same `name` and `peer_url`
@@ -73,6 +91,7 @@ impl Etcd {
             peer_url,
             None,
             None,
+            &[],
         )
         .await
     }
@@ -84,6 +103,7 @@ impl Etcd {
         peer_url: &str,
         tls: Option<&TlsFiles>,
         existing: Option<&str>,
+        flags: &[&str],
     ) -> Result<Etcd> {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let endpoint = format!("{scheme}://127.0.0.1:{}", free_port());
@@ -108,6 +128,7 @@ impl Etcd {
             .args(["--initial-cluster-token", "testbed"])
             // Room for benchmark databases of several GiB (the default quota is 2 GiB).
             .args(["--quota-backend-bytes", &(8u64 << 30).to_string()])
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?);

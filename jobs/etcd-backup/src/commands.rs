@@ -315,6 +315,8 @@ fn drill_json(r: &DrillReport) -> serde_json::Value {
         "restoredKeyCount": r.restored.as_ref().map(|c| c.key_count),
         "hashKv": r.recorded.hash_kv,
         "restoredHashKv": r.restored.as_ref().and_then(|c| c.hash_kv),
+        "contentSha256": r.recorded.content_sha256,
+        "restoredContentSha256": r.restored.as_ref().and_then(|c| c.content_sha256.clone()),
         "differences": r.differences, "seconds": round(r.seconds),
     })
 }

@@ -122,6 +122,7 @@ pub fn succeeded(
             key_count: c.key_count,
             hash_kv: c.hash_kv.map(i64::from),
             compact_revision: c.compact_revision,
+            content_sha256: c.content_sha256.clone(),
         }),
     });
     s.next_schedule_time = next.map(time);

@@ -177,6 +177,7 @@ pub fn drill_pod(
         "keyCount": contents.key_count,
         "hashKv": contents.hash_kv,
         "compactRevision": contents.compact_revision,
+        "contentSha256": contents.content_sha256,
         "seconds": 0.0,
     });
     let check = Container {
@@ -254,7 +255,7 @@ mod tests {
                encryption: {recipientsSecret: {name: r, key: k}},\n\
                drill: {etcdRepository: localhost/etcd, identitySecret: {name: drill-key, key: id.txt}}}\n\
              status:\n  lastBackup: {objectKey: 's3://bucket/etcd.backup_v42_x', etcdVersion: 3.6.16,\n\
-               encryptedTo: [age1abc], number: 7,\n    contents: {revision: 40, keyCount: 12, hashKv: 99}}",
+               encryptedTo: [age1abc], number: 7,\n    contents: {revision: 40, keyCount: 12, hashKv: 99, contentSha256: 'ab12'}}",
         )
         .unwrap()
     }
@@ -302,6 +303,8 @@ mod tests {
         let expect: Value = serde_json::from_str(expect).unwrap();
         assert_eq!(expect["keyCount"], 12);
         assert_eq!(expect["hashKv"], 99);
+        // The digest of the key space is what the check compares first.
+        assert_eq!(expect["contentSha256"], "ab12");
         // Only the fetch holds the private key; no container gets a token or runs as root.
         let with_identity: Vec<&str> = init
             .iter()
