@@ -140,7 +140,8 @@ async fn any_member_client(kube: &KubeTestbed, ns: &str) -> etcd_client::Client 
 /// Node node-c powered off with its member on it: after the node is NotReady and the grace
 /// (20 s) has passed, the member is removed from etcd, its claim is kept (detached, annotated
 /// with the node, Warning `LostMemberClaimKept`), its pod deleted, and a new member joins on
-/// another node; a client writing every 50 ms loses no acknowledged write. Powered on again,
+/// another node, also with the operator killed once the replacement was recorded and started
+/// again (one removal, one join); a client writing every 50 ms loses no acknowledged write. Powered on again,
 /// node-c does not bring the old member back: its pod stays gone and etcd keeps 3 members.
 /// (Checked: without the replacement rule the cluster never converges again and this fails.)
 #[tokio::test(flavor = "multi_thread")]
@@ -152,7 +153,7 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
     kube.install_crds().await.unwrap();
     let ns = kube.namespace("node-lost").await.unwrap();
     let _report = kube.report_on_failure(&ns);
-    let _operator = Operator::start(&kube, &ns);
+    let operator = Operator::start(&kube, &ns);
     let (clusters, on) = spread_cluster(&kube, &ns, 20).await;
     let lost = on["node-c"].clone();
     let writer = Writer::start(&kube, &ns, "while-node-lost").await;
@@ -165,6 +166,25 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
         .await
         .unwrap();
     eprintln!("Degraded=NodeDown after {:.0?}", down_at.elapsed());
+    // The operator is killed once the replacement is recorded (a crash in the middle of it),
+    // and a new one finishes it.
+    let recorded = |c: &EtcdCluster| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.membership_change.as_ref())
+            .is_some_and(|m| m.keep_claim == Some(true))
+    };
+    wait_until(
+        &clusters,
+        "example-etcd-cluster",
+        "the replacement recorded",
+        180,
+        recorded,
+    )
+    .await
+    .unwrap();
+    drop(operator);
+    let _operator = Operator::start(&kube, &ns);
     // Replaced: 3 ready members again, none of them the lost one, none on node-c.
     let replaced = {
         let lost = lost.clone();
@@ -223,11 +243,27 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
             .map(String::as_str),
         Some("node-c")
     );
-    let said_kept = events(&kube, &ns).await.into_iter().any(|e| {
+    let events = events(&kube, &ns).await;
+    let said_kept = events.iter().any(|e| {
         e.reason.as_deref() == Some("LostMemberClaimKept")
             && e.note.as_deref().is_some_and(|n| n.contains(&lost))
     });
     assert!(said_kept, "no LostMemberClaimKept event naming {lost}");
+    // Nothing done twice across the restart: one member removed (its event may be lost with
+    // the killed operator, never doubled), one added.
+    let count = |reason: &str| {
+        events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum::<i32>()
+    };
+    assert!(count("MemberRemoved") <= 1, "{events:#?}");
+    assert_eq!(
+        count("MemberPromoted"),
+        3,
+        "the seed's two joiners and the replacement"
+    );
 
     // node-c powered on again: Ready, and still no trace of the old member.
     bed.node_up("node-c").await.unwrap();
