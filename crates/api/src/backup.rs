@@ -352,6 +352,12 @@ pub struct EtcdBackupStatus {
     /// The last failed attempt; kept after later successes so it stays visible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<BackupFailure>,
+    /// The attempts of the last run that failed for a cause that may pass (etcd or S3
+    /// unreachable, a snapshot stream cut, a Secret read refused by the API server) and were
+    /// retried, oldest first; absent when its first attempt settled it. The run's own result
+    /// is `succeeded` and `lastFailure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_retries: Option<Vec<BackupFailure>>,
     /// When the next scheduled backup is due (periodic and cron modes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_schedule_time: Option<Time>,

@@ -53,6 +53,9 @@ pub struct Context {
     pub(crate) reported_invalid: Mutex<HashMap<String, Option<i64>>>,
     /// Pause before the second attempt to write a run's result (doubled, then tripled).
     pub result_write_backoff: Duration,
+    /// Pause before the second attempt of a run whose first failed for a cause that may pass
+    /// (doubled before each further attempt; see [`crate::controller::RUN_ATTEMPTS`]).
+    pub run_retry_backoff: Duration,
     /// Delays before retrying objects whose reconcile failed.
     pub backoff: PerObject,
     /// How long a deleted object with the Delete policy waits for its missing S3 Secret before
@@ -84,6 +87,7 @@ impl Context {
             local_volume: None,
             reported_invalid: Mutex::new(HashMap::new()),
             result_write_backoff: Duration::from_secs(1),
+            run_retry_backoff: Duration::from_secs(5),
             backoff: PerObject::default(),
             finalizer_timeout: Duration::from_secs(300),
             allow_ambient_credentials: false,

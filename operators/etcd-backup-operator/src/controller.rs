@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_api::{DeletionPolicy, EtcdBackup, EtcdBackupStatus};
+use backup_api::{BackupFailure, DeletionPolicy, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Patch, PatchParams};
@@ -30,6 +30,9 @@ use operator_runtime::reconcile_errors;
 const IN_FLIGHT_RECHECK: Duration = Duration::from_secs(300);
 const STALE_CACHE_RECHECK: Duration = Duration::from_secs(5);
 const RESULT_WRITE_ATTEMPTS: u32 = 3;
+/// Attempts of one run when they fail for a cause that may pass ([`execute::RunError::is_transient`]),
+/// as a Job's `backoffLimit` would retry: the pauses are 5, 10 and 20 s by default.
+pub const RUN_ATTEMPTS: u32 = 4;
 /// A failed drill step is tried again after this.
 const DRILL_RETRY: Duration = Duration::from_secs(30);
 /// `lastFailure.reason` of a run interrupted twice.
@@ -242,17 +245,44 @@ async fn run(
         .last_successful_drill
         .as_ref()
         .map(|d| d.object_key.clone());
+    let mut retried: Vec<BackupFailure> = Vec::new();
     let work = async {
         let _slot = ctx.runs.slot().await;
         let _in_flight = InFlight::new(&ctx.metrics.running);
         let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-        async {
-            let location = execute::location(&plan, &namespace, ctx.local_volume.as_ref())?;
-            let resolved =
-                secrets::resolve(&secrets_api, &plan, ctx.allow_ambient_credentials).await?;
-            execute::run_backup(&plan, &location, resolved, &uid, drilled.as_deref()).await
+        let mut attempt = 1;
+        let run_started = std::time::Instant::now();
+        let run_deadline = plan.deadline;
+        loop {
+            // `timeoutInSecond` bounds the whole run, retries included.
+            let mut this_attempt = plan.clone();
+            this_attempt.deadline = plan
+                .deadline
+                .map(|d| d.saturating_sub(run_started.elapsed()));
+            let plan = &this_attempt;
+            let result = async {
+                let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
+                let resolved =
+                    secrets::resolve(&secrets_api, plan, ctx.allow_ambient_credentials).await?;
+                execute::run_backup(plan, &location, resolved, &uid, drilled.as_deref()).await
+            }
+            .await;
+            let pause = ctx.run_retry_backoff * 2u32.pow(attempt - 1);
+            let time_left = run_deadline.is_none_or(|d| run_started.elapsed() + pause < d);
+            match result {
+                Err(e) if e.is_transient() && attempt < RUN_ATTEMPTS && time_left => {
+                    tracing::warn!(%namespace, %name, attempt, reason = e.reason(), error = %e, ?pause, "backup attempt failed; trying again");
+                    retried.push(BackupFailure {
+                        time: Some(status::time(truncate((ctx.clock)()))),
+                        reason: e.reason().to_string(),
+                        message: Some(e.to_string()),
+                    });
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                result => return result,
+            }
         }
-        .await
     };
     let result = tokio::select! {
         result = work => result,
@@ -310,6 +340,8 @@ async fn run(
             )
         }
     };
+    let mut new_status = new_status;
+    new_status.last_run_retries = (!retried.is_empty()).then_some(retried);
     let api = api_for(&backup, &ctx);
     let written = record_result(&ctx, &api, &name, &new_status).await;
     // Whether or not the write went through, this run is over: the cached "running" status

@@ -76,6 +76,29 @@ impl RunError {
         }
     }
 
+    /// Whether another attempt of the same run may succeed, as a Job's retries would: etcd
+    /// unreachable or no member answering (a leader change, a member restarting after an
+    /// upgrade), a snapshot stream cut or stalled, S3 unreachable, a Secret the API server did
+    /// not hand over. Never what fails again the same way: data that failed its checks,
+    /// credentials or keys refused, a missing bucket or Secret, a bad spec, the run's deadline.
+    pub fn is_transient(&self) -> bool {
+        use etcd_snapshot::Error as E;
+        match self {
+            RunError::Secret(SecretError::Read { transient, .. }) => *transient,
+            RunError::Storage(e) | RunError::Snapshot(E::Storage(e)) => {
+                matches!(e, StorageError::Unreachable { .. })
+            }
+            RunError::Snapshot(e) => matches!(
+                e,
+                E::Unreachable { .. }
+                    | E::NoMemberAnswered(_)
+                    | E::Stream { .. }
+                    | E::Stalled { .. }
+            ),
+            _ => false,
+        }
+    }
+
     /// Whether this failure has a cause that only a person can fix (the storage Secret, keys S3
     /// refuses or does not find, no such bucket, the operator's volume), not one that may pass
     /// (S3 or the API server unreachable). Bounds the wait of the Delete finalizer.

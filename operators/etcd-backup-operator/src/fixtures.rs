@@ -32,6 +32,7 @@ pub fn context() -> (Arc<Context>, ApiServer) {
         clock,
     );
     ctx.result_write_backoff = std::time::Duration::from_millis(1);
+    ctx.run_retry_backoff = std::time::Duration::from_millis(1);
     (Arc::new(ctx), ApiServer(api))
 }
 

@@ -89,6 +89,39 @@ async fn one_shot_failure_lands_in_status_with_a_warning_event() {
     api.expect_silence().await;
 }
 
+/// A run whose first attempts fail for a cause that may pass (the API server refusing the
+/// Secret read with a 500) is tried again, and the status lists those attempts; a cause that
+/// will not pass (the Secret missing) ends the run at once, as its result.
+#[tokio::test]
+async fn transient_failures_are_retried_within_the_run_and_listed() {
+    let (ctx, mut api) = context();
+    let obj = backup(one_shot_spec(), None);
+    let task = start(guard(obj.clone()), &ctx);
+    api.expect_status_apply(&obj).await;
+    task.await.unwrap();
+    for _ in 0..2 {
+        let refused = api.expect_refused().await;
+        assert_eq!(refused.path, "/api/v1/namespaces/ns/secrets/aws");
+    }
+    api.expect_secret_missing("aws").await;
+    let failed = api.expect_status_apply(&obj).await;
+    assert_eq!(failed["lastFailure"]["reason"], "SecretNotFound");
+    let retries = failed["lastRunRetries"].as_array().unwrap();
+    assert_eq!(retries.len(), 2, "{failed}");
+    for retry in retries {
+        assert_eq!(retry["reason"], "SecretInvalid");
+        assert!(
+            retry["message"]
+                .as_str()
+                .unwrap()
+                .contains("request timed out"),
+            "{retry}"
+        );
+    }
+    let event = api.expect_event().await;
+    assert!(event["note"].as_str().unwrap().contains("SecretNotFound"));
+}
+
 /// A recipients Secret without a valid key fails the run before etcd or S3 is reached, with a
 /// reason of its own (the keys are the user's to fix) that names the line.
 #[tokio::test]
@@ -747,8 +780,63 @@ fn only_causes_a_person_must_fix_end_the_wait() {
     let read = SecretError::Read {
         secret: "aws".into(),
         message: "the API server is down".into(),
+        transient: true,
     };
     for passing in [RunError::Storage(unreachable), RunError::Secret(read)] {
         assert!(!passing.cannot_succeed_by_waiting(), "{passing}");
+    }
+}
+
+/// Which failures a run tries again: those that may pass (etcd or S3 unreachable, a stream cut,
+/// the API server failing a Secret read), never bad data, refused keys or a missing Secret.
+#[test]
+fn only_causes_that_may_pass_are_retried_within_a_run() {
+    use crate::execute::RunError;
+    use crate::secrets::SecretError;
+    use backup_storage::StorageError;
+    use etcd_snapshot::Error as E;
+    let transient = [
+        RunError::Snapshot(E::Unreachable {
+            endpoint: "http://c-client:2379".into(),
+            message: "connection refused".into(),
+        }),
+        RunError::Snapshot(E::NoMemberAnswered("leader changed".into())),
+        RunError::Snapshot(E::Stream {
+            endpoint: "http://c-client:2379".into(),
+            bytes: 10,
+            message: "etcdserver: leader changed".into(),
+        }),
+        RunError::Storage(StorageError::Unreachable {
+            endpoint: "https://s3".into(),
+            message: "connection refused".into(),
+        }),
+        RunError::Secret(SecretError::Read {
+            secret: "aws".into(),
+            message: "500".into(),
+            transient: true,
+        }),
+    ];
+    for e in &transient {
+        assert!(e.is_transient(), "{e}");
+    }
+    let permanent = [
+        RunError::Snapshot(E::HashMismatch {
+            expected: "a".into(),
+            actual: "b".into(),
+        }),
+        RunError::Storage(StorageError::NoSuchBucket { bucket: "b".into() }),
+        RunError::Secret(SecretError::Missing("aws".into())),
+        RunError::Secret(SecretError::Read {
+            secret: "aws".into(),
+            message: "forbidden".into(),
+            transient: false,
+        }),
+        RunError::Snapshot(E::DeadlineExceeded {
+            seconds: 60,
+            bytes: 0,
+        }),
+    ];
+    for e in &permanent {
+        assert!(!e.is_transient(), "{e}");
     }
 }

@@ -27,8 +27,14 @@ pub enum SecretError {
     MissingKey { secret: String, key: &'static str },
     #[error("Secret {secret:?} key {key:?} is not UTF-8 text")]
     NotText { secret: String, key: &'static str },
+    /// `transient`: the API server was unreachable or answered 5xx/429 (worth another try),
+    /// not a refusal.
     #[error("cannot read Secret {secret:?}: {message}")]
-    Read { secret: String, message: String },
+    Read {
+        secret: String,
+        message: String,
+        transient: bool,
+    },
     #[error(transparent)]
     Credentials(#[from] CredentialsError),
     #[error("Secret {secret:?} key {key:?} (SSE-C key): {message}")]
@@ -168,6 +174,10 @@ async fn read(secrets: &Api<Secret>, name: &str) -> Result<SecretData, SecretErr
         Ok(None) => Err(SecretError::Missing(name.to_string())),
         Err(e) => Err(SecretError::Read {
             secret: name.to_string(),
+            transient: match &e {
+                kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+                _ => true,
+            },
             message: e.to_string(),
         }),
     }
