@@ -53,6 +53,7 @@ fn node_down(o: &mut MembershipObserved, member: &str, seconds: Option<u64>) {
         NodeDown {
             node: format!("node-{letter}"),
             for_seconds: seconds,
+            cordoned: false,
         },
     );
 }
@@ -83,6 +84,19 @@ fn when_a_members_node_is_down_longer_than_the_grace_and_the_others_keep_quorum_
         other => panic!("{other:?}"),
     }
     assert_eq!(rule(3, &o), "member_on_a_lost_node_is_replaced");
+}
+
+#[test]
+fn when_a_members_pod_waits_on_a_drained_node_longer_than_the_grace_then_it_is_replaced_and_its_claim_deleted()
+ {
+    let mut o = healthy(3);
+    node_down(&mut o, "c-2", Some(GRACE + 1));
+    o.nodes_down.get_mut("c-2").unwrap().cordoned = true;
+    o.pods.insert("c-2".into(), PodState::Pending);
+    assert!(matches!(
+        step(3, &o),
+        MembershipStep::RemoveMember { member: Some(m), keep_claim: false, .. } if m == "c-2"
+    ));
 }
 
 #[test]

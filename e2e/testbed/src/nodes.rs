@@ -102,11 +102,20 @@ impl NodesBed {
         Ok(())
     }
 
-    /// The bed to this test alone until the guard is dropped, with every node up and Ready
-    /// (a test that failed before bringing its node back leaves it down: it is brought up here).
+    /// The bed to this test alone until the guard is dropped, with every node up, Ready and
+    /// schedulable (a test that failed before bringing its node back, or uncordoning it,
+    /// leaves it so: it is brought back here).
     pub async fn exclusive(&self) -> Result<tokio::sync::MutexGuard<'static, ()>> {
         let guard = FAULTS.lock().await;
+        let api: Api<Node> = Api::all(self.kube.client.clone());
         for node in &self.nodes {
+            let schedulable = serde_json::json!({"spec": {"unschedulable": null}});
+            api.patch(
+                node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&schedulable),
+            )
+            .await?;
             let state = std::fs::read_to_string(self.dir.join("nodes").join(node).join("state"))
                 .unwrap_or_default();
             match state.trim() {

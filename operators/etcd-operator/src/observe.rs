@@ -50,6 +50,8 @@ pub struct MemberPod {
     pub ran: Option<String>,
     /// The node it is scheduled on.
     pub node: Option<String>,
+    /// When the pod was created (seconds since the epoch).
+    pub created: Option<i64>,
 }
 
 /// A back-off this long means at least three crashes in a row (10 s, 20 s, 40 s), whatever
@@ -175,6 +177,11 @@ pub fn member_pods(pods: &[Pod]) -> Vec<MemberPod> {
             };
             Some(MemberPod {
                 node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                created: pod
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_second()),
                 ran: version.clone().filter(|_| started && ran_spec_image),
                 data_differs: last_words.is_some_and(checks::initial_check_failed),
                 check_spelling: Spelling::of_env(env_names),
@@ -275,7 +282,9 @@ pub async fn nodes(client: &kube::Client) -> Result<Option<Vec<Node>>, kube::Err
 /// Members whose node is down, by member name: the node their pod is scheduled on, or for a
 /// member without a pod the node its claim's volume was placed on. A node is down when its
 /// `Ready` condition is not `True` (for as long as since it changed), or when it is gone from
-/// the API. Nothing when the Nodes could not be read.
+/// the API; and for a member whose pod waits to be scheduled (`Pending`) when the node is
+/// cordoned (a drain: for as long as the pod has waited). Nothing when the Nodes could not be
+/// read.
 pub fn nodes_down(
     pods: &[MemberPod],
     claims: &BTreeMap<String, ClaimRecord>,
@@ -294,31 +303,40 @@ pub fn nodes_down(
             placed.insert(&pod.name, node);
         }
     }
+    let seconds_since = |t: i64| now.timestamp().saturating_sub(t).max(0) as u64;
     placed
         .into_iter()
         .filter_map(|(member, node)| {
-            let down = match nodes.iter().find(|n| n.name_any() == node) {
-                None => None,
-                Some(found) => {
-                    let ready = found
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))?;
-                    if ready.status == "True" {
-                        return None;
-                    }
-                    let since = ready.last_transition_time.as_ref().map_or(0, |t| {
-                        now.timestamp().saturating_sub(t.0.as_second()).max(0) as u64
-                    });
-                    Some(since)
-                }
-            };
-            let down = NodeDown {
+            let down = |for_seconds, cordoned| NodeDown {
                 node: node.to_string(),
-                for_seconds: down,
+                for_seconds,
+                cordoned,
             };
-            Some((member.to_string(), down))
+            let Some(found) = nodes.iter().find(|n| n.name_any() == node) else {
+                return Some((member.to_string(), down(None, false)));
+            };
+            let ready = found
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))?;
+            if ready.status != "True" {
+                let since = ready
+                    .last_transition_time
+                    .as_ref()
+                    .map_or(0, |t| seconds_since(t.0.as_second()));
+                return Some((member.to_string(), down(Some(since), false)));
+            }
+            let cordoned = found
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            let waiting = pods
+                .iter()
+                .find(|p| p.name == member && p.state == PodState::Pending && p.node.is_none())?;
+            let since = waiting.created.map_or(0, seconds_since);
+            cordoned.then(|| (member.to_string(), down(Some(since), true)))
         })
         .collect()
 }
@@ -587,20 +605,48 @@ mod tests {
                     "c-1".to_string(),
                     NodeDown {
                         node: "node-b".into(),
-                        for_seconds: Some(100)
+                        for_seconds: Some(100),
+                        cordoned: false,
                     }
                 ),
                 (
                     "c-2".to_string(),
                     NodeDown {
                         node: "node-x".into(),
-                        for_seconds: None
+                        for_seconds: None,
+                        cordoned: false,
                     }
                 ),
             ])
         );
         // Nodes not readable: nobody is taken for down.
         assert!(nodes_down(&pods, &claims, None, now).is_empty());
+
+        // node-a cordoned (a drain): a member running there is not down; one whose pod waits
+        // unscheduled with its claim on node-a is, for as long as its pod has waited.
+        let mut drained = nodes.clone();
+        drained[0].spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            unschedulable: Some(true),
+            ..Default::default()
+        });
+        let mut waiting = pod("c-0", "node-a");
+        waiting.node = None;
+        waiting.state = PodState::Pending;
+        waiting.created = Some(now.timestamp() - 30);
+        let down = nodes_down(&[waiting], &claims, Some(&drained), now);
+        assert_eq!(
+            down.get("c-0"),
+            Some(&NodeDown {
+                node: "node-a".into(),
+                for_seconds: Some(30),
+                cordoned: true,
+            })
+        );
+        let down = nodes_down(&pods, &claims, Some(&drained), now);
+        assert!(
+            !down.contains_key("c-0") && !down.contains_key("c-3"),
+            "{down:?}"
+        );
     }
 
     #[test]

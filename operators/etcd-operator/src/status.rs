@@ -462,7 +462,7 @@ pub fn new_warnings(
 fn nodes_down_message(observed: &MembershipObserved) -> Vec<String> {
     let then = match observed.replace_after_seconds {
         Some(after) => format!(
-            "it is replaced on another node once the node has been down {after} s (spec.memberReplacement.afterSeconds), while the others keep quorum"
+            "if it does not answer, it is replaced on another node after {after} s of this (spec.memberReplacement.afterSeconds), while the others keep quorum"
         ),
         None => "it is not replaced (spec.memberReplacement.enabled is false)".to_string(),
     };
@@ -470,14 +470,12 @@ fn nodes_down_message(observed: &MembershipObserved) -> Vec<String> {
         .nodes_down
         .iter()
         .map(|(member, down)| {
-            let state = match down.for_seconds {
-                Some(_) => "is not Ready",
-                None => "is gone from the cluster",
+            let state = match (down.cordoned, down.for_seconds) {
+                (true, _) => "is cordoned (drained) while the member's pod waits to start there",
+                (false, Some(_)) => "is not Ready",
+                (false, None) => "is gone from the cluster",
             };
-            format!(
-                "member {member} is down with its node {}, which {state}; {then}",
-                down.node
-            )
+            format!("member {member}'s node {} {state}; {then}", down.node)
         })
         .collect()
 }
@@ -671,6 +669,7 @@ mod tests {
             data_differs: false,
             ran: None,
             node: None,
+            created: None,
         }];
         let first = report(
             &cluster,
@@ -728,6 +727,7 @@ mod tests {
             data_differs: false,
             ran: None,
             node: None,
+            created: None,
         }];
         let step = MembershipStep::Wait {
             reason: "seed member c-0 is starting".into(),

@@ -103,13 +103,19 @@ pub enum Intent {
     },
 }
 
-/// A member's node that is not up: not `Ready`, or gone from the API.
+/// A member's node that the member cannot run on: not `Ready`, gone from the API, or cordoned
+/// (drained) while the member's pod waits to be scheduled there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeDown {
     pub node: String,
-    /// Seconds since it stopped being `Ready`; `None`: the Node object is gone (deleted, as a
-    /// cloud does with a machine that no longer exists), as long as anyone can tell.
+    /// Seconds since it stopped being `Ready`, or since the member's pod has waited on the
+    /// cordoned node; `None`: the Node object is gone (deleted, as a cloud does with a machine
+    /// that no longer exists), as long as anyone can tell.
     pub for_seconds: Option<u64>,
+    /// The node is up but cordoned (a drain): its volume is there, but the member cannot come
+    /// back to it until it is uncordoned. Its claim is not kept when the member is replaced (a
+    /// copy of data the other members hold, on a node that stays in service).
+    pub cordoned: bool,
 }
 
 impl NodeDown {

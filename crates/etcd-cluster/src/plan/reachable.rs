@@ -106,18 +106,25 @@ pub fn member_on_a_lost_node_is_replaced(world: &World) -> Option<MembershipStep
     })?;
     let name = display(lost);
     let down = &world.observed.nodes_down[&name];
-    let how_long = match down.for_seconds {
-        Some(seconds) => format!("not Ready for {seconds} s"),
-        None => "gone from the cluster".to_string(),
+    let (how_long, claim) = match (down.cordoned, down.for_seconds) {
+        (true, seconds) => (
+            format!(
+                "cordoned (drained) and the member has waited {} s to start there",
+                seconds.unwrap_or_default()
+            ),
+            "its claim, a copy of what the others hold, is deleted",
+        ),
+        (false, Some(seconds)) => (format!("not Ready for {seconds} s"), "its claim is kept"),
+        (false, None) => ("gone from the cluster".to_string(), "its claim is kept"),
     };
     Some(MembershipStep::RemoveMember {
         member: lost.name.clone(),
         id: lost.id,
         reason: format!(
-            "its node {} is {how_long}; a new member replaces it on another node, and its claim is kept",
+            "its node {} is {how_long}; a new member replaces it on another node, and {claim}",
             down.node
         ),
-        keep_claim: true,
+        keep_claim: !down.cordoned,
     })
 }
 

@@ -32,12 +32,8 @@ async fn members_per_node(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, usiz
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the bed of three nodes: e2e/test.sh runs it with `-- --ignored three_nodes`"]
 async fn members_spread_one_per_node_and_two_two_one_by_default() {
-    let bed = NodesBed::shared(3).await.unwrap();
-    let _alone = bed.exclusive().await.unwrap();
-    let kube = bed.kube.clone();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("spread").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let test = FaultTest::start("spread").await;
+    let (kube, ns) = (test.kube.clone(), test.ns.clone());
     let _operator = Operator::start(&kube, &ns);
     let mut cluster = example(3);
     cluster.spec.pod.as_mut().unwrap().affinity = Some(
@@ -99,6 +95,34 @@ async fn create_converged(kube: &KubeTestbed, ns: &str, cluster: &EtcdCluster) -
     clusters
 }
 
+/// A test that takes nodes down or cuts them off: the bed to itself, a namespace with a report
+/// of what was there if it fails.
+struct FaultTest {
+    bed: NodesBed,
+    _alone: tokio::sync::MutexGuard<'static, ()>,
+    kube: KubeTestbed,
+    ns: String,
+    _report: testbed::cluster::FailureReport,
+}
+
+impl FaultTest {
+    async fn start(prefix: &str) -> FaultTest {
+        let bed = NodesBed::shared(3).await.unwrap();
+        let _alone = bed.exclusive().await.unwrap();
+        let kube = bed.kube.clone();
+        kube.install_crds().await.unwrap();
+        let ns = kube.namespace(prefix).await.unwrap();
+        let _report = kube.report_on_failure(&ns);
+        FaultTest {
+            bed,
+            _alone,
+            kube,
+            ns,
+            _report,
+        }
+    }
+}
+
 /// Member pod name by node, for the cluster's members.
 async fn member_on(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, String> {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
@@ -109,6 +133,22 @@ async fn member_on(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, String> {
         .into_iter()
         .filter_map(|p| Some((p.spec.as_ref()?.node_name.clone()?, p.name_any())))
         .collect()
+}
+
+/// The cluster's member pods by node.
+async fn members_by_node(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let mut on: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let list = pods
+        .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
+        .await
+        .unwrap();
+    for pod in list.items {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            on.entry(node).or_default().push(pod.name_any());
+        }
+    }
+    on
 }
 
 /// The example cluster of 3 on the bed of three nodes, one member per node, replacing members
@@ -147,12 +187,8 @@ async fn any_member_client(kube: &KubeTestbed, ns: &str) -> etcd_client::Client 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the bed of three nodes: e2e/test.sh runs it with `-- --ignored three_nodes`"]
 async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
-    let bed = NodesBed::shared(3).await.unwrap();
-    let _alone = bed.exclusive().await.unwrap();
-    let kube = bed.kube.clone();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("node-lost").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let test = FaultTest::start("node-lost").await;
+    let (kube, ns) = (test.kube.clone(), test.ns.clone());
     let operator = Operator::start(&kube, &ns);
     let (clusters, on) = spread_cluster(&kube, &ns, 20).await;
     let lost = on["node-c"].clone();
@@ -160,7 +196,7 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
 
     let down_at = Instant::now();
-    bed.node_down("node-c").await.unwrap();
+    test.bed.node_down("node-c").await.unwrap();
     let said = |c: &EtcdCluster| degraded_reason(c).as_deref() == Some("NodeDown");
     wait_until(&clusters, "example-etcd-cluster", "NodeDown", 180, said)
         .await
@@ -266,8 +302,8 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
     );
 
     // node-c powered on again: Ready, and still no trace of the old member.
-    bed.node_up("node-c").await.unwrap();
-    bed.wait_node("node-c", true, 180).await.unwrap();
+    test.bed.node_up("node-c").await.unwrap();
+    test.bed.wait_node("node-c", true, 180).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
     wait_until(
         &clusters,
@@ -291,12 +327,8 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the bed of three nodes: e2e/test.sh runs it with `-- --ignored three_nodes`"]
 async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
-    let bed = NodesBed::shared(3).await.unwrap();
-    let _alone = bed.exclusive().await.unwrap();
-    let kube = bed.kube.clone();
-    kube.install_crds().await.unwrap();
-    let ns = kube.namespace("node-cut").await.unwrap();
-    let _report = kube.report_on_failure(&ns);
+    let test = FaultTest::start("node-cut").await;
+    let (kube, ns) = (test.kube.clone(), test.ns.clone());
     let _operator = Operator::start(&kube, &ns);
     let (clusters, on) = spread_cluster(&kube, &ns, 600).await;
     let cut = on["node-b"].clone();
@@ -304,7 +336,7 @@ async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
     let uid = pods.get(&cut).await.unwrap().metadata.uid;
     let writer = Writer::start(&kube, &ns, "while-node-cut").await;
 
-    bed.partition("node-b").await.unwrap();
+    test.bed.partition("node-b").await.unwrap();
     let said = |c: &EtcdCluster| degraded_reason(c).as_deref() == Some("NodeDown");
     wait_until(&clusters, "example-etcd-cluster", "NodeDown", 180, said)
         .await
@@ -337,8 +369,8 @@ async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
         "writes stopped during the partition: {first} -> {later}"
     );
 
-    bed.heal("node-b").await.unwrap();
-    bed.wait_node("node-b", true, 180).await.unwrap();
+    test.bed.heal("node-b").await.unwrap();
+    test.bed.wait_node("node-b", true, 180).await.unwrap();
     wait_until(
         &clusters,
         "example-etcd-cluster",
@@ -368,5 +400,116 @@ async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
         .into_iter()
         .any(|e| e.reason.as_deref() == Some("MemberRemoved"));
     assert!(!removed, "a member was removed");
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// `kubectl ARGS` on the bed, off the runtime's threads (a drain waits); whether it succeeded
+/// and what it printed.
+async fn kubectl(kube: &KubeTestbed, args: &[&str]) -> (bool, String) {
+    let mut command = testbed::cluster::kubectl(&kube.kubeconfig);
+    command.args(args);
+    tokio::task::spawn_blocking(move || {
+        let output = command.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), text)
+    })
+    .await
+    .unwrap()
+}
+
+/// Every node drained in turn with plain `kubectl drain`, as for a rolling maintenance: the
+/// drained member's pod, made again on its node-local claim, cannot start on the cordoned node;
+/// after the grace (10 s here) the member is replaced on another node (its claim deleted: a
+/// copy of what the others hold), every drain goes through, and after the third the cluster
+/// has 3 healthy members, none of the original ones, with every acknowledged write.
+/// (Without the replacement the recreated member waits for its node while it is cordoned.)
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the bed of three nodes: e2e/test.sh runs it with `-- --ignored three_nodes`"]
+async fn draining_every_node_in_turn_replaces_node_local_members_with_nothing_lost() {
+    let test = FaultTest::start("drain").await;
+    let (kube, ns) = (test.kube.clone(), test.ns.clone());
+    let _operator = Operator::start(&kube, &ns);
+    let (clusters, _) = spread_cluster(&kube, &ns, 10).await;
+    let original_uids: Vec<String> = pod_identities(&Api::namespaced(kube.client.clone(), &ns))
+        .await
+        .into_values()
+        .map(|(uid, _)| uid)
+        .collect();
+    let writer = Writer::start(&kube, &ns, "while-draining").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.client.clone(), &ns);
+    for node in ["node-c", "node-b", "node-a"] {
+        // Earlier replacements may have put two members on a node, or none.
+        let members: Vec<String> = members_by_node(&kube, &ns)
+            .await
+            .remove(node)
+            .unwrap_or_default();
+        let mut claim_uids = BTreeMap::new();
+        for member in &members {
+            let uid = claims.get(member).await.unwrap().metadata.uid.unwrap();
+            claim_uids.insert(member.clone(), Some(uid));
+        }
+        let started = Instant::now();
+        let (ok, text) = kubectl(
+            &kube,
+            &[
+                "drain",
+                node,
+                "--pod-selector",
+                "etcd_cluster=example-etcd-cluster",
+                "--timeout",
+                "300s",
+            ],
+        )
+        .await;
+        assert!(ok, "drain {node}: {text}");
+        let drained = started.elapsed();
+        // Replaced: converged again with no member on the drained node (a replacement may
+        // take a freed name again, so pods are told apart by where they run).
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        loop {
+            let cluster = clusters.get("example-etcd-cluster").await.unwrap();
+            if converged(3)(&cluster) && !members_by_node(&kube, &ns).await.contains_key(node) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{node}: members not replaced");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        eprintln!(
+            "{node}: drained in {drained:.0?}, {members:?} replaced after {:.0?}",
+            started.elapsed()
+        );
+        for member in &members {
+            let claim = claims.get_opt(member).await.unwrap();
+            assert!(
+                claim.is_none_or(|c| c.metadata.uid != claim_uids[member]),
+                "{member}'s claim was kept"
+            );
+        }
+        let (ok, text) = kubectl(&kube, &["uncordon", node]).await;
+        assert!(ok, "uncordon {node}: {text}");
+    }
+    let writes = writer.stop_counted().await;
+    eprintln!(
+        "writes: {} acknowledged, {} failed, longest gap {:.1?}",
+        writes.acknowledged.len(),
+        writes.failed,
+        writes.longest_gap
+    );
+    let now = pod_identities(&Api::namespaced(kube.client.clone(), &ns)).await;
+    assert_eq!(now.len(), 3, "{now:?}");
+    for (_, (uid, _)) in now {
+        assert!(
+            !original_uids.contains(&uid),
+            "an original member pod is still there"
+        );
+    }
+    let mut client = any_member_client(&kube, &ns).await;
+    assert_eq!(client.member_list().await.unwrap().members().len(), 3);
+    let missing = missing_writes(&mut client, "while-draining", &writes.acknowledged).await;
+    assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
     kube.delete_namespace(&ns).await.unwrap();
 }
