@@ -181,8 +181,9 @@ async fn any_member_client(kube: &KubeTestbed, ns: &str) -> etcd_client::Client 
 /// (20 s) has passed, the member is removed from etcd, its claim is kept (detached, annotated
 /// with the node, Warning `LostMemberClaimKept`), its pod deleted, and a new member joins on
 /// another node, also with the operator killed once the replacement was recorded and started
-/// again (one removal, one join); a client writing every 50 ms loses no acknowledged write. Powered on again,
-/// node-c does not bring the old member back: its pod stays gone and etcd keeps 3 members.
+/// again (one removal, one join); a client writing every 50 ms loses no acknowledged write.
+/// Powered on again, node-c does not bring the old member back: its pod stays gone and etcd
+/// keeps 3 members.
 /// (Checked: without the replacement rule the cluster never converges again and this fails.)
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the bed of three nodes: e2e/test.sh runs it with `-- --ignored three_nodes`"]
@@ -426,7 +427,8 @@ async fn kubectl(kube: &KubeTestbed, args: &[&str]) -> (bool, String) {
 /// after the grace (10 s here) the member is replaced on another node (its claim deleted: a
 /// copy of what the others hold), every drain goes through, and after the third the cluster
 /// has 3 healthy members, none of the original ones, with every acknowledged write.
-/// (Without the replacement the recreated member waits for its node while it is cordoned.)
+/// (Checked: without counting a member waiting for its cordoned node as down, the first
+/// drained member is never replaced and this fails.)
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs the bed of three nodes: e2e/test.sh runs it with `-- --ignored three_nodes`"]
 async fn draining_every_node_in_turn_replaces_node_local_members_with_nothing_lost() {
