@@ -169,20 +169,15 @@ pub(crate) async fn execute(
             // would wait for it forever, and etcd no longer has the member, so it cannot serve.
             let kept = match claims.get(member) {
                 Some(claim) => {
-                    detach_claim(ctx, cluster, claim, pods, member).await?;
-                    Some(claim.name.clone())
+                    let node = detach_claim(ctx, cluster, claim, pods, member).await?;
+                    Some((claim.name.clone(), node))
                 }
                 None => None,
             };
             force_delete_pod(ctx, &ns, member).await?;
-            if let Some(claim) = kept {
-                let on = claims
-                    .get(member)
-                    .and_then(|c| c.node.clone())
-                    .map(|n| format!(" (its volume is on node {n})"))
-                    .unwrap_or_default();
+            if let Some((claim, node)) = kept {
                 let note = format!(
-                    "member {member} was replaced because its node was lost; its claim {claim}{on} is kept, detached from the cluster: delete it once that node is gone for good, or keep it to look at its data"
+                    "member {member} was replaced because its node {node} was lost; its claim {claim} is kept, detached from the cluster: delete it once that node is gone for good, or keep it to look at its data"
                 );
                 warn(ctx, cluster, "LostMemberClaimKept", &note).await;
             }
@@ -290,18 +285,24 @@ async fn create_member(
 /// Takes a removed member's claim out of the cluster (as a restore that keeps old volumes does):
 /// the cluster's label replaced by [`labels::DETACHED_LABEL`], the cluster no longer its owner,
 /// and why, in an annotation. Only the claim as observed (its resourceVersion): one changed
-/// meanwhile is looked at again by the next reconcile.
+/// meanwhile is looked at again by the next reconcile. Returns the node it names.
 async fn detach_claim(
     ctx: &Context,
     cluster: &EtcdCluster,
     claim: &ClaimRecord,
     pods: &[MemberPod],
     member: &str,
-) -> Result<(), Error> {
+) -> Result<String, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let node = pods
+        .iter()
+        .find(|p| p.name == member)
+        .and_then(|p| p.node.clone())
+        .or_else(|| claim.node.clone())
+        .unwrap_or_default();
     let Some(current) = api.get_opt(&claim.name).await? else {
-        return Ok(());
+        return Ok(node);
     };
     let owners: Vec<_> = current
         .owner_references()
@@ -309,12 +310,6 @@ async fn detach_claim(
         .filter(|o| !(o.kind == "EtcdCluster" && o.name == cluster.name_any()))
         .cloned()
         .collect();
-    let node = pods
-        .iter()
-        .find(|p| p.name == member)
-        .and_then(|p| p.node.clone())
-        .or_else(|| claim.node.clone())
-        .unwrap_or_default();
     let patch = serde_json::json!({
         "metadata": {
             "resourceVersion": claim.resource_version,
@@ -325,7 +320,7 @@ async fn detach_claim(
     });
     api.patch(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    Ok(())
+    Ok(node)
 }
 
 /// Deletes a pod without waiting for its node to confirm (grace period 0).

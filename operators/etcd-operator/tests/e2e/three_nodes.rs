@@ -12,17 +12,10 @@ use testbed::nodes::NodesBed;
 
 /// How many of the cluster's member pods run on each node, by node.
 async fn members_per_node(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, usize> {
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    let mut counts = BTreeMap::new();
-    let list = pods
-        .list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
-        .await
-        .unwrap();
-    for pod in list.items {
-        let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
-        *counts.entry(node).or_insert(0) += 1;
-    }
-    counts
+    let on = members_by_node(kube, ns).await;
+    on.into_iter()
+        .map(|(node, pods)| (node, pods.len()))
+        .collect()
 }
 
 /// The user prefers node-a for the members (a node affinity of weight 100, as for "the nodes with
@@ -123,15 +116,11 @@ impl FaultTest {
     }
 }
 
-/// Member pod name by node, for the cluster's members.
+/// A member pod's name by node (one per node: the clusters here have one member per node).
 async fn member_on(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, String> {
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
-    pods.list(&ListParams::default().labels("etcd_cluster=example-etcd-cluster"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|p| Some((p.spec.as_ref()?.node_name.clone()?, p.name_any())))
+    let on = members_by_node(kube, ns).await;
+    on.into_iter()
+        .filter_map(|(node, mut pods)| Some((node, pods.pop()?)))
         .collect()
 }
 
