@@ -389,6 +389,10 @@ pub struct BackupRecord {
     /// snapshot's own sha256 is checked on every restore).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc32c: Option<String>,
+    /// Hex sha256 of the snapshot itself (before compression and encryption), as in the
+    /// manifest: a restore by `backupRef` checks that the backup it fetched is this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_sha256: Option<String>,
     /// Revision of the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_revision: Option<i64>,

@@ -34,8 +34,9 @@ pub use drill::{BackupDrill, DrillRecord, DrillResult, RecordedContents};
 pub use encryption::{BackupEncryption, RestoreDecryption, SecretKeyRef};
 pub use error::SpecError;
 pub use restore::{
-    BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, NewCluster,
-    OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium, VerifiedSnapshot,
+    BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, ExpectedBackup,
+    KeySpace, NewCluster, OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium,
+    VerifiedSnapshot,
 };
 pub use storage::{
     AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3ServerSideEncryption,

@@ -216,6 +216,11 @@ pub struct EtcdRestoreStatus {
     /// The backup restored: `s3://bucket/key` or `file:///path` (pinned with the plan).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// What the EtcdBackup recorded of the backup (`backupRef`), pinned with the plan: the
+    /// fetches must report these checksums and revision, and the restored members this key
+    /// space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_backup: Option<ExpectedBackup>,
     /// The snapshot every new member's fetch verified, recorded before any old member is
     /// stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +232,11 @@ pub struct EtcdRestoreStatus {
     /// The lowest revision the restored members serve, once healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_revision: Option<i64>,
+    /// The key space the restored members serve, read at hand-over and found equal to the
+    /// backup's record (a `backupRef` backup whose snapshot holds exactly the recorded
+    /// revision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_contents: Option<KeySpace>,
     /// Whether the revision was moved forward on restore (`--bump-revision`, etcd 3.4.27+ and
     /// 3.5.10+), so watchers see a compaction instead of revisions going backwards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,7 +246,9 @@ pub struct EtcdRestoreStatus {
     pub duration: Option<String>,
 }
 
-pub use etcd_cluster::restore_plan::recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
+pub use etcd_cluster::restore_plan::recorded::{
+    ExpectedBackup, KeySpace, RestorePhase, RestorePlan, VerifiedSnapshot,
+};
 
 #[cfg(test)]
 mod tests {

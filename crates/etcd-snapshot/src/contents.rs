@@ -63,18 +63,7 @@ pub async fn take(
     hash: HashKv,
 ) -> Result<Contents> {
     let started = Instant::now();
-    let counted = client
-        .get(
-            "",
-            Some(
-                GetOptions::new()
-                    .with_all_keys()
-                    .with_count_only()
-                    .with_revision(revision),
-            ),
-        )
-        .await
-        .map_err(|e| classify(endpoint, &e))?;
+    let key_count = count(client, endpoint, revision).await?;
     let (hash_kv, compact_revision, content_sha256, hash_skipped) = match hash {
         HashKv::Skip => (None, None, None, Some("turned off".to_string())),
         HashKv::Take => {
@@ -93,13 +82,42 @@ pub async fn take(
     };
     Ok(Contents {
         revision,
-        key_count: counted.count(),
+        key_count,
         hash_kv,
         compact_revision,
         content_sha256,
         hash_skipped,
         seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
     })
+}
+
+/// The key count and the digest ([`Contents::content_sha256`]) of the key space at
+/// `revision`: what a restore compares with its backup's record.
+pub async fn key_space(
+    client: &mut Client,
+    endpoint: &str,
+    revision: i64,
+) -> Result<(i64, String)> {
+    let key_count = count(client, endpoint, revision).await?;
+    let digest = content_digest(client, endpoint, revision).await?;
+    Ok((key_count, digest))
+}
+
+/// How many keys there are at `revision`.
+async fn count(client: &mut Client, endpoint: &str, revision: i64) -> Result<i64> {
+    let counted = client
+        .get(
+            "",
+            Some(
+                GetOptions::new()
+                    .with_all_keys()
+                    .with_count_only()
+                    .with_revision(revision),
+            ),
+        )
+        .await
+        .map_err(|e| classify(endpoint, &e))?;
+    Ok(counted.count())
 }
 
 /// Keys read per request for the digest: memory stays bounded by one page whatever the size

@@ -196,6 +196,7 @@ mod tests {
                 name: "restore-key".into(),
                 key: "identity.txt".into(),
             }),
+            expected: None,
         }
     }
 

@@ -5,7 +5,9 @@
 use backup_api::storage::{
     LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source, StorageType,
 };
-use backup_api::{EtcdBackup, EtcdRestoreSpec, SecretKeyRef};
+use backup_api::{
+    BackupRecord, EtcdBackup, EtcdRestoreSpec, ExpectedBackup, KeySpace, SecretKeyRef,
+};
 use thiserror::Error;
 
 /// A snapshot location as the `etcd-backup` image's `fetch` takes it.
@@ -19,6 +21,9 @@ pub struct Source {
     /// The Secret key with the age identity for an encrypted backup (`spec.decryption`),
     /// mounted as a file into the fetch only.
     pub identity: Option<SecretKeyRef>,
+    /// What the EtcdBackup recorded of it (a `backupRef`): what the fetches and the restored
+    /// members must show.
+    pub expected: Option<ExpectedBackup>,
 }
 
 /// How to reach S3: the endpoint settings and the Secrets the pod mounts.
@@ -95,6 +100,7 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
                 s3: Some(s3_access(s3)),
                 claim: None,
                 identity: None,
+                expected: None,
             })
         }
         StorageType::Local => {
@@ -140,7 +146,25 @@ pub fn newest_backup(
         None => recorded_source(backup, &name, record.object_key.clone())?,
     };
     source.identity = identity;
+    source.expected = Some(expected(record));
     Ok(source)
+}
+
+/// What a restore of `record`'s backup must find: its checksums, revision and key space.
+fn expected(record: &BackupRecord) -> ExpectedBackup {
+    ExpectedBackup {
+        sha256: record.sha256.clone(),
+        crc32c: record.crc32c.clone(),
+        db_sha256: record.db_sha256.clone(),
+        revision: record.etcd_revision,
+        contents: record.contents.as_ref().and_then(|c| {
+            Some(KeySpace {
+                revision: c.revision,
+                key_count: c.key_count,
+                content_sha256: c.content_sha256.clone()?,
+            })
+        }),
+    }
 }
 
 fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Source, SourceError> {
@@ -160,6 +184,7 @@ fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Sourc
             s3: Some(s3_access(s3)),
             claim: None,
             identity: None,
+            expected: None,
         });
     }
     let path = url.strip_prefix("file://").ok_or_else(bad)?;
@@ -213,6 +238,7 @@ fn claim_source(claim: &str, path: &str) -> Result<Source, SourceError> {
         s3: None,
         claim: Some(claim.to_string()),
         identity: None,
+        expected: None,
     })
 }
 

@@ -96,6 +96,7 @@ pub fn succeeded(
         size_bytes: i64::try_from(m.stored_bytes).ok(),
         sha256: m.stored_sha256.clone(),
         crc32c: m.stored_crc32c.clone(),
+        db_sha256: Some(m.db_sha256.clone()).filter(|s| !s.is_empty()),
         etcd_revision: Some(m.etcd_revision),
         etcd_version: Some(m.etcd_version.clone()),
         duration_seconds: Some((m.duration_seconds * 1000.0).round() / 1000.0),

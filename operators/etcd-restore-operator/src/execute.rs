@@ -95,6 +95,7 @@ pub(crate) async fn execute(
             let records = status::Records {
                 snapshot: Some(snapshot.clone()),
                 source: source.map(|s| s.url.clone()),
+                expected_backup: source.and_then(|s| s.expected.clone()),
                 ..status::Records::of(restore)
             };
             apply_records(&restores, &name, &records).await?;
@@ -137,6 +138,7 @@ pub(crate) async fn execute(
                 plan: Some(plan.clone()),
                 revision_bumped: Some(bumped),
                 source: source.map(|s| s.url.clone()),
+                expected_backup: source.and_then(|s| s.expected.clone()),
                 ..status::Records::of(restore)
             };
             apply_records(&restores, &name, &records).await?;
@@ -210,15 +212,17 @@ pub(crate) async fn execute(
                 origin::make_member_pod(&pod_api, &ctx.proof, &pod).await?;
             }
         }
-        RestoreStep::HandOver { revision } => {
+        RestoreStep::HandOver { revision, contents } => {
             // Recorded first: once handed over, the cluster is the operator's and is never
             // paused again by this restore.
             let mut plan = recorded_plan(restore);
             plan.handed_over = Some(true);
+            let recorded = status::Records::of(restore);
             let records = status::Records {
                 plan: Some(plan),
                 restored_revision: Some(*revision),
-                ..status::Records::of(restore)
+                restored_contents: contents.clone().or(recorded.restored_contents.clone()),
+                ..recorded
             };
             apply_records(&restores, &name, &records).await?;
             // The record of a membership change from before the disaster means nothing now.

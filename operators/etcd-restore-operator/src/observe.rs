@@ -22,7 +22,8 @@ use crate::context::{Context, Error};
 use crate::pods;
 use crate::status::RESTORE_ANNOTATION;
 use etcd_cluster::restore_plan::{
-    ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreFailure, RestoreObserved,
+    self, ClusterView, Health, KeySpace, MemberProblem, NOT_STARTED, PodRun, RestoreFailure,
+    RestoreObserved,
 };
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
@@ -191,8 +192,9 @@ pub fn member_problem(pod: &Pod) -> Option<MemberProblem> {
         })
 }
 
-/// Each member's revision (when it answers without errors) and the voters in the member list.
-pub async fn health(access: &Access, members: &[(String, String)]) -> Health {
+/// Each member's revision (when it answers without errors) and the voters in the member list;
+/// with `read_at`, the key space at that revision, read from the first member that serves it.
+pub async fn health(access: &Access, members: &[(String, String)], read_at: Option<i64>) -> Health {
     let mut health = Health::default();
     let mut list = None;
     for (name, ip) in members {
@@ -204,6 +206,11 @@ pub async fn health(access: &Access, members: &[(String, String)]) -> Health {
             && let Some(header) = status.header()
         {
             health.revisions.insert(name.clone(), header.revision());
+            if let Some(at) = read_at.filter(|at| header.revision() >= *at)
+                && health.contents.is_none()
+            {
+                health.contents = read_key_space(&mut client, name, at).await;
+            }
         }
         if list.is_none() {
             list = client.member_list().await.ok();
@@ -226,6 +233,26 @@ pub async fn health(access: &Access, members: &[(String, String)]) -> Health {
         .map(|(name, _)| name)
         .collect();
     health
+}
+
+/// The key space `member` serves at `at`; `None` (asked again next time) when it could not
+/// be read.
+async fn read_key_space(
+    client: &mut etcd_client::Client,
+    member: &str,
+    at: i64,
+) -> Option<KeySpace> {
+    match etcd_snapshot::contents::key_space(client, member, at).await {
+        Ok((key_count, content_sha256)) => Some(KeySpace {
+            revision: at,
+            key_count,
+            content_sha256,
+        }),
+        Err(e) => {
+            tracing::warn!(%member, revision = at, error = %e, "could not read the restored key space");
+            None
+        }
+    }
 }
 
 /// What one reconcile sees: the restore's recorded status and the world, for the planner.
@@ -340,9 +367,21 @@ pub async fn world(
         .filter(|p| p.meta().deletion_timestamp.is_none())
         .map(|p| (p.name_any(), is_ready(p)))
         .collect();
+    // The restored key space is read only while the planner compares it with the record.
+    let read_at = match (&recorded.snapshot, &plan_recorded) {
+        (Some(snapshot), Some(plan)) if plan.handed_over != Some(true) => {
+            restore_plan::key_space_to_check(
+                recorded.expected_backup.as_ref(),
+                snapshot,
+                recorded.revision_bumped.unwrap_or(false),
+            )
+            .map(|(_, at)| at)
+        }
+        _ => None,
+    };
     let health = match (cluster, &plan_recorded) {
         (Some(cluster), Some(plan)) if plan.members.iter().all(|m| ready.get(m) == Some(&true)) => {
-            member_health(ctx, cluster, plan, &member_pods).await?
+            member_health(ctx, cluster, plan, &member_pods, read_at).await?
         }
         _ => None,
     };
@@ -350,6 +389,7 @@ pub async fn world(
         uid: uid.clone(),
         phase: recorded.phase,
         snapshot: recorded.snapshot.clone(),
+        expected: recorded.expected_backup.clone(),
         plan: plan_recorded.clone(),
         revision_bumped: recorded.revision_bumped,
         restored_revision: recorded.restored_revision,
@@ -428,6 +468,7 @@ async fn member_health(
     cluster: &EtcdCluster,
     plan: &RestorePlan,
     member_pods: &[Pod],
+    read_at: Option<i64>,
 ) -> Result<Option<Health>, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
@@ -445,7 +486,7 @@ async fn member_health(
         .filter(|p| plan.members.contains(&p.name_any()))
         .filter_map(|p| Some((p.name_any(), p.status.as_ref()?.pod_ip.clone()?)))
         .collect();
-    Ok(Some(health(&access, &members).await))
+    Ok(Some(health(&access, &members, read_at).await))
 }
 
 /// How much of a restore pod container's log is read: its last lines, bounded in bytes. The

@@ -2,7 +2,10 @@
 //! `reason`, the phase, and `Ready`/`Progressing` conditions with `observedGeneration`.
 
 use backup_api::condition::{self, PROGRESSING, READY};
-use backup_api::{EtcdRestore, EtcdRestoreStatus, RestorePhase, RestorePlan, VerifiedSnapshot};
+use backup_api::{
+    EtcdRestore, EtcdRestoreStatus, ExpectedBackup, KeySpace, RestorePhase, RestorePlan,
+    VerifiedSnapshot,
+};
 use etcd_cluster::EtcdVersion;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -210,8 +213,8 @@ pub fn report(
 /// the other's fields.
 pub const RECORDS_MANAGER: &str = "etcd-restore-operator-records";
 
-/// What the restore records before it acts on it: where the snapshot is (pinned with the plan),
-/// the plan, the snapshot every member verified, the hand-over and the restored revision, and a
+/// What the restore records before it acts on it: where the snapshot is and what its EtcdBackup
+/// recorded of it (pinned with the plan), the plan, the snapshot every member verified, the hand-over, the restored revision and key space, and a
 /// failure being carried out. Every apply carries all of them (the API server drops the fields
 /// a manager owned and leaves out), taken from the status read fresh at the reconcile's start.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -229,6 +232,10 @@ pub struct Records {
     pub restored_revision: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision_bumped: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_backup: Option<ExpectedBackup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restored_contents: Option<KeySpace>,
 }
 
 impl Records {
@@ -242,6 +249,8 @@ impl Records {
             plan: status.plan,
             restored_revision: status.restored_revision,
             revision_bumped: status.revision_bumped,
+            expected_backup: status.expected_backup,
+            restored_contents: status.restored_contents,
         }
     }
 }

@@ -718,6 +718,46 @@ fn assert_given_back(cluster: &EtcdCluster) {
     );
 }
 
+/// Restores the running cluster `source` from EtcdBackup `nightly` with the identity in
+/// Secret `identity`; the restore must fail before the snapshot was recorded (nothing of the
+/// cluster touched). Its `status.reason`.
+async fn refused_restore_of_nightly(restores: &Api<EtcdRestore>, identity: &str) -> String {
+    let restore: EtcdRestore = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
+        "metadata": {"name": "source"},
+        "spec": {"etcdCluster": {"name": "source"}, "backupStorageType": "S3",
+            "backupRef": {"name": "nightly"},
+            "decryption": {"identitySecret": {"name": identity, "key": "identity.txt"}}},
+    }))
+    .unwrap();
+    restores
+        .create(&PostParams::default(), &restore)
+        .await
+        .unwrap();
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    let refused = wait_until(restores, "source", "the refusal", 180, finished)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(
+        !refused.succeeded && refused.snapshot.is_none(),
+        "{refused:?}"
+    );
+    refused.reason.unwrap_or_default()
+}
+
+/// One member pod of `cluster`.
+async fn member_pods_of(pods: &Api<Pod>, cluster: &str) -> Pod {
+    let selector = ListParams::default().labels(&format!("etcd_cluster={cluster}"));
+    let mut members = pods.list(&selector).await.unwrap().items;
+    members.pop().expect("a member pod")
+}
+
 /// The uids of `cluster`'s member pods (the same after a restore that touched nothing).
 async fn member_uids(pods: &Api<Pod>, cluster: &str) -> Vec<String> {
     let selector = ListParams::default().labels(&format!("etcd_cluster={cluster}"));
@@ -1045,28 +1085,7 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         .await
         .unwrap();
     let member_before = member_uids(&pods, "source").await;
-    let wrong_key: EtcdRestore = serde_json::from_value(json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdRestore",
-        "metadata": {"name": "source"},
-        "spec": {"etcdCluster": {"name": "source"}, "backupStorageType": "S3",
-            "backupRef": {"name": "nightly"},
-            "decryption": {"identitySecret": {"name": "stranger-key", "key": "identity.txt"}}},
-    }))
-    .unwrap();
-    restores
-        .create(&PostParams::default(), &wrong_key)
-        .await
-        .unwrap();
-    let refused = wait_until(&restores, "source", "the refusal", 180, finished)
-        .await
-        .unwrap()
-        .status
-        .unwrap();
-    assert!(
-        !refused.succeeded && refused.snapshot.is_none(),
-        "{refused:?}"
-    );
-    let reason = refused.reason.unwrap_or_default();
+    let reason = refused_restore_of_nightly(&restores, "stranger-key").await;
     assert!(
         reason.starts_with("NoUsableIdentity: ") && reason.contains("not among its recipients"),
         "{reason}"
@@ -1078,6 +1097,88 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
         "the member pod was not replaced"
     );
     let staged = ListParams::default().labels("etcd_restore=source");
+    assert!(claims.list(&staged).await.unwrap().items.is_empty());
+    assert_eq!(keys_of(&kube, &ns, "source").await, 300);
+
+    // copy-ref proved it restored what its EtcdBackup recorded: the snapshot's own sha256
+    // pinned with the plan, and its member serving the recorded key space (count and digest).
+    let expected = ref_status
+        .expected_backup
+        .clone()
+        .expect("pinned with the plan");
+    assert!(record.db_sha256.is_some(), "{record:?}");
+    assert_eq!(expected.db_sha256, record.db_sha256);
+    let recorded_contents = record.contents.clone().expect("contents recorded");
+    let served = ref_status
+        .restored_contents
+        .clone()
+        .expect("the restored key space was compared with the record");
+    assert_eq!(
+        (served.key_count, Some(served.content_sha256)),
+        (
+            recorded_contents.key_count,
+            recorded_contents.content_sha256.clone()
+        )
+    );
+
+    // Someone who can write the bucket (with the backup side's credentials) puts another valid
+    // snapshot in place of nightly's backup: one of copy-local after its keys were deleted,
+    // encrypted to the same public key, with its own manifest. Every fetch verifies it; a
+    // restore by backupRef still refuses it, before anything is touched, because it is not the
+    // backup the EtcdBackup recorded.
+    restores
+        .delete("source", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Gone before the next one of the same name is made (a failed restore holds nothing).
+    let mut gone = false;
+    for _ in 0..120 {
+        if restores.get_opt("source").await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(gone, "the failed EtcdRestore was not deleted");
+    let local_member = member_pods_of(&pods, "copy-local").await;
+    let mut emptied = client_of(&local_member).await;
+    let everything = etcd_client::DeleteOptions::new().with_prefix();
+    emptied
+        .delete("/registry/", Some(everything))
+        .await
+        .unwrap();
+    let intruder: EtcdBackup = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "intruder"},
+        "spec": {"etcdEndpoints": ["http://copy-local-client:2379"], "storageType": "S3",
+            "s3": {"path": format!("{}/copies/intruder.backup", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "encryption": {"recipientsSecret": {"name": "backup-recipients", "key": "recipients.txt"}}},
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &intruder)
+        .await
+        .unwrap();
+    wait_until(&backups, "intruder", "the other backup", 120, succeeded)
+        .await
+        .unwrap();
+    for suffix in ["", backup_storage::MANIFEST_SUFFIX] {
+        let from = format!("s3://{}/copies/intruder.backup{suffix}", garage.bucket);
+        let to = format!("s3://{}/copies/etcd.backup{suffix}", garage.bucket);
+        let copied = garage.aws(&["s3", "cp", &from, &to]);
+        assert!(copied.status.success(), "{copied:?}");
+    }
+    let member_before = member_uids(&pods, "source").await;
+    let reason = refused_restore_of_nightly(&restores, "restore-key").await;
+    assert!(
+        reason.starts_with("BackupNotAsRecorded: ")
+            && reason.contains("snapshot sha256")
+            && reason.contains("no member or volume of the cluster was touched"),
+        "{reason}"
+    );
+    assert_given_back(&clusters.get("source").await.unwrap());
+    assert_eq!(member_uids(&pods, "source").await, member_before);
     assert!(claims.list(&staged).await.unwrap().items.is_empty());
     assert_eq!(keys_of(&kube, &ns, "source").await, 300);
 

@@ -40,10 +40,15 @@ pub enum RestoreFailure {
     /// The backup is encrypted and the restore names no identity, or one that opens none of
     /// its recipients' stanzas (the key is wrong, not the backup).
     NoUsableIdentity,
+    /// A `backupRef` backup's checksums or revision are not what its EtcdBackup recorded (the
+    /// object was replaced by another one).
+    BackupNotAsRecorded,
+    /// The restored members do not serve the key space the EtcdBackup recorded.
+    RestoredContentMismatch,
 }
 
 impl RestoreFailure {
-    pub const ALL: [RestoreFailure; 16] = [
+    pub const ALL: [RestoreFailure; 18] = [
         RestoreFailure::BadSource,
         RestoreFailure::Refused,
         RestoreFailure::ClusterDeleted,
@@ -60,6 +65,8 @@ impl RestoreFailure {
         RestoreFailure::BadPlan,
         RestoreFailure::BackupTooNew,
         RestoreFailure::NoUsableIdentity,
+        RestoreFailure::BackupNotAsRecorded,
+        RestoreFailure::RestoredContentMismatch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +87,8 @@ impl RestoreFailure {
             RestoreFailure::BadPlan => "BadPlan",
             RestoreFailure::BackupTooNew => "BackupTooNew",
             RestoreFailure::NoUsableIdentity => "NoUsableIdentity",
+            RestoreFailure::BackupNotAsRecorded => "BackupNotAsRecorded",
+            RestoreFailure::RestoredContentMismatch => "RestoredContentMismatch",
         }
     }
 

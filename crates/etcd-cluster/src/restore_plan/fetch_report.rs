@@ -22,6 +22,7 @@ pub fn parse_verified(output: &str) -> Option<VerifiedSnapshot> {
         crc32c: report["crc32c"].as_str().map(str::to_string),
         db_sha256: report["dbSha256"].as_str().map(str::to_string),
         etcd_version: report["etcdVersion"].as_str().map(str::to_string),
+        latest_revision: revision_restored(output),
     })
 }
 

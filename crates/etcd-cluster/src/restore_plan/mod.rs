@@ -26,7 +26,7 @@ use fetch_report::parse_verified;
 pub use observed::{
     ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved, SourceProblem,
 };
-pub use recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
+pub use recorded::{ExpectedBackup, KeySpace, RestorePhase, RestorePlan, VerifiedSnapshot};
 pub use step::RestoreStep;
 
 /// `etcd-backup fetch`'s exit codes: the data failed verification, the identity cannot decrypt
@@ -106,7 +106,11 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
     {
         let revision = observed.restored_revision.unwrap_or(0);
         if held {
-            return RestoreStep::HandOver { revision };
+            // Repeated until the cluster is released; the key space checked stays recorded.
+            return RestoreStep::HandOver {
+                revision,
+                contents: None,
+            };
         }
         let leftovers: Vec<String> = plan
             .detached_claims
@@ -388,7 +392,94 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         ));
     }
     let revision = health.revisions.values().copied().min().unwrap_or(want);
-    RestoreStep::HandOver { revision }
+    // 7. A backupRef's recorded key space is what the restored members serve.
+    let bumped = observed.revision_bumped.unwrap_or(false);
+    let Some((expected, at)) = key_space_to_check(observed.expected.as_ref(), snapshot, bumped)
+    else {
+        return RestoreStep::HandOver {
+            revision,
+            contents: None,
+        };
+    };
+    let Some(served) = &health.contents else {
+        return wait(format!(
+            "reading the restored key space at revision {at} to compare it with the backup's \
+             record"
+        ));
+    };
+    if served.key_count != expected.key_count || served.content_sha256 != expected.content_sha256 {
+        return fail(
+            RestoreFailure::RestoredContentMismatch,
+            &format!(
+                "the restored members serve {} keys (SHA-256 {}) at revision {at}, the backup \
+                 recorded {} keys (SHA-256 {}) at revision {}; the cluster stays paused and the \
+                 old volumes are kept",
+                served.key_count,
+                served.content_sha256,
+                expected.key_count,
+                expected.content_sha256,
+                expected.revision
+            ),
+        );
+    }
+    RestoreStep::HandOver {
+        revision,
+        contents: Some(served.clone()),
+    }
+}
+
+/// The recorded key space the restored members must serve, and the revision to read it at;
+/// `None` when it cannot be compared: no record (a restore of an object named directly, a
+/// backup recorded before contents were), or the snapshot holds a later revision than the
+/// record describes (the cluster was written to while the snapshot was taken: the record's
+/// revision is compacted away on the restored members, and the checksums compared before
+/// anything was touched proved the snapshot is the recorded one), or the restore tool did not
+/// say the snapshot's revision (it did not move it forward).
+pub fn key_space_to_check(
+    expected: Option<&ExpectedBackup>,
+    snapshot: &VerifiedSnapshot,
+    bumped: bool,
+) -> Option<(KeySpace, i64)> {
+    let recorded = expected?.contents.clone()?;
+    if !bumped || snapshot.latest_revision != Some(recorded.revision) {
+        return None;
+    }
+    // The bumped revision holds the snapshot's key space (the bump adds no key) and is the
+    // compaction point, the one revision of it that can still be read.
+    let at = recorded.revision + REVISION_BUMP as i64;
+    Some((recorded, at))
+}
+
+/// How the snapshot the fetches verified differs from what the EtcdBackup recorded: every
+/// checksum and the revision both have must agree, and they must share at least one checksum.
+fn not_as_recorded(expected: &ExpectedBackup, snapshot: &VerifiedSnapshot) -> Vec<String> {
+    let mut differences = Vec::new();
+    let mut shared = 0;
+    for (what, recorded, fetched) in [
+        ("sha256", &expected.sha256, &snapshot.sha256),
+        ("CRC32C", &expected.crc32c, &snapshot.crc32c),
+        ("snapshot sha256", &expected.db_sha256, &snapshot.db_sha256),
+    ] {
+        if let (Some(recorded), Some(fetched)) = (recorded, fetched) {
+            shared += 1;
+            if recorded != fetched {
+                differences.push(format!("{what} {recorded} recorded, {fetched} fetched"));
+            }
+        }
+    }
+    if shared == 0 {
+        differences.push(
+            "no checksum the EtcdBackup recorded is one the fetch reported, so nothing proves \
+             it is the same backup"
+                .to_string(),
+        );
+    }
+    if let (Some(recorded), Some(fetched)) = (expected.revision, snapshot.revision)
+        && recorded != fetched
+    {
+        differences.push(format!("revision {recorded} recorded, {fetched} fetched"));
+    }
+    differences
 }
 
 /// The snapshot every member's fetch verified, or why there is none: a fetch without a report,
@@ -429,15 +520,28 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
             "the recorded plan has no members",
         );
     };
+    // A backupRef's backup is the one its EtcdBackup recorded (not another valid snapshot
+    // put in its place).
+    if let Some(expected) = &observed.expected {
+        let differences = not_as_recorded(expected, &snapshot);
+        if !differences.is_empty() {
+            return fail(
+                observed,
+                RestoreFailure::BackupNotAsRecorded,
+                &format!(
+                    "the backup at {url} is not the one its EtcdBackup recorded ({}); no member \
+                     or volume of the cluster was touched",
+                    differences.join("; ")
+                ),
+            );
+        }
+    }
     if let Some(problem) = newer_minor(&snapshot, &plan.version) {
         return fail(observed, RestoreFailure::BackupTooNew, &problem);
     }
     RestoreStep::RecordSnapshot(snapshot)
 }
 
-/// Why a snapshot cannot be restored into members of `version`: it was taken from a newer
-/// minor version (its manifest says which). etcd does not go back a minor version, through a
-/// snapshot neither: the older version may not read what the newer one wrote.
 /// Whether two members' fetches verified the same snapshot: every checksum both report agrees,
 /// and they report at least one in common. (Fetches of different versions may report different
 /// stored checksums of one encrypted object, a sha256 or a CRC32C; the snapshot's own sha256 is
@@ -460,6 +564,9 @@ fn same_snapshot(a: &VerifiedSnapshot, b: &VerifiedSnapshot) -> bool {
     shared > 0
 }
 
+/// Why a snapshot cannot be restored into members of `version`: it was taken from a newer
+/// minor version (its manifest says which). etcd does not go back a minor version, through a
+/// snapshot neither: the older version may not read what the newer one wrote.
 fn newer_minor(snapshot: &VerifiedSnapshot, version: &str) -> Option<String> {
     let taken = EtcdVersion::parse(snapshot.etcd_version.as_deref()?).ok()?;
     let target = EtcdVersion::parse(version).ok()?;
@@ -588,6 +695,7 @@ mod tests {
             crc32c: None,
             db_sha256: None,
             etcd_version: None,
+            latest_revision: None,
         }
     }
 
@@ -1169,6 +1277,7 @@ mod tests {
         let mut health = Health {
             voters: ["c-2", "c-3"].iter().map(|m| m.to_string()).collect(),
             revisions: members().into_iter().map(|m| (m, bumped)).collect(),
+            contents: None,
         };
         o.health = Some(health.clone());
         assert!(
@@ -1186,7 +1295,10 @@ mod tests {
         o.health = Some(health);
         assert_eq!(
             plan(&names(), &o),
-            RestoreStep::HandOver { revision: bumped }
+            RestoreStep::HandOver {
+                revision: bumped,
+                contents: None
+            }
         );
         // Recorded, then the operator was killed before unpausing: the hand-over is repeated.
         o.plan.as_mut().unwrap().handed_over = Some(true);
@@ -1194,7 +1306,10 @@ mod tests {
         o.health = None;
         assert_eq!(
             plan(&names(), &o),
-            RestoreStep::HandOver { revision: bumped }
+            RestoreStep::HandOver {
+                revision: bumped,
+                contents: None
+            }
         );
         o.cluster = Some(given_back());
         assert_eq!(
@@ -1208,6 +1323,178 @@ mod tests {
         );
         o.phase = Some(RestorePhase::Succeeded);
         assert_eq!(plan(&names(), &o), RestoreStep::Done);
+    }
+
+    /// What the EtcdBackup recorded of the backup `REPORT` describes.
+    fn expected() -> ExpectedBackup {
+        ExpectedBackup {
+            sha256: Some("ab".into()),
+            crc32c: None,
+            db_sha256: Some("d1".into()),
+            revision: Some(500),
+            contents: Some(KeySpace {
+                revision: 500,
+                key_count: 300,
+                content_sha256: "c0".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn when_a_backup_refs_object_is_not_the_recorded_one_the_restore_fails_before_touching_anything()
+     {
+        let report = |stored: &str, db: &str, revision: i64| {
+            fetched(&format!(
+                r#"{{{stored},"dbSha256":"{db}","revision":{revision},"dbBytes":1048576}}"#
+            ))
+        };
+        let recorded = |run: PodRun| {
+            let mut o = restoring(run);
+            o.expected = Some(expected());
+            o
+        };
+        // The recorded backup: verified and recorded.
+        let same = recorded(report(r#""sha256":"ab""#, "d1", 500));
+        assert!(matches!(
+            plan(&names(), &same),
+            RestoreStep::RecordSnapshot(_)
+        ));
+        // Another valid snapshot with its own manifest, in its place: its checksums differ.
+        for (run, says) in [
+            (
+                report(r#""sha256":"cd""#, "d2", 500),
+                "sha256 ab recorded, cd fetched",
+            ),
+            // Encrypted to the same keys, with a CRC32C forged to match: the snapshot's own
+            // sha256 still differs.
+            (
+                report(r#""crc32c":"0a0b0c0d""#, "d2", 500),
+                "snapshot sha256 d1 recorded, d2 fetched",
+            ),
+            (
+                report(r#""sha256":"ab""#, "d1", 600),
+                "revision 500 recorded, 600 fetched",
+            ),
+        ] {
+            let mut o = recorded(run);
+            o.expected.as_mut().unwrap().crc32c = Some("0a0b0c0d".into());
+            assert!(
+                matches!(
+                    plan(&names(), &o),
+                    RestoreStep::Discard { reason, ref message, .. }
+                        if reason == RestoreFailure::BackupNotAsRecorded
+                            && message.contains(says)
+                            && message.contains("no member or volume of the cluster was touched")
+                ),
+                "{says}: {:?}",
+                plan(&names(), &o)
+            );
+            // Once discarded, the cluster is given back as it was.
+            o.failing = Some((RestoreFailure::BackupNotAsRecorded, says.into()));
+            o.staged_claims.clear();
+            o.restore_pods.clear();
+            assert!(matches!(
+                plan(&names(), &o),
+                RestoreStep::Fail { reason, release: true, .. } if reason == RestoreFailure::BackupNotAsRecorded
+            ));
+        }
+        // A fetch that reports none of the recorded checksums proves nothing.
+        let mut none_shared = recorded(fetched(r#"{"crc32c":"0a0b0c0d","revision":500}"#));
+        none_shared.expected.as_mut().unwrap().db_sha256 = None;
+        assert!(matches!(
+            plan(&names(), &none_shared),
+            RestoreStep::Discard { reason, ref message, .. }
+                if reason == RestoreFailure::BackupNotAsRecorded && message.contains("nothing proves")
+        ));
+        // Without a record (an object named directly) the fetches' agreement is what counts.
+        none_shared.expected = None;
+        assert!(matches!(
+            plan(&names(), &none_shared),
+            RestoreStep::RecordSnapshot(_)
+        ));
+    }
+
+    #[test]
+    fn when_the_restored_members_serve_another_key_space_than_recorded_the_restore_fails_keeping_the_old_volumes()
+     {
+        let bumped = 500 + REVISION_BUMP as i64;
+        let mut o = started();
+        o.revision_bumped = Some(true);
+        o.expected = Some(expected());
+        o.snapshot.as_mut().unwrap().latest_revision = Some(500);
+        o.member_pods = members().into_iter().map(|m| (m, true)).collect();
+        let mut health = Health {
+            voters: members().into_iter().collect(),
+            revisions: members().into_iter().map(|m| (m, bumped)).collect(),
+            contents: None,
+        };
+        o.health = Some(health.clone());
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::Wait {
+                reason: format!(
+                    "reading the restored key space at revision {bumped} to compare it with the \
+                     backup's record"
+                )
+            }
+        );
+        let served = |keys: i64, digest: &str| KeySpace {
+            revision: bumped,
+            key_count: keys,
+            content_sha256: digest.into(),
+        };
+        for wrong in [served(299, "c0"), served(300, "c1")] {
+            health.contents = Some(wrong);
+            o.health = Some(health.clone());
+            assert!(matches!(
+                plan(&names(), &o),
+                RestoreStep::Fail { reason, release: false, ref message }
+                    if reason == RestoreFailure::RestoredContentMismatch
+                        && message.contains("the old volumes are kept")
+            ));
+        }
+        health.contents = Some(served(300, "c0"));
+        o.health = Some(health);
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::HandOver {
+                revision: bumped,
+                contents: Some(served(300, "c0"))
+            }
+        );
+    }
+
+    #[test]
+    fn the_key_space_is_compared_only_when_the_snapshot_holds_exactly_the_recorded_revision() {
+        let expected = expected();
+        let snapshot = |latest| VerifiedSnapshot {
+            latest_revision: latest,
+            ..snapshot()
+        };
+        let at = 500 + REVISION_BUMP as i64;
+        assert_eq!(
+            key_space_to_check(Some(&expected), &snapshot(Some(500)), true),
+            Some((expected.contents.clone().unwrap(), at))
+        );
+        // Written to while the snapshot was taken: the recorded revision is compacted away.
+        assert_eq!(
+            key_space_to_check(Some(&expected), &snapshot(Some(510)), true),
+            None
+        );
+        // Not moved forward: the restore tool did not say the snapshot's revision.
+        assert_eq!(
+            key_space_to_check(Some(&expected), &snapshot(None), false),
+            None
+        );
+        assert_eq!(key_space_to_check(None, &snapshot(Some(500)), true), None);
+        let no_contents = ExpectedBackup {
+            contents: None,
+            ..expected.clone()
+        };
+        assert_eq!(
+            key_space_to_check(Some(&no_contents), &snapshot(Some(500)), true),
+            None
+        );
     }
 
     /// Started members on their restored claims, not ready yet.

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::recorded::{RestorePhase, RestorePlan, VerifiedSnapshot};
+use super::recorded::{ExpectedBackup, KeySpace, RestorePhase, RestorePlan, VerifiedSnapshot};
 
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +53,9 @@ pub struct Health {
     pub voters: BTreeSet<String>,
     /// Members that answered their status without errors, with their revision.
     pub revisions: BTreeMap<String, i64>,
+    /// The key space one member serves, read only when the planner compares it with the
+    /// backup's record ([`super::key_space_to_check`]).
+    pub contents: Option<KeySpace>,
 }
 
 /// Why the snapshot cannot be read: the restore fails with this reason and message.
@@ -66,6 +69,8 @@ pub struct RestoreObserved {
     pub phase: Option<RestorePhase>,
     /// Recorded once every member's fetch verified it: from then on the cluster may be touched.
     pub snapshot: Option<VerifiedSnapshot>,
+    /// What the EtcdBackup recorded of the backup (a `backupRef` restore), pinned with the plan.
+    pub expected: Option<ExpectedBackup>,
     pub plan: Option<RestorePlan>,
     pub revision_bumped: Option<bool>,
     pub restored_revision: Option<i64>,

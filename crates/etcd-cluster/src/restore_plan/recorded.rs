@@ -28,6 +28,50 @@ pub struct VerifiedSnapshot {
     /// a snapshot without a manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
+    /// The snapshot's own latest revision, as the restore tool logged it when it moved the
+    /// revision forward (etcd 3.4.27+ and 3.5.10+). It is above `revision` when the cluster
+    /// was written to while the snapshot was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_revision: Option<i64>,
+}
+
+/// What the EtcdBackup recorded of the backup a `backupRef` restore takes
+/// (`status.lastBackup`), pinned with the plan: every member's fetch must report the same
+/// checksums and revision before anything of the cluster is touched, and the restored members
+/// must serve the recorded key space before the restore succeeds. Someone who can write the
+/// bucket can replace an object and its manifest with another valid snapshot; they cannot
+/// change this record.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpectedBackup {
+    /// sha256 of the stored object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// CRC32C of the stored object (an encrypted backup's manifest records it instead of a
+    /// sha256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<String>,
+    /// sha256 of the snapshot itself (the plaintext): what proves an encrypted backup is the
+    /// one recorded (a CRC32C can be forged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_sha256: Option<String>,
+    /// Revision in the backup's manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// The key space at backup time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<KeySpace>,
+}
+
+/// A key space at one revision: how many keys, and the SHA-256 of every key with its value
+/// and metadata (the digest drills compare).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeySpace {
+    /// The revision it was read at.
+    pub revision: i64,
+    pub key_count: i64,
+    pub content_sha256: String,
 }
 
 /// Recorded before the first member is made.

@@ -2,7 +2,7 @@
 //! the restore operator's controller and described by its status.
 
 use super::failure::RestoreFailure;
-use super::recorded::{RestorePlan, VerifiedSnapshot};
+use super::recorded::{KeySpace, RestorePlan, VerifiedSnapshot};
 
 /// The restore's next step. Every step is safe to repeat.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,10 +54,12 @@ pub enum RestoreStep {
     /// Restored members are not running, for a reason the kubelet gives: a Warning says why,
     /// and the restore keeps waiting (the cluster stays paused, the old volumes kept).
     MembersUnhealthy(String),
-    /// Record the hand-over and the revision served, then unpause the cluster, clear its
-    /// stale membership record and release the lock.
+    /// Record the hand-over, the revision served and the key space checked against the
+    /// backup's record (when it was), then unpause the cluster, clear its stale membership
+    /// record and release the lock.
     HandOver {
         revision: i64,
+        contents: Option<KeySpace>,
     },
     /// Delete the detached claims of the replaced members (policy `Delete`).
     DeleteOldClaims(Vec<String>),

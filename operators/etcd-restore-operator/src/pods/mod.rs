@@ -595,6 +595,7 @@ pub(crate) mod tests {
             s3: None,
             claim: Some("backups".into()),
             identity: None,
+            expected: None,
         };
         let (pod, _) = restore_pod(
             &restore(),
