@@ -10,7 +10,7 @@
 //!   a key that is not a recipient it fails as `NoUsableIdentity`;
 //! - the same backup object and manifest replaced by another cluster's valid snapshot (every
 //!   byte check passes): the drill fails with `ContentMismatch`, a Warning, `Drilled` False, and
-//!   the failed pod is kept for its logs.
+//!   the failed pod is deleted once the verdict is recorded (it holds the decrypted snapshot).
 
 use std::time::Duration;
 
@@ -319,9 +319,18 @@ async fn drills_prove_a_good_backup_and_catch_another_clusters_content() {
         drilled_condition(&replaced),
         Some(("False".into(), "ContentMismatch".into()))
     );
-    // The failed drill's pod stays for its logs.
-    let kept = failed.pod.clone().unwrap();
-    assert!(pods.get_opt(&kept).await.unwrap().is_some(), "{kept}");
+    // The failed drill's pod goes once the verdict is recorded: no copy of the backup or of
+    // the restored data stays behind.
+    let drilled_in = failed.pod.clone().unwrap();
+    let mut gone = false;
+    for _ in 0..60 {
+        if pods.get_opt(&drilled_in).await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(gone, "the failed drill's pod {drilled_in} is still there");
     // And a Warning says so.
     let mut warned = false;
     for _ in 0..30 {

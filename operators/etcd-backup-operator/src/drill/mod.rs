@@ -4,9 +4,10 @@
 //! Stages: [`plan`] decides (pure: nothing, start, or follow the running drill), [`pod`]
 //! builds the drill pod (pure), [`verdict`] reads a finished pod (pure), and this module
 //! applies: it records the drill as `Running` with its pod's name before it creates the pod
-//! (a restarted operator finds the pod by that name, or makes it again), records the verdict
-//! before it deletes the pod, and keeps the pod of a failed drill for its logs until the next
-//! drill. Its status fields (`lastDrill`, `lastSuccessfulDrill`, the `Drilled` condition) are
+//! (a restarted operator finds the pod by that name, or makes it again), and records the
+//! verdict (with the end of the failing step's log) before it deletes the pod, failed or not: a
+//! drill pod holds a decrypted copy of the backup, the restored data and the mounted identity,
+//! none of which may outlive the drill. Its status fields (`lastDrill`, `lastSuccessfulDrill`, the `Drilled` condition) are
 //! applied under a field manager of their own, so a backup run finishing at the same time
 //! never overwrites them with the copy it started from.
 
@@ -63,9 +64,13 @@ pub async fn reconcile(
             .as_ref()
             .filter(|d| d.result == DrillResult::Running)
         {
-            delete_drill_pods(&pods, backup, None).await?;
+            delete_drill_pods(&pods, backup).await?;
             let verdict = failed("Cancelled", "spec.drill was removed while the drill ran");
             finish(backup, &prev, running.clone(), verdict, ctx, now).await?;
+        } else if prev.last_drill.is_some() {
+            // No drill pod outlives spec.drill (one left by an operator stopped between a
+            // verdict and the pod's deletion, or by an older version that kept failed ones).
+            delete_drill_pods(&pods, backup).await?;
         }
         return Ok(None);
     };
@@ -108,8 +113,8 @@ async fn start(
         Ok(p) => p,
         Err(e) => return cannot_drill(backup, prev, running, e, ctx, now).await,
     };
-    // The pod of the last drill (kept when it failed) has served its purpose.
-    delete_drill_pods(pods, backup, None).await?;
+    // A pod of an earlier drill left behind (an operator stopped before deleting it).
+    delete_drill_pods(pods, backup).await?;
     apply(
         backup,
         prev,
@@ -167,11 +172,10 @@ async fn follow(
     match pods.get_opt(&name).await? {
         Some(found) => match verdict::read(&found) {
             Some(verdict) => {
-                let succeeded = verdict.result == DrillResult::Succeeded;
+                // The verdict carries the failing step's words; the pod and its decrypted
+                // data go once it is recorded.
                 finish(backup, prev, running, verdict, ctx, now).await?;
-                if succeeded {
-                    delete(pods, &name).await?;
-                }
+                delete(pods, &name).await?;
                 Ok(None)
             }
             None if late => {
@@ -403,20 +407,13 @@ async fn delete(pods: &Api<Pod>, name: &str) -> Result<(), Error> {
     }
 }
 
-/// Deletes this EtcdBackup's drill pods but `keep`.
-async fn delete_drill_pods(
-    pods: &Api<Pod>,
-    backup: &EtcdBackup,
-    keep: Option<&str>,
-) -> Result<(), Error> {
+/// Deletes this EtcdBackup's drill pods.
+async fn delete_drill_pods(pods: &Api<Pod>, backup: &EtcdBackup) -> Result<(), Error> {
     let found = pods
         .list(&ListParams::default().labels(&pod::label_selector(backup)))
         .await?;
     for p in found.items {
-        let name = p.name_any();
-        if Some(name.as_str()) != keep {
-            delete(pods, &name).await?;
-        }
+        delete(pods, &p.name_any()).await?;
     }
     Ok(())
 }

@@ -46,6 +46,24 @@ async fn reconciled(
     })
 }
 
+/// The drill pod `b-drill-1772366340` ended in `phase`, its `check` container having exited
+/// `exit_code` with `report`.
+fn ended_pod(phase: &str, exit_code: i32, report: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b-drill-1772366340", "namespace": "ns"},
+        "status": {"phase": phase, "containerStatuses": [{"name": "check", "image": "i",
+            "imageID": "i", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": exit_code, "message": report}}}]}})
+}
+
+/// Expects the deletion of the pod at `path`.
+async fn expect_pod_deleted(api: &mut ApiServer, path: &str) {
+    api.mock()
+        .expect_call(Method::DELETE, path, StatusCode::OK, |c| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": c.path.rsplit('/').next().unwrap()}})
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn a_due_drill_is_recorded_before_its_pod_is_made() {
     let (ctx, mut api) = context();
@@ -112,10 +130,7 @@ async fn a_verdict_is_recorded_before_the_pod_goes() {
     let pod = format!("{PODS}/b-drill-1772366340");
     api.mock()
         .expect_call(Method::GET, &pod, StatusCode::OK, |_| {
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b-drill-1772366340", "namespace": "ns"},
-                "status": {"phase": "Succeeded", "containerStatuses": [{"name": "check", "image": "i",
-                    "imageID": "i", "ready": false, "restartCount": 0,
-                    "state": {"terminated": {"exitCode": 0, "message": report}}}]}})
+            ended_pod("Succeeded", 0, report)
         })
         .await;
     let recorded = api.expect_drill_status_apply(&obj).await;
@@ -127,11 +142,7 @@ async fn a_verdict_is_recorded_before_the_pod_goes() {
     assert_eq!(recorded["conditions"][0]["status"], "True");
     let event = api.expect_event().await;
     assert_eq!(event["reason"], "DrillSucceeded");
-    api.mock()
-        .expect_call(Method::DELETE, &pod, StatusCode::OK, |c| {
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": c.path.rsplit('/').next().unwrap()}})
-        })
-        .await;
+    expect_pod_deleted(&mut api, &pod).await;
     assert_eq!(task.await.unwrap(), Action::await_change());
     let metrics = ctx.metrics.encode();
     assert!(
@@ -156,5 +167,60 @@ async fn a_drill_step_the_api_refuses_is_retried_and_holds_no_backup_up() {
         task.await.unwrap(),
         Action::requeue(Duration::from_secs(30))
     );
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn a_failed_drills_verdict_is_recorded_then_its_pod_and_decrypted_data_go() {
+    let (ctx, mut api) = context();
+    let running = json!({"objectKey": "s3://mybucket/etcd.backup", "backupNumber": 1,
+        "result": "Running", "pod": "b-drill-1772366340", "startTime": "2026-03-01T11:59:00Z"});
+    let obj = backup(drilled_spec(), Some(status(Some(running))));
+    let task = reconciled(obj.clone(), &ctx).await;
+    let report = r#"{"passed":false,"etcdVersion":"3.5.33","revision":40,"restoredKeyCount":11,"differences":["12 keys at revision 40 recorded, the restore has 11"],"seconds":1.2}"#;
+    let pod = format!("{PODS}/b-drill-1772366340");
+    api.mock()
+        .expect_call(Method::GET, &pod, StatusCode::OK, |_| {
+            ended_pod("Failed", 1, report)
+        })
+        .await;
+    let recorded = api.expect_drill_status_apply(&obj).await;
+    assert_eq!(recorded["lastDrill"]["result"], "Failed");
+    assert_eq!(recorded["lastDrill"]["reason"], "ContentMismatch");
+    // The words that explain it stay in status and the Warning.
+    let message = recorded["lastDrill"]["message"].as_str().unwrap();
+    assert!(message.contains("the restore has 11"), "{message}");
+    let event = api.expect_event().await;
+    assert_eq!(event["reason"], "DrillFailed");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("the restore has 11")
+    );
+    // Then the pod goes: it holds the decrypted snapshot, the restored data and the identity.
+    expect_pod_deleted(&mut api, &pod).await;
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn when_spec_drill_is_removed_after_a_drill_every_drill_pod_goes() {
+    let (ctx, mut api) = context();
+    let finished = json!({"objectKey": "s3://mybucket/etcd.backup", "backupNumber": 1,
+        "result": "Failed", "reason": "ContentMismatch", "pod": "b-drill-1772366340",
+        "startTime": "2026-03-01T11:59:00Z"});
+    let obj = backup(one_shot_spec(), Some(status(Some(finished))));
+    let task = reconciled(obj, &ctx).await;
+    let left = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "b-drill-1772366340", "namespace": "ns"}});
+    let listed = api.mock().expect_list(PODS, vec![left]).await;
+    assert!(
+        listed.query.contains("etcd-backup-uid%3Duid-1"),
+        "{}",
+        listed.query
+    );
+    expect_pod_deleted(&mut api, &format!("{PODS}/b-drill-1772366340")).await;
+    assert_eq!(task.await.unwrap(), Action::await_change());
     api.expect_silence().await;
 }
