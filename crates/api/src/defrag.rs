@@ -36,7 +36,7 @@ pub struct Defragmentation {
     )]
     #[schemars(range(min = 0))]
     pub min_free_mib: Option<i64>,
-    /// Seconds a member may take to defragment and answer healthy again before the round stops
+    /// Seconds a member may take to defragment and serve reads again before the round stops
     /// (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 10))]
@@ -121,7 +121,10 @@ pub struct DefragRound {
 pub struct DefragMember {
     /// The member.
     pub member: String,
-    /// `Defragmented` or `Skipped` (below the thresholds).
+    /// `Defragmented` (its call said so), `Skipped` (below the thresholds), `Failed` (the call,
+    /// or reaching the member for it, failed: the round stops), or `Unconfirmed` (the call's
+    /// answer was lost, as when it outlived `memberTimeoutInSecond` or the operator restarted
+    /// mid-call, and the member serves reads again).
     pub result: String,
     /// Its database file before, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,7 +132,8 @@ pub struct DefragMember {
     /// Its database file after, bytes; unset when skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_after: Option<i64>,
-    /// Seconds it took, until the member answered healthy again; unset when skipped.
+    /// Seconds it took, until the call answered (or, its answer lost, the member served reads
+    /// again); unset when skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
 }
@@ -145,8 +149,9 @@ pub struct DefragRoundResult {
     /// Why it started: `Schedule` or `NoSpaceAlarm`.
     #[serde(default)]
     pub trigger: String,
-    /// `Succeeded`, or `Stopped` (a member did not come back healthy in time, or the cluster
-    /// could not spare a member; see `reason`).
+    /// `Succeeded`, `Failed` (a member's defragmentation failed; see `reason`), or `Stopped` (a
+    /// member did not serve reads again in time, or the cluster could not spare a member; see
+    /// `reason`).
     pub result: String,
     /// Why the round stopped; unset when it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]

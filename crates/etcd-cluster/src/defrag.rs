@@ -6,8 +6,19 @@
 //! healthy, the membership is what the spec says (no member being added, removed or
 //! upgraded), and the cluster has a member to spare (three or more: with the member blocked,
 //! the others still make a quorum). A member whose free space is below the thresholds is
-//! skipped. A member that does not answer healthy within the timeout after its
+//! skipped. A member that does not serve reads again within the timeout after its
 //! defragmentation stops the round.
+//!
+//! "Healthy" here means more than answering `Status`: a defragmenting member may answer
+//! `Status` (at times it does, at times only once done), but it blocks every read and write
+//! until it is done (etcd's backend holds its read and write locks while it rebuilds the file;
+//! `tests/defrag_blocks.rs` of the operator shows it on a real etcd). So a member counts as
+//! done defragmenting, and as one the round may rely on, only when it also serves a
+//! serializable read ([`MemberDb::serves_reads`]). The call's own answer is recorded by the
+//! operator when it comes (defragmented, or failed, which stops the round); a member still
+//! recorded as current had its answer lost (the call outlived the member timeout, or the
+//! operator restarted mid-call): it is done when it serves reads again, its result
+//! unconfirmed, and nothing else starts before.
 
 use std::time::Duration;
 
@@ -18,7 +29,10 @@ pub struct MemberDb {
     pub id: u64,
     pub leader: bool,
     pub learner: bool,
+    /// Answers `Status` without errors, started.
     pub healthy: bool,
+    /// Served a serializable read in time: its database is not locked by a defragmentation.
+    pub serves_reads: bool,
     /// The database file's size, and the part of it in use (etcd's `dbSize`, `dbSizeInUse`).
     pub db_size: i64,
     pub in_use: i64,
@@ -27,6 +41,11 @@ pub struct MemberDb {
 }
 
 impl MemberDb {
+    /// Healthy and not blocked by a defragmentation.
+    pub fn ready(&self) -> bool {
+        self.healthy && self.serves_reads
+    }
+
     pub fn free(&self) -> i64 {
         (self.db_size - self.in_use).max(0)
     }
@@ -57,7 +76,9 @@ impl Thresholds {
 pub struct RoundState {
     /// Members finished (defragmented or skipped).
     pub done: Vec<String>,
-    /// The member recorded as being defragmented, and for how long.
+    /// The member recorded as being defragmented whose call's answer was not recorded (still
+    /// under way, cut short at the member timeout, or lost with a restarted operator), and for
+    /// how long.
     pub current: Option<String>,
     pub current_for: Duration,
 }
@@ -66,7 +87,8 @@ pub struct RoundState {
 pub enum DefragStep {
     /// Not now (recorded as the round's wait reason; the round goes on later).
     Wait(String),
-    /// The member recorded as current answers healthy again: it is done.
+    /// The member recorded as current, whose call's answer was lost, serves reads again: its
+    /// defragmentation has ended (whether it freed space is not known).
     Finished { member: String },
     /// Record `member` as current, then defragment it.
     Defragment { member: String, id: u64 },
@@ -92,8 +114,8 @@ pub fn next_step(
     member_timeout: Duration,
 ) -> DefragStep {
     if let Some(current) = &state.current {
-        let healthy = members.iter().any(|m| &m.name == current && m.healthy);
-        return if healthy {
+        let ready = members.iter().any(|m| &m.name == current && m.ready());
+        return if ready {
             DefragStep::Finished {
                 member: current.clone(),
             }
@@ -101,7 +123,7 @@ pub fn next_step(
             DefragStep::Stop {
                 member: Some(current.clone()),
                 reason: format!(
-                    "{current} did not answer healthy within {} s of its defragmentation; the other members were not touched",
+                    "{current} did not serve reads within {} s of its defragmentation; the other members were not touched",
                     member_timeout.as_secs()
                 ),
             }
@@ -126,6 +148,13 @@ pub fn next_step(
     if let Some(sick) = members.iter().find(|m| !m.healthy) {
         return DefragStep::Wait(format!("{} is not healthy", sick.name));
     }
+    // A member still defragmenting (its call's answer lost in an earlier round) blocks.
+    if let Some(blocked) = members.iter().find(|m| !m.serves_reads) {
+        return DefragStep::Wait(format!(
+            "{} serves no reads (still defragmenting?)",
+            blocked.name
+        ));
+    }
     let mut left: Vec<&MemberDb> = members
         .iter()
         .filter(|m| !state.done.contains(&m.name))
@@ -143,7 +172,7 @@ pub fn next_step(
     if next.leader {
         let to = members
             .iter()
-            .filter(|m| !m.leader)
+            .filter(|m| !m.leader && m.ready())
             .min_by_key(|m| m.name.clone())
             .map(|m| m.id);
         if let Some(to) = to {
@@ -172,6 +201,7 @@ mod tests {
             leader,
             learner: false,
             healthy: true,
+            serves_reads: true,
             db_size: size_mib * MIB,
             in_use: in_use_mib * MIB,
             quota: 2048 * MIB,
@@ -296,10 +326,46 @@ mod tests {
             next_step(&under_way, &members, 3, T, TIMEOUT),
             DefragStep::Wait(_)
         ));
+        // Answering Status is not enough: a member that serves no read is still defragmenting.
+        members[2].healthy = true;
+        members[2].serves_reads = false;
+        assert_eq!(
+            next_step(&under_way, &members, 3, T, TIMEOUT),
+            DefragStep::Wait("c-2 is being defragmented".into())
+        );
         under_way.current_for = Duration::from_secs(301);
         assert!(matches!(
             next_step(&under_way, &members, 3, T, TIMEOUT),
             DefragStep::Stop { member: Some(m), .. } if m == "c-2"
+        ));
+    }
+
+    #[test]
+    fn when_a_member_serves_no_reads_no_other_member_starts_and_none_takes_the_leadership() {
+        // c-2's defragmentation from a stopped round is still under way: it answers Status.
+        let mut members = three();
+        members[2].serves_reads = false;
+        assert_eq!(
+            next_step(&state(&[]), &members, 3, T, TIMEOUT),
+            DefragStep::Wait("c-2 serves no reads (still defragmenting?)".into())
+        );
+        // The leader's turn: leadership goes to a follower that serves, not the first by name.
+        let mut members = three();
+        members[1].serves_reads = false;
+        members[1].healthy = true;
+        let only_leader_left = next_step(&state(&["c-1", "c-2"]), &members, 3, T, TIMEOUT);
+        assert!(
+            matches!(only_leader_left, DefragStep::Wait(ref w) if w.contains("c-1")),
+            "{only_leader_left:?}"
+        );
+        let mut members = three();
+        members[1].healthy = false;
+        members[1].serves_reads = false;
+        members[2].healthy = true;
+        // c-1 sick: the round waits rather than hand leadership to it.
+        assert!(matches!(
+            next_step(&state(&["c-1", "c-2"]), &members, 3, T, TIMEOUT),
+            DefragStep::Wait(_)
         ));
     }
 }

@@ -93,6 +93,7 @@ reasons! {
     Defragmented for "Defragmented" {
         RoundSucceeded,
         DefragmentationStopped,
+        DefragmentationFailed,
     }
 }
 

@@ -1,9 +1,13 @@
 //! Scheduled defragmentation (`spec.defragmentation`), one member at a time: a round starts on
 //! the cron schedule (or at once on a `NOSPACE` alarm), and each reconcile takes one step of it
 //! ([`etcd_cluster::defrag::next_step`], pure). The round lives in `status.defragmentation`:
-//! the member about to be defragmented is recorded there before the call, so a restarted
-//! operator finds it and waits for it to answer healthy (or stops the round when it does not
-//! in time). Rounds run only while membership has converged and no upgrade is under way (a
+//! the member about to be defragmented is recorded there before the call, and the call's answer
+//! right after it ([`record_call`]: defragmented, or failed, which stops the round). A member
+//! still recorded when the next reconcile comes had its answer lost (the call outlived the
+//! member timeout, or the operator restarted mid-call): it counts as done only once it serves
+//! reads again (a defragmenting member may answer `Status`, but serves no read), and the round
+//! stops when it does not in time. While a round runs, every member is asked for a serializable read
+//! ([`probe_reads`]), so no member starts while another may still be defragmenting. Rounds run only while membership has converged and no upgrade is under way (a
 //! restore pauses the cluster, and a paused cluster is not reconciled at all). After a round
 //! that leaves every member's file below its quota, a `NOSPACE` alarm is disarmed.
 
@@ -117,7 +121,7 @@ async fn step_round(
         min_free_percent: i64::from(spec.min_free_percent()),
         min_free_bytes: spec.min_free_bytes(),
     };
-    let members = member_dbs(view, configured_quota(cluster));
+    let mut members = member_dbs(view, configured_quota(cluster));
     // Out of space with room to return (compaction freed pages): at once, again if need be.
     let room = nospace && members.iter().any(|m| thresholds.worth_it(m));
     if status.round.is_none() {
@@ -147,6 +151,12 @@ async fn step_round(
             result: Ok(()),
         };
     }
+    // Only while a round runs: whether each member's database serves (is not being
+    // defragmented).
+    let serving = probe_reads(access, pods).await;
+    for member in &mut members {
+        member.serves_reads = serving.get(&member.name).copied().unwrap_or(false);
+    }
     let round = status.round.clone().unwrap_or_default();
     let state = RoundState {
         done: round.done.iter().map(|m| m.member.clone()).collect(),
@@ -159,28 +169,15 @@ async fn step_round(
     tracing::debug!(cluster = %cluster.name_any(), ?step, "defragmentation");
     let db = |name: &str| view.databases.get(name).copied().unwrap_or_default();
     let mut round = round;
+    // A member's defragmentation failed: the round ends with it.
+    let mut call_failed = false;
     let result = match &step {
         DefragStep::Wait(_) => Ok(()),
         DefragStep::Finished { member } => {
-            let seconds = since(round.current_started.as_deref(), now).as_secs_f64();
-            round.done.push(DefragMember {
-                member: member.clone(),
-                result: "Defragmented".into(),
-                size_before: round.current_size_before.take(),
-                size_after: Some(db(member).size),
-                seconds: Some(seconds),
-            });
-            round.current = None;
-            round.current_started = None;
-            let labels = member_labels(ctx, cluster, member);
-            ctx.metrics
-                .last_defrag
-                .get_or_create(&labels)
-                .set(now.timestamp() as f64);
-            ctx.metrics
-                .last_defrag_duration
-                .get_or_create(&labels)
-                .set(seconds);
+            // Its call's answer was lost: it serves reads again, so it is no longer blocked,
+            // but whether the defragmentation succeeded is not known.
+            let seconds = member_done(&mut round, member, UNCONFIRMED, db(member).size, now);
+            record_metrics(ctx, cluster, member, seconds, now);
             Ok(())
         }
         DefragStep::Skip { member } => {
@@ -197,7 +194,33 @@ async fn step_round(
             round.current_started = Some(now.to_rfc3339());
             round.current_size_before = Some(db(member).size);
             status.round = Some(round.clone());
-            defragment(ctx, cluster, access, pods, &status, member, timeout).await
+            match defragment(ctx, cluster, access, pods, &status, member, timeout).await {
+                Err(e) => Err(e),
+                // Cut short: the member may still be at it; the next reconcile looks.
+                Ok(None) => Ok(()),
+                Ok(Some(Ok(size))) => {
+                    let finished = Utc::now();
+                    let seconds = member_done(&mut round, member, DEFRAGMENTED, size, finished);
+                    record_metrics(ctx, cluster, member, seconds, finished);
+                    event(
+                        ctx,
+                        cluster,
+                        "MemberDefragmented",
+                        &format!("defragmented {member}"),
+                    )
+                    .await;
+                    Ok(())
+                }
+                Ok(Some(Err(why))) => {
+                    let reason = format!("defragmenting {member} failed: {why}; the round stops");
+                    let failed =
+                        failed_round(&mut round, member, &reason, db(member).size, Utc::now());
+                    // The Defragmented condition turns False with it (and its Warning).
+                    status.last_round = Some(failed);
+                    call_failed = true;
+                    Ok(())
+                }
+            }
         }
         DefragStep::MoveLeader { member, to } => {
             move_leader(ctx, cluster, access, pods, member, *to).await
@@ -241,6 +264,7 @@ async fn step_round(
     };
     status.round = match step {
         DefragStep::Complete | DefragStep::Stop { .. } => None,
+        _ if call_failed => None,
         _ => Some(round),
     };
     Outcome {
@@ -309,6 +333,8 @@ fn member_dbs(view: &EtcdView, quota: i64) -> Vec<MemberDb> {
                 leader: m.leader,
                 learner: m.learner,
                 healthy: m.healthy && m.started,
+                // Asked separately, only while a round runs (probe_reads).
+                serves_reads: false,
                 db_size: db.size,
                 in_use: db.in_use,
                 quota: db.quota.unwrap_or(quota),
@@ -325,8 +351,19 @@ fn has_alarm(view: &EtcdView, alarm: &str) -> bool {
         .any(|e| e.contains(&format!("alarm:{alarm}")))
 }
 
-/// Records `member` as the one being defragmented, then defragments it (bounded by the
-/// member timeout; a call cut short leaves the member to finish on its own).
+/// `DefragMember.result` of a member whose call answered success.
+pub const DEFRAGMENTED: &str = "Defragmented";
+/// Of a member whose call's answer was lost, and which serves reads again.
+pub const UNCONFIRMED: &str = "Unconfirmed";
+/// Of a member whose call (or the connection for it) failed.
+pub const FAILED: &str = "Failed";
+/// `DefragRoundResult.result` of a round a failed member stopped.
+pub const ROUND_FAILED: &str = "Failed";
+
+/// Records `member` as the one being defragmented, then defragments it, bounded by the member
+/// timeout. The call's answer: the member's file size after it, or why it failed (the member
+/// could not be reached, or refused); `None` when the call was cut short (the member may still
+/// be at it).
 async fn defragment(
     ctx: &Context,
     cluster: &EtcdCluster,
@@ -335,24 +372,114 @@ async fn defragment(
     status: &DefragStatus,
     member: &str,
     timeout: Duration,
-) -> Result<(), Error> {
+) -> Result<Option<Result<i64, String>>, Error> {
     apply(ctx, cluster, status).await?;
-    let mut client = connect(access, pods, member).await?;
+    let mut client = match connect(access, pods, member).await {
+        Ok(client) => client,
+        Err(e) => return Ok(Some(Err(format!("could not reach it: {e}")))),
+    };
     tracing::info!(cluster = %cluster.name_any(), %member, "defragmenting");
-    match tokio::time::timeout(timeout, client.defragment()).await {
-        Ok(done) => {
-            done?;
-            event(
-                ctx,
-                cluster,
-                "MemberDefragmented",
-                &format!("defragmented {member}"),
-            )
-            .await;
-            Ok(())
-        }
-        Err(_) => Ok(()),
+    let answer = match tokio::time::timeout(timeout, client.defragment()).await {
+        Err(_) => return Ok(None),
+        Ok(answer) => answer,
+    };
+    Ok(Some(match answer {
+        Err(e) => Err(e.to_string()),
+        // The size after, asked of the member itself (0 when it does not say).
+        Ok(_) => Ok(client.status().await.map(|s| s.db_size()).unwrap_or(0)),
+    }))
+}
+
+/// Moves the member under way to the round's `done` with `result`, its file now `size_after`;
+/// returns how long it took.
+fn member_done(
+    round: &mut DefragRound,
+    member: &str,
+    result: &str,
+    size_after: i64,
+    now: DateTime<Utc>,
+) -> f64 {
+    let seconds = since(round.current_started.as_deref(), now).as_secs_f64();
+    round.done.push(DefragMember {
+        member: member.to_string(),
+        result: result.into(),
+        size_before: round.current_size_before.take(),
+        size_after: Some(size_after).filter(|s| *s > 0),
+        seconds: Some(seconds),
+    });
+    round.current = None;
+    round.current_started = None;
+    seconds
+}
+
+/// The round stopped by `member`'s failed call: recorded as `Failed`, with the member's part.
+fn failed_round(
+    round: &mut DefragRound,
+    member: &str,
+    reason: &str,
+    size: i64,
+    now: DateTime<Utc>,
+) -> DefragRoundResult {
+    member_done(round, member, FAILED, size, now);
+    DefragRoundResult {
+        started: round.started.clone(),
+        finished: now.to_rfc3339(),
+        trigger: round.trigger.clone(),
+        result: ROUND_FAILED.into(),
+        reason: Some(reason.to_string()),
+        members: round.done.clone(),
     }
+}
+
+fn record_metrics(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    member: &str,
+    seconds: f64,
+    now: DateTime<Utc>,
+) {
+    let labels = member_labels(ctx, cluster, member);
+    ctx.metrics
+        .last_defrag
+        .get_or_create(&labels)
+        .set(now.timestamp() as f64);
+    ctx.metrics
+        .last_defrag_duration
+        .get_or_create(&labels)
+        .set(seconds);
+}
+
+/// How long a member may take to answer a read before it counts as blocked.
+const READ_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether each member that can be reached serves a serializable read in time: a member that
+/// defragments blocks every read while it rebuilds its file (it may still answer `Status`).
+pub async fn probe_reads(
+    access: &Access,
+    pods: &[MemberPod],
+) -> std::collections::BTreeMap<String, bool> {
+    let mut serving = std::collections::BTreeMap::new();
+    for (name, ip) in observe::answering(pods) {
+        let served = match tokio::time::timeout(READ_PROBE_TIMEOUT, access.connect(name, ip)).await
+        {
+            Ok(Ok(mut client)) => serves_read(&mut client, READ_PROBE_TIMEOUT).await,
+            _ => false,
+        };
+        serving.insert(name.to_string(), served);
+    }
+    serving
+}
+
+/// Whether `client`'s member answers a serializable read (one key, count only) within
+/// `timeout`.
+pub async fn serves_read(client: &mut etcd_client::Client, timeout: Duration) -> bool {
+    let options = etcd_client::GetOptions::new()
+        .with_serializable()
+        .with_count_only();
+    matches!(
+        tokio::time::timeout(timeout, client.get(vec![0u8], Some(options))).await,
+        Ok(Ok(_))
+    )
 }
 
 async fn move_leader(
@@ -486,5 +613,62 @@ fn observe_metrics(ctx: &Context, cluster: &EtcdCluster, view: &EtcdView) {
             .alarms
             .get_or_create(&labels)
             .set(i64::from(has_alarm(view, alarm)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn under_way() -> DefragRound {
+        DefragRound {
+            started: "2026-11-28T04:00:00Z".into(),
+            trigger: "Schedule".into(),
+            done: vec![DefragMember {
+                member: "c-1".into(),
+                result: DEFRAGMENTED.into(),
+                ..Default::default()
+            }],
+            current: Some("c-2".into()),
+            current_started: Some("2026-11-28T04:01:00Z".into()),
+            current_size_before: Some(500),
+        }
+    }
+
+    fn at(rfc3339: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(rfc3339).unwrap().to_utc()
+    }
+
+    #[test]
+    fn a_failed_call_is_recorded_as_failed_and_ends_the_round_never_as_defragmented() {
+        let mut round = under_way();
+        let reason = "defragmenting c-2 failed: etcdserver: request timed out; the round stops";
+        let last = failed_round(&mut round, "c-2", reason, 500, at("2026-11-28T04:01:30Z"));
+        assert_eq!(last.result, ROUND_FAILED);
+        assert_eq!(last.reason.as_deref(), Some(reason));
+        let c2 = last.members.iter().find(|m| m.member == "c-2").unwrap();
+        assert_eq!(c2.result, FAILED);
+        assert_eq!(c2.size_before, Some(500));
+        assert_eq!(c2.seconds, Some(30.0));
+        assert_eq!(round.current, None);
+    }
+
+    #[test]
+    fn a_member_whose_answer_was_lost_is_recorded_unconfirmed_with_its_sizes() {
+        let mut round = under_way();
+        let seconds = member_done(
+            &mut round,
+            "c-2",
+            UNCONFIRMED,
+            200,
+            at("2026-11-28T04:02:00Z"),
+        );
+        assert_eq!(seconds, 60.0);
+        let c2 = round.done.last().unwrap();
+        assert_eq!(
+            (c2.result.as_str(), c2.size_before, c2.size_after),
+            (UNCONFIRMED, Some(500), Some(200))
+        );
+        assert_eq!((round.current, round.current_started), (None, None));
     }
 }

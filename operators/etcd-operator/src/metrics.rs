@@ -138,7 +138,7 @@ impl Default for Metrics {
         let last_defrag_duration = Family::<MemberLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "member_last_defrag_duration_seconds",
-            "How long each member's last defragmentation took, until it answered healthy again",
+            "How long each member's last defragmentation took, until its call answered (or, the answer lost, it served reads again)",
             last_defrag_duration.clone(),
         );
         let alarms = Family::<AlarmLabels, Gauge>::default();

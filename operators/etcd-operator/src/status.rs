@@ -582,6 +582,11 @@ pub fn defragmented(
             Defragmented::RoundSucceeded,
             format!("the round started {} went through", last.started),
         )
+    } else if last.result == crate::defrag::ROUND_FAILED {
+        (
+            Defragmented::DefragmentationFailed,
+            last.reason.clone().unwrap_or_default(),
+        )
     } else {
         (
             Defragmented::DefragmentationStopped,
@@ -633,6 +638,39 @@ mod tests {
             reason: "gone".into(),
         };
         assert!(quorum_lost(&with(None, false), &lost));
+    }
+
+    #[test]
+    fn a_failed_defragmentation_round_says_so_in_the_condition() {
+        let cluster: EtcdCluster = serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns", "generation": 1},
+            "spec": {"size": 3},
+        }))
+        .unwrap();
+        let round = |result: &str| backup_api::DefragRoundResult {
+            started: "2026-11-28T04:00:00Z".into(),
+            finished: "2026-11-28T04:02:00Z".into(),
+            result: result.into(),
+            reason: Some("defragmenting c-2 failed: refused".into()),
+            ..Default::default()
+        };
+        let failed = defragmented(&cluster, Some(&round(crate::defrag::ROUND_FAILED))).unwrap();
+        assert_eq!(
+            (failed.status.as_str(), failed.reason.as_deref()),
+            ("False", Some("DefragmentationFailed"))
+        );
+        assert_eq!(
+            failed.message.as_deref(),
+            Some("defragmenting c-2 failed: refused")
+        );
+        let stopped = defragmented(&cluster, Some(&round("Stopped"))).unwrap();
+        assert_eq!(stopped.reason.as_deref(), Some("DefragmentationStopped"));
+        let succeeded = defragmented(&cluster, Some(&round("Succeeded"))).unwrap();
+        assert_eq!(
+            (succeeded.status.as_str(), succeeded.reason.as_deref()),
+            ("True", Some("RoundSucceeded"))
+        );
     }
 
     #[test]
