@@ -6,6 +6,9 @@ use std::fmt;
 
 use thiserror::Error;
 
+/// The newest etcd minor this operator knows how to run.
+pub const NEWEST_KNOWN_MINOR: (u64, u64) = (3, 7);
+
 /// An etcd release, `MAJOR.MINOR.PATCH` (a leading `v` is accepted, as coreos did).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EtcdVersion(semver::Version);
@@ -30,6 +33,10 @@ pub enum VersionError {
         "etcd {0} is not supported: this operator runs etcd 3.5, 3.6 and 3.7 (3.4 only to upgrade from it); a cluster of the archived coreos operator moves by a backup and a restore: back it up with its unchanged coreos EtcdBackup, then restore that backup into a new EtcdCluster of a supported version with an EtcdRestore (docs/migrating-from-coreos.md)"
     )]
     Unsupported(EtcdVersion),
+    #[error(
+        "etcd {0} is newer than this operator knows how to run: it runs etcd 3.5, 3.6 and 3.7 (3.4 only to upgrade from it); a later minor may change the flags, the restore tool and the upgrade rules, so run an operator release that supports it"
+    )]
+    Unknown(EtcdVersion),
     #[error("version {from} -> {to} changes the major version, which etcd does not support")]
     MajorChange { from: EtcdVersion, to: EtcdVersion },
     #[error(
@@ -52,11 +59,15 @@ impl EtcdVersion {
             .ok_or_else(|| VersionError::NotSemver(text.to_string()))
     }
 
-    /// A version parsed and supported: 3.4 (to upgrade from), 3.5, 3.6, 3.7 and later 3.x.
+    /// A version parsed and supported: 3.4 (to upgrade from), 3.5, 3.6 and 3.7. A later minor
+    /// is refused, not guessed at: its flags, restore tool and upgrade rules are unknown here.
     pub fn parse_supported(text: &str) -> Result<EtcdVersion, VersionError> {
         let version = EtcdVersion::parse(text)?;
         if version.minor() < (3, 4) || version.0.major != 3 {
             return Err(VersionError::Unsupported(version));
+        }
+        if version.minor() > NEWEST_KNOWN_MINOR {
+            return Err(VersionError::Unknown(version));
         }
         Ok(version)
     }
@@ -167,7 +178,7 @@ mod tests {
 
     #[test]
     fn coreos_era_versions_are_refused_with_the_way_out() {
-        for old in ["3.2.13", "3.3.25", "2.3.8", "4.0.0"] {
+        for old in ["3.2.13", "3.3.25", "2.3.8"] {
             let err = EtcdVersion::parse_supported(old).unwrap_err();
             assert!(matches!(err, VersionError::Unsupported(_)), "{old}");
             assert!(
@@ -179,6 +190,20 @@ mod tests {
         for ok in ["3.4.23", "3.5.33", "3.6.16", "3.7.3"] {
             assert_eq!(EtcdVersion::parse_supported(ok), Ok(v(ok)));
         }
+    }
+
+    #[test]
+    fn a_minor_newer_than_the_operator_knows_is_refused_not_guessed_at() {
+        for new in ["3.8.0", "3.10.1", "4.0.0"] {
+            let err = EtcdVersion::parse_supported(new).unwrap_err();
+            assert!(
+                matches!(err, VersionError::Unknown(_) | VersionError::Unsupported(_)),
+                "{new}"
+            );
+        }
+        let err = EtcdVersion::parse_supported("3.8.0").unwrap_err();
+        assert_eq!(err, VersionError::Unknown(v("3.8.0")));
+        assert!(err.to_string().contains("3.5, 3.6 and 3.7"), "{err}");
     }
 
     #[test]

@@ -86,12 +86,13 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         );
     }
     // The restore tool and its flags follow the version (the recorded plan's, once there is
-    // one): one that does not parse is refused before the cluster is paused.
+    // one): one that does not parse, or that the operators do not run (before 3.4, after the
+    // newest minor they know), is refused before the cluster is paused.
     let version = observed
         .plan
         .as_ref()
         .map_or(&cluster.version, |p| &p.version);
-    if let Err(e) = EtcdVersion::parse(version) {
+    if let Err(e) = EtcdVersion::parse_supported(version) {
         return fail(
             RestoreFailure::InvalidVersion,
             &format!("{e}; no member or volume of the cluster was touched"),
@@ -870,6 +871,24 @@ mod tests {
             ..recorded_plan()
         });
         assert!(invalid(&plan(&names(), &o)), "{:?}", plan(&names(), &o));
+    }
+
+    #[test]
+    fn when_the_cluster_runs_a_minor_the_operators_do_not_know_the_restore_fails_before_pausing_it()
+    {
+        for (version, says) in [
+            ("3.8.0", "newer than this operator knows"),
+            ("3.3.25", "not supported"),
+        ] {
+            let mut o = start();
+            o.cluster.as_mut().unwrap().version = version.into();
+            assert!(
+                matches!(plan(&names(), &o), RestoreStep::Fail { reason, ref message, release: true }
+                    if reason == RestoreFailure::InvalidVersion && message.contains(says)),
+                "{version}: {:?}",
+                plan(&names(), &o)
+            );
+        }
     }
 
     #[test]
