@@ -81,11 +81,13 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     }
     let cluster_name = restore.spec.etcd_cluster.name.clone();
 
-    // Dereference: where the snapshot is (pinned with the plan), the cluster.
+    // Dereference: where the snapshot is and what its EtcdBackup recorded of it (pinned with
+    // the plan: a backupRef's newest backup may change meanwhile), the cluster.
     let source = resolve_source(&ctx, &restore).await?;
     let source = source.map(|mut s| {
         if let Some(url) = &recorded.source {
             s.url = url.clone();
+            s.expected = recorded.expected_backup.clone();
         }
         s
     });

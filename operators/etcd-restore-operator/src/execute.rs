@@ -95,7 +95,6 @@ pub(crate) async fn execute(
             let records = status::Records {
                 snapshot: Some(snapshot.clone()),
                 source: source.map(|s| s.url.clone()),
-                expected_backup: source.and_then(|s| s.expected.clone()),
                 ..status::Records::of(restore)
             };
             apply_records(&restores, &name, &records).await?;

@@ -174,6 +174,16 @@ impl World {
 
     /// Serves the observation with `aws` as the restore's `awsSecret`.
     async fn serve_with_aws(&self, api: &mut MockApi, aws: Value) {
+        self.serve_from(api, None, aws).await;
+    }
+
+    /// Serves the observation of a `backupRef` restore, its EtcdBackup being `backup`.
+    async fn serve_with_backup(&self, api: &mut MockApi, backup: Value) {
+        let aws = aws_secret(&[("credentials", STATIC_KEYS)]);
+        self.serve_from(api, Some(backup), aws).await;
+    }
+
+    async fn serve_from(&self, api: &mut MockApi, backup: Option<Value>, aws: Value) {
         let restore = self.restore.clone();
         api.expect_call(
             Method::GET,
@@ -182,6 +192,11 @@ impl World {
             |_| restore,
         )
         .await;
+        if let Some(backup) = backup {
+            let path = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdbackups/nightly";
+            api.expect_call(Method::GET, path, StatusCode::OK, |_| backup)
+                .await;
+        }
         api.expect_call(
             Method::GET,
             &format!("{NS}/secrets/aws"),
@@ -252,6 +267,8 @@ async fn expect_records(api: &mut MockApi, restore: &Value) -> mock_api::Call {
         "revisionBumped",
         "restoredRevision",
         "reason",
+        "expectedBackup",
+        "restoredContents",
     ] {
         if !before[record].is_null() {
             assert!(
@@ -738,6 +755,56 @@ async fn every_fetch_verified_the_snapshot_is_recorded_before_an_old_member_stop
         |_| own_pod("c-0", json!({})),
     )
     .await;
+    expect_report(&mut api, &world.restore).await;
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+/// EtcdBackup `nightly` whose newest verified backup is `record`.
+fn nightly(record: Value) -> Value {
+    json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "nightly", "namespace": "ns", "uid": "b-uid"},
+        "spec": {"etcdEndpoints": ["http://c-client:2379"], "storageType": "S3",
+                 "s3": {"path": "bucket/etcd.backup", "awsSecret": "aws", "endpoint": "http://s3:3900"}},
+        "status": {"succeeded": true, "lastBackup": record},
+    })
+}
+
+#[tokio::test]
+async fn a_backup_taken_during_a_backup_ref_restore_changes_neither_its_object_nor_what_it_expects()
+{
+    let (ctx, mut api) = context();
+    let pinned = json!({"sha256": "ab", "revision": 500});
+    let mut world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+    ]);
+    world.restore["spec"] = json!({"etcdCluster": {"name": "c"}, "backupStorageType": "S3",
+        "backupRef": {"name": "nightly"}});
+    world.restore["status"]["source"] = json!("s3://bucket/etcd.backup");
+    world.restore["status"]["expectedBackup"] = pinned.clone();
+    // Meanwhile the EtcdBackup took a newer backup.
+    let newer = nightly(
+        json!({"objectKey": "s3://bucket/etcd-newer.backup", "sha256": "cd",
+        "etcdRevision": 600}),
+    );
+    let reconcile = run(world.restore.clone(), &ctx);
+    world.serve_with_backup(&mut api, newer).await;
+    for member in ["c-3", "c-4", "c-5"] {
+        api.expect_text(&format!("{NS}/pods/{member}-restore/log"), FETCH_LOG)
+            .await;
+        api.expect_text(&format!("{NS}/pods/{member}-restore/log"), "")
+            .await;
+    }
+    // The fetches verified the pinned backup: recorded, with the pinned object and record.
+    let cluster = held_cluster();
+    api.expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
+        .await;
+    let record = expect_records(&mut api, &world.restore).await;
+    assert_eq!(record.body["status"]["source"], "s3://bucket/etcd.backup");
+    assert_eq!(record.body["status"]["expectedBackup"], pinned);
     expect_report(&mut api, &world.restore).await;
     reconcile.await.unwrap();
     api.expect_silence().await;
