@@ -270,9 +270,13 @@ pub fn plan_upgrade(
             return UpgradeStep::Refused(e);
         }
     }
-    let outdated: Vec<(&String, &PodVersion)> = pods
+    // Every version parsed above; each outdated member with the version it runs.
+    let outdated: Vec<(&String, &PodVersion, EtcdVersion)> = pods
         .iter()
-        .filter(|(_, p)| EtcdVersion::parse(&p.version).ok().as_ref() != Some(target))
+        .filter_map(|(name, p)| {
+            let running = EtcdVersion::parse(&p.version).ok()?;
+            (running != *target).then_some((name, p, running))
+        })
         .collect();
     // Done only once every member runs the target and is ready: the last one moved (the
     // leader) is still `Wait` until its new container has started and answers.
@@ -290,21 +294,20 @@ pub fn plan_upgrade(
             reason: format!("member {name} is not ready; the upgrade waits"),
         };
     }
-    if outdated.is_empty() {
-        return UpgradeStep::Done;
-    }
     let is_leader = |name: &str| {
         members
             .iter()
             .any(|m| m.leader && m.name.as_deref() == Some(name))
     };
-    let (member, pod) = outdated
+    // Followers first, the leader last.
+    let Some((member, pod, from)) = outdated
         .iter()
-        .find(|(name, _)| !is_leader(name))
+        .find(|(name, _, _)| !is_leader(name))
         .or_else(|| outdated.first())
-        .expect("outdated is not empty");
-    let from = EtcdVersion::parse(&pod.version).expect("validated above");
-    if must_flush_log(&from, target) {
+    else {
+        return UpgradeStep::Done;
+    };
+    if must_flush_log(from, target) {
         match pod.saved_snapshot {
             Some(true) => {}
             Some(false) => {

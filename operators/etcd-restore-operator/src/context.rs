@@ -30,6 +30,10 @@ pub enum Error {
     Refused { what: String, message: String },
     #[error(transparent)]
     Origin(#[from] etcd_members::origin::MakeError),
+    /// A step was planned without what it acts on, or with a recorded plan that does not hold
+    /// (a bug, or a status edited by hand): nothing is done, the reconcile is retried.
+    #[error("the step cannot be carried out: {0}")]
+    NotAsPlanned(String),
 }
 
 impl ReconcileError for Error {
@@ -38,6 +42,7 @@ impl ReconcileError for Error {
             Error::Kube(_) => "KubernetesApi",
             Error::Refused { .. } => "Refused",
             Error::Origin(e) => e.reason(),
+            Error::NotAsPlanned(_) => "NotAsPlanned",
         }
     }
 }

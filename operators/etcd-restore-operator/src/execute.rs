@@ -105,12 +105,13 @@ pub(crate) async fn execute(
                 .spec
                 .new_cluster
                 .clone()
-                .expect("planned with newCluster");
+                .ok_or_else(|| not_as_planned("a cluster to create without spec.newCluster"))?;
             let cluster = pods::new_cluster(&cluster_name, &uid, &new);
             create(&clusters, &cluster).await?;
         }
         RestoreStep::PauseCluster => {
-            let cluster = cluster.expect("planned with a cluster");
+            let cluster =
+                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
             hold_until_released(&restores, restore).await?;
             // A new restore of a cluster an earlier one abandoned takes it over.
             let mut annotations =
@@ -153,9 +154,13 @@ pub(crate) async fn execute(
             }
         }
         RestoreStep::RestoreMembers(members) => {
-            let cluster = cluster.expect("planned with a cluster");
-            let source = source.expect("planned with a source");
-            let plan = recorded_plan(restore);
+            let cluster =
+                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let source = source.ok_or_else(|| not_as_planned("a fetch without a source"))?;
+            let plan = recorded_plan(restore)?;
+            // Checked by the planner before this step; an edited status is refused here.
+            let version = EtcdVersion::parse_supported(&plan.version)
+                .map_err(|e| not_as_planned(&format!("the recorded plan's version: {e}")))?;
             for member in members {
                 if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
                     create(&claim_api, &claim).await?;
@@ -166,6 +171,7 @@ pub(crate) async fn execute(
                     cluster,
                     member,
                     &plan,
+                    &version,
                     &ctx.backup_image,
                     source,
                     &sibling_nodes,
@@ -174,8 +180,9 @@ pub(crate) async fn execute(
             }
         }
         RestoreStep::JoinClaims(members) => {
-            let cluster = cluster.expect("planned with a cluster");
-            let plan = recorded_plan(restore);
+            let cluster =
+                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let plan = recorded_plan(restore)?;
             for member in members {
                 if let Some(patch) = pods::join_patch(cluster, member, &plan.version) {
                     claim_api
@@ -185,8 +192,9 @@ pub(crate) async fn execute(
             }
         }
         RestoreStep::StartMembers(members) => {
-            let cluster = cluster.expect("planned with a cluster");
-            let plan = recorded_plan(restore);
+            let cluster =
+                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let plan = recorded_plan(restore)?;
             let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
             let apply = PatchParams::apply(MANAGER).force();
             for service in build::services(cluster) {
@@ -214,7 +222,7 @@ pub(crate) async fn execute(
         RestoreStep::HandOver { revision, contents } => {
             // Recorded first: once handed over, the cluster is the operator's and is never
             // paused again by this restore.
-            let mut plan = recorded_plan(restore);
+            let mut plan = recorded_plan(restore)?;
             plan.handed_over = Some(true);
             let recorded = status::Records::of(restore);
             let records = status::Records {
@@ -249,10 +257,14 @@ pub(crate) async fn execute(
 }
 
 /// The plan in status: steps after `RecordPlan` are planned only with it.
-pub(crate) fn recorded_plan(restore: &EtcdRestore) -> RestorePlan {
+pub(crate) fn recorded_plan(restore: &EtcdRestore) -> Result<RestorePlan, Error> {
     restore
         .status
         .as_ref()
         .and_then(|s| s.plan.clone())
-        .expect("planned with a recorded plan")
+        .ok_or_else(|| not_as_planned("a step of the plan without a recorded plan"))
+}
+
+fn not_as_planned(what: &str) -> Error {
+    Error::NotAsPlanned(what.to_string())
 }

@@ -78,6 +78,7 @@ async fn restore_pods_with_every_derived_placement_are_accepted_by_the_api_serve
                 &cluster,
                 "c-4",
                 &plan,
+                &etcd_cluster::EtcdVersion::parse(&plan.version).unwrap(),
                 "localhost/etcd-backup:dev",
                 &source,
                 sibling_nodes,

@@ -149,21 +149,23 @@ pub fn new_cluster(name: &str, uid: &str, new: &NewCluster) -> EtcdCluster {
 }
 
 /// The pod that restores `member` of `plan` onto its claim (which must exist: the pod mounts it
-/// by the member's name, as the member pod will). `sibling_nodes`: the nodes this restore's
-/// other pods were scheduled to (see [`off_sibling_nodes`]).
+/// by the member's name, as the member pod will), with the restore tool of `version` (the
+/// plan's, parsed by the caller). `sibling_nodes`: the nodes this restore's other pods were
+/// scheduled to (see [`off_sibling_nodes`]).
+#[allow(clippy::too_many_arguments)]
 pub fn restore_pod(
     restore: &EtcdRestore,
     cluster: &EtcdCluster,
     member: &str,
     plan: &RestorePlan,
+    version: &EtcdVersion,
     image: &str,
     source: &Source,
     sibling_nodes: &[String],
 ) -> (Pod, RestoreCommand) {
-    let version = EtcdVersion::parse(&plan.version).expect("a recorded version parses");
     let snapshot = format!("{SNAPSHOT_DIR}/snapshot.db");
     let command = restore_command(
-        &version,
+        version,
         &build::names(cluster),
         member,
         &plan.members,
@@ -332,6 +334,7 @@ pub(crate) mod tests {
             &cluster("3.5.16"),
             "c-4",
             &plan("3.5.16"),
+            &EtcdVersion::parse("3.5.16").unwrap(),
             "localhost/etcd-backup:dev",
             &source,
             &[],
@@ -508,6 +511,7 @@ pub(crate) mod tests {
             &cluster("3.5.16"),
             "c-4",
             &plan("3.5.16"),
+            &EtcdVersion::parse("3.5.16").unwrap(),
             "localhost/etcd-backup:dev",
             &source,
             &[],
@@ -577,6 +581,7 @@ pub(crate) mod tests {
             &cluster("3.4.23"),
             "c-4",
             &plan("3.4.23"),
+            &EtcdVersion::parse("3.4.23").unwrap(),
             "i",
             &source,
             &[],
@@ -602,6 +607,7 @@ pub(crate) mod tests {
             &cluster("3.5.16"),
             "c-4",
             &plan("3.5.16"),
+            &EtcdVersion::parse("3.5.16").unwrap(),
             "i",
             &source,
             &[],

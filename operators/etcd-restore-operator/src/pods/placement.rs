@@ -253,6 +253,7 @@ mod tests {
             &cluster,
             "c-4",
             &plan("3.5.16"),
+            &etcd_cluster::EtcdVersion::parse("3.5.16").unwrap(),
             "i",
             &source,
             &nodes,
