@@ -325,12 +325,30 @@ fn token(args: &AuthArgs) -> Result<Vec<u8>> {
         "MYSQL_BACKUP_TOKEN",
         "serve token",
     )?;
+    check_token(&token)?;
+    Ok(token.into_bytes())
+}
+
+/// The example's placeholder (`examples/mysql/secrets.yaml`): anyone who read the example
+/// knows it, so it authenticates nothing.
+const PLACEHOLDER_TOKEN_PREFIX: &str = "change-me";
+
+fn check_token(token: &str) -> Result<()> {
     if token.len() < 16 {
         bail!(
             "the serve token is too short: use at least 16 characters (e.g. `openssl rand -hex 32`)"
         );
     }
-    Ok(token.into_bytes())
+    if token
+        .trim()
+        .to_ascii_lowercase()
+        .starts_with(PLACEHOLDER_TOKEN_PREFIX)
+    {
+        bail!(
+            "the serve token is the example's placeholder, which anyone can read: put a token of your own in the Secret (e.g. `openssl rand -hex 32`)"
+        );
+    }
+    Ok(())
 }
 
 fn tool_options(args: &BackupToolArgs) -> BackupToolOptions {
@@ -368,5 +386,26 @@ fn prepare_options(args: &PrepareArgs) -> PrepareOptions {
     PrepareOptions {
         use_memory: args.use_memory.clone(),
         parallel: args.parallel,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_examples_placeholder_token_and_short_tokens_are_refused() {
+        let placeholder = "change-me-0123456789abcdef0123456789abcdef";
+        let example = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/mysql/secrets.yaml"
+        ))
+        .unwrap();
+        assert!(example.contains(placeholder), "the example's token changed");
+        let refused = check_token(placeholder).unwrap_err().to_string();
+        assert!(refused.contains("placeholder"), "{refused}");
+        assert!(check_token("Change-Me-please-0123456789").is_err());
+        assert!(check_token("0f0f").is_err());
+        assert!(check_token(&"0f".repeat(32)).is_ok());
     }
 }

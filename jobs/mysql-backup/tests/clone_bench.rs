@@ -185,6 +185,13 @@ async fn bench_clone_against_the_tutorial_s_ncat() {
         .unwrap_or(1024);
     let (kube, ns, _report) = testbed::cluster::test_namespace("mysql-bench").await;
     let mut manifests = testbed::kustomize::render_files_for_bed(&FILES, &ns, &IMAGES).unwrap();
+    // A token of its own, as a user must set (the example's placeholder is refused).
+    for doc in manifests
+        .iter_mut()
+        .filter(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "mysql-backup")
+    {
+        doc["stringData"]["token"] = json!("0a".repeat(32));
+    }
     for doc in manifests.iter_mut().filter(|d| d["kind"] == "StatefulSet") {
         doc["spec"]["replicas"] = json!(1);
         let containers = doc["spec"]["template"]["spec"]["containers"]

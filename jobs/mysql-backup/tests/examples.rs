@@ -128,3 +128,119 @@ fn examples_parse_and_use_real_subcommands_and_flags() {
     .into();
     assert_eq!(used, expected);
 }
+
+/// The pod specs of a document (a StatefulSet's or Job's template, a CronJob's job template).
+fn pod_specs(doc: &Value) -> Vec<&Value> {
+    [
+        &doc["spec"]["template"]["spec"],
+        &doc["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    ]
+    .into_iter()
+    .filter(|s| s.is_object())
+    .collect()
+}
+
+/// What each container of the examples needs of the Secret `mysql-backup`, and nothing more.
+fn needs(container: &str) -> BTreeSet<&'static str> {
+    let keys: &[&str] = match container {
+        "clone" | "pull" => &["token"],
+        "backup" => &[
+            "token",
+            "backup-user",
+            "backup-password",
+            "replication-user",
+            "replication-password",
+        ],
+        // The server: root's password, and the accounts its first start makes.
+        "mysql" => &[
+            "root-password",
+            "backup-user",
+            "backup-password",
+            "replication-user",
+            "replication-password",
+        ],
+        _ => &[],
+    };
+    keys.iter().copied().collect()
+}
+
+/// Issue "review findings" item 7: passwords come from the Secret as files only, each container
+/// gets only the keys it needs, and no value of the Secret is written anywhere else.
+#[test]
+fn the_examples_keep_the_mysql_secrets_secret() {
+    let docs: Vec<Value> = std::fs::read_dir(DIR)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .flat_map(|p| documents(&p))
+        .collect();
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == "mysql-backup")
+        .expect("the Secret mysql-backup");
+    let secret_values: Vec<&str> = secret["stringData"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| !k.ends_with("-user"))
+        .filter_map(|(_, v)| v.as_str())
+        .collect();
+    // No password, nor the token, in a ConfigMap (or anywhere but the Secret).
+    for doc in docs.iter().filter(|d| d["kind"] != "Secret") {
+        let text = doc.to_string();
+        for value in &secret_values {
+            assert!(
+                !text.contains(value),
+                "{} {} holds a value of the Secret",
+                doc["kind"],
+                doc["metadata"]["name"]
+            );
+        }
+    }
+    let mut checked = 0;
+    for spec in docs.iter().flat_map(pod_specs) {
+        // The keys each volume of the Secret brings: always listed (`items`), never all.
+        let mut volumes = std::collections::BTreeMap::new();
+        for volume in spec["volumes"].as_array().into_iter().flatten() {
+            if volume["secret"]["secretName"] != "mysql-backup" {
+                continue;
+            }
+            let items = volume["secret"]["items"]
+                .as_array()
+                .unwrap_or_else(|| panic!("volume {} mounts the whole Secret", volume["name"]));
+            let keys: BTreeSet<String> = items
+                .iter()
+                .map(|i| i["key"].as_str().unwrap().to_string())
+                .collect();
+            volumes.insert(volume["name"].as_str().unwrap().to_string(), keys);
+        }
+        let mut all = Vec::new();
+        containers(spec, &mut all);
+        for container in &all {
+            let name = container["name"].as_str().unwrap();
+            let mut got: BTreeSet<String> = BTreeSet::new();
+            for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+                if let Some(keys) = volumes.get(mount["name"].as_str().unwrap()) {
+                    got.extend(keys.iter().cloned());
+                }
+            }
+            // From the environment: user names only, never a password or the token.
+            for env in container["env"].as_array().into_iter().flatten() {
+                let from = &env["valueFrom"]["secretKeyRef"];
+                if from["name"] == "mysql-backup" {
+                    let key = from["key"].as_str().unwrap();
+                    assert!(key.ends_with("-user"), "{name}: {key} in the environment");
+                    got.insert(key.to_string());
+                }
+            }
+            let wanted = needs(name);
+            let extra: Vec<&String> = got
+                .iter()
+                .filter(|k| !wanted.contains(k.as_str()))
+                .collect();
+            assert!(extra.is_empty(), "{name} gets {extra:?} it does not need");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "only {checked} containers checked");
+}

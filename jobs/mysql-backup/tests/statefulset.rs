@@ -157,8 +157,10 @@ fn doc<'a>(manifests: &'a mut [Value], kind: &str, name: &str) -> &'a mut Value 
         .unwrap_or_else(|| panic!("no {kind} {name} in the example"))
 }
 
-/// What a user replaces in secrets.yaml: where the backups go, the S3 key, the recipients.
+/// What a user replaces in secrets.yaml: the token (the placeholder is refused), where the
+/// backups go, the S3 key, the recipients.
 fn site_settings(manifests: &mut [Value], garage: &Garage, prefix: &str, recipient: &str) {
+    doc(manifests, "Secret", "mysql-backup")["stringData"]["token"] = json!("0a".repeat(32));
     let storage = doc(manifests, "ConfigMap", "mysql-backup-storage");
     storage["data"] = json!({
         "BACKUP_PREFIX": prefix,
