@@ -22,6 +22,15 @@
 
 use std::time::Duration;
 
+/// `DefragMember.result` of a member whose call answered success.
+pub const DEFRAGMENTED: &str = "Defragmented";
+/// Of a member whose call's answer was lost, and which serves reads again.
+pub const UNCONFIRMED: &str = "Unconfirmed";
+/// Of a member whose call (or the connection for it) failed.
+pub const FAILED: &str = "Failed";
+/// `DefragRoundResult.result` of a round a failed member stopped.
+pub const ROUND_FAILED: &str = "Failed";
+
 /// A member as the round sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberDb {

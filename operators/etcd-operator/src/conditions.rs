@@ -89,6 +89,15 @@ reasons! {
 }
 
 reasons! {
+    /// `VersionSupported`: whether `spec.version` is a line this operator runs for good (3.5,
+    /// 3.6, 3.7), or one it runs only to upgrade from (3.4, end of life: no security fixes).
+    VersionSupported for "VersionSupported" {
+        Supported,
+        EndOfLife,
+    }
+}
+
+reasons! {
     /// `Defragmented`: how the last defragmentation round ended (once one has).
     Defragmented for "Defragmented" {
         RoundSucceeded,

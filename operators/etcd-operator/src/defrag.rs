@@ -18,7 +18,10 @@ use backup_api::{DefragMember, DefragRound, DefragRoundResult, DefragStatus, Etc
 use chrono::{DateTime, Utc};
 use croner::Cron;
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
-use etcd_cluster::defrag::{DefragStep, MemberDb, RoundState, Thresholds, next_step};
+use etcd_cluster::defrag::{
+    DEFRAGMENTED, DefragStep, FAILED, MemberDb, ROUND_FAILED, RoundState, Thresholds, UNCONFIRMED,
+    next_step,
+};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
@@ -350,15 +353,6 @@ fn has_alarm(view: &EtcdView, alarm: &str) -> bool {
         .flatten()
         .any(|e| e.contains(&format!("alarm:{alarm}")))
 }
-
-/// `DefragMember.result` of a member whose call answered success.
-pub const DEFRAGMENTED: &str = "Defragmented";
-/// Of a member whose call's answer was lost, and which serves reads again.
-pub const UNCONFIRMED: &str = "Unconfirmed";
-/// Of a member whose call (or the connection for it) failed.
-pub const FAILED: &str = "Failed";
-/// `DefragRoundResult.result` of a round a failed member stopped.
-pub const ROUND_FAILED: &str = "Failed";
 
 /// Records `member` as the one being defragmented, then defragments it, bounded by the member
 /// timeout. The call's answer: the member's file size after it, or why it failed (the member

@@ -19,6 +19,7 @@ use kube::ResourceExt;
 
 use crate::conditions::{
     Available, ConditionReason, DataPersistent, Defragmented, Degraded, Progressing,
+    VersionSupported,
 };
 use crate::observe::MemberPod;
 
@@ -386,6 +387,7 @@ pub fn report(
         condition(cluster, progressing, progress_reason, &progress_message),
         persistence(cluster, observed.persistent),
         condition(cluster, degraded, degraded_reason, &degraded_message),
+        version_support(cluster),
     ];
     EtcdClusterStatus {
         phase: Some(phase),
@@ -431,6 +433,7 @@ pub fn new_warnings(
             .any(|r| r.as_str() == reason),
             (Degraded::TYPE, "True") => !message.starts_with("unready members"),
             (Defragmented::TYPE, "False") => true,
+            (VersionSupported::TYPE, "False") => true,
             _ => false,
         };
         // The Degraded causes with a name of their own keep it; the others say Degraded.
@@ -478,6 +481,30 @@ fn nodes_down_message(observed: &MembershipObserved) -> Vec<String> {
             format!("member {member}'s node {} {state}; {then}", down.node)
         })
         .collect()
+}
+
+/// Whether `spec.version` is a supported line or 3.4, which is run only to upgrade from (the
+/// spec was validated before: a version that does not parse is not reported here).
+fn version_support(cluster: &EtcdCluster) -> ClusterCondition {
+    let version = cluster.spec.version();
+    let end_of_life = etcd_cluster::EtcdVersion::parse(version).is_ok_and(|v| v.minor() == (3, 4));
+    if end_of_life {
+        condition(
+            cluster,
+            false,
+            VersionSupported::EndOfLife,
+            &format!(
+                "etcd {version} is end of life (no security fixes since 3.4's last release): this operator runs 3.4 only to upgrade from it; set spec.version to the newest 3.5 patch, then to 3.6 and 3.7 (the supported lines are 3.5, 3.6 and 3.7)"
+            ),
+        )
+    } else {
+        condition(
+            cluster,
+            true,
+            VersionSupported::Supported,
+            "a supported etcd line (3.5, 3.6 or 3.7)",
+        )
+    }
 }
 
 /// Where members keep their data: said in status, since emptyDir loses it with the pod.
@@ -582,7 +609,7 @@ pub fn defragmented(
             Defragmented::RoundSucceeded,
             format!("the round started {} went through", last.started),
         )
-    } else if last.result == crate::defrag::ROUND_FAILED {
+    } else if last.result == etcd_cluster::defrag::ROUND_FAILED {
         (
             Defragmented::DefragmentationFailed,
             last.reason.clone().unwrap_or_default(),
@@ -641,6 +668,37 @@ mod tests {
     }
 
     #[test]
+    fn a_3_4_cluster_is_told_end_of_life_once_with_the_supported_lines() {
+        let cluster = |version: &str| -> EtcdCluster {
+            serde_json::from_value(json!({
+                "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+                "metadata": {"name": "c", "namespace": "ns", "generation": 1},
+                "spec": {"size": 3, "version": version},
+            }))
+            .unwrap()
+        };
+        let eol = version_support(&cluster("3.4.23"));
+        assert_eq!(
+            (eol.status.as_str(), eol.reason.as_deref()),
+            ("False", Some("EndOfLife"))
+        );
+        let message = eol.message.clone().unwrap();
+        assert!(message.contains("3.5, 3.6 and 3.7"), "{message}");
+        for supported in ["3.5.33", "3.6.16", "3.7.3"] {
+            let ok = version_support(&cluster(supported));
+            assert_eq!(ok.reason.as_deref(), Some("Supported"), "{supported}");
+        }
+        // A Warning when it turns so, not again while it stays so.
+        let status = |condition: ClusterCondition| EtcdClusterStatus {
+            conditions: Some(vec![condition]),
+            ..Default::default()
+        };
+        let first = new_warnings(None, &status(eol.clone()));
+        assert_eq!(first, vec![("EndOfLife".to_string(), message)]);
+        assert!(new_warnings(Some(&status(eol.clone())), &status(eol)).is_empty());
+    }
+
+    #[test]
     fn a_failed_defragmentation_round_says_so_in_the_condition() {
         let cluster: EtcdCluster = serde_json::from_value(json!({
             "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
@@ -655,7 +713,8 @@ mod tests {
             reason: Some("defragmenting c-2 failed: refused".into()),
             ..Default::default()
         };
-        let failed = defragmented(&cluster, Some(&round(crate::defrag::ROUND_FAILED))).unwrap();
+        let failed =
+            defragmented(&cluster, Some(&round(etcd_cluster::defrag::ROUND_FAILED))).unwrap();
         assert_eq!(
             (failed.status.as_str(), failed.reason.as_deref()),
             ("False", Some("DefragmentationFailed"))

@@ -31,7 +31,7 @@ fn test_key() -> ProofKey {
 /// An EtcdCluster as the API server returns it: 3 members with claims, on the bed's image.
 fn cluster(spec: Value, status: Option<Value>) -> EtcdCluster {
     let mut spec_base = json!({
-        "size": 3, "version": "3.4.23", "repository": "localhost/etcd",
+        "size": 3, "version": "3.5.33", "repository": "localhost/etcd",
         "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
     });
     for (k, v) in spec.as_object().unwrap() {
@@ -130,7 +130,7 @@ async fn expect_seed(api: &mut MockApi, obj: &EtcdCluster) {
     assert_eq!(claim.body["metadata"]["name"], "c-0");
     assert_eq!(
         claim.body["metadata"]["annotations"]["etcd.version"],
-        "3.4.23"
+        "3.5.33"
     );
     let pod = api
         .expect_call(
@@ -165,7 +165,7 @@ async fn expect_seed(api: &mut MockApi, obj: &EtcdCluster) {
     assert_eq!(proven.body["metadata"]["uid"], "pod-uid");
     assert_eq!(proven.body["spec"]["schedulingGates"], Value::Null);
     let container = &pod.body["spec"]["containers"][0];
-    assert_eq!(container["image"], "localhost/etcd:v3.4.23");
+    assert_eq!(container["image"], "localhost/etcd:v3.5.33");
     let args: Vec<&str> = container["args"]
         .as_array()
         .unwrap()

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use etcd_operator::conditions::{
     Available, ConditionReason, DataPersistent, Defragmented, Degraded, Progressing,
+    VersionSupported,
 };
 use testbed::reference_docs::{
     check_flags, check_labels_and_annotations, check_metrics, check_named_in_doc, page_path,
@@ -71,6 +72,7 @@ fn every_condition_reason_is_documented() {
         reasons_documented::<Degraded>(&page),
         reasons_documented::<DataPersistent>(&page),
         reasons_documented::<Defragmented>(&page),
+        reasons_documented::<VersionSupported>(&page),
     ]
     .into_iter()
     .filter_map(Result::err)
@@ -89,6 +91,7 @@ fn every_condition_reason_is_in_the_troubleshooting_page() {
         .chain(Degraded::ALL.iter().map(|r| r.as_str()))
         .chain(DataPersistent::ALL.iter().map(|r| r.as_str()))
         .chain(Defragmented::ALL.iter().map(|r| r.as_str()))
+        .chain(VersionSupported::ALL.iter().map(|r| r.as_str()))
         .collect();
     check_named_in_doc("operations/troubleshooting.md", &reasons);
 }
