@@ -18,6 +18,8 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use hmac::{Hmac, KeyInit, Mac};
 use k8s_openapi::ByteString;
@@ -37,20 +39,39 @@ pub const PROOF_ANNOTATION: &str = "etcd.database.coreos.com/proof-of-origin";
 pub const UNPROVEN_GATE: &str = "etcd.database.coreos.com/unproven";
 /// The Secret, in the operators' namespace, that holds the key.
 pub const KEY_SECRET: &str = "etcd-member-proof-key";
-const KEY_FIELD: &str = "key";
+/// The field of the key member pods are proven with.
+pub const KEY_FIELD: &str = "key";
+/// The field of the key a rotation replaced: still accepted (and the pods it proves are proven
+/// again with `key`) until it is removed.
+pub const PREVIOUS_KEY_FIELD: &str = "previous";
+/// How often the operators read the key's Secret again (a rotation takes effect within it).
+pub const KEY_REFRESH: Duration = Duration::from_secs(30);
+/// A key shorter than this is refused (the operators make 32 random bytes).
+pub const MIN_KEY_BYTES: usize = 16;
 
-/// The key member pods' proofs are made and checked with.
+/// The key member pods' proofs are made and checked with. Clones share it: a key changed in
+/// its Secret ([`ProofKey::refresh_forever`]) is seen by every clone at once.
 #[derive(Clone)]
 pub struct ProofKey {
-    key: Vec<u8>,
-    /// When the key was made: pods older than that were made before proofs existed.
+    keys: Arc<RwLock<Keys>>,
+}
+
+/// The keys of the Secret.
+#[derive(Clone, PartialEq, Eq)]
+struct Keys {
+    current: Vec<u8>,
+    previous: Option<Vec<u8>>,
+    /// When the Secret was made: pods older than that, without any proof, were made before
+    /// proofs existed.
     created: Option<Timestamp>,
 }
 
 impl fmt::Debug for ProofKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys = self.read();
         f.debug_struct("ProofKey")
-            .field("created", &self.created)
+            .field("created", &keys.created)
+            .field("previous", &keys.previous.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -60,93 +81,152 @@ impl fmt::Debug for ProofKey {
 pub enum Origin {
     /// Made by the operators: its proof fits.
     Proven,
+    /// Made by the operators, proven with the key a rotation replaced: a member, proven again
+    /// with the current key.
+    ProvenWithPrevious,
     /// Still gated, without a proof: it never ran (an operator stopped between making it and
     /// proving it, or someone else made it gated). Deleted and made again.
     Unproven,
-    /// Made before the key existed (by an older operator): trusted once, then proven.
+    /// Without any proof, made before the key existed (by an older operator): trusted once,
+    /// then proven.
     Older,
     /// Running without a proof that fits: not a member; the operator holds until it is gone.
+    /// A pod whose proof fits no key is foreign whatever its age.
     Foreign,
+}
+
+impl Origin {
+    /// Whether the pod is taken for a member (at once, or once proven).
+    pub fn is_member(&self) -> bool {
+        matches!(
+            self,
+            Origin::Proven | Origin::ProvenWithPrevious | Origin::Older
+        )
+    }
+}
+
+/// Why the key cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error(
+        "Secret {KEY_SECRET} holds no usable key: {0}; member pods cannot be proven, so the \
+         operator does not start (delete the Secret to have a new key made, then see \
+         docs/reference/labels-and-annotations.md for the member pods of a lost key)"
+    )]
+    Malformed(String),
 }
 
 impl ProofKey {
     pub fn new(key: Vec<u8>, created: Option<Timestamp>) -> ProofKey {
-        ProofKey { key, created }
+        ProofKey::from_keys(Keys {
+            current: key,
+            previous: None,
+            created,
+        })
+    }
+
+    /// A key during a rotation: pods proven with `previous` are still members.
+    pub fn rotating(key: Vec<u8>, previous: Vec<u8>, created: Option<Timestamp>) -> ProofKey {
+        ProofKey::from_keys(Keys {
+            current: key,
+            previous: Some(previous),
+            created,
+        })
+    }
+
+    fn from_keys(keys: Keys) -> ProofKey {
+        ProofKey {
+            keys: Arc::new(RwLock::new(keys)),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Keys> {
+        // A writer that panicked left whole keys behind (they are replaced in one assignment).
+        self.keys.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reads the key from the Secret in `namespace`, making it (a new random key) the first
     /// time. Two operators starting together both try; the one that loses reads the other's.
+    /// A Secret without a usable key (missing, empty, too short) is refused, not replaced.
     pub async fn load_or_create(
         client: kube::Client,
         namespace: &str,
-    ) -> Result<ProofKey, kube::Error> {
-        let secrets: Api<Secret> = Api::namespaced(client, namespace);
-        if let Some(secret) = secrets.get_opt(KEY_SECRET).await? {
-            return Ok(Self::from_secret(&secret));
-        }
-        let key: [u8; 32] = rand::random();
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(KEY_SECRET.into()),
-                ..Default::default()
-            },
-            data: Some([(KEY_FIELD.to_string(), ByteString(key.to_vec()))].into()),
-            ..Default::default()
-        };
-        match secrets.create(&PostParams::default(), &secret).await {
-            Ok(made) => Ok(Self::from_secret(&made)),
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                Ok(Self::from_secret(&secrets.get(KEY_SECRET).await?))
+    ) -> Result<ProofKey, KeyError> {
+        Ok(ProofKey::from_keys(
+            read_or_create(client, namespace).await?,
+        ))
+    }
+
+    /// Reads the Secret again every `every`, so that a rotated (or recreated) key is used by
+    /// both operators without a restart. A Secret that cannot be read or holds no usable key
+    /// leaves the key in use as it is, said in the log each time.
+    pub async fn refresh_forever(&self, client: kube::Client, namespace: String, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            match read_or_create(client.clone(), &namespace).await {
+                Ok(keys) => {
+                    if self.replace(keys) {
+                        tracing::warn!(secret = KEY_SECRET, %namespace, "the member pods' proof key changed; it is used from now on");
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(secret = KEY_SECRET, %namespace, error = %e, "cannot read the member pods' proof key; the one in use stays");
+                }
             }
-            Err(e) => Err(e),
         }
     }
 
-    fn from_secret(secret: &Secret) -> ProofKey {
-        let key = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(KEY_FIELD))
-            .map(|k| k.0.clone())
-            .unwrap_or_default();
-        ProofKey::new(
-            key,
-            secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        )
+    /// Puts `keys` in place; whether they differ from those in use.
+    fn replace(&self, keys: Keys) -> bool {
+        let mut held = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        let changed = *held != keys;
+        *held = keys;
+        changed
     }
 
-    /// The proof for the pod with `uid` that is `member` in `namespace`.
+    /// The proof for the pod with `uid` that is `member` in `namespace`, with the current key.
     pub fn proof(&self, namespace: &str, member: &str, uid: &str) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        for part in [namespace, member, uid] {
-            // Length-prefixed, so that no two triples hash the same bytes.
-            mac.update(&(part.len() as u64).to_be_bytes());
-            mac.update(part.as_bytes());
-        }
-        hex::encode(mac.finalize().into_bytes())
+        proof_with(&self.read().current, namespace, member, uid)
     }
 
     /// Where `pod` comes from.
     pub fn origin(&self, pod: &Pod) -> Origin {
+        let keys = self.read();
         let meta = &pod.metadata;
-        let fits = || {
-            let member = meta.labels.as_ref()?.get(MEMBER_LABEL)?;
-            let given = meta.annotations.as_ref()?.get(PROOF_ANNOTATION)?;
-            let expected = self.proof(
-                meta.namespace.as_deref().unwrap_or_default(),
-                member,
-                meta.uid.as_deref()?,
-            );
-            Some(!self.key.is_empty() && constant_time_eq(given.as_bytes(), expected.as_bytes()))
+        let given = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROOF_ANNOTATION));
+        let fits = |key: &[u8]| -> bool {
+            let (Some(given), Some(member), Some(uid)) = (
+                given,
+                meta.labels.as_ref().and_then(|l| l.get(MEMBER_LABEL)),
+                meta.uid.as_deref(),
+            ) else {
+                return false;
+            };
+            let namespace = meta.namespace.as_deref().unwrap_or_default();
+            let expected = proof_with(key, namespace, member, uid);
+            !key.is_empty() && constant_time_eq(given.as_bytes(), expected.as_bytes())
         };
-        if fits() == Some(true) {
+        if fits(&keys.current) {
             return Origin::Proven;
+        }
+        if keys.previous.as_deref().is_some_and(fits) {
+            return Origin::ProvenWithPrevious;
         }
         if gated(pod) {
             return Origin::Unproven;
         }
+        // A proof that fits no key proves it is not the operators' (or that the key was
+        // lost): its age does not make it one.
+        if given.is_some() {
+            return Origin::Foreign;
+        }
         let made = meta.creation_timestamp.as_ref().map(|t| t.0);
-        match (made, self.created) {
+        match (made, keys.created) {
             (Some(made), Some(key)) if made < key => Origin::Older,
             _ => Origin::Foreign,
         }
@@ -159,6 +239,70 @@ impl ProofKey {
             "spec": {"schedulingGates": null},
         })
     }
+}
+
+/// The keys in the Secret, made (a new random key) when there is none.
+async fn read_or_create(client: kube::Client, namespace: &str) -> Result<Keys, KeyError> {
+    let secrets: Api<Secret> = Api::namespaced(client, namespace);
+    if let Some(secret) = secrets.get_opt(KEY_SECRET).await? {
+        return keys_of(&secret);
+    }
+    let key: [u8; 32] = rand::random();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(KEY_SECRET.into()),
+            ..Default::default()
+        },
+        data: Some([(KEY_FIELD.to_string(), ByteString(key.to_vec()))].into()),
+        ..Default::default()
+    };
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(made) => keys_of(&made),
+        Err(kube::Error::Api(e)) if e.code == 409 => keys_of(&secrets.get(KEY_SECRET).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The keys a Secret holds: `key` must be there and long enough; `previous`, when there, too.
+fn keys_of(secret: &Secret) -> Result<Keys, KeyError> {
+    let field = |name: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(name))
+            .map(|k| k.0.clone())
+    };
+    let usable = |name: &str, key: Option<Vec<u8>>| -> Result<Vec<u8>, KeyError> {
+        match key {
+            None => Err(KeyError::Malformed(format!("no field {name:?}"))),
+            Some(k) if k.len() < MIN_KEY_BYTES => Err(KeyError::Malformed(format!(
+                "field {name:?} has {} bytes, fewer than {MIN_KEY_BYTES}",
+                k.len()
+            ))),
+            Some(k) => Ok(k),
+        }
+    };
+    let current = usable(KEY_FIELD, field(KEY_FIELD))?;
+    let previous = match field(PREVIOUS_KEY_FIELD) {
+        None => None,
+        Some(k) => Some(usable(PREVIOUS_KEY_FIELD, Some(k))?),
+    };
+    Ok(Keys {
+        current,
+        previous,
+        created: secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    })
+}
+
+/// HMAC-SHA256 of the pod's namespace, member name and UID with `key`, hex.
+fn proof_with(key: &[u8], namespace: &str, member: &str, uid: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
+    for part in [namespace, member, uid] {
+        // Length-prefixed, so that no two triples hash the same bytes.
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    hex::encode(mac.finalize().into_bytes())
 }
 
 fn gated(pod: &Pod) -> bool {
@@ -238,9 +382,10 @@ fn member_of(pod: &Pod) -> String {
     pod.labels().get(MEMBER_LABEL).cloned().unwrap_or_default()
 }
 
-/// What becomes of an existing pod labelled as a member: one of the operators' stays, one
-/// that never ran is deleted (to be made again), an older operator's gets its proof, and a
-/// foreign one is refused.
+/// What becomes of an existing pod labelled as a member: one of the operators' stays (proven
+/// again with the current key when a rotation's previous key proves it), one that never ran is
+/// deleted (to be made again), an older operator's gets its proof, and a foreign one is
+/// refused.
 pub async fn settle(api: &Api<Pod>, key: &ProofKey, pod: &Pod) -> Result<(), MakeError> {
     let name = pod.name_any();
     match key.origin(pod) {
@@ -249,12 +394,13 @@ pub async fn settle(api: &Api<Pod>, key: &ProofKey, pod: &Pod) -> Result<(), Mak
             delete_unproven(api, pod).await?;
             Err(MakeError::Remade(name))
         }
-        Origin::Older => {
+        Origin::Older | Origin::ProvenWithPrevious => {
             let uid = pod.uid().unwrap_or_default();
             let proof = key.proof(&pod.namespace().unwrap_or_default(), &member_of(pod), &uid);
             let patch = json!({"metadata": {"uid": uid, "annotations": {PROOF_ANNOTATION: proof}}});
             api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
+            tracing::info!(pod = %name, "member pod proven with the current key");
             Ok(())
         }
         Origin::Foreign => Err(MakeError::Foreign(name)),
@@ -274,7 +420,7 @@ pub async fn members_by_origin(
     for pod in pods {
         match key.origin(&pod) {
             Origin::Proven => members.push(pod),
-            Origin::Older => match settle(api, key, &pod).await {
+            Origin::Older | Origin::ProvenWithPrevious => match settle(api, key, &pod).await {
                 Ok(()) => members.push(pod),
                 Err(MakeError::Kube(e)) => return Err(e),
                 Err(_) => {
@@ -357,7 +503,7 @@ mod tests {
             Origin::Foreign
         );
         // Made with another key.
-        let other = ProofKey::new(vec![8; 32], key.created);
+        let other = ProofKey::new(vec![8; 32], key.read().created);
         assert_eq!(
             other.origin(&pod("uid-a", "c-0", Some(proof), false, 1)),
             Origin::Foreign
@@ -367,21 +513,109 @@ mod tests {
             key.origin(&pod("uid-a", "c-0", None, true, 1)),
             Origin::Unproven
         );
-        // Made before the key existed: an older operator's.
+        // Made before the key existed, without any proof: an older operator's.
         assert_eq!(
             key.origin(&pod("uid-a", "c-0", None, false, 11)),
             Origin::Older
+        );
+        // With a proof that fits no key, its age does not make it one (a key lost and made
+        // again must not re-trust what was refused).
+        assert_eq!(
+            key.origin(&pod("uid-a", "c-0", Some("00".into()), false, 11)),
+            Origin::Foreign
         );
         assert_eq!(
             key.origin(&pod("uid-a", "c-0", Some("00".into()), false, 1)),
             Origin::Foreign
         );
         // An empty key proves nothing.
-        let empty = ProofKey::new(Vec::new(), key.created);
+        let empty = ProofKey::new(Vec::new(), key.read().created);
         let proof = empty.proof("ns", "c-0", "uid-a");
         assert_eq!(
             empty.origin(&pod("uid-a", "c-0", Some(proof), false, 1)),
             Origin::Foreign
+        );
+    }
+
+    #[test]
+    fn during_a_rotation_both_keys_prove_and_the_previous_ones_pods_are_proven_again() {
+        let (old, new) = (vec![1; 32], vec![2; 32]);
+        let before = ProofKey::new(old.clone(), Some(hours_ago(10)));
+        let proven_before = pod(
+            "uid-a",
+            "c-0",
+            Some(before.proof("ns", "c-0", "uid-a")),
+            false,
+            1,
+        );
+        let rotating = ProofKey::rotating(new.clone(), old, before.read().created);
+        assert_eq!(rotating.origin(&proven_before), Origin::ProvenWithPrevious);
+        assert!(rotating.origin(&proven_before).is_member());
+        // New proofs are made with the new key.
+        let proven_now = pod(
+            "uid-b",
+            "c-1",
+            Some(rotating.proof("ns", "c-1", "uid-b")),
+            false,
+            1,
+        );
+        assert_eq!(rotating.origin(&proven_now), Origin::Proven);
+        // Once the previous key is removed, what it alone proves is foreign.
+        let after = ProofKey::new(new, before.read().created);
+        assert_eq!(after.origin(&proven_now), Origin::Proven);
+        assert_eq!(after.origin(&proven_before), Origin::Foreign);
+    }
+
+    #[test]
+    fn a_changed_key_is_seen_by_every_clone_at_once() {
+        let key = ProofKey::new(vec![1; 32], None);
+        let held_by_the_controller = key.clone();
+        let proof = key.proof("ns", "c-0", "uid-a");
+        assert!(key.replace(Keys {
+            current: vec![9; 32],
+            previous: None,
+            created: None,
+        }));
+        assert_ne!(held_by_the_controller.proof("ns", "c-0", "uid-a"), proof);
+        let same = key.read().clone();
+        assert!(!key.replace(same), "the same keys are no change");
+    }
+
+    #[test]
+    fn a_secret_without_a_usable_key_is_refused_loudly() {
+        let secret = |fields: &[(&str, usize)]| -> Secret {
+            Secret {
+                data: Some(
+                    fields
+                        .iter()
+                        .map(|(name, len)| (name.to_string(), ByteString(vec![7; *len])))
+                        .collect(),
+                ),
+                ..Default::default()
+            }
+        };
+        for (fields, says) in [
+            (vec![], "no field \"key\""),
+            (vec![("key", 0)], "0 bytes"),
+            (vec![("key", 8)], "8 bytes"),
+            (
+                vec![("key", 32), ("previous", 3)],
+                "\"previous\" has 3 bytes",
+            ),
+        ] {
+            let error = keys_of(&secret(&fields))
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(error.contains(says), "{fields:?}: {error}");
+            assert!(error.contains("does not start"), "{error}");
+        }
+        let Ok(keys) = keys_of(&secret(&[("key", 32), ("previous", 32)])) else {
+            panic!("a key and a previous key of 32 bytes are usable");
+        };
+        assert_eq!(
+            (keys.current.len(), keys.previous.map(|p| p.len())),
+            (32, Some(32))
         );
     }
 

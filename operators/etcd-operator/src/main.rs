@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use backup_cli::LogFormat;
 use clap::Parser;
-use etcd_members::origin::ProofKey;
+use etcd_members::origin::{KEY_REFRESH, ProofKey};
 use etcd_operator::context::{Context, MANAGER};
 use etcd_operator::metrics::Metrics;
 use etcd_operator::runner;
@@ -49,6 +49,11 @@ async fn main() -> Result<()> {
         anyhow::anyhow!("the member pods' proof key lives in the operator's namespace: set POD_NAMESPACE (downward API) or --namespace")
     })?;
     let proof = ProofKey::load_or_create(client.clone(), &own_namespace).await?;
+    // A rotated or recreated key is taken up without a restart.
+    tokio::spawn({
+        let (proof, client, namespace) = (proof.clone(), client.clone(), own_namespace.clone());
+        async move { proof.refresh_forever(client, namespace, KEY_REFRESH).await }
+    });
     let ctx = Arc::new(Context::new(client, identity, metrics, scope, proof));
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),

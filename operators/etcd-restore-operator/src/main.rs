@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use backup_cli::LogFormat;
 use clap::Parser;
-use etcd_members::origin::ProofKey;
+use etcd_members::origin::{KEY_REFRESH, ProofKey};
 use etcd_restore_operator::context::{Context, MANAGER};
 use etcd_restore_operator::metrics::Metrics;
 use etcd_restore_operator::runner;
@@ -61,6 +61,11 @@ async fn main() -> Result<()> {
         anyhow::anyhow!("the member pods' proof key lives in the operator's namespace: set POD_NAMESPACE (downward API) or --namespace")
     })?;
     let proof = ProofKey::load_or_create(client.clone(), &own_namespace).await?;
+    // A rotated or recreated key is taken up without a restart.
+    tokio::spawn({
+        let (proof, client, namespace) = (proof.clone(), client.clone(), own_namespace.clone());
+        async move { proof.refresh_forever(client, namespace, KEY_REFRESH).await }
+    });
     let mut ctx = Context::new(client, identity, metrics, args.backup_image, proof);
     ctx.allow_ambient_credentials = args.allow_ambient_credentials;
     ctx.start_deadline = Duration::from_secs(args.restore_pod_start_deadline_seconds);

@@ -9,7 +9,6 @@ use backup_api::{EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePlan};
 use etcd_members::access::Access;
 use etcd_members::build;
 use etcd_members::labels::{self, DETACHED_LABEL};
-use etcd_members::origin::Origin;
 use etcd_members::tls::{self, Dereferenced, TlsSecrets};
 use fetch_pod::source::Source;
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodStatus, Secret};
@@ -289,7 +288,7 @@ pub async fn world(
         .await?
         .items
         .into_iter()
-        .filter(|p| matches!(ctx.proof.origin(p), Origin::Proven | Origin::Older))
+        .filter(|p| ctx.proof.origin(p).is_member())
         .collect();
     // Every claim of the namespace, read once (one consistent view): the cluster's, those
     // detached from it earlier, those made for restores of this name and not yet given to the
