@@ -2,13 +2,14 @@
 //! the cron schedule (or at once on a `NOSPACE` alarm), and each reconcile takes one step of it
 //! ([`etcd_cluster::defrag::next_step`], pure). The round lives in `status.defragmentation`:
 //! the member about to be defragmented is recorded there before the call, and the call's answer
-//! right after it ([`record_call`]: defragmented, or failed, which stops the round). A member
-//! still recorded when the next reconcile comes had its answer lost (the call outlived the
-//! member timeout, or the operator restarted mid-call): it counts as done only once it serves
-//! reads again (a defragmenting member may answer `Status`, but serves no read), and the round
-//! stops when it does not in time. While a round runs, every member is asked for a serializable read
-//! ([`probe_reads`]), so no member starts while another may still be defragmenting. Rounds run only while membership has converged and no upgrade is under way (a
-//! restore pauses the cluster, and a paused cluster is not reconciled at all). After a round
+//! right after it (defragmented, or failed, which stops the round). A member still recorded
+//! when the next reconcile comes had its answer lost (the call outlived the member timeout, or
+//! the operator restarted mid-call): it counts as done only once it serves reads again (a
+//! defragmenting member may answer `Status`, but serves no read), and the round stops when it
+//! does not in time. While a round runs, every member is asked for a serializable read
+//! ([`probe_reads`]), so no member starts while another may still be defragmenting. Rounds run
+//! only while membership has converged and no upgrade is under way (a restore pauses the
+//! cluster, and a paused cluster is not reconciled at all). After a round
 //! that leaves every member's file below its quota, a `NOSPACE` alarm is disarmed.
 
 use std::str::FromStr;
@@ -198,7 +199,13 @@ async fn step_round(
             round.current_size_before = Some(db(member).size);
             status.round = Some(round.clone());
             match defragment(ctx, cluster, access, pods, &status, member, timeout).await {
-                Err(e) => Err(e),
+                // The member was not recorded (nor asked): it is not left as under way.
+                Err(e) => {
+                    round.current = None;
+                    round.current_started = None;
+                    round.current_size_before = None;
+                    Err(e)
+                }
                 // Cut short: the member may still be at it; the next reconcile looks.
                 Ok(None) => Ok(()),
                 Ok(Some(Ok(size))) => {

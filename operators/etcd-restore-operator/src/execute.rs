@@ -41,6 +41,8 @@ pub(crate) async fn execute(
     let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let merge = |value: serde_json::Value| Patch::Merge(value);
+    // The cluster a step acts on: the planner plans those steps only with one.
+    let the_cluster = || cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"));
     match step {
         // A failed restore keeps its pods and staged claims (their logs say what went wrong;
         // deleting the EtcdRestore deletes them).
@@ -110,8 +112,7 @@ pub(crate) async fn execute(
             create(&clusters, &cluster).await?;
         }
         RestoreStep::PauseCluster => {
-            let cluster =
-                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let cluster = the_cluster()?;
             hold_until_released(&restores, restore).await?;
             // A new restore of a cluster an earlier one abandoned takes it over.
             let mut annotations =
@@ -154,8 +155,7 @@ pub(crate) async fn execute(
             }
         }
         RestoreStep::RestoreMembers(members) => {
-            let cluster =
-                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let cluster = the_cluster()?;
             let source = source.ok_or_else(|| not_as_planned("a fetch without a source"))?;
             let plan = recorded_plan(restore)?;
             // Checked by the planner before this step; an edited status is refused here.
@@ -180,8 +180,7 @@ pub(crate) async fn execute(
             }
         }
         RestoreStep::JoinClaims(members) => {
-            let cluster =
-                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let cluster = the_cluster()?;
             let plan = recorded_plan(restore)?;
             for member in members {
                 if let Some(patch) = pods::join_patch(cluster, member, &plan.version) {
@@ -192,8 +191,7 @@ pub(crate) async fn execute(
             }
         }
         RestoreStep::StartMembers(members) => {
-            let cluster =
-                cluster.ok_or_else(|| not_as_planned("a step on a cluster that is gone"))?;
+            let cluster = the_cluster()?;
             let plan = recorded_plan(restore)?;
             let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
             let apply = PatchParams::apply(MANAGER).force();
