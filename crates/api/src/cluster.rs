@@ -83,7 +83,54 @@ pub struct EtcdClusterSpec {
     /// Replacing a member whose node is lost (not Ready, or gone). Unset: after 300 s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_replacement: Option<MemberReplacement>,
+    /// What the operator does by itself when the cluster has lost quorum because the nodes of
+    /// a majority of its members are down. Unset: nothing (`recovery: None`); the user
+    /// recovers with an EtcdRestore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_loss: Option<QuorumLoss>,
 }
+
+/// Automatic recovery from a lost quorum: once the nodes of the members that do not answer
+/// have all been down (not Ready, or gone) for `afterSeconds`, the operator creates the
+/// EtcdRestore a human would (named like the cluster): from the surviving member, or from the
+/// newest backup of an EtcdBackup. Never while a member that does not answer is on a node that
+/// is up (it may come back), never a second time (a failed recovery waits for a human).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new(
+    "self.recovery != 'FromBackup' || (has(self.backupRef) && self.backupRef.name != '')"
+).message("recovery FromBackup needs backupRef.name"))]
+#[serde(rename_all = "camelCase")]
+pub struct QuorumLoss {
+    /// `None` (default), `FromSurvivor` or `FromBackup`.
+    #[serde(default)]
+    pub recovery: QuorumLossRecovery,
+    /// How long the lost members' nodes must have been down (counted from when Kubernetes
+    /// marked them not Ready, about 50 s after they stopped answering); default 300, at least
+    /// 10. A node deleted from the cluster counts as down at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10))]
+    pub after_seconds: Option<i64>,
+    /// The EtcdBackup, in this namespace, whose newest verified backup `FromBackup` restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_ref: Option<crate::restore::BackupRef>,
+}
+
+/// What an automatic recovery from a lost quorum restores.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum QuorumLossRecovery {
+    /// Nothing: `Available=False/QuorumLost`, and a human decides.
+    #[default]
+    None,
+    /// The surviving member with the most recent data (an EtcdRestore with `fromSurvivor`):
+    /// nothing it committed is lost.
+    FromSurvivor,
+    /// The newest verified backup of `backupRef` (an EtcdRestore with `backupRef`): every write
+    /// since that backup is lost.
+    FromBackup,
+}
+
+/// Default of `spec.quorumLoss.afterSeconds`.
+pub const DEFAULT_QUORUM_LOSS_AFTER_SECONDS: u64 = 300;
 
 /// When a member whose node is lost is replaced: removed from etcd (its claim kept, detached
 /// from the cluster) and a new member started on a healthy node, one at a time, only while the

@@ -33,6 +33,12 @@ pub enum SpecError {
     /// A count or duration is below zero.
     #[error("spec.{0} must not be negative")]
     Negative(&'static str),
+    /// `fromSurvivor` together with a backup to restore.
+    #[error(
+        "spec.fromSurvivor takes the data from a member of the cluster: it excludes s3, local, \
+         backupRef and decryption"
+    )]
+    SurvivorWithBackup,
     /// `spec.drill` that cannot run as written.
     #[error("spec.drill: {0}")]
     Drill(&'static str),

@@ -22,8 +22,8 @@ pub use backup::{
 };
 pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
-    MemberReplacement, MemberSecret, MembersStatus, MembershipChange, PodPolicy, StaticTls,
-    TlsPolicy,
+    MemberReplacement, MemberSecret, MembersStatus, MembershipChange, PodPolicy, QuorumLoss,
+    QuorumLossRecovery, StaticTls, TlsPolicy,
 };
 pub use crd::crds;
 pub use defrag::{
@@ -35,8 +35,8 @@ pub use encryption::{BackupEncryption, RestoreDecryption, SecretKeyRef};
 pub use error::SpecError;
 pub use restore::{
     BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, ExpectedBackup,
-    KeySpace, NewCluster, OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium,
-    VerifiedSnapshot,
+    FromSurvivor, KeySpace, NewCluster, OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium,
+    Survivor, VerifiedSnapshot,
 };
 pub use storage::{
     AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3ServerSideEncryption,

@@ -39,18 +39,20 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
 )]
 #[x_kube(
     validation = Rule::new("self == oldSelf").message("spec is immutable; create a new EtcdRestore"),
-    validation = Rule::new("self.backupStorageType != 'S3' || has(self.s3) || has(self.backupRef)").message("backupStorageType S3 requires the s3 block (or backupRef)"),
+    validation = Rule::new("self.backupStorageType != 'S3' || has(self.s3) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType S3 requires the s3 block (or backupRef, or fromSurvivor)"),
+    validation = Rule::new("!has(self.fromSurvivor) || !(has(self.s3) || has(self.local) || has(self.backupRef) || has(self.decryption))").message("fromSurvivor takes the data from a member of the cluster: it excludes s3, local, backupRef and decryption"),
     validation = Rule::new("self.backupStorageType != 'ABS' || has(self.abs)").message("backupStorageType ABS requires the abs block"),
     validation = Rule::new("self.backupStorageType != 'GCS' || has(self.gcs)").message("backupStorageType GCS requires the gcs block"),
     validation = Rule::new("self.backupStorageType != 'OSS' || has(self.oss)").message("backupStorageType OSS requires the oss block"),
-    validation = Rule::new("self.backupStorageType != 'Local' || has(self.local) || has(self.backupRef)").message("backupStorageType Local requires the local block (or backupRef)")
+    validation = Rule::new("self.backupStorageType != 'Local' || has(self.local) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType Local requires the local block (or backupRef)")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdRestoreSpec {
     /// Backend holding the snapshot; the block of the same name must be set. `S3` and `Local`
-    /// are restored, the others refused (`BadSource`). Required by the schema (as in coreos)
-    /// even with `backupRef`, where it is ignored (the EtcdBackup's recorded backup decides):
-    /// set `S3` or `Local` then, which need no block of their own with `backupRef`.
+    /// are restored, the others refused (`BadSource`). Ignored with `backupRef` (the
+    /// EtcdBackup's recorded backup decides) and with `fromSurvivor`; coreos required it, here
+    /// it defaults to `S3`, which needs no block of its own with either.
+    #[serde(default)]
     pub backup_storage_type: StorageType,
     /// S3 object to restore (`path` names the exact object, e.g. one periodic backup).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +75,14 @@ pub struct EtcdRestoreSpec {
     /// storage with its credentials, instead of the `s3`/`local` block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_ref: Option<BackupRef>,
+    /// Recover a cluster that lost quorum from its surviving member with the most recent data
+    /// (instead of a backup): that member's snapshot becomes a new one-member cluster, with its
+    /// revision moved forward as any restore's, which its operator grows back to `size`.
+    /// Refused while any member still has a leader (the cluster has quorum). Every old
+    /// member's volume is kept whatever `oldVolumes` says: a lost member may hold writes the
+    /// survivor missed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_survivor: Option<FromSurvivor>,
     /// The EtcdCluster to create when it does not exist. Ignored when it exists: its own spec
     /// is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +127,18 @@ pub struct NewCluster {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub storage_class_name: Option<String>,
+}
+
+/// A recovery from the surviving member (`spec.fromSurvivor`). The member is chosen by the
+/// operator: of the members that answer, the one with the highest Raft term, then the highest
+/// committed Raft index (then revision): the one that holds every write any of them committed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct FromSurvivor {
+    /// Recover from this member instead of the one chosen (it must answer; the restore waits
+    /// until it does). For when you know better, e.g. the chosen member's disk is failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub member: Option<String>,
 }
 
 /// An EtcdBackup in this namespace.
@@ -179,6 +201,16 @@ impl EtcdRestoreSpec {
                 restore: restore_name.to_string(),
                 cluster: self.etcd_cluster.name.clone(),
             });
+        }
+        if self.from_survivor.is_some() {
+            if self.s3.is_some()
+                || self.local.is_some()
+                || self.backup_ref.is_some()
+                || self.decryption.is_some()
+            {
+                return Err(SpecError::SurvivorWithBackup);
+            }
+            return Ok(());
         }
         if self.backup_ref.is_some() {
             return Ok(());
@@ -249,7 +281,7 @@ pub struct EtcdRestoreStatus {
 }
 
 pub use etcd_cluster::restore_plan::recorded::{
-    ExpectedBackup, KeySpace, RestorePhase, RestorePlan, VerifiedSnapshot,
+    ExpectedBackup, KeySpace, RestorePhase, RestorePlan, Survivor, VerifiedSnapshot,
 };
 
 #[cfg(test)]

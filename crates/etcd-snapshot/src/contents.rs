@@ -104,6 +104,11 @@ pub async fn key_space(
 }
 
 /// How many keys there are at `revision`.
+///
+/// Reads here and in [`content_digest`] are serializable: they describe the asked member's own
+/// data at a fixed revision (the revision of its snapshot, or of a restored member), which
+/// needs no leader. A member that lost quorum still answers them, so the snapshot of a surviving
+/// member (a recovery from a survivor) records its contents too.
 async fn count(client: &mut Client, endpoint: &str, revision: i64) -> Result<i64> {
     let counted = client
         .get(
@@ -112,7 +117,8 @@ async fn count(client: &mut Client, endpoint: &str, revision: i64) -> Result<i64
                 GetOptions::new()
                     .with_all_keys()
                     .with_count_only()
-                    .with_revision(revision),
+                    .with_revision(revision)
+                    .with_serializable(),
             ),
         )
         .await
@@ -140,6 +146,7 @@ async fn content_digest(client: &mut Client, endpoint: &str, revision: i64) -> R
                         .with_from_key()
                         .with_revision(revision)
                         .with_limit(DIGEST_PAGE_KEYS)
+                        .with_serializable()
                         .with_sort(etcd_client::SortTarget::Key, etcd_client::SortOrder::Ascend),
                 ),
             )

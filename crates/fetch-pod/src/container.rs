@@ -2,15 +2,15 @@
 //! it mounts. Every Secret is mounted as files; private keys are not world-readable (the pod's
 //! user reads them through its fsGroup).
 
-use backup_api::SseMode;
 use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
+use backup_api::{SseMode, client_tls};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
 };
 
 use operator_runtime::volumes::secret_volume;
 
-use crate::source::Source;
+use crate::source::{MemberSnapshot, Source};
 
 /// Where the Secrets are mounted in the containers that reach the backup.
 const AWS_DIR: &str = "/etc/etcd-backup/aws";
@@ -19,6 +19,8 @@ const CA_DIR: &str = "/etc/etcd-backup/s3-ca";
 const IDENTITY_DIR: &str = "/etc/etcd-backup/age";
 /// The SSE-C key's Secret.
 const SSE_C_DIR: &str = "/etc/etcd-backup/sse-c";
+/// The cluster's operator Secret (client TLS to a member), for a member's snapshot.
+const ETCD_TLS_DIR: &str = "/etc/etcd-backup/etcd-client";
 /// Mode of mounted private keys: owner and group (the pod's fsGroup) only.
 const PRIVATE_MODE: i32 = 0o440;
 
@@ -50,6 +52,10 @@ impl FetchMounts {
                 let volume = secret_volume("sse-c", &key.name, Some(PRIVATE_MODE));
                 mounts.add(volume, SSE_C_DIR, true);
             }
+        }
+        if let Some(secret) = source.member.as_ref().and_then(|m| m.tls_secret.as_ref()) {
+            let volume = secret_volume("etcd-client-tls", secret, Some(PRIVATE_MODE));
+            mounts.add(volume, ETCD_TLS_DIR, true);
         }
         if let Some(identity) = &source.identity {
             let volume = secret_volume("age-identity", &identity.name, Some(PRIVATE_MODE));
@@ -94,25 +100,55 @@ pub fn fetch_container(
     out: &str,
     scratch: VolumeMount,
 ) -> Container {
-    let identity = source
-        .identity
-        .as_ref()
-        .map(|key| format!("{IDENTITY_DIR}/{}", key.key));
-    let mut command = vec!["fetch", source.url.as_str(), "--out", out];
-    if let Some(identity) = &identity {
-        command.extend(["--identity", identity.as_str()]);
-    }
+    let command = match &source.member {
+        Some(member) => member_snapshot_command(&source.url, member, out),
+        None => fetch_command(source, out),
+    };
     let mut mounts = FetchMounts::of(source).fetch;
     mounts.push(scratch);
     Container {
         name: name.into(),
         image: Some(image.into()),
-        args: Some(tool_args(source, command)),
+        args: Some(tool_args(source, command.iter().map(String::as_str))),
         env: Some(env(source)),
         volume_mounts: Some(mounts),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     }
+}
+
+/// `etcd-backup fetch` of a stored backup into `out`, decrypted with the identity's file.
+fn fetch_command(source: &Source, out: &str) -> Vec<String> {
+    let mut command = vec![
+        "fetch".into(),
+        source.url.clone(),
+        "--out".into(),
+        out.into(),
+    ];
+    if let Some(key) = &source.identity {
+        command.extend(["--identity".into(), format!("{IDENTITY_DIR}/{}", key.key)]);
+    }
+    command
+}
+
+/// `etcd-backup save` of the member at `url` into `out` (a file on the scratch volume): the
+/// same stream, trailer check and JSON report as a backup, with no key digest (the member's
+/// whole key space read once more would only delay the recovery).
+fn member_snapshot_command(url: &str, member: &MemberSnapshot, out: &str) -> Vec<String> {
+    let mut command: Vec<String> = ["save", "--endpoints", url, "--no-hash-kv", "--to"]
+        .map(String::from)
+        .into();
+    command.push(format!("file://{out}"));
+    if member.tls_secret.is_some() {
+        for (flag, key) in [
+            ("--cacert", client_tls::CA_KEY),
+            ("--cert", client_tls::CERT_KEY),
+            ("--key", client_tls::KEY_KEY),
+        ] {
+            command.extend([flag.into(), format!("{ETCD_TLS_DIR}/{key}")]);
+        }
+    }
+    command
 }
 
 /// `etcd-backup`'s global flags for `source` (JSON output and logs, the S3 settings and
@@ -197,6 +233,7 @@ mod tests {
                 key: "identity.txt".into(),
             }),
             expected: None,
+            member: None,
         }
     }
 
@@ -249,6 +286,46 @@ mod tests {
             mounts,
             ["/etc/etcd-backup/aws", "/etc/etcd-backup/age", "/scratch"]
         );
+    }
+
+    #[test]
+    fn a_survivors_snapshot_is_saved_from_the_member_with_the_client_certificate_as_files() {
+        let source = crate::source::from_member(
+            "https://c-1.c.ns.svc:2379".into(),
+            Some("c-operator-tls".into()),
+        );
+        let fetch = fetch_container(
+            "fetch",
+            "etcd-backup:dev",
+            &source,
+            "/scratch/s.db",
+            scratch(),
+        );
+        let args = fetch.args.unwrap();
+        let command: Vec<&str> = args[4..].iter().map(String::as_str).collect();
+        assert_eq!(
+            command,
+            [
+                "save",
+                "--endpoints",
+                "https://c-1.c.ns.svc:2379",
+                "--no-hash-kv",
+                "--to",
+                "file:///scratch/s.db",
+                "--cacert",
+                "/etc/etcd-backup/etcd-client/etcd-client-ca.crt",
+                "--cert",
+                "/etc/etcd-backup/etcd-client/etcd-client.crt",
+                "--key",
+                "/etc/etcd-backup/etcd-client/etcd-client.key"
+            ]
+        );
+        assert_eq!(fetch.env, Some(Vec::new()));
+        let tls = FetchMounts::of(&source);
+        let volume = &tls.volumes[0];
+        assert_eq!(volume.secret.as_ref().unwrap().default_mode, Some(0o440));
+        let plain = crate::source::from_member("http://c-1.c.ns.svc:2379".into(), None);
+        assert_eq!(FetchMounts::of(&plain), FetchMounts::default());
     }
 
     #[test]

@@ -24,6 +24,29 @@ pub struct Source {
     /// What the EtcdBackup recorded of it (a `backupRef`): what the fetches and the restored
     /// members must show.
     pub expected: Option<ExpectedBackup>,
+    /// A live member's snapshot instead of a stored backup (a recovery from a survivor): `url`
+    /// is its client URL.
+    pub member: Option<MemberSnapshot>,
+}
+
+/// How a pod reaches a member for its snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberSnapshot {
+    /// The cluster's operator Secret (`TLS.static.operatorSecret`, coreos' key names) when the
+    /// members serve clients over TLS: its client certificate is mounted into the fetch.
+    pub tls_secret: Option<String>,
+}
+
+/// The snapshot of the member at `client_url` (a recovery from a survivor).
+pub fn from_member(client_url: String, tls_secret: Option<String>) -> Source {
+    Source {
+        url: client_url,
+        s3: None,
+        claim: None,
+        identity: None,
+        expected: None,
+        member: Some(MemberSnapshot { tls_secret }),
+    }
 }
 
 /// How to reach S3: the endpoint settings and the Secrets the pod mounts.
@@ -101,6 +124,7 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
                 claim: None,
                 identity: None,
                 expected: None,
+                member: None,
             })
         }
         StorageType::Local => {
@@ -185,6 +209,7 @@ fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Sourc
             claim: None,
             identity: None,
             expected: None,
+            member: None,
         });
     }
     let path = url.strip_prefix("file://").ok_or_else(bad)?;
@@ -239,6 +264,7 @@ fn claim_source(claim: &str, path: &str) -> Result<Source, SourceError> {
         claim: Some(claim.to_string()),
         identity: None,
         expected: None,
+        member: None,
     })
 }
 

@@ -229,7 +229,7 @@ fn cases() -> Vec<Case> {
         (
             "S3",
             s3(),
-            "backupStorageType S3 requires the s3 block (or backupRef)",
+            "backupStorageType S3 requires the s3 block (or backupRef, or fromSurvivor)",
         ),
         ("ABS", abs(), "backupStorageType ABS requires the abs block"),
         ("GCS", gcs(), "backupStorageType GCS requires the gcs block"),
@@ -252,6 +252,25 @@ fn cases() -> Vec<Case> {
         kind: "EtcdRestore",
         valid: restore("r", "Local", Some(local("/backups/etcd.backup"))),
         broken: restore("r", "Local", Some(local("etcd.backup"))),
+    });
+    let survivor = |with_s3: bool| {
+        let mut r = restore("r", "S3", with_s3.then(s3));
+        r["spec"]["fromSurvivor"] = json!({});
+        r
+    };
+    cases.push(Case {
+        message: "fromSurvivor takes the data from a member of the cluster: it excludes s3, local, backupRef and decryption",
+        kind: "EtcdRestore",
+        valid: survivor(false),
+        broken: survivor(true),
+    });
+    let quorum_loss =
+        |policy: Value| object("EtcdCluster", "c", json!({"size": 3, "quorumLoss": policy}));
+    cases.push(Case {
+        message: "recovery FromBackup needs backupRef.name",
+        kind: "EtcdCluster",
+        valid: quorum_loss(json!({"recovery": "FromBackup", "backupRef": {"name": "nightly"}})),
+        broken: quorum_loss(json!({"recovery": "FromBackup"})),
     });
     // Not a CEL rule but the schema's pattern: a new cluster of a minor the operators do not
     // run is refused at once.

@@ -24,6 +24,7 @@ use crate::context::{Context, Error, MANAGER};
 use crate::defrag;
 use crate::execute::execute;
 use crate::observe::{self};
+use crate::quorum_loss;
 use crate::status;
 use crate::upgrade;
 use etcd_members::access::Access;
@@ -203,6 +204,13 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let now = chrono::Utc::now();
     let defrag =
         defrag::reconcile(&ctx, &cluster, &access, &pods, &view, may_defragment, now).await;
+    // A lost quorum: recovered automatically when spec.quorumLoss says so (its rules decide).
+    let recovery = match &step {
+        MembershipStep::QuorumLost { .. } => {
+            Some(quorum_loss::reconcile(&ctx, &cluster, &observed).await?)
+        }
+        _ => None,
+    };
     let mut report = status::report(
         &cluster,
         &observed,
@@ -211,6 +219,9 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         upgrade.as_ref(),
         &outcome,
     );
+    if let Some(recovery) = recovery {
+        status::add_to_available(&mut report, &recovery);
+    }
     let last_round = defrag.status.as_ref().and_then(|d| d.last_round.as_ref());
     if let Some(condition) = status::defragmented(&cluster, last_round) {
         report.conditions.get_or_insert_default().push(condition);

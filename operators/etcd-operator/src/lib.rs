@@ -11,6 +11,7 @@ pub mod defrag;
 mod execute;
 pub mod metrics;
 pub mod observe;
+pub mod quorum_loss;
 pub mod rbac;
 pub mod runner;
 pub mod scope;

@@ -47,6 +47,7 @@ pub struct Metrics {
     pub last_defrag: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     pub last_defrag_duration: Family<MemberLabels, Gauge<f64, AtomicU64>>,
     pub alarms: Family<AlarmLabels, Gauge>,
+    pub quorum_loss_recoveries: Family<ChangeLabels, Counter>,
     /// The clusters with series, and the members each has series for: a deleted cluster's
     /// series, and a removed member's, go with it.
     seen: Mutex<BTreeMap<ClusterLabels, BTreeSet<String>>>,
@@ -147,8 +148,15 @@ impl Default for Metrics {
             "1 while etcd reports the alarm (NOSPACE, CORRUPT) for the cluster",
             alarms.clone(),
         );
+        let quorum_loss_recoveries = Family::<ChangeLabels, Counter>::default();
+        registry.register(
+            "quorum_loss_recoveries",
+            "Recoveries of a lost quorum started by spec.quorumLoss (step: FromSurvivor, FromBackup)",
+            quorum_loss_recoveries.clone(),
+        );
         Metrics {
             seen: Mutex::default(),
+            quorum_loss_recoveries,
             db_size,
             db_size_in_use,
             db_quota,
@@ -168,6 +176,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A recovery of a lost quorum was started (`spec.quorumLoss`).
+    pub fn recovery_started(&self, namespace: &str, name: &str, recovery: &str) {
+        let labels = self.cluster_labels(namespace, name);
+        self.quorum_loss_recoveries
+            .get_or_create(&change_labels(&labels, recovery))
+            .inc();
+    }
+
     pub fn observe(
         &self,
         namespace: &str,

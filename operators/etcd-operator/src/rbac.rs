@@ -12,6 +12,9 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     // recorded change at the start of each reconcile.
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     ("etcd.database.coreos.com", "etcdclusters/status", "get"),
+    // quorum_loss.rs: the recovery's EtcdRestore, read first so that only one is made.
+    ("etcd.database.coreos.com", "etcdrestores", "get"),
+    ("etcd.database.coreos.com", "etcdrestores", "create"),
     // main.rs owns(): the pod watch; controller.rs: list, create, delete; upgrade.rs and
     // adopt.rs: patch.
     ("", "pods", "list"),

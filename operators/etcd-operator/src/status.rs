@@ -221,7 +221,7 @@ pub fn report(
             false,
             Available::QuorumLost,
             format!(
-                "{reason}; dead: {}; restore with an EtcdRestore",
+                "{reason}; dead: {}; recover with an EtcdRestore (fromSurvivor while a member survives, else from a backup)",
                 dead.join(", ")
             ),
         ),
@@ -409,6 +409,20 @@ pub fn report(
         conditions: Some(conditions),
         membership_change: change_record(cluster, &intent_after(step, &observed.intent)),
         defragmentation: None,
+    }
+}
+
+/// Adds what `spec.quorumLoss` does about a lost quorum to the `Available` condition's message.
+pub fn add_to_available(status: &mut EtcdClusterStatus, recovery: &str) {
+    let available = status
+        .conditions
+        .iter_mut()
+        .flatten()
+        .find(|c| c.type_ == Available::TYPE);
+    if let Some(c) = available {
+        let message = c.message.get_or_insert_default();
+        message.push_str("; automatic recovery: ");
+        message.push_str(recovery);
     }
 }
 

@@ -8,10 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY};
-use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestorePhase};
+use backup_api::{
+    EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestorePhase, RestorePlan,
+};
 use etcd_members::build::{self};
 use etcd_members::labels::{self};
 use etcd_members::origin;
+use etcd_members::tls::TlsSecrets;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -83,7 +86,20 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
 
     // Dereference: where the snapshot is and what its EtcdBackup recorded of it (pinned with
     // the plan: a backupRef's newest backup may change meanwhile), the cluster.
-    let source = resolve_source(&ctx, &restore).await?;
+    let stored = match restore.spec.from_survivor {
+        Some(_) => None,
+        None => Some(resolve_source(&ctx, &restore).await?),
+    };
+    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster = clusters.get_opt(&cluster_name).await?;
+    // A recovery from a survivor reads the member its plan chose (see survivor_source).
+    let source = match stored {
+        Some(source) => source,
+        None => match restore.spec.validate(&restore.name_any()) {
+            Err(e) => Err((RestoreFailure::BadSource, e.to_string())),
+            Ok(()) => Ok(survivor_source(cluster.as_ref(), recorded.plan.as_ref())),
+        },
+    };
     let source = source.map(|mut s| {
         if let Some(url) = &recorded.source {
             s.url = url.clone();
@@ -91,8 +107,6 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         }
         s
     });
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let cluster = clusters.get_opt(&cluster_name).await?;
 
     // Observe.
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -115,6 +129,13 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     if let RestoreStep::Done = step {
         return Ok(Action::await_change());
     }
+    // The survivor is chosen by the plan this step records: its snapshot is the source.
+    let source = match &step {
+        RestoreStep::RecordPlan(plan) if plan.survivor.is_some() => {
+            Ok(survivor_source(cluster.as_ref(), Some(plan)))
+        }
+        _ => source,
+    };
     let executed = execute(
         &ctx,
         &restore,
@@ -200,6 +221,21 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         }
         _ => Action::requeue(CHANGED),
     })
+}
+
+/// A recovery from a survivor reads the snapshot of the member its plan chose, over the
+/// cluster's client URL of that member, with the cluster's operator Secret when its members
+/// serve clients over TLS.
+fn survivor_source(cluster: Option<&EtcdCluster>, plan: Option<&RestorePlan>) -> Source {
+    let survivor = plan.and_then(|p| p.survivor.as_ref());
+    let (Some(cluster), Some(survivor)) = (cluster, survivor) else {
+        return source::from_member("the surviving member, once chosen".into(), None);
+    };
+    let names = build::names(cluster);
+    let tls = TlsSecrets::of(&cluster.spec)
+        .operator
+        .filter(|_| names.client_tls);
+    source::from_member(names.client_url(&survivor.member), tls)
 }
 
 fn bad_source(message: String) -> Result<Result<Source, SourceProblem>, Error> {

@@ -21,8 +21,8 @@ use crate::context::{Context, Error};
 use crate::pods;
 use crate::status::RESTORE_ANNOTATION;
 use etcd_cluster::restore_plan::{
-    self, ClusterView, Health, KeySpace, MemberProblem, NOT_STARTED, PodRun, RestoreFailure,
-    RestoreObserved,
+    self, ClusterView, Health, KeySpace, MemberProblem, MemberStatus, NOT_STARTED, PodRun,
+    RestoreFailure, RestoreObserved,
 };
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
@@ -234,6 +234,36 @@ pub async fn health(access: &Access, members: &[(String, String)], read_at: Opti
     health
 }
 
+/// What each member answers of its status (a recovery from a survivor): its term, committed
+/// index, revision, and whether it knows a leader. Members that do not answer in time (their
+/// node is down) are left out.
+pub async fn member_statuses(
+    access: &Access,
+    members: &[(String, String, Option<String>)],
+) -> Vec<MemberStatus> {
+    let mut statuses = Vec::new();
+    for (name, ip, node) in members {
+        let Ok(mut client) = access.connect(name, ip).await else {
+            continue;
+        };
+        let Ok(status) = client.status().await else {
+            continue;
+        };
+        let Some(header) = status.header() else {
+            continue;
+        };
+        statuses.push(MemberStatus {
+            member: name.clone(),
+            raft_term: status.raft_term(),
+            raft_index: status.raft_index(),
+            revision: header.revision(),
+            has_leader: status.leader() != 0,
+            node: node.clone(),
+        });
+    }
+    statuses
+}
+
 /// The key space `member` serves at `at`; `None` (asked again next time) when it could not
 /// be read.
 async fn read_key_space(
@@ -384,6 +414,19 @@ pub async fn world(
         }
         _ => None,
     };
+    // A recovery from a survivor asks the old members until their snapshot is recorded.
+    let from_survivor = restore.spec.from_survivor.is_some();
+    let member_statuses = match cluster {
+        Some(cluster) if from_survivor && recorded.snapshot.is_none() => {
+            let old: Vec<&Pod> = member_pods
+                .iter()
+                .filter(|p| p.meta().deletion_timestamp.is_none())
+                .filter(|p| !planned_members.contains(&p.name_any()))
+                .collect();
+            old_member_statuses(ctx, cluster, &old).await?
+        }
+        _ => Vec::new(),
+    };
     let observed = RestoreObserved {
         uid: uid.clone(),
         phase: recorded.phase,
@@ -430,9 +473,17 @@ pub async fn world(
         restore_pods,
         failing: recorded.reason.as_deref().map(RestoreFailure::from_record),
         health,
-        delete_old_volumes: restore.spec.old_volumes.unwrap_or_default()
-            == OldVolumesPolicy::Delete,
-        can_create_cluster: restore.spec.new_cluster.is_some(),
+        // A lost member may hold writes the survivor missed: its volume is never deleted.
+        delete_old_volumes: !from_survivor
+            && restore.spec.old_volumes.unwrap_or_default() == OldVolumesPolicy::Delete,
+        can_create_cluster: !from_survivor && restore.spec.new_cluster.is_some(),
+        from_survivor,
+        survivor_asked: restore
+            .spec
+            .from_survivor
+            .as_ref()
+            .and_then(|s| s.member.clone()),
+        member_statuses,
     };
     Ok(World {
         observed,
@@ -461,6 +512,41 @@ fn is_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The statuses of the old members `pods`, with the cluster's client TLS when it has it.
+async fn old_member_statuses(
+    ctx: &Context,
+    cluster: &EtcdCluster,
+    pods: &[&Pod],
+) -> Result<Vec<MemberStatus>, Error> {
+    let Some(access) = member_access(ctx, cluster).await? else {
+        return Ok(Vec::new());
+    };
+    let members: Vec<(String, String, Option<String>)> = pods
+        .iter()
+        .filter_map(|p| {
+            let ip = p.status.as_ref()?.pod_ip.clone()?;
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            Some((p.name_any(), ip, node))
+        })
+        .collect();
+    Ok(member_statuses(&access, &members).await)
+}
+
+/// How to reach the cluster's members; `None` while its TLS Secrets cannot be read.
+async fn member_access(ctx: &Context, cluster: &EtcdCluster) -> Result<Option<Access>, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let Dereferenced::Ready(client_tls) =
+        tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Access {
+        names: build::names(cluster),
+        tls: client_tls,
+    }))
+}
+
 /// The planned members' health, with the cluster's client TLS when it has it.
 async fn member_health(
     ctx: &Context,
@@ -469,16 +555,8 @@ async fn member_health(
     member_pods: &[Pod],
     read_at: Option<i64>,
 ) -> Result<Option<Health>, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let Dereferenced::Ready(client_tls) =
-        tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await?
-    else {
+    let Some(access) = member_access(ctx, cluster).await? else {
         return Ok(None);
-    };
-    let access = Access {
-        names: build::names(cluster),
-        tls: client_tls,
     };
     let members: Vec<(String, String)> = member_pods
         .iter()

@@ -349,6 +349,7 @@ mod tests {
             token: "t".into(),
             version: version.into(),
             detached_claims: vec![],
+            survivor: None,
             handed_over: None,
         };
         let (_, old) = describe(&RestoreStep::RecordPlan(plan("3.4.23")));

@@ -46,6 +46,7 @@ async fn restore_pods_with_every_derived_placement_are_accepted_by_the_api_serve
         token: "c-uid-r-uid".into(),
         version: "3.5.16".into(),
         detached_claims: vec![],
+        survivor: None,
         handed_over: None,
     };
     let user_terms = json!({"affinity": {

@@ -45,10 +45,12 @@ pub enum RestoreFailure {
     BackupNotAsRecorded,
     /// The restored members do not serve the key space the EtcdBackup recorded.
     RestoredContentMismatch,
+    /// A recovery from a survivor was asked while a member still has a leader.
+    QuorumNotLost,
 }
 
 impl RestoreFailure {
-    pub const ALL: [RestoreFailure; 18] = [
+    pub const ALL: [RestoreFailure; 19] = [
         RestoreFailure::BadSource,
         RestoreFailure::Refused,
         RestoreFailure::ClusterDeleted,
@@ -67,6 +69,7 @@ impl RestoreFailure {
         RestoreFailure::NoUsableIdentity,
         RestoreFailure::BackupNotAsRecorded,
         RestoreFailure::RestoredContentMismatch,
+        RestoreFailure::QuorumNotLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +92,7 @@ impl RestoreFailure {
             RestoreFailure::NoUsableIdentity => "NoUsableIdentity",
             RestoreFailure::BackupNotAsRecorded => "BackupNotAsRecorded",
             RestoreFailure::RestoredContentMismatch => "RestoredContentMismatch",
+            RestoreFailure::QuorumNotLost => "QuorumNotLost",
         }
     }
 

@@ -20,13 +20,17 @@ pub mod fetch_report;
 pub mod observed;
 pub mod recorded;
 pub mod step;
+pub mod survivor;
 
 pub use failure::RestoreFailure;
 use fetch_report::parse_verified;
 pub use observed::{
-    ClusterView, Health, MemberProblem, NOT_STARTED, PodRun, RestoreObserved, SourceProblem,
+    ClusterView, Health, MemberProblem, MemberStatus, NOT_STARTED, PodRun, RestoreObserved,
+    SourceProblem,
 };
-pub use recorded::{ExpectedBackup, KeySpace, RestorePhase, RestorePlan, VerifiedSnapshot};
+pub use recorded::{
+    ExpectedBackup, KeySpace, RestorePhase, RestorePlan, Survivor, VerifiedSnapshot,
+};
 pub use step::RestoreStep;
 
 /// `etcd-backup fetch`'s exit codes: the data failed verification, the identity cannot decrypt
@@ -97,6 +101,14 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
             RestoreFailure::InvalidVersion,
             &format!("{e}; no member or volume of the cluster was touched"),
         );
+    }
+    // A recovery from a survivor is refused while the cluster has quorum, up to the moment
+    // the snapshot is recorded (nothing of the cluster is touched before).
+    if observed.from_survivor
+        && observed.snapshot.is_none()
+        && let Some(why) = survivor::quorum_not_lost(&observed.member_statuses)
+    {
+        return fail(RestoreFailure::QuorumNotLost, &why);
     }
     let held = cluster.paused && cluster.restore.as_deref() == Some(observed.uid.as_str());
     // 6. After the hand-over: the old volumes go (by policy), then success.
@@ -257,8 +269,25 @@ pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
         return wait("waiting for the EtcdCluster operator to report the cluster paused".into());
     }
     // 3. The plan is recorded before any claim or pod is made.
+    //    A recovery from a survivor restores one member from the survivor's data; the
+    //    cluster's operator grows it back to its size.
     let Some(plan) = &observed.plan else {
-        return RestoreStep::RecordPlan(new_plan(names, observed, cluster));
+        if !observed.from_survivor {
+            return RestoreStep::RecordPlan(new_plan(names, observed, cluster.size, None));
+        }
+        let asked = observed.survivor_asked.as_deref();
+        let Some(chosen) = survivor::most_recent(&observed.member_statuses, asked) else {
+            return wait(match asked {
+                Some(member) => format!(
+                    "member {member} (spec.fromSurvivor.member) does not answer its status: \
+                     waiting for it"
+                ),
+                None => "no member of the cluster answers its status: waiting for a surviving \
+                         member to recover from"
+                    .into(),
+            });
+        };
+        return RestoreStep::RecordPlan(new_plan(names, observed, 1, Some(chosen)));
     };
     // 4. Every member fetches, verifies and restores the snapshot onto a claim of its own,
     //    while the old members still run.
@@ -588,7 +617,8 @@ fn newer_minor(snapshot: &VerifiedSnapshot, version: &str) -> Option<String> {
 fn new_plan(
     names: &ClusterNames,
     observed: &RestoreObserved,
-    cluster: &ClusterView,
+    size: usize,
+    survivor: Option<Survivor>,
 ) -> RestorePlan {
     let mut used: BTreeSet<String> = observed.member_pods.keys().cloned().collect();
     used.extend(observed.claims.iter().cloned());
@@ -598,16 +628,24 @@ fn new_plan(
     used.extend(observed.all_claims.iter().cloned());
     let highest = used.iter().filter_map(|n| names.ordinal(n)).max();
     let first = highest.map_or(0, |h| h + 1);
-    let members = (0..cluster.size as u32)
-        .map(|i| names.member(first + i))
-        .collect();
+    let members = (0..size as u32).map(|i| names.member(first + i)).collect();
     RestorePlan {
         members,
         token: format!("restore-{}", observed.uid),
-        version: cluster.version.clone(),
+        version: cluster_version(observed),
         detached_claims: observed.claims.iter().cloned().collect(),
+        survivor,
         handed_over: None,
     }
+}
+
+/// The version the restored members run: the cluster's.
+fn cluster_version(observed: &RestoreObserved) -> String {
+    observed
+        .cluster
+        .as_ref()
+        .map(|c| c.version.clone())
+        .unwrap_or_default()
 }
 
 /// The phase a step belongs to.
@@ -747,6 +785,7 @@ mod tests {
             token: "restore-r".into(),
             version: "3.5.16".into(),
             detached_claims: vec!["c-1".into()],
+            survivor: None,
             handed_over: None,
         }
     }
@@ -779,6 +818,87 @@ mod tests {
             exit_code: Some(exit_code),
             message: message.into(),
         }
+    }
+
+    /// A recovery from a survivor after a zone loss: c-1 answers without a leader, held and
+    /// paused, nothing planned yet.
+    fn survivor_recovery() -> RestoreObserved {
+        let mut o = start();
+        o.cluster = Some(cluster());
+        o.from_survivor = true;
+        o.member_statuses = vec![MemberStatus {
+            member: "c-1".into(),
+            raft_term: 5,
+            raft_index: 40,
+            revision: 30,
+            has_leader: false,
+            node: Some("node-a".into()),
+        }];
+        o
+    }
+
+    #[test]
+    fn when_recovering_from_a_survivor_then_one_member_is_planned_from_the_most_recent_data() {
+        let o = survivor_recovery();
+        let RestoreStep::RecordPlan(plan) = plan(&names(), &o) else {
+            panic!("{:?}", plan(&names(), &o));
+        };
+        assert_eq!(plan.members, vec!["c-2".to_string()]);
+        assert_eq!(plan.detached_claims, vec!["c-1".to_string()]);
+        let survivor = plan.survivor.unwrap();
+        assert_eq!(
+            (
+                survivor.member.as_str(),
+                survivor.raft_index,
+                survivor.revision
+            ),
+            ("c-1", 40, 30)
+        );
+        assert_eq!(survivor.node.as_deref(), Some("node-a"));
+    }
+
+    #[test]
+    fn when_no_member_answers_then_a_recovery_from_a_survivor_waits_without_planning() {
+        let mut o = survivor_recovery();
+        o.member_statuses.clear();
+        assert!(
+            matches!(plan(&names(), &o), RestoreStep::Wait { reason } if reason.contains("no member"))
+        );
+    }
+
+    #[test]
+    fn when_a_member_has_a_leader_then_a_recovery_from_a_survivor_is_refused_and_its_pods_go() {
+        let mut o = survivor_recovery();
+        o.member_statuses[0].has_leader = true;
+        assert!(matches!(
+            plan(&names(), &o),
+            RestoreStep::Fail {
+                reason: RestoreFailure::QuorumNotLost,
+                release: true,
+                ..
+            }
+        ));
+        // Quorum came back while the member restored the survivor's snapshot: its copy goes,
+        // the cluster is given back untouched.
+        let mut o = survivor_recovery();
+        o.plan = Some(RestorePlan {
+            members: vec!["c-2".into()],
+            ..recorded_plan()
+        });
+        o.staged_claims.insert("c-2".into());
+        o.restore_pods.insert("c-2".into(), PodRun::Running);
+        o.member_statuses[0].has_leader = true;
+        assert!(matches!(
+            plan(&names(), &o),
+            RestoreStep::Discard { reason: RestoreFailure::QuorumNotLost, ref claims, ref pods, .. }
+                if claims == &vec!["c-2".to_string()] && pods == &vec!["c-2".to_string()]
+        ));
+        // Once the snapshot is recorded the old members are being replaced: no longer asked.
+        o.snapshot = Some(VerifiedSnapshot::default());
+        assert!(!matches!(
+            plan(&names(), &o),
+            RestoreStep::Fail { .. } | RestoreStep::Discard { .. }
+        ));
     }
 
     #[test]

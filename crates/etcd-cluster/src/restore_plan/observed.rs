@@ -110,6 +110,27 @@ pub struct RestoreObserved {
     pub delete_old_volumes: bool,
     /// Can create the cluster when it does not exist (`spec.newCluster`).
     pub can_create_cluster: bool,
+    /// A recovery from the surviving member (`spec.fromSurvivor`).
+    pub from_survivor: bool,
+    /// The member `spec.fromSurvivor.member` names, when it names one.
+    pub survivor_asked: Option<String>,
+    /// What the cluster's members answered when asked their status (a recovery from a survivor
+    /// asks until the snapshot is recorded): the members that did not answer are not here.
+    pub member_statuses: Vec<MemberStatus>,
+}
+
+/// A member's own view, from its status (answered without a leader).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberStatus {
+    pub member: String,
+    pub raft_term: u64,
+    /// The highest log index it knows committed.
+    pub raft_index: u64,
+    pub revision: i64,
+    /// It knows a leader: the cluster has quorum.
+    pub has_leader: bool,
+    /// The node its pod runs on (a node that is up: the member answered).
+    pub node: Option<String>,
 }
 
 /// A member pod the kubelet does not run, and why.

@@ -88,9 +88,33 @@ pub struct RestorePlan {
     /// cluster is healthy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub detached_claims: Vec<String>,
+    /// A recovery from a survivor (`spec.fromSurvivor`): the member whose data is restored,
+    /// chosen before anything was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub survivor: Option<Survivor>,
     /// Every member was healthy and the cluster is (being) handed back to its operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handed_over: Option<bool>,
+}
+
+/// The member a recovery from a survivor restores, and what it reported when it was chosen:
+/// of the members that answered, the highest Raft term, then committed index, then revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Survivor {
+    pub member: String,
+    pub raft_term: u64,
+    /// The highest log index it knows committed.
+    pub raft_index: u64,
+    pub revision: i64,
+    /// The node it ran on, which was up: the restored member is made there (a node where
+    /// the old members were may be down without Kubernetes knowing it yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The other members that answered (none had a leader), each as `name: term T, index I,
+    /// revision R`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<String>,
 }
 
 /// Steps of a restore.

@@ -26,6 +26,7 @@ mod defrag;
 mod membership;
 mod reporting;
 mod three_nodes;
+mod three_nodes_zone_loss;
 mod trust;
 mod upgrades;
 

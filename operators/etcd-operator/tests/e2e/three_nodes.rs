@@ -70,7 +70,11 @@ async fn members_spread_one_per_node_and_two_two_one_by_default() {
 }
 
 /// Creates `cluster` (of 3) in `ns` and waits until it has converged.
-async fn create_converged(kube: &KubeTestbed, ns: &str, cluster: &EtcdCluster) -> Api<EtcdCluster> {
+pub(super) async fn create_converged(
+    kube: &KubeTestbed,
+    ns: &str,
+    cluster: &EtcdCluster,
+) -> Api<EtcdCluster> {
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), ns);
     clusters
         .create(&PostParams::default(), cluster)
@@ -90,16 +94,16 @@ async fn create_converged(kube: &KubeTestbed, ns: &str, cluster: &EtcdCluster) -
 
 /// A test that takes nodes down or cuts them off: the bed to itself, a namespace with a report
 /// of what was there if it fails.
-struct FaultTest {
-    bed: NodesBed,
+pub(super) struct FaultTest {
+    pub(super) bed: NodesBed,
     _alone: tokio::sync::MutexGuard<'static, ()>,
-    kube: KubeTestbed,
-    ns: String,
+    pub(super) kube: KubeTestbed,
+    pub(super) ns: String,
     _report: testbed::cluster::FailureReport,
 }
 
 impl FaultTest {
-    async fn start(prefix: &str) -> FaultTest {
+    pub(super) async fn start(prefix: &str) -> FaultTest {
         let bed = NodesBed::shared(3).await.unwrap();
         let _alone = bed.exclusive().await.unwrap();
         let kube = bed.kube.clone();
@@ -117,7 +121,7 @@ impl FaultTest {
 }
 
 /// A member pod's name by node (one per node: the clusters here have one member per node).
-async fn member_on(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, String> {
+pub(super) async fn member_on(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, String> {
     let on = members_by_node(kube, ns).await;
     on.into_iter()
         .filter_map(|(node, mut pods)| Some((node, pods.pop()?)))
@@ -125,7 +129,7 @@ async fn member_on(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, String> {
 }
 
 /// The cluster's member pods by node.
-async fn members_by_node(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, Vec<String>> {
+pub(super) async fn members_by_node(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, Vec<String>> {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let mut on: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let list = pods
@@ -142,7 +146,7 @@ async fn members_by_node(kube: &KubeTestbed, ns: &str) -> BTreeMap<String, Vec<S
 
 /// The example cluster of 3 on the bed of three nodes, one member per node, replacing members
 /// of lost nodes after `after_seconds`.
-async fn spread_cluster(
+pub(super) async fn spread_cluster(
     kube: &KubeTestbed,
     ns: &str,
     after_seconds: i64,
@@ -159,7 +163,7 @@ async fn spread_cluster(
 }
 
 /// A member of `ns`'s cluster, asked through the client of one that is up.
-async fn any_member_client(kube: &KubeTestbed, ns: &str) -> etcd_client::Client {
+pub(super) async fn any_member_client(kube: &KubeTestbed, ns: &str) -> etcd_client::Client {
     let on = member_on(kube, ns).await;
     let mut names: Vec<&String> = on.values().collect();
     names.sort();
@@ -397,7 +401,7 @@ async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
 
 /// `kubectl ARGS` on the bed, off the runtime's threads (a drain waits); whether it succeeded
 /// and what it printed.
-async fn kubectl(kube: &KubeTestbed, args: &[&str]) -> (bool, String) {
+pub(super) async fn kubectl(kube: &KubeTestbed, args: &[&str]) -> (bool, String) {
     let mut command = testbed::cluster::kubectl(&kube.kubeconfig);
     command.args(args);
     tokio::task::spawn_blocking(move || {

@@ -215,7 +215,13 @@ pub fn restore_pod(
         volumes: Some(volumes),
         ..Default::default()
     };
-    let pod = pod(restore, cluster, member, spec, sibling_nodes);
+    let mut pod = pod(restore, cluster, member, spec, sibling_nodes);
+    if let (Some(spec), Some(node)) = (
+        pod.spec.as_mut(),
+        plan.survivor.as_ref().and_then(|s| s.node.as_deref()),
+    ) {
+        spec.affinity = Some(placement::on_node(spec.affinity.take(), node));
+    }
     (pod, command)
 }
 
@@ -318,12 +324,61 @@ pub(crate) mod tests {
             token: "c-uid-r-uid".into(),
             version: version.into(),
             detached_claims: vec!["c-0".into()],
+            survivor: None,
             handed_over: None,
         }
     }
 
     pub(crate) fn yaml(pod: &Pod) -> Value {
         serde_json::to_value(pod).unwrap()
+    }
+
+    #[test]
+    fn a_survivors_restore_pod_runs_on_the_survivors_node_within_the_clusters_own_terms() {
+        let mut cluster = cluster("3.6.16");
+        cluster.spec.pod.as_mut().unwrap().affinity = Some(
+            serde_json::from_value(serde_json::json!({"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]},
+                    {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["nvme"]}]}]}}}))
+            .unwrap(),
+        );
+        let mut plan = plan("3.6.16");
+        plan.members = vec!["c-3".into()];
+        plan.survivor = Some(backup_api::Survivor {
+            member: "c-2".into(),
+            node: Some("node-a".into()),
+            ..Default::default()
+        });
+        let source = fetch_pod::source::from_member("http://c-2.c.ns.svc:2379".into(), None);
+        let pod_of = |plan: &RestorePlan| {
+            let version = EtcdVersion::parse("3.6.16").unwrap();
+            let image = "localhost/etcd-backup:dev";
+            restore_pod(
+                &restore(),
+                &cluster,
+                "c-3",
+                plan,
+                &version,
+                image,
+                &source,
+                &[],
+            )
+            .0
+        };
+        let pod = pod_of(&plan);
+        let terms = &yaml(&pod)["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"];
+        let on_node =
+            serde_json::json!([{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]);
+        assert_eq!(terms.as_array().unwrap().len(), 2, "{terms}");
+        for term in terms.as_array().unwrap() {
+            assert_eq!(term["matchFields"], on_node, "{terms}");
+            assert!(term["matchExpressions"].is_array(), "{terms}");
+        }
+        // A restore from a backup is not held to a node.
+        plan.survivor = None;
+        assert!(!yaml(&pod_of(&plan)).to_string().contains("node-a"));
     }
 
     /// Member c-4's restore pod, 3.5.16, from `restore`'s own source.
@@ -601,6 +656,7 @@ pub(crate) mod tests {
             claim: Some("backups".into()),
             identity: None,
             expected: None,
+            member: None,
         };
         let (pod, _) = restore_pod(
             &restore(),

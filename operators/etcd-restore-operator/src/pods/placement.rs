@@ -195,6 +195,14 @@ pub(super) fn off_sibling_nodes(
             values: Some(vec![node.clone()]),
         })
         .collect();
+    // Terms are alternatives: each must keep off those nodes.
+    require_in_every_term(&mut affinity, &off);
+    affinity
+}
+
+/// Adds `fields` (node field requirements) to every alternative term of the required node
+/// affinity, making one when there is none: it narrows where the pod may run, never widens.
+fn require_in_every_term(affinity: &mut Affinity, fields: &[NodeSelectorRequirement]) {
     let required = affinity
         .node_affinity
         .get_or_insert_default()
@@ -205,13 +213,11 @@ pub(super) fn off_sibling_nodes(
             .node_selector_terms
             .push(NodeSelectorTerm::default());
     }
-    // Terms are alternatives: each must keep off those nodes.
     for term in &mut required.node_selector_terms {
         term.match_fields
             .get_or_insert_default()
-            .extend(off.iter().cloned());
+            .extend(fields.iter().cloned());
     }
-    affinity
 }
 
 /// Whether `term` selects a pod with `labels` in `namespace` (no selector selects nothing; a
@@ -223,6 +229,22 @@ fn selects(term: &PodAffinityTerm, labels: &BTreeMap<String, String>, namespace:
     };
     let selector = term.label_selector.clone().map(Selector::try_from);
     in_namespace && matches!(selector, Some(Ok(s)) if s.matches(labels))
+}
+
+/// Holds a restore pod to `node` (a recovery from a survivor: the node its member ran on,
+/// known to be up because the member answered). A node where the old members were may be down
+/// without Kubernetes knowing it yet (it takes about 50 s to mark it `NotReady`), and a pod
+/// placed there would wait for ever. Every alternative term of the cluster's own node affinity
+/// gets the requirement, so it narrows them and widens nothing.
+pub(super) fn on_node(affinity: Option<Affinity>, node: &str) -> Affinity {
+    let mut affinity = affinity.unwrap_or_default();
+    let on = NodeSelectorRequirement {
+        key: "metadata.name".to_string(),
+        operator: "In".to_string(),
+        values: Some(vec![node.to_string()]),
+    };
+    require_in_every_term(&mut affinity, &[on]);
+    affinity
 }
 
 #[cfg(test)]

@@ -1,0 +1,344 @@
+//! Automatic recovery from a lost quorum (`spec.quorumLoss`), pure: once the membership planner
+//! has said [`crate::plan::MembershipStep::QuorumLost`], whether the operator creates the
+//! EtcdRestore a human would. Rules, asked in this order; the first that answers decides:
+//!
+//! 1. [`recovery_not_asked`]: `recovery: None` (the default): nothing, a human decides.
+//! 2. [`a_restore_exists`]: an EtcdRestore of the cluster exists (the recovery made earlier, or
+//!    one a human made): nothing more; one that failed waits for a human, never a second try.
+//! 3. [`a_lost_member_may_come_back`]: a member that does not answer has no node known to be
+//!    down (its node is Ready: it crash-loops, or is starting) or its node is only cordoned:
+//!    it may come back with its data, so nothing is done.
+//! 4. [`nodes_not_down_long_enough`]: the lost members' nodes have not been down for
+//!    `afterSeconds` yet: wait.
+//! 5. [`no_survivor_to_recover_from`]: `FromSurvivor` with no member answering: nothing to
+//!    recover from (a backup is the way, chosen by a human).
+//! 6. Otherwise: [`QuorumLossDecision::Recover`].
+
+use crate::plan::{MembershipObserved, NodeDown};
+
+/// What `spec.quorumLoss` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    None,
+    FromSurvivor,
+    /// From the newest verified backup of this EtcdBackup.
+    FromBackup {
+        backup: String,
+    },
+}
+
+/// The policy and what the operator sees beyond the membership planner's world.
+#[derive(Clone, Debug)]
+pub struct QuorumLossObserved<'a> {
+    pub recovery: Recovery,
+    pub after_seconds: u64,
+    pub membership: &'a MembershipObserved,
+    /// The EtcdRestore named like the cluster, when it exists: its phase (or `Pending`).
+    pub restore: Option<String>,
+}
+
+/// What the operator does about a lost quorum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuorumLossDecision {
+    /// Nothing automatic; the reason is added to the `QuorumLost` condition's message.
+    Leave { reason: String },
+    /// Create the EtcdRestore (named like the cluster) of `recovery`.
+    Recover { recovery: Recovery, reason: String },
+}
+
+type Rule = fn(&QuorumLossObserved) -> Option<QuorumLossDecision>;
+
+/// The rules in the order they are asked.
+pub const RULES: [(&str, Rule); 5] = [
+    ("recovery_not_asked", recovery_not_asked),
+    ("a_restore_exists", a_restore_exists),
+    ("a_lost_member_may_come_back", a_lost_member_may_come_back),
+    ("nodes_not_down_long_enough", nodes_not_down_long_enough),
+    ("no_survivor_to_recover_from", no_survivor_to_recover_from),
+];
+
+/// The decision: the first rule that answers, else recover.
+pub fn decide(observed: &QuorumLossObserved) -> QuorumLossDecision {
+    RULES
+        .iter()
+        .find_map(|(_, rule)| rule(observed))
+        .unwrap_or_else(|| QuorumLossDecision::Recover {
+            recovery: observed.recovery.clone(),
+            reason: format!(
+                "the nodes of members {} have been down for at least {} s",
+                lost_members(observed.membership).join(", "),
+                observed.after_seconds
+            ),
+        })
+}
+
+fn leave(reason: String) -> Option<QuorumLossDecision> {
+    Some(QuorumLossDecision::Leave { reason })
+}
+
+/// The members that do not answer: every member with a pod or a claim that etcd's member list
+/// (when any member answered) does not show healthy.
+pub fn lost_members(observed: &MembershipObserved) -> Vec<String> {
+    let answering: Vec<&str> = answering(observed);
+    let mut names: Vec<String> = observed
+        .pods
+        .keys()
+        .chain(observed.claims.iter())
+        .filter(|m| !answering.contains(&m.as_str()))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn answering(observed: &MembershipObserved) -> Vec<&str> {
+    observed
+        .members
+        .iter()
+        .flatten()
+        .filter(|m| m.healthy)
+        .filter_map(|m| m.name.as_deref())
+        .collect()
+}
+
+/// Rule 1: no recovery asked.
+pub fn recovery_not_asked(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    (observed.recovery == Recovery::None).then(|| QuorumLossDecision::Leave {
+        reason: "spec.quorumLoss.recovery is None: recover with an EtcdRestore (fromSurvivor, \
+                 or from a backup)"
+            .into(),
+    })
+}
+
+/// Rule 2: a restore of the cluster exists already.
+pub fn a_restore_exists(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    let phase = observed.restore.as_ref()?;
+    leave(format!(
+        "EtcdRestore of the cluster exists ({phase}): no other recovery is started; a failed \
+         one waits for a human"
+    ))
+}
+
+/// Rule 3: a member that does not answer may come back: its node is not known to be down, or
+/// is only cordoned.
+pub fn a_lost_member_may_come_back(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    let nodes = &observed.membership.nodes_down;
+    let back = lost_members(observed.membership)
+        .into_iter()
+        .find(|m| nodes.get(m).is_none_or(|n| n.cordoned))?;
+    leave(format!(
+        "member {back} does not answer but its node is not down: it may come back with its \
+         data; no automatic recovery"
+    ))
+}
+
+/// Rule 4: the lost members' nodes have not been down long enough.
+pub fn nodes_not_down_long_enough(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    let nodes = &observed.membership.nodes_down;
+    let down_for = |n: &NodeDown| n.for_seconds.unwrap_or(u64::MAX);
+    let shortest = lost_members(observed.membership)
+        .iter()
+        .filter_map(|m| nodes.get(m))
+        .map(down_for)
+        .min()?;
+    // The message names no count of seconds: it is a condition's, which changes only when
+    // the situation does.
+    (shortest < observed.after_seconds).then(|| QuorumLossDecision::Leave {
+        reason: format!(
+            "recovering automatically once the lost members' nodes have been down for {} s \
+             (spec.quorumLoss.afterSeconds)",
+            observed.after_seconds
+        ),
+    })
+}
+
+/// Rule 5: nothing to recover from.
+pub fn no_survivor_to_recover_from(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    let none =
+        observed.recovery == Recovery::FromSurvivor && answering(observed.membership).is_empty();
+    none.then(|| QuorumLossDecision::Leave {
+        reason: "no member answers: there is no survivor to recover from; restore a backup".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Member, PodState};
+
+    /// Three members; c-0 answers (no leader), c-1 and c-2 do not, their nodes down 400 s.
+    fn zone_lost() -> MembershipObserved {
+        let member = |id: u64, name: &str, healthy: bool| Member {
+            id,
+            name: Some(name.into()),
+            started: true,
+            learner: false,
+            healthy,
+            leader: false,
+        };
+        let down = |node: &str| NodeDown {
+            node: node.into(),
+            for_seconds: Some(400),
+            cordoned: false,
+        };
+        MembershipObserved {
+            pods: ["c-0", "c-1", "c-2"]
+                .map(|m| (m.to_string(), PodState::Running { ready: false }))
+                .into(),
+            claims: ["c-0", "c-1", "c-2"].map(String::from).into(),
+            members: Some(vec![
+                member(1, "c-0", true),
+                member(2, "c-1", false),
+                member(3, "c-2", false),
+            ]),
+            nodes_down: [
+                ("c-1".to_string(), down("node-b")),
+                ("c-2".to_string(), down("node-c")),
+            ]
+            .into(),
+            persistent: true,
+            bootstrapped: true,
+            ..Default::default()
+        }
+    }
+
+    fn observed(membership: &MembershipObserved, recovery: Recovery) -> QuorumLossObserved<'_> {
+        QuorumLossObserved {
+            recovery,
+            after_seconds: 300,
+            membership,
+            restore: None,
+        }
+    }
+
+    fn left_by(o: &QuorumLossObserved) -> Option<&'static str> {
+        RULES
+            .iter()
+            .find(|(_, rule)| rule(o).is_some())
+            .map(|(name, _)| *name)
+    }
+
+    #[test]
+    fn when_the_lost_members_nodes_are_down_long_enough_then_the_survivor_recovers_it() {
+        let world = zone_lost();
+        let decision = decide(&observed(&world, Recovery::FromSurvivor));
+        let QuorumLossDecision::Recover { recovery, reason } = decision else {
+            panic!("{decision:?}");
+        };
+        assert_eq!(recovery, Recovery::FromSurvivor);
+        assert!(reason.contains("c-1, c-2"), "{reason}");
+        let backup = Recovery::FromBackup {
+            backup: "nightly".into(),
+        };
+        assert!(matches!(
+            decide(&observed(&world, backup.clone())),
+            QuorumLossDecision::Recover { recovery, .. } if recovery == backup
+        ));
+    }
+
+    #[test]
+    fn when_no_recovery_is_asked_then_nothing_is_done() {
+        let world = zone_lost();
+        let o = observed(&world, Recovery::None);
+        assert_eq!(left_by(&o), Some("recovery_not_asked"));
+    }
+
+    #[test]
+    fn when_a_restore_of_the_cluster_exists_then_no_second_one_is_made() {
+        let world = zone_lost();
+        let mut o = observed(&world, Recovery::FromSurvivor);
+        o.restore = Some("Failed".into());
+        assert_eq!(left_by(&o), Some("a_restore_exists"));
+    }
+
+    #[test]
+    fn when_a_lost_member_crash_loops_on_a_ready_node_then_nothing_is_done() {
+        let mut world = zone_lost();
+        world.nodes_down.remove("c-2");
+        let o = observed(&world, Recovery::FromSurvivor);
+        assert_eq!(left_by(&o), Some("a_lost_member_may_come_back"));
+        // A cordoned node (a drain) is up: its member comes back when it is uncordoned.
+        let mut world = zone_lost();
+        world.nodes_down.get_mut("c-2").unwrap().cordoned = true;
+        let o = observed(&world, Recovery::FromSurvivor);
+        assert_eq!(left_by(&o), Some("a_lost_member_may_come_back"));
+    }
+
+    #[test]
+    fn when_a_lost_node_is_down_for_less_than_the_delay_then_it_waits() {
+        let mut world = zone_lost();
+        world.nodes_down.get_mut("c-1").unwrap().for_seconds = Some(120);
+        let o = observed(&world, Recovery::FromSurvivor);
+        assert_eq!(left_by(&o), Some("nodes_not_down_long_enough"));
+        // A node deleted from the cluster (unknown since when) counts as down long enough.
+        world.nodes_down.get_mut("c-1").unwrap().for_seconds = None;
+        let o = observed(&world, Recovery::FromSurvivor);
+        assert!(matches!(decide(&o), QuorumLossDecision::Recover { .. }));
+    }
+
+    #[test]
+    fn when_no_member_answers_then_there_is_no_survivor_but_a_backup_may_be_restored() {
+        let mut world = zone_lost();
+        world.members = None;
+        world.nodes_down.insert(
+            "c-0".into(),
+            NodeDown {
+                node: "node-a".into(),
+                for_seconds: Some(400),
+                cordoned: false,
+            },
+        );
+        let o = observed(&world, Recovery::FromSurvivor);
+        assert_eq!(left_by(&o), Some("no_survivor_to_recover_from"));
+        let o = observed(
+            &world,
+            Recovery::FromBackup {
+                backup: "nightly".into(),
+            },
+        );
+        assert!(matches!(decide(&o), QuorumLossDecision::Recover { .. }));
+    }
+
+    #[test]
+    fn every_rule_answers_exactly_the_states_the_order_gives_it() {
+        // Each state is answered by the rule named, and not by any rule before it.
+        let world = zone_lost();
+        let mut crash = zone_lost();
+        crash.nodes_down.remove("c-1");
+        let mut early = zone_lost();
+        early.nodes_down.get_mut("c-2").unwrap().for_seconds = Some(1);
+        let mut silent = zone_lost();
+        silent.members = None;
+        silent.nodes_down.insert(
+            "c-0".into(),
+            NodeDown {
+                node: "node-a".into(),
+                for_seconds: Some(400),
+                cordoned: false,
+            },
+        );
+        let mut restored = observed(&world, Recovery::FromSurvivor);
+        restored.restore = Some("Restoring".into());
+        let cases = [
+            (observed(&world, Recovery::None), Some("recovery_not_asked")),
+            (restored, Some("a_restore_exists")),
+            (
+                observed(&crash, Recovery::FromSurvivor),
+                Some("a_lost_member_may_come_back"),
+            ),
+            (
+                observed(&early, Recovery::FromSurvivor),
+                Some("nodes_not_down_long_enough"),
+            ),
+            (
+                observed(&silent, Recovery::FromSurvivor),
+                Some("no_survivor_to_recover_from"),
+            ),
+            (observed(&world, Recovery::FromSurvivor), None),
+        ];
+        for (o, rule) in cases {
+            assert_eq!(left_by(&o), rule);
+        }
+    }
+}
