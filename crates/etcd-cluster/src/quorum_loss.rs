@@ -76,8 +76,7 @@ fn leave(reason: String) -> Option<QuorumLossDecision> {
     Some(QuorumLossDecision::Leave { reason })
 }
 
-/// The members that do not answer: every member with a pod or a claim that etcd's member list
-/// (when any member answered) does not show healthy.
+/// The members that do not answer: every member with a pod or a claim that gave no status.
 pub fn lost_members(observed: &MembershipObserved) -> Vec<String> {
     let answering: Vec<&str> = answering(observed);
     let mut names: Vec<String> = observed
@@ -92,14 +91,15 @@ pub fn lost_members(observed: &MembershipObserved) -> Vec<String> {
     names
 }
 
+/// The members that gave their status: healthy ones, and those that reported errors. Without
+/// quorum a member reports "etcdserver: no leader" and counts as not healthy, but it answers:
+/// it is the survivor.
 fn answering(observed: &MembershipObserved) -> Vec<&str> {
-    observed
-        .members
-        .iter()
-        .flatten()
+    let healthy = (observed.members.iter().flatten())
         .filter(|m| m.healthy)
-        .filter_map(|m| m.name.as_deref())
-        .collect()
+        .filter_map(|m| m.name.as_deref());
+    let reporting = observed.member_errors.keys().map(String::as_str);
+    healthy.chain(reporting).collect()
 }
 
 /// Rule 1: no recovery asked.
@@ -167,7 +167,8 @@ mod tests {
     use super::*;
     use crate::plan::{Member, PodState};
 
-    /// Three members; c-0 answers (no leader), c-1 and c-2 do not, their nodes down 400 s.
+    /// Three members; c-0 answers without a leader (not healthy: its status reports the
+    /// error), c-1 and c-2 do not, their nodes down 400 s.
     fn zone_lost() -> MembershipObserved {
         let member = |id: u64, name: &str, healthy: bool| Member {
             id,
@@ -188,7 +189,7 @@ mod tests {
                 .into(),
             claims: ["c-0", "c-1", "c-2"].map(String::from).into(),
             members: Some(vec![
-                member(1, "c-0", true),
+                member(1, "c-0", false),
                 member(2, "c-1", false),
                 member(3, "c-2", false),
             ]),
@@ -197,6 +198,7 @@ mod tests {
                 ("c-2".to_string(), down("node-c")),
             ]
             .into(),
+            member_errors: [("c-0".to_string(), vec!["etcdserver: no leader".to_string()])].into(),
             persistent: true,
             bootstrapped: true,
             ..Default::default()
@@ -235,6 +237,18 @@ mod tests {
             decide(&observed(&world, backup.clone())),
             QuorumLossDecision::Recover { recovery, .. } if recovery == backup
         ));
+    }
+
+    #[test]
+    fn when_the_survivor_reports_no_leader_then_it_counts_as_answering_not_lost() {
+        let world = zone_lost();
+        assert_eq!(lost_members(&world), vec!["c-1", "c-2"]);
+        // Without its status at all it is lost too, and its node is up: it may come back.
+        let mut silent = zone_lost();
+        silent.member_errors.clear();
+        assert_eq!(lost_members(&silent), vec!["c-0", "c-1", "c-2"]);
+        let o = observed(&silent, Recovery::FromSurvivor);
+        assert_eq!(left_by(&o), Some("a_lost_member_may_come_back"));
     }
 
     #[test]
@@ -281,6 +295,7 @@ mod tests {
     fn when_no_member_answers_then_there_is_no_survivor_but_a_backup_may_be_restored() {
         let mut world = zone_lost();
         world.members = None;
+        world.member_errors.clear();
         world.nodes_down.insert(
             "c-0".into(),
             NodeDown {
@@ -310,6 +325,7 @@ mod tests {
         early.nodes_down.get_mut("c-2").unwrap().for_seconds = Some(1);
         let mut silent = zone_lost();
         silent.members = None;
+        silent.member_errors.clear();
         silent.nodes_down.insert(
             "c-0".into(),
             NodeDown {

@@ -98,7 +98,27 @@ pub(crate) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(name, &DeleteParams::default()).await {
+    delete_with(api, name, &DeleteParams::default()).await
+}
+
+/// Deletes `name` at once (grace period 0): for a pod on a node that may be down, which could
+/// never confirm a graceful deletion.
+pub(crate) async fn force_delete<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    delete_with(api, name, &now).await
+}
+
+async fn delete_with<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> Result<(), Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),

@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use operator_runtime::pod_security::RunAs;
 use serde_json::json;
 
-use crate::api::{apply_records, create, delete, detach, release};
+use crate::api::{apply_records, create, delete, detach, force_delete, release};
 use crate::context::{Context, Error, MANAGER};
 use crate::finalizer::hold_until_released;
 use crate::pods;
@@ -143,6 +143,16 @@ pub(crate) async fn execute(
                 ..status::Records::of(restore)
             };
             apply_records(&restores, &name, &records).await?;
+        }
+        // A recovery from a survivor deletes the old members' pods at once: most sit on nodes
+        // that are down, which would never confirm a graceful deletion, and the EtcdCluster
+        // operator would count them as its members for ever. Safe: the recovered cluster has a
+        // new cluster ID, so etcd refuses an old member that comes back with its node (and
+        // its kubelet stops a pod the API no longer has).
+        RestoreStep::DeleteOldPods(pods) if restore.spec.from_survivor.is_some() => {
+            for pod in pods {
+                force_delete(&pod_api, pod).await?;
+            }
         }
         RestoreStep::DeleteOldPods(pods) | RestoreStep::RestartMembers(pods) => {
             for pod in pods {
