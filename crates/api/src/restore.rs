@@ -130,8 +130,8 @@ pub struct NewCluster {
 }
 
 /// A recovery from the surviving member (`spec.fromSurvivor`). The member is chosen by the
-/// operator: of the members that answer, the one with the highest Raft term, then the highest
-/// committed Raft index (then revision): the one that holds every write any of them committed.
+/// operator: of the members that answer, the one with the highest committed Raft index, then
+/// revision, then term: the one that holds the most of what was committed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct FromSurvivor {
     /// Recover from this member instead of the one chosen (it must answer; the restore waits

@@ -3,18 +3,27 @@
 //! EtcdRestore a human would. Rules, asked in this order; the first that answers decides:
 //!
 //! 1. [`recovery_not_asked`]: `recovery: None` (the default): nothing, a human decides.
-//! 2. [`a_restore_exists`]: an EtcdRestore of the cluster exists (the recovery made earlier, or
-//!    one a human made): nothing more; one that failed waits for a human, never a second try.
-//! 3. [`a_lost_member_may_come_back`]: a member that does not answer has no node known to be
+//! 2. [`a_restore_runs`]: an EtcdRestore of the cluster is under way (the recovery made
+//!    earlier, or a human's): nothing more.
+//! 3. [`the_automatic_recovery_failed`]: the recovery this operator made failed: it waits for
+//!    a human (who deletes it to let the operator try again), never a second try on its own.
+//!    A finished EtcdRestore of an earlier incident (succeeded, or a human's that failed) does
+//!    not hold the recovery back: it is replaced (it must go first: the name is the cluster's).
+//! 4. [`a_lost_member_may_come_back`]: a member that does not answer has no node known to be
 //!    down (its node is Ready: it crash-loops, or is starting) or its node is only cordoned:
 //!    it may come back with its data, so nothing is done.
-//! 4. [`nodes_not_down_long_enough`]: the lost members' nodes have not been down for
+//! 5. [`nodes_not_down_long_enough`]: the lost members' nodes have not been down for
 //!    `afterSeconds` yet: wait.
-//! 5. [`no_survivor_to_recover_from`]: `FromSurvivor` with no member answering: nothing to
+//! 6. [`no_survivor_to_recover_from`]: `FromSurvivor` with no member answering: nothing to
 //!    recover from (a backup is the way, chosen by a human).
-//! 6. Otherwise: [`QuorumLossDecision::Recover`].
+//! 7. Otherwise: [`QuorumLossDecision::Recover`].
 
 use crate::plan::{MembershipObserved, NodeDown};
+
+/// The annotation on an EtcdRestore the EtcdCluster operator made for `spec.quorumLoss`, and
+/// its value. The restore operator reads it too: such a restore answers nodes that are down.
+pub const MADE_FOR_ANNOTATION: &str = "etcd.database.coreos.com/made-for";
+pub const MADE_FOR_QUORUM_LOSS: &str = "quorum-loss";
 
 /// What `spec.quorumLoss` asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,8 +42,20 @@ pub struct QuorumLossObserved<'a> {
     pub recovery: Recovery,
     pub after_seconds: u64,
     pub membership: &'a MembershipObserved,
-    /// The EtcdRestore named like the cluster, when it exists: its phase (or `Pending`).
-    pub restore: Option<String>,
+    /// The EtcdRestore named like the cluster, when it exists.
+    pub restore: Option<ExistingRestore>,
+}
+
+/// The EtcdRestore named like the cluster, as the rules need it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingRestore {
+    /// Its phase, as written (`Pending` when it has none yet).
+    pub phase: String,
+    /// Succeeded or failed.
+    pub ended: bool,
+    pub failed: bool,
+    /// This operator made it for `spec.quorumLoss`.
+    pub made_for_quorum_loss: bool,
 }
 
 /// What the operator does about a lost quorum.
@@ -42,16 +63,25 @@ pub struct QuorumLossObserved<'a> {
 pub enum QuorumLossDecision {
     /// Nothing automatic; the reason is added to the `QuorumLost` condition's message.
     Leave { reason: String },
-    /// Create the EtcdRestore (named like the cluster) of `recovery`.
-    Recover { recovery: Recovery, reason: String },
+    /// Create the EtcdRestore (named like the cluster) of `recovery`; with `replace`, the
+    /// finished one of an earlier incident is deleted first.
+    Recover {
+        recovery: Recovery,
+        reason: String,
+        replace: bool,
+    },
 }
 
 type Rule = fn(&QuorumLossObserved) -> Option<QuorumLossDecision>;
 
 /// The rules in the order they are asked.
-pub const RULES: [(&str, Rule); 5] = [
+pub const RULES: [(&str, Rule); 6] = [
     ("recovery_not_asked", recovery_not_asked),
-    ("a_restore_exists", a_restore_exists),
+    ("a_restore_runs", a_restore_runs),
+    (
+        "the_automatic_recovery_failed",
+        the_automatic_recovery_failed,
+    ),
     ("a_lost_member_may_come_back", a_lost_member_may_come_back),
     ("nodes_not_down_long_enough", nodes_not_down_long_enough),
     ("no_survivor_to_recover_from", no_survivor_to_recover_from),
@@ -69,6 +99,7 @@ pub fn decide(observed: &QuorumLossObserved) -> QuorumLossDecision {
                 lost_members(observed.membership).join(", "),
                 observed.after_seconds
             ),
+            replace: observed.restore.is_some(),
         })
 }
 
@@ -111,16 +142,29 @@ pub fn recovery_not_asked(observed: &QuorumLossObserved) -> Option<QuorumLossDec
     })
 }
 
-/// Rule 2: a restore of the cluster exists already.
-pub fn a_restore_exists(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
-    let phase = observed.restore.as_ref()?;
+/// Rule 2: a restore of the cluster is under way.
+pub fn a_restore_runs(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    let restore = observed.restore.as_ref().filter(|r| !r.ended)?;
     leave(format!(
-        "EtcdRestore of the cluster exists ({phase}): no other recovery is started; a failed \
-         one waits for a human"
+        "the EtcdRestore of the cluster is under way ({}): no other recovery is started",
+        restore.phase
     ))
 }
 
-/// Rule 3: a member that does not answer may come back: its node is not known to be down, or
+/// Rule 3: the recovery this operator made failed.
+pub fn the_automatic_recovery_failed(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    observed
+        .restore
+        .as_ref()
+        .filter(|r| r.failed && r.made_for_quorum_loss)?;
+    leave(
+        "the automatic recovery failed (see the EtcdRestore's reason): it is not tried again; \
+         delete the EtcdRestore to let the operator try again, or recover by hand"
+            .into(),
+    )
+}
+
+/// Rule 4: a member that does not answer may come back: its node is not known to be down, or
 /// is only cordoned.
 pub fn a_lost_member_may_come_back(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
     let nodes = &observed.membership.nodes_down;
@@ -133,7 +177,7 @@ pub fn a_lost_member_may_come_back(observed: &QuorumLossObserved) -> Option<Quor
     ))
 }
 
-/// Rule 4: the lost members' nodes have not been down long enough.
+/// Rule 5: the lost members' nodes have not been down long enough.
 pub fn nodes_not_down_long_enough(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
     let nodes = &observed.membership.nodes_down;
     let down_for = |n: &NodeDown| n.for_seconds.unwrap_or(u64::MAX);
@@ -153,7 +197,7 @@ pub fn nodes_not_down_long_enough(observed: &QuorumLossObserved) -> Option<Quoru
     })
 }
 
-/// Rule 5: nothing to recover from.
+/// Rule 6: nothing to recover from.
 pub fn no_survivor_to_recover_from(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
     let none =
         observed.recovery == Recovery::FromSurvivor && answering(observed.membership).is_empty();
@@ -225,7 +269,10 @@ mod tests {
     fn when_the_lost_members_nodes_are_down_long_enough_then_the_survivor_recovers_it() {
         let world = zone_lost();
         let decision = decide(&observed(&world, Recovery::FromSurvivor));
-        let QuorumLossDecision::Recover { recovery, reason } = decision else {
+        let QuorumLossDecision::Recover {
+            recovery, reason, ..
+        } = decision
+        else {
             panic!("{decision:?}");
         };
         assert_eq!(recovery, Recovery::FromSurvivor);
@@ -258,12 +305,46 @@ mod tests {
         assert_eq!(left_by(&o), Some("recovery_not_asked"));
     }
 
+    fn existing(phase: &str, made_for_quorum_loss: bool) -> Option<ExistingRestore> {
+        Some(ExistingRestore {
+            phase: phase.into(),
+            ended: phase == "Succeeded" || phase == "Failed",
+            failed: phase == "Failed",
+            made_for_quorum_loss,
+        })
+    }
+
     #[test]
-    fn when_a_restore_of_the_cluster_exists_then_no_second_one_is_made() {
+    fn when_a_restore_of_the_cluster_runs_or_the_automatic_one_failed_then_none_is_made() {
         let world = zone_lost();
         let mut o = observed(&world, Recovery::FromSurvivor);
-        o.restore = Some("Failed".into());
-        assert_eq!(left_by(&o), Some("a_restore_exists"));
+        o.restore = existing("Restoring", false);
+        assert_eq!(left_by(&o), Some("a_restore_runs"));
+        o.restore = existing("Failed", true);
+        assert_eq!(left_by(&o), Some("the_automatic_recovery_failed"));
+    }
+
+    #[test]
+    fn when_a_finished_restore_of_an_earlier_incident_exists_then_it_is_replaced() {
+        let world = zone_lost();
+        let mut o = observed(&world, Recovery::FromSurvivor);
+        for (phase, made_by_operator) in
+            [("Succeeded", true), ("Succeeded", false), ("Failed", false)]
+        {
+            o.restore = existing(phase, made_by_operator);
+            assert!(
+                matches!(
+                    decide(&o),
+                    QuorumLossDecision::Recover { replace: true, .. }
+                ),
+                "{phase} {made_by_operator}"
+            );
+        }
+        o.restore = None;
+        assert!(matches!(
+            decide(&o),
+            QuorumLossDecision::Recover { replace: false, .. }
+        ));
     }
 
     #[test]
@@ -335,10 +416,13 @@ mod tests {
             },
         );
         let mut restored = observed(&world, Recovery::FromSurvivor);
-        restored.restore = Some("Restoring".into());
+        restored.restore = existing("Restoring", true);
+        let mut failed = observed(&world, Recovery::FromSurvivor);
+        failed.restore = existing("Failed", true);
         let cases = [
             (observed(&world, Recovery::None), Some("recovery_not_asked")),
-            (restored, Some("a_restore_exists")),
+            (restored, Some("a_restore_runs")),
+            (failed, Some("the_automatic_recovery_failed")),
             (
                 observed(&crash, Recovery::FromSurvivor),
                 Some("a_lost_member_may_come_back"),

@@ -205,10 +205,17 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let defrag =
         defrag::reconcile(&ctx, &cluster, &access, &pods, &view, may_defragment, now).await;
     // A lost quorum: recovered automatically when spec.quorumLoss says so (its rules decide).
+    // An API error here is said in the condition, not allowed to stop the report.
     let recovery = match &step {
-        MembershipStep::QuorumLost { .. } => {
-            Some(quorum_loss::reconcile(&ctx, &cluster, &observed).await?)
-        }
+        MembershipStep::QuorumLost { .. } => Some(
+            match quorum_loss::reconcile(&ctx, &cluster, &observed).await {
+                Ok(said) => said,
+                Err(e) => {
+                    tracing::warn!(cluster = %name, error = %e, "quorum-loss recovery could not act");
+                    format!("could not act: {e}")
+                }
+            },
+        ),
         _ => None,
     };
     let mut report = status::report(

@@ -7,18 +7,17 @@
 use backup_api::cluster::DEFAULT_QUORUM_LOSS_AFTER_SECONDS;
 use backup_api::{
     BackupRef, EtcdCluster, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, FromSurvivor,
-    QuorumLossRecovery,
+    QuorumLossRecovery, RestorePhase,
 };
 use etcd_cluster::MembershipObserved;
-use etcd_cluster::quorum_loss::{self, QuorumLossDecision, QuorumLossObserved, Recovery};
+use etcd_cluster::quorum_loss::{
+    self, ExistingRestore, MADE_FOR_ANNOTATION, MADE_FOR_QUORUM_LOSS, QuorumLossDecision,
+    QuorumLossObserved, Recovery,
+};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, ResourceExt};
 
 use crate::context::{Context, Error, warn};
-
-/// The annotation on an EtcdRestore the operator made for `spec.quorumLoss`.
-pub const MADE_FOR_ANNOTATION: &str = "etcd.database.coreos.com/made-for";
-pub const MADE_FOR_QUORUM_LOSS: &str = "quorum-loss";
 
 /// What `spec.quorumLoss` asks for.
 pub fn recovery_of(cluster: &EtcdCluster) -> (Recovery, u64) {
@@ -56,11 +55,7 @@ pub async fn reconcile(
     let restore = match recovery {
         // Not read when nothing would be done with it.
         Recovery::None => None,
-        _ => restores.get_opt(&name).await?.map(|r| {
-            r.status
-                .and_then(|s| s.phase)
-                .map_or("Pending".to_string(), |p| format!("{p:?}"))
-        }),
+        _ => restores.get_opt(&name).await?.map(|r| existing(&r)),
     };
     let observed = QuorumLossObserved {
         recovery,
@@ -70,7 +65,22 @@ pub async fn reconcile(
     };
     match quorum_loss::decide(&observed) {
         QuorumLossDecision::Leave { reason } => Ok(reason),
-        QuorumLossDecision::Recover { recovery, reason } => {
+        // The EtcdRestore of an earlier incident holds the name: it goes first, and the next
+        // reconcile (which finds it gone) makes the recovery.
+        QuorumLossDecision::Recover { replace: true, .. } => {
+            match restores.delete(&name, &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(format!(
+                "deleting the finished EtcdRestore {name} of an earlier incident to make the \
+                 recovery"
+            ))
+        }
+        QuorumLossDecision::Recover {
+            recovery, reason, ..
+        } => {
             let restore = recovery_restore(cluster, &recovery);
             match restores.create(&PostParams::default(), &restore).await {
                 Ok(_) => {}
@@ -87,6 +97,27 @@ pub async fn reconcile(
                 .recovery_started(&ns, &name, kind_label(&recovery));
             Ok(note)
         }
+    }
+}
+
+/// The EtcdRestore named like the cluster, as the rules need it.
+fn existing(restore: &EtcdRestore) -> ExistingRestore {
+    let phase = restore.status.as_ref().and_then(|s| s.phase);
+    let deleting = restore.metadata.deletion_timestamp.is_some();
+    ExistingRestore {
+        phase: match phase {
+            _ if deleting => "being deleted".to_string(),
+            Some(p) => format!("{p:?}"),
+            None => "Pending".to_string(),
+        },
+        // One being deleted is waited for (it is not over until it is gone).
+        ended: !deleting && phase.is_some_and(|p| p.is_terminal()),
+        failed: phase == Some(RestorePhase::Failed),
+        made_for_quorum_loss: restore
+            .annotations()
+            .get(MADE_FOR_ANNOTATION)
+            .map(String::as_str)
+            == Some(MADE_FOR_QUORUM_LOSS),
     }
 }
 

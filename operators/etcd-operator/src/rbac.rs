@@ -12,9 +12,11 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     // recorded change at the start of each reconcile.
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     ("etcd.database.coreos.com", "etcdclusters/status", "get"),
-    // quorum_loss.rs: the recovery's EtcdRestore, read first so that only one is made.
+    // quorum_loss.rs: the recovery's EtcdRestore, read first so that only one is made; a
+    // finished one of an earlier incident is deleted first (it holds the name).
     ("etcd.database.coreos.com", "etcdrestores", "get"),
     ("etcd.database.coreos.com", "etcdrestores", "create"),
+    ("etcd.database.coreos.com", "etcdrestores", "delete"),
     // main.rs owns(): the pod watch; controller.rs: list, create, delete; upgrade.rs and
     // adopt.rs: patch.
     ("", "pods", "list"),

@@ -30,6 +30,7 @@ use crate::execute::execute;
 use crate::finalizer::{abandon, let_go_of_finalizer};
 use crate::observe;
 use crate::status::{self, RESTORE_ANNOTATION};
+use etcd_cluster::naming::CLIENT_PORT;
 use etcd_cluster::restore_plan;
 use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep, SourceProblem};
 use fetch_pod::source::{self, Source, SourceError};
@@ -235,7 +236,16 @@ fn survivor_source(cluster: Option<&EtcdCluster>, plan: Option<&RestorePlan>) ->
     let tls = TlsSecrets::of(&cluster.spec)
         .operator
         .filter(|_| names.client_tls);
-    source::from_member(names.client_url(&survivor.member), tls)
+    // With TLS the name the certificates carry (coreos' `*.<cluster>.<ns>.svc`, without the
+    // cluster domain), as the operators' own clients check it.
+    let url = match tls {
+        Some(_) => format!(
+            "https://{}:{CLIENT_PORT}",
+            names.server_name(&survivor.member)
+        ),
+        None => names.client_url(&survivor.member),
+    };
+    source::from_member(url, tls)
 }
 
 fn bad_source(message: String) -> Result<Result<Source, SourceProblem>, Error> {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_cluster::EtcdVersion;
+use etcd_cluster::quorum_loss::{MADE_FOR_ANNOTATION, MADE_FOR_QUORUM_LOSS};
 use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels::ABANDONED_RESTORE_ANNOTATION;
 use etcd_members::origin;
@@ -144,12 +145,12 @@ pub(crate) async fn execute(
             };
             apply_records(&restores, &name, &records).await?;
         }
-        // A recovery from a survivor deletes the old members' pods at once: most sit on nodes
-        // that are down, which would never confirm a graceful deletion, and the EtcdCluster
-        // operator would count them as its members for ever. Safe: the recovered cluster has a
-        // new cluster ID, so etcd refuses an old member that comes back with its node (and
-        // its kubelet stops a pod the API no longer has).
-        RestoreStep::DeleteOldPods(pods) if restore.spec.from_survivor.is_some() => {
+        // A recovery from a survivor, or any restore made for a lost quorum, deletes the old
+        // members' pods at once: most sit on nodes that are down, which would never confirm a
+        // graceful deletion, and the EtcdCluster operator would count them as its members for
+        // ever. Safe: the restored cluster has a new cluster ID, so etcd refuses an old member
+        // that comes back with its node (and its kubelet stops a pod the API no longer has).
+        RestoreStep::DeleteOldPods(pods) if answers_nodes_down(restore) => {
             for pod in pods {
                 force_delete(&pod_api, pod).await?;
             }
@@ -275,4 +276,12 @@ pub(crate) fn recorded_plan(restore: &EtcdRestore) -> Result<RestorePlan, Error>
 
 fn not_as_planned(what: &str) -> Error {
     Error::NotAsPlanned(what.to_string())
+}
+
+/// A restore that answers nodes that are down: a recovery from a survivor, or one the
+/// EtcdCluster operator made for a lost quorum (`spec.quorumLoss`).
+fn answers_nodes_down(restore: &EtcdRestore) -> bool {
+    let made_for = restore.annotations().get(MADE_FOR_ANNOTATION);
+    restore.spec.from_survivor.is_some()
+        || made_for.map(String::as_str) == Some(MADE_FOR_QUORUM_LOSS)
 }

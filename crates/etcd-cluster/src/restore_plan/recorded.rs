@@ -98,7 +98,7 @@ pub struct RestorePlan {
 }
 
 /// The member a recovery from a survivor restores, and what it reported when it was chosen:
-/// of the members that answered, the highest Raft term, then committed index, then revision.
+/// of the members that answered, the highest committed Raft index, then revision, then term.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Survivor {

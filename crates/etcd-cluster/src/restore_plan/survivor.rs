@@ -7,10 +7,11 @@
 //!
 //! 1. [`quorum_not_lost`]: a member that has a leader means a majority still commits writes
 //!    that a recovery from one member would lose: refused.
-//! 2. [`most_recent`]: of the members that answered, the one with the highest Raft term, then
-//!    the highest committed index, then revision (then the lowest name, so the choice is the
-//!    same on every reconcile); only the member the user named, when they named one. None
-//!    answered: the restore waits.
+//! 2. [`most_recent`]: of the members that answered, the one with the highest committed Raft
+//!    index (every entry up to it is committed and in its log), then revision, then term (then
+//!    the lowest name, so the choice is the same on every reconcile); only the member the user
+//!    named, when they named one. None answered: the restore waits. The term does not come
+//!    first: a member that campaigned alone has a higher term without holding more.
 
 use super::observed::MemberStatus;
 use super::recorded::Survivor;
@@ -33,16 +34,16 @@ pub fn quorum_not_lost(statuses: &[MemberStatus]) -> Option<String> {
     })
 }
 
-/// Rule 2: the member whose data holds the most: highest term, then committed index, then
-/// revision, then the lowest name; `asked`, when the user named a member. `None` when no
+/// Rule 2: the member whose data holds the most: highest committed index, then revision, then
+/// term, then the lowest name; `asked`, when the user named a member. `None` when no
 /// member (or not the one asked) answered.
 pub fn most_recent(statuses: &[MemberStatus], asked: Option<&str>) -> Option<Survivor> {
     let candidates = statuses
         .iter()
         .filter(|s| asked.is_none_or(|a| a == s.member));
     let chosen = candidates.max_by(|a, b| {
-        (a.raft_term, a.raft_index, a.revision)
-            .cmp(&(b.raft_term, b.raft_index, b.revision))
+        (a.raft_index, a.revision, a.raft_term)
+            .cmp(&(b.raft_index, b.revision, b.raft_term))
             // Equal: the lower name wins (max_by keeps the later of equals, so reverse names).
             .then_with(|| b.member.cmp(&a.member))
     })?;
@@ -111,29 +112,25 @@ mod tests {
     }
 
     #[test]
-    fn when_terms_differ_then_the_highest_term_wins_over_a_longer_log() {
-        // A member of an older term may hold entries that were never committed.
-        let chosen =
-            most_recent(&[status("c-0", 4, 10, 5), status("c-1", 3, 90, 50)], None).unwrap();
-        assert_eq!(chosen.member, "c-0");
-        assert_eq!(chosen.others, vec!["c-1: term 3, index 90, revision 50"]);
-    }
-
-    #[test]
-    fn when_terms_are_equal_then_the_highest_committed_index_wins() {
-        let chosen =
-            most_recent(&[status("c-0", 4, 10, 9), status("c-1", 4, 12, 5)], None).unwrap();
-        assert_eq!(
-            (chosen.member.as_str(), chosen.raft_index, chosen.revision),
-            ("c-1", 12, 5)
-        );
-    }
-
-    #[test]
-    fn when_term_and_index_are_equal_then_the_revision_then_the_lowest_name_decides() {
-        let chosen =
-            most_recent(&[status("c-0", 4, 10, 5), status("c-1", 4, 10, 6)], None).unwrap();
+    fn when_committed_indexes_differ_then_the_highest_wins_over_a_higher_term() {
+        // c-0 campaigned alone (its term rose) but knows fewer entries committed.
+        let statuses = [status("c-0", 9, 10, 5), status("c-1", 3, 90, 50)];
+        let chosen = most_recent(&statuses, None).unwrap();
         assert_eq!(chosen.member, "c-1");
+        assert_eq!(chosen.others, vec!["c-0: term 9, index 10, revision 5"]);
+    }
+
+    #[test]
+    fn when_indexes_are_equal_then_the_revision_then_the_term_decides() {
+        let statuses = [status("c-0", 4, 12, 9), status("c-1", 5, 12, 5)];
+        let chosen = most_recent(&statuses, None).unwrap();
+        assert_eq!((chosen.member.as_str(), chosen.revision), ("c-0", 9));
+        let statuses = [status("c-0", 4, 12, 9), status("c-1", 5, 12, 9)];
+        assert_eq!(most_recent(&statuses, None).unwrap().member, "c-1");
+    }
+
+    #[test]
+    fn when_everything_is_equal_then_the_lowest_name_decides() {
         let tie = [status("c-2", 4, 10, 6), status("c-1", 4, 10, 6)];
         assert_eq!(most_recent(&tie, None).unwrap().member, "c-1");
         let reversed = [status("c-1", 4, 10, 6), status("c-2", 4, 10, 6)];
