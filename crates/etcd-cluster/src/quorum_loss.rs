@@ -249,6 +249,22 @@ mod tests {
         }
     }
 
+    /// No member answers: c-0's node is down too.
+    fn all_down() -> MembershipObserved {
+        let mut world = zone_lost();
+        world.members = None;
+        world.member_errors.clear();
+        let down = world.nodes_down["c-1"].clone();
+        world.nodes_down.insert(
+            "c-0".into(),
+            NodeDown {
+                node: "node-a".into(),
+                ..down
+            },
+        );
+        world
+    }
+
     fn observed(membership: &MembershipObserved, recovery: Recovery) -> QuorumLossObserved<'_> {
         QuorumLossObserved {
             recovery,
@@ -374,17 +390,7 @@ mod tests {
 
     #[test]
     fn when_no_member_answers_then_there_is_no_survivor_but_a_backup_may_be_restored() {
-        let mut world = zone_lost();
-        world.members = None;
-        world.member_errors.clear();
-        world.nodes_down.insert(
-            "c-0".into(),
-            NodeDown {
-                node: "node-a".into(),
-                for_seconds: Some(400),
-                cordoned: false,
-            },
-        );
+        let world = all_down();
         let o = observed(&world, Recovery::FromSurvivor);
         assert_eq!(left_by(&o), Some("no_survivor_to_recover_from"));
         let o = observed(
@@ -404,17 +410,7 @@ mod tests {
         crash.nodes_down.remove("c-1");
         let mut early = zone_lost();
         early.nodes_down.get_mut("c-2").unwrap().for_seconds = Some(1);
-        let mut silent = zone_lost();
-        silent.members = None;
-        silent.member_errors.clear();
-        silent.nodes_down.insert(
-            "c-0".into(),
-            NodeDown {
-                node: "node-a".into(),
-                for_seconds: Some(400),
-                cordoned: false,
-            },
-        );
+        let silent = all_down();
         let mut restored = observed(&world, Recovery::FromSurvivor);
         restored.restore = existing("Restoring", true);
         let mut failed = observed(&world, Recovery::FromSurvivor);

@@ -241,27 +241,25 @@ pub async fn member_statuses(
     access: &Access,
     members: &[(String, String, Option<String>)],
 ) -> Vec<MemberStatus> {
-    let mut statuses = Vec::new();
-    for (name, ip, node) in members {
-        let Ok(mut client) = access.connect(name, ip).await else {
-            continue;
-        };
-        let Ok(status) = client.status().await else {
-            continue;
-        };
-        let Some(header) = status.header() else {
-            continue;
-        };
-        statuses.push(MemberStatus {
+    // Asked all at once: a member on a node that is down answers nothing until the timeout.
+    let asked = members.iter().map(|(name, ip, node)| async move {
+        let mut client = access.connect(name, ip).await.ok()?;
+        let status = client.status().await.ok()?;
+        let header = status.header()?;
+        Some(MemberStatus {
             member: name.clone(),
             raft_term: status.raft_term(),
             raft_index: status.raft_index(),
             revision: header.revision(),
             has_leader: status.leader() != 0,
             node: node.clone(),
-        });
-    }
-    statuses
+        })
+    });
+    futures::future::join_all(asked)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// The key space `member` serves at `at`; `None` (asked again next time) when it could not
