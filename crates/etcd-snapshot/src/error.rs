@@ -62,6 +62,9 @@ pub enum Error {
     )]
     StaleManifest { key: String, why: String },
 
+    #[error("the archived changes {url} are damaged: {message}")]
+    BadSegment { url: String, message: String },
+
     #[error(transparent)]
     Compression(#[from] CompressionError),
 
@@ -89,6 +92,7 @@ impl Error {
                 | Error::ManifestMismatch { .. }
                 | Error::BadManifest { .. }
                 | Error::StaleManifest { .. }
+                | Error::BadSegment { .. }
         ) || matches!(self, Error::Compression(e) if e.is_integrity())
             || matches!(self, Error::Encryption(e) if e.is_integrity())
     }

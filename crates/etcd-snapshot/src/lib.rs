@@ -6,6 +6,7 @@
 //! `verify` and `fetch` stream an object back and check it the same way, so a fetched file
 //! restores with stock `etcdutl`/`etcdctl snapshot restore` and its hash check.
 
+pub mod changes;
 mod connector;
 pub mod contents;
 mod drill;
@@ -15,6 +16,7 @@ mod member;
 pub mod naming;
 mod plaintext_sink;
 mod save;
+mod scratch;
 mod trailer;
 mod verify;
 

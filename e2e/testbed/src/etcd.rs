@@ -38,7 +38,17 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None, None, &[]).await
+        Etcd::spawn(
+            etcd_tool("etcd"),
+            dir,
+            data_dir,
+            "testbed",
+            &peer_url,
+            None,
+            None,
+            &[],
+        )
+        .await
     }
 
     /// A fresh single-member cluster over plain HTTP, with more flags (such as
@@ -47,7 +57,17 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, None, None, flags).await
+        Etcd::spawn(
+            etcd_tool("etcd"),
+            dir,
+            data_dir,
+            "testbed",
+            &peer_url,
+            None,
+            None,
+            flags,
+        )
+        .await
     }
 
     /// A fresh peer URL for a member to be added with [`Etcd::join`].
@@ -62,6 +82,7 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         Etcd::spawn(
+            etcd_tool("etcd"),
             dir,
             data_dir,
             name,
@@ -78,13 +99,24 @@ impl Etcd {
         let dir = tempfile::tempdir()?;
         let data_dir = dir.path().join("data");
         let peer_url = format!("http://127.0.0.1:{}", free_port());
-        Etcd::spawn(dir, data_dir, "testbed", &peer_url, Some(tls), None, &[]).await
+        Etcd::spawn(
+            etcd_tool("etcd"),
+            dir,
+            data_dir,
+            "testbed",
+            &peer_url,
+            Some(tls),
+            None,
+            &[],
+        )
+        .await
     }
 
     /// A member on a data dir made by `snapshot_restore` with the same `name` and `peer_url`
     /// (take the peer port from `free_port`). The data dir stays when the member is dropped.
     pub async fn start_on_data_dir(data_dir: &Path, name: &str, peer_url: &str) -> Result<Etcd> {
         Etcd::spawn(
+            etcd_tool("etcd"),
             tempfile::tempdir()?,
             data_dir.to_path_buf(),
             name,
@@ -96,7 +128,21 @@ impl Etcd {
         .await
     }
 
+    /// A fresh single-member cluster of the etcd in `bin_dir` (one of [`etcd_releases`]).
+    pub async fn start_release(bin_dir: &Path, flags: &[&str]) -> Result<Etcd> {
+        let dir = tempfile::tempdir()?;
+        let data_dir = dir.path().join("data");
+        let peer_url = format!("http://127.0.0.1:{}", free_port());
+        let program = bin_dir.join("etcd");
+        Etcd::spawn(
+            program, dir, data_dir, "testbed", &peer_url, None, None, flags,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn spawn(
+        program: PathBuf,
         dir: tempfile::TempDir,
         data_dir: PathBuf,
         name: &str,
@@ -108,7 +154,7 @@ impl Etcd {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let endpoint = format!("{scheme}://127.0.0.1:{}", free_port());
         let log = dir.path().join("etcd.log");
-        let mut command = Command::new(etcd_tool("etcd"));
+        let mut command = Command::new(program);
         command
             .args(["--name", name, "--logger", "zap"])
             .arg("--data-dir")
@@ -331,7 +377,7 @@ async fn run(command: &mut tokio::process::Command) -> Result<Vec<u8>> {
 }
 
 /// Standard base64 (etcdctl's JSON output); small enough not to need a dependency.
-fn base64_decode(text: &str) -> Result<Vec<u8>> {
+pub fn base64_decode(text: &str) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let (mut acc, mut bits) = (0u32, 0);
     for c in text.bytes().filter(|&c| c != b'=') {
@@ -359,6 +405,20 @@ pub fn etcd_tool(name: &str) -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| crate::kube::versions_path("testbed_etcd_bin"))
         .join(name)
+}
+
+/// Every etcd line the members run (`etcd_releases` in `e2e/cluster/versions.sh`): its
+/// version and the directory with its `etcd`, `etcdctl` and `etcdutl`.
+pub fn etcd_releases() -> Vec<(String, PathBuf)> {
+    let listed = crate::kube::versions_path(
+        "(for v in \"${etcd_releases[@]}\"; do echo \"$v=$(etcd_bin $v)\"; done)",
+    );
+    listed
+        .to_string_lossy()
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(version, dir)| (version.to_string(), PathBuf::from(dir)))
+        .collect()
 }
 
 /// Restores `snapshot` into `data_dir` (which must not exist yet) as member `name` at `peer_url`,

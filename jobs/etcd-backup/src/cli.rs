@@ -104,18 +104,20 @@ pub enum Command {
     },
     /// Delete all but the newest N scheduled backups of a base name (never the newest one).
     Prune(PruneArgs),
+    /// Archive every change of the cluster, continuously, in segments beside the scheduled
+    /// backups, so that a restore can go to any revision or time since the oldest snapshot.
+    /// Runs until SIGTERM/SIGINT, which stores the open segment first.
+    Archive(ArchiveArgs),
+    /// Write a snapshot file at a revision or time, from the newest snapshot before it and
+    /// the archived changes after it, replayed in a scratch etcd on loopback. `etcdutl
+    /// snapshot restore` restores the file.
+    PointInTime(PointInTimeArgs),
 }
 
 #[derive(Args, Debug)]
 pub struct SaveArgs {
-    /// etcd client URLs; the member with the highest revision is snapshotted.
-    #[arg(
-        long,
-        env = "ETCDCTL_ENDPOINTS",
-        value_delimiter = ',',
-        required = true
-    )]
-    pub endpoints: Vec<String>,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
 
     /// Destination: s3://bucket/key or file:///dir/name.
     #[arg(long)]
@@ -136,6 +138,29 @@ pub struct SaveArgs {
     #[arg(long)]
     pub no_hash_kv: bool,
 
+    /// Fail when etcd sends no data for this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub stall_timeout: u64,
+    /// Optional total deadline in seconds.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+
+    #[command(flatten)]
+    pub parts: PartArgs,
+}
+
+/// Which etcd to talk to, and how.
+#[derive(Args, Debug)]
+pub struct EtcdArgs {
+    /// etcd client URLs; the member with the highest revision is snapshotted.
+    #[arg(
+        long,
+        env = "ETCDCTL_ENDPOINTS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub endpoints: Vec<String>,
+
     /// CA bundle to verify etcd's server certificate.
     #[arg(long, env = "ETCDCTL_CACERT")]
     pub cacert: Option<PathBuf>,
@@ -146,22 +171,90 @@ pub struct SaveArgs {
     #[arg(long, env = "ETCDCTL_KEY")]
     pub key: Option<PathBuf>,
 
-    /// Fail when etcd sends no data for this many seconds.
-    #[arg(long, default_value_t = 60)]
-    pub stall_timeout: u64,
-    /// Optional total deadline in seconds.
-    #[arg(long)]
-    pub timeout: Option<u64>,
     /// Seconds to wait for each endpoint to connect and report its status.
     #[arg(long, default_value_t = 10)]
     pub dial_timeout: u64,
+}
 
+/// How uploads are cut into parts.
+#[derive(Args, Debug)]
+pub struct PartArgs {
     /// Initial S3 part size in MiB (parts grow so 10,000 always suffice).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(8..=5120))]
     pub part_size_mib: u64,
     /// Parts uploaded in parallel.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=32))]
     pub parts_in_flight: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct ArchiveArgs {
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+
+    /// The scheduled backups' base name (s3://bucket/etcd.backup or file:///dir/etcd.backup):
+    /// the archive goes on from their newest and is stored under <base>.changes/. With no
+    /// snapshot of this cluster there, one is taken first.
+    #[arg(long)]
+    pub to: String,
+
+    /// A segment is stored this many seconds after its first change at the latest.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub segment_seconds: u64,
+    /// ...or once it holds this many MiB of changes.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub segment_max_mib: u64,
+
+    /// Compression of segments and of the snapshots the archive takes.
+    #[arg(long, value_enum, default_value_t = CompressArg::None)]
+    pub compress: CompressArg,
+
+    #[command(flatten)]
+    pub encrypt: EncryptArgs,
+
+    /// Only needed for an encrypted archive whose newest segment lost its manifest (the
+    /// archiver was killed between the two): it is read back to write it.
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+
+    /// Snapshots the archive takes record only the key count, not HashKV.
+    #[arg(long)]
+    pub no_hash_kv: bool,
+
+    #[command(flatten)]
+    pub parts: PartArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("point").required(true).multiple(false))]
+pub struct PointInTimeArgs {
+    /// The scheduled backups' base name, as given to `archive --to`.
+    pub base: String,
+    /// The revision to restore to.
+    #[arg(long, group = "point")]
+    pub revision: Option<i64>,
+    /// Or a time (RFC 3339, e.g. 2026-11-29T03:12:00Z): the last revision the archive saw
+    /// at or before it.
+    #[arg(long, group = "point")]
+    pub time: Option<String>,
+    /// The snapshot file to write; written as <out>.part and renamed when complete.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// Only this cluster's snapshots and changes (the hex ID in their manifests), when the
+    /// base holds several (a restored cluster gets a new ID).
+    #[arg(long)]
+    pub cluster_id: Option<String>,
+    /// Directory with etcd and etcdutl of the snapshot's etcd minor version (default: PATH).
+    #[arg(long)]
+    pub etcd_bin_dir: Option<PathBuf>,
+    /// Where the scratch directory is made (default: TMPDIR).
+    #[arg(long)]
+    pub scratch_dir: Option<PathBuf>,
+    /// Seconds the scratch member may take to serve.
+    #[arg(long, default_value_t = 120)]
+    pub start_timeout: u64,
 }
 
 #[derive(Args, Debug)]

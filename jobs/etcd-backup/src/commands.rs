@@ -3,6 +3,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
+use etcd_snapshot::changes::PointInTimeError;
 use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
 use etcd_snapshot::{
     Checked, Contents, DrillOptions, DrillReport, EtcdConnection, HashKv, MANIFEST_SUFFIX,
@@ -11,7 +12,7 @@ use etcd_snapshot::{
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::cli::{Cli, Command, Output, PruneArgs, S3Args, SaveArgs};
+use crate::cli::{Cli, Command, EtcdArgs, Output, PartArgs, PruneArgs, S3Args, SaveArgs};
 
 /// Exit code 3 marks a backup that failed verification, so scripts can tell "the data is bad"
 /// from "the network was down" (1); 4 an identity that cannot decrypt it ("the key is wrong").
@@ -22,11 +23,15 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
             || e.downcast_ref::<etcd_snapshot::DrillError>()
                 .is_some_and(|e| e.is_integrity())
             || e.is::<DrillFailed>()
+            || e.downcast_ref::<PointInTimeError>()
+                .is_some_and(|e| e.is_integrity())
     });
     let identity = err.chain().any(|e| {
         e.downcast_ref::<etcd_snapshot::Error>()
             .is_some_and(|e| e.is_identity_problem())
             || e.downcast_ref::<etcd_snapshot::DrillError>()
+                .is_some_and(|e| e.is_identity_problem())
+            || e.downcast_ref::<PointInTimeError>()
                 .is_some_and(|e| e.is_identity_problem())
             || e.downcast_ref::<backup_cli::KeyError>()
                 .is_some_and(|e| e.is_identity_problem())
@@ -128,10 +133,12 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::List { prefix } => list(&prefix, &cli.s3, output).await,
         Command::Prune(args) => prune(args, &cli.s3, output).await,
+        Command::Archive(args) => crate::changes::archive(args, &cli.s3, output).await,
+        Command::PointInTime(args) => crate::changes::point_in_time(args, &cli.s3, output).await,
     }
 }
 
-async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
+pub async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
     Ok(args.open(url).await?)
 }
 
@@ -139,7 +146,8 @@ fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
 }
 
-async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
+/// The etcd connection the flags describe.
+pub fn connection(args: &EtcdArgs) -> Result<EtcdConnection> {
     let mut connection = EtcdConnection::new(args.endpoints.clone());
     connection.dial_timeout = Duration::from_secs(args.dial_timeout);
     connection.tls = match (&args.cacert, &args.cert, &args.key) {
@@ -154,6 +162,20 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
         }),
         (None, _, _) => bail!("--cert/--key need --cacert to verify the etcd server"),
     };
+    Ok(connection)
+}
+
+/// Upload tuning from the flags.
+pub fn upload_options(parts: &PartArgs) -> UploadOptions {
+    UploadOptions {
+        part_sizer: PartSizer::new((parts.part_size_mib as usize) << 20),
+        max_in_flight: parts.parts_in_flight as usize,
+        ..UploadOptions::default()
+    }
+}
+
+async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
+    let connection = connection(&args.etcd)?;
     let (store, location) = open(&args.to, s3).await?;
     let key = location.key();
     let mut options = SaveOptions::new(if args.scheduled_name {
@@ -168,11 +190,7 @@ async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
     }
     options.stall_timeout = Duration::from_secs(args.stall_timeout);
     options.deadline = args.timeout.map(Duration::from_secs);
-    options.upload = UploadOptions {
-        part_sizer: PartSizer::new((args.part_size_mib as usize) << 20),
-        max_in_flight: args.parts_in_flight as usize,
-        ..UploadOptions::default()
-    };
+    options.upload = upload_options(&args.parts);
     let bar = progress_bar(output);
     if let Some(bar) = bar.clone() {
         options.progress = Some(Arc::new(move |p| {
@@ -451,13 +469,19 @@ async fn prune(args: PruneArgs, s3: &S3Args, output: Output) -> Result<()> {
         objects.iter().map(|o| o.key.as_str()),
         args.keep as usize,
     );
+    let mut delete = delete;
+    delete.extend(crate::changes::segments_to_prune(&store, &base, &objects, &delete).await?);
     let mut cleaned = 0;
     if !args.dry_run {
         for key in &delete {
             store.delete(key).await?;
         }
-        // Only uploads of this base's backups, never another tool's under the same prefix.
-        let owned = |key: &str| is_backup_of(&base, key);
+        // Only uploads of this base's backups and segments, never another tool's under the
+        // same prefix.
+        let owned = |key: &str| {
+            is_backup_of(&base, key)
+                || etcd_snapshot::changes::parse_segment_key(&base, key).is_some()
+        };
         let older_than = Duration::from_secs(args.incomplete_older_than);
         cleaned = store.clean_incomplete(&base, older_than, &owned).await?;
     }

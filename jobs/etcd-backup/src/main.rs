@@ -1,5 +1,6 @@
 //! `etcd-backup`: the job binary for CronJobs and for humans.
 
+mod changes;
 mod cli;
 mod commands;
 
@@ -18,9 +19,14 @@ async fn main() -> ExitCode {
     // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored; a fetch removes
     // its partial file.
     let left = commands::left_when_interrupted(&cli.command);
-    let result = match backup_cli::until_interrupted(commands::run(cli)).await {
-        Ok(result) => result,
-        Err(interrupt) => return backup_cli::exit_after(interrupt, &left).await,
+    // `archive` runs until stopped, and stores its open segment first: it handles them itself.
+    let result = if matches!(cli.command, cli::Command::Archive(_)) {
+        commands::run(cli).await
+    } else {
+        match backup_cli::until_interrupted(commands::run(cli)).await {
+            Ok(result) => result,
+            Err(interrupt) => return backup_cli::exit_after(interrupt, &left).await,
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
