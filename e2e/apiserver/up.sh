@@ -16,7 +16,10 @@
 #   KUBE_VERSION          1.37 (default) or 1.35
 #   KUBE_TESTBED_BIN      dir with the Kubernetes binaries (default: build.sh's cache)
 #   KUBE_TESTBED_TIMEOUT  seconds to wait for each server (default 120)
+#   ETCD_SERVERS          an etcd to store in instead of starting one (e.g. one restored from a
+#                         backup, to read what it holds through the API)
 #
+# DIR/etcd-endpoint holds the etcd client URL the API server stores in.
 # The admin user (token in DIR/kubeconfig) is in system:masters; authorization is RBAC.
 set -euo pipefail
 
@@ -196,17 +199,24 @@ if [[ -n $watch_pid ]]; then
   echo $! >"$dir/watcher.pid"
 fi
 
-log "etcd on 127.0.0.1:$etcd_port"
-start etcd "$etcd" --name testbed --logger zap --data-dir "$dir/etcd-data" \
-  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-  --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-  --initial-cluster "testbed=http://127.0.0.1:$etcd_peer_port" --initial-cluster-token testbed
-wait_ready etcd '"health": ?"true"' "http://127.0.0.1:$etcd_port/health"
+etcd_servers=${ETCD_SERVERS:-}
+if [[ -z $etcd_servers ]]; then
+  etcd_servers=http://127.0.0.1:$etcd_port
+  log "etcd on 127.0.0.1:$etcd_port"
+  start etcd "$etcd" --name testbed --logger zap --data-dir "$dir/etcd-data" \
+    --listen-client-urls "$etcd_servers" --advertise-client-urls "$etcd_servers" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster "testbed=http://127.0.0.1:$etcd_peer_port" --initial-cluster-token testbed
+  wait_ready etcd '"health": ?"true"' "$etcd_servers/health"
+else
+  log "storing in the etcd at $etcd_servers"
+fi
+echo "$etcd_servers" >"$dir/etcd-endpoint"
 
 log "kube-apiserver on $server"
 start kube-apiserver "$bin/kube-apiserver" \
-  --etcd-servers "http://127.0.0.1:$etcd_port" \
+  --etcd-servers "$etcd_servers" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
   --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
   --cert-dir "$dir/apiserver-certs" \

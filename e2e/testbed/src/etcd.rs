@@ -421,6 +421,12 @@ pub fn etcd_releases() -> Vec<(String, PathBuf)> {
         .collect()
 }
 
+/// The directory of the etcd the control planes run (`control_plane_etcd` in
+/// `e2e/cluster/versions.sh`): what restores a Kubernetes API server's etcd.
+pub fn control_plane_etcd_bin() -> PathBuf {
+    crate::kube::versions_path("(etcd_bin \"$control_plane_etcd\")")
+}
+
 /// Restores `snapshot` into `data_dir` (which must not exist yet) as member `name` at `peer_url`,
 /// with the stock tool and its hash check (`etcdutl`).
 pub fn snapshot_restore(

@@ -383,8 +383,17 @@ pub(crate) fn versions_path(variable: &str) -> PathBuf {
 
 /// Runs a script; its stdout, or an error with its stderr (which carries the servers' log tail).
 async fn script(args: &[&std::ffi::OsStr], path: &Path) -> Result<String> {
+    script_with_env(args, &[], path).await
+}
+
+async fn script_with_env(
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &str)],
+    path: &Path,
+) -> Result<String> {
     let output = tokio::process::Command::new(path)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output()
@@ -401,7 +410,24 @@ async fn script(args: &[&std::ffi::OsStr], path: &Path) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// A control plane of the test's own (not the process-wide one [`KubeTestbed::start`] shares),
+/// storing in `etcd` when given (say, one restored from a backup) or in an etcd of its own;
+/// stopped when the test process ends. Returns it with the client URL of the etcd it stores in.
+pub async fn own_control_plane(etcd: Option<&str>) -> Result<(KubeTestbed, String)> {
+    let shared = start_servers_storing_in(etcd).await?;
+    let endpoint = std::fs::read_to_string(shared.dir.join("etcd-endpoint"))
+        .context("up.sh wrote no etcd-endpoint")?
+        .trim()
+        .to_string();
+    let testbed = KubeTestbed::of_bed(shared.kubeconfig).await?;
+    Ok((testbed, endpoint))
+}
+
 async fn start_servers() -> Result<Shared> {
+    start_servers_storing_in(None).await
+}
+
+async fn start_servers_storing_in(etcd: Option<&str>) -> Result<Shared> {
     let bin = bin_dir();
     let built = ["kube-apiserver", "kube-controller-manager"]
         .iter()
@@ -429,7 +455,8 @@ async fn start_servers() -> Result<Shared> {
         args.push("--rm".as_ref());
     }
     args.push(dir.as_os_str());
-    let stdout = script(&args, &Path::new(SCRIPTS).join("up.sh"))
+    let env: Vec<(&str, &str)> = etcd.map(|e| ("ETCD_SERVERS", e)).into_iter().collect();
+    let stdout = script_with_env(&args, &env, &Path::new(SCRIPTS).join("up.sh"))
         .await
         .with_context(|| format!("servers' directory: {}", dir.display()))?;
     let kubeconfig = stdout

@@ -29,7 +29,9 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Mutex;
 
-pub use etcd::{Etcd, base64_decode, etcd_releases, etcd_tool, snapshot_restore};
+pub use etcd::{
+    Etcd, base64_decode, control_plane_etcd_bin, etcd_releases, etcd_tool, snapshot_restore,
+};
 pub use garage::Garage;
 pub use tls::{ExtendedKeyUsagePurpose, TestCa, TlsFiles};
 

@@ -756,3 +756,127 @@ async fn a_cluster_that_compacts_past_the_archive_is_a_gap_said_and_bridged_by_a
     }
     check_points(&etcd, &bin, &base, &[(after, "after retention")], &[], &[]).await;
 }
+
+/// The real case: a Kubernetes API server's etcd is archived, a namespace with objects is
+/// deleted (by the namespace controller, as `kubectl delete namespace` does), and a restore to
+/// the revision before the deletion brings its objects back, read through a Kubernetes API
+/// server started on the restored data.
+#[tokio::test]
+async fn a_deleted_namespace_comes_back_through_an_api_server_on_the_restored_data() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+    use kube::api::{Api, DeleteParams, PostParams};
+
+    let (kube, etcd_endpoint) = testbed::kube::own_control_plane(None).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = format!("file://{}/etcd.backup", dir.path().display());
+    let (mut archiver, _) = Archiver::started(&etcd_endpoint, &base, "1").await;
+
+    let namespaces: Api<Namespace> = Api::all(kube.client.clone());
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shop"}
+    }))
+    .unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(kube.client.clone(), "shop");
+    let mut written = std::collections::BTreeMap::new();
+    for i in 0..5 {
+        let data =
+            serde_json::json!({ "orders": format!("order-{i}"), "size": "x".repeat(i * 100) });
+        let config_map: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("config-{i}")}, "data": data
+        }))
+        .unwrap();
+        config_maps
+            .create(&PostParams::default(), &config_map)
+            .await
+            .unwrap();
+        written.insert(format!("config-{i}"), config_map.data.unwrap());
+    }
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), "shop");
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "payment"}, "stringData": {"token": "s3cr3t"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let mut etcd = Client::connect([etcd_endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let before = etcd.status().await.unwrap().header().unwrap().revision();
+    namespaces
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    let gone = async {
+        while namespaces.get_opt("shop").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), gone)
+        .await
+        .expect("the namespace controller deleted the namespace");
+    assert!(
+        config_maps
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let after = etcd.status().await.unwrap().header().unwrap().revision();
+    archiver.archived_through(after).await;
+    assert_eq!(archiver.signal("TERM").await, 0);
+
+    // The snapshot file at the revision before the deletion, restored by stock etcdutl.
+    let bin = testbed::control_plane_etcd_bin();
+    let out = dir.path().join("before-the-deletion.db");
+    let before_str = before.to_string();
+    let bin_dir = bin.display().to_string();
+    run(
+        &[
+            "point-in-time",
+            &base,
+            "--revision",
+            &before_str,
+            "--out",
+            out.to_str().unwrap(),
+            "--etcd-bin-dir",
+            &bin_dir,
+        ],
+        &[],
+    )
+    .await
+    .ok();
+    let (_restored, restored_endpoint) = restore_with_stock_tools(&bin, &out, dir.path()).await;
+    let (restored, _) = testbed::kube::own_control_plane(Some(&restored_endpoint))
+        .await
+        .unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(restored.client.clone(), "shop");
+    let mut served = std::collections::BTreeMap::new();
+    for config_map in config_maps.list(&Default::default()).await.unwrap().items {
+        if config_map.metadata.name.as_deref() == Some("kube-root-ca.crt") {
+            continue;
+        }
+        served.insert(config_map.metadata.name.unwrap(), config_map.data.unwrap());
+    }
+    assert_eq!(served, written);
+    let secret = Api::<Secret>::namespaced(restored.client.clone(), "shop")
+        .get("payment")
+        .await
+        .unwrap();
+    assert_eq!(secret.data.unwrap()["token"].0, b"s3cr3t");
+    let namespace = Api::<Namespace>::all(restored.client)
+        .get("shop")
+        .await
+        .unwrap();
+    assert!(
+        namespace.metadata.deletion_timestamp.is_none(),
+        "{namespace:?}"
+    );
+}
