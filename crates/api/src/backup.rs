@@ -72,7 +72,9 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
     validation = Rule::new("self.storageType != 'OSS' || has(self.oss)").message("storageType OSS requires the oss block"),
     validation = Rule::new("self.storageType != 'Local' || has(self.local)").message("storageType Local requires the local block"),
     validation = Rule::new("!has(self.drill) || self.storageType in ['S3', 'Local']").message("drills restore S3 and Local backups only"),
-    validation = Rule::new("!has(self.drill) || !has(self.encryption) || has(self.drill.identitySecret)").message("encrypted backups are drilled with a private key: set drill.identitySecret")
+    validation = Rule::new("!has(self.drill) || !has(self.encryption) || has(self.drill.identitySecret)").message("encrypted backups are drilled with a private key: set drill.identitySecret"),
+    validation = Rule::new("!has(self.continuous) || self.storageType in ['S3', 'Local']").message("the continuous archive writes to S3 or Local storage only"),
+    validation = Rule::new("!has(self.continuous) || (has(self.backupPolicy) && (has(self.backupPolicy.schedule) || (has(self.backupPolicy.backupIntervalInSecond) && self.backupPolicy.backupIntervalInSecond > 0)))").message("the continuous archive replays changes onto scheduled backups: set backupPolicy.schedule or backupIntervalInSecond")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdBackupSpec {
@@ -141,6 +143,66 @@ pub struct EtcdBackupSpec {
     /// etcd version and compares what it serves with what was recorded at backup time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill: Option<BackupDrill>,
+    /// Archive every change between the scheduled backups, so that a restore can go to any
+    /// revision or time since the oldest kept backup (`etcd-backup point-in-time`). The
+    /// operator watches the cluster and stores segments beside the backups, under
+    /// `<path>.changes/`, compressed and encrypted like them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousArchive>,
+}
+
+/// `spec.continuous`: how the archive of changes is cut into segments.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousArchive {
+    /// A segment is stored at the latest this many seconds after its first change: about how
+    /// far a restore to a point can lag behind the cluster. Default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub segment_seconds: Option<i64>,
+    /// ...or once it holds this many bytes of changes. Default 64 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1048576, max = 4294967296_i64))]
+    pub segment_max_bytes: Option<i64>,
+}
+
+/// Defaults of `spec.continuous`.
+pub const DEFAULT_SEGMENT_SECONDS: i64 = 60;
+pub const DEFAULT_SEGMENT_MAX_BYTES: i64 = 64 << 20;
+
+/// `status.continuous`: where the archive of changes is.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveStatus {
+    /// Every change up to this revision is stored: a restore can reach any revision from
+    /// the oldest kept backup to this one (except inside `lastGap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_through_revision: Option<i64>,
+    /// When the archive saw the last stored change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_time: Option<Time>,
+    /// The newest stored segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_segment: Option<String>,
+    /// Gaps since the operator started archiving this EtcdBackup: the cluster compacted
+    /// changes before they were stored (the archive was stopped or fell behind).
+    #[serde(default)]
+    pub gaps: i64,
+    /// The newest gap: no point after `archivedThrough` up to `resumedAfter` can be restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_gap: Option<ArchiveGap>,
+    /// Why the archive is not running, while it is not (retried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// A stretch of revisions the archive lost.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveGap {
+    pub archived_through: i64,
+    pub resumed_after: i64,
+    pub time: Time,
 }
 
 /// When and for how long to back up (coreos `BackupPolicy` plus `schedule`).
@@ -367,6 +429,9 @@ pub struct EtcdBackupStatus {
     /// The newest restore drill (`Running` while its pod runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_drill: Option<DrillRecord>,
+    /// The continuous archive of changes (`spec.continuous`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ArchiveStatus>,
     /// The newest drill that succeeded; retention never deletes its backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_successful_drill: Option<DrillRecord>,

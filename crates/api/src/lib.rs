@@ -17,8 +17,9 @@ pub mod restore;
 pub mod storage;
 
 pub use backup::{
-    BackupFailure, BackupPolicy, BackupRecord, BackupSchedule, Compression, DeletionPolicy,
-    EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, LocalVolumeRecord,
+    ArchiveGap, ArchiveStatus, BackupFailure, BackupPolicy, BackupRecord, BackupSchedule,
+    Compression, ContinuousArchive, DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_SECONDS,
+    DeletionPolicy, EtcdBackup, EtcdBackupSpec, EtcdBackupStatus, LocalVolumeRecord,
 };
 pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,

@@ -185,6 +185,26 @@ fn cases() -> Vec<Case> {
         broken: with_drill("S3", s3(), json!({}), true),
     });
 
+    // spec.continuous.
+    let continuous = |storage: &str, block, policy: Value| {
+        let mut b = backup(storage, Some(block));
+        b["spec"]["continuous"] = json!({"segmentSeconds": 30});
+        b["spec"]["backupPolicy"] = policy;
+        b
+    };
+    cases.push(Case {
+        message: "the continuous archive writes to S3 or Local storage only",
+        kind: "EtcdBackup",
+        valid: continuous("S3", s3(), json!({"schedule": "@hourly"})),
+        broken: continuous("ABS", abs(), json!({"schedule": "@hourly"})),
+    });
+    cases.push(Case {
+        message: "the continuous archive replays changes onto scheduled backups: set backupPolicy.schedule or backupIntervalInSecond",
+        kind: "EtcdBackup",
+        valid: continuous("S3", s3(), json!({"backupIntervalInSecond": 600})),
+        broken: continuous("S3", s3(), json!({"backupIntervalInSecond": 0})),
+    });
+
     let compaction = |retention: &str| {
         object(
             "EtcdCluster",

@@ -4,15 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use std::collections::BTreeMap;
-
-use backup_storage::{ObjectInfo, Store};
 use etcd_snapshot::changes::{
-    ArchiveEvent, ArchiveOptions, KeptSnapshot, PointInTimeOptions, PointInTimeReport, SegmentKey,
-    SegmentLayers, SegmentManifest, Target, archive_prefix, parse_segment_key, segments_to_delete,
+    ArchiveEvent, ArchiveOptions, PointInTimeOptions, PointInTimeReport, SegmentLayers, Target,
 };
-use etcd_snapshot::naming::parse_scheduled;
-use etcd_snapshot::{DrillOptions, HashKv, Manifest, ObjectName, SaveOptions, manifest_key};
+use etcd_snapshot::{DrillOptions, HashKv, ObjectName, SaveOptions};
 use serde_json::json;
 
 use crate::cli::{ArchiveArgs, Output, PointInTimeArgs, S3Args};
@@ -127,61 +122,6 @@ fn text_of(line: &serde_json::Value) -> String {
         }
     }
     text
-}
-
-/// The segments (and their manifests) retention deletes once the snapshots in `deleted` are
-/// gone: those no kept snapshot needs.
-pub async fn segments_to_prune(
-    store: &Store,
-    base: &str,
-    objects: &[ObjectInfo],
-    deleted: &[String],
-) -> Result<Vec<String>> {
-    let segments: Vec<SegmentKey> = store
-        .list(&archive_prefix(base))
-        .await?
-        .iter()
-        .filter_map(|o| parse_segment_key(base, &o.key))
-        .collect();
-    if segments.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut kept = Vec::new();
-    for object in objects {
-        let Some(snapshot) = parse_scheduled(base, &object.key) else {
-            continue;
-        };
-        if deleted.contains(&snapshot.key) {
-            continue;
-        }
-        match Manifest::load(store, &snapshot.key).await {
-            Ok(Some(m)) => kept.push(KeptSnapshot {
-                cluster_id: m.cluster_id,
-                revision: m.etcd_revision,
-            }),
-            // A kept snapshot whose cluster is unknown could need any segment: keep them all.
-            _ => return Ok(Vec::new()),
-        }
-    }
-    let mut newest_last = BTreeMap::new();
-    let mut newest: BTreeMap<&str, &SegmentKey> = BTreeMap::new();
-    for segment in &segments {
-        let entry = newest.entry(&segment.cluster_id).or_insert(segment);
-        if segment.first_revision > entry.first_revision {
-            *entry = segment;
-        }
-    }
-    for (cluster, segment) in newest {
-        if let Some(m) = SegmentManifest::load(store, &segment.key).await? {
-            newest_last.insert(cluster.to_string(), m.last_revision);
-        }
-    }
-    let mut delete = Vec::new();
-    for key in segments_to_delete(&segments, &newest_last, &kept) {
-        delete.push(manifest_key(&key));
-        delete.insert(delete.len() - 1, key);
-    }
-    Ok(delete)
 }
 
 pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -> Result<()> {

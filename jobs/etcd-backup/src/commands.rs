@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::changes::PointInTimeError;
-use etcd_snapshot::naming::{is_backup_of, select_for_deletion};
+use etcd_snapshot::naming::{is_backup_of, parse_scheduled, select_for_deletion};
 use etcd_snapshot::{
     Checked, Contents, DrillOptions, DrillReport, EtcdConnection, HashKv, MANIFEST_SUFFIX,
     ObjectName, SaveOptions, TlsPem, read_manifest,
@@ -469,8 +469,14 @@ async fn prune(args: PruneArgs, s3: &S3Args, output: Output) -> Result<()> {
         objects.iter().map(|o| o.key.as_str()),
         args.keep as usize,
     );
+    let kept: Vec<String> = objects
+        .iter()
+        .filter_map(|o| parse_scheduled(&base, &o.key))
+        .map(|s| s.key)
+        .filter(|key| !delete.contains(key))
+        .collect();
     let mut delete = delete;
-    delete.extend(crate::changes::segments_to_prune(&store, &base, &objects, &delete).await?);
+    delete.extend(etcd_snapshot::changes::segments_to_prune(&store, &base, &kept).await?);
     let mut cleaned = 0;
     if !args.dry_run {
         for key in &delete {

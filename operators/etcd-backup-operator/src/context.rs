@@ -10,6 +10,7 @@ use kube::Client;
 use kube::runtime::events::Event;
 use operator_runtime::events::Events;
 
+use crate::archive::Archives;
 use crate::execute::RunError;
 use crate::in_flight::Runs;
 use crate::local::LocalVolume;
@@ -45,6 +46,8 @@ pub struct Context {
     pub events: Events,
     pub metrics: Arc<Metrics>,
     pub runs: Arc<Runs>,
+    /// The continuous archives (`spec.continuous`) this process runs.
+    pub archives: Arc<Archives>,
     pub clock: Clock,
     /// The claim mounted in the operator pod for `storageType: Local`, if any.
     pub local_volume: Option<LocalVolume>,
@@ -83,6 +86,7 @@ impl Context {
             client,
             metrics,
             runs,
+            archives: Arc::default(),
             clock,
             local_volume: None,
             reported_invalid: Mutex::new(HashMap::new()),
@@ -100,6 +104,7 @@ impl Context {
     /// state, invalid-spec record and metric series are dropped.
     pub fn forget(&self, uid: &str, object: &ObjectLabels) {
         self.runs.cancel(uid);
+        self.archives.stop(uid);
         self.backoff.forget(uid);
         self.reported_invalid
             .lock()
@@ -116,6 +121,7 @@ impl Context {
         listed: impl Fn(&ObjectLabels) -> bool,
     ) {
         self.runs.cancel_unless(&exists);
+        self.archives.stop_unless(&exists);
         self.backoff.retain(&exists);
         self.reported_invalid
             .lock()

@@ -71,12 +71,14 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
     let plan = validate::build(&backup.spec);
     if backup.meta().deletion_timestamp.is_some() {
         ctx.runs.cancel(&uid);
+        ctx.archives.stop(&uid);
         return finalize(backup, plan.as_ref(), ctx).await;
     }
     let plan = match plan {
         Ok(plan) => plan,
         Err(e) => {
             ctx.runs.cancel(&uid);
+            ctx.archives.stop(&uid);
             return report_invalid_spec(backup, &prev, &e, &api, ctx, now).await;
         }
     };
@@ -109,9 +111,14 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
             Some(DRILL_RETRY)
         }
     };
+    let archive_wait = crate::archive_status::reconcile(backup, &plan, ctx, now).await?;
     let backup_wait = schedule_backup(backup, &prev, plan, &api, ctx, now).await?;
     Ok(
-        match [drill_wait, backup_wait].into_iter().flatten().min() {
+        match [drill_wait, archive_wait, backup_wait]
+            .into_iter()
+            .flatten()
+            .min()
+        {
             Some(wait) => Action::requeue(wait),
             None => Action::await_change(),
         },

@@ -7,6 +7,8 @@
 //! controller.
 //! `schedule` and `retention` hold the domain rules, free of Kubernetes.
 
+pub mod archive;
+pub mod archive_status;
 pub mod context;
 pub mod controller;
 pub mod drill;

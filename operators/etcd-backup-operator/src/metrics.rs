@@ -47,6 +47,8 @@ pub struct Metrics {
     pub last_drill_failure: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub drill_interval: Family<ObjectLabels, Gauge<f64, AtomicU64>>,
     pub drill_failures: Family<FailureLabels, Counter>,
+    pub archived_revision: Family<ObjectLabels, Gauge>,
+    pub archive_gap_revisions: Family<ObjectLabels, Counter>,
     /// Every EtcdBackup with series, and the failure reasons it has one for: what goes when
     /// the object goes.
     objects: Mutex<HashMap<ObjectLabels, Reasons>>,
@@ -143,7 +145,21 @@ impl Default for Metrics {
             "Failed restore drills by reason",
             drill_failures.clone(),
         );
+        let archived_revision = Family::<ObjectLabels, Gauge>::default();
+        registry.register(
+            "archived_revision",
+            "Every change of the cluster up to this revision is in the continuous archive of each EtcdBackup (spec.continuous)",
+            archived_revision.clone(),
+        );
+        let archive_gap_revisions = Family::<ObjectLabels, Counter>::default();
+        registry.register(
+            "archive_gap_revisions",
+            "Revisions the continuous archive lost because the cluster compacted them before they were stored (no restore to a point can reach them)",
+            archive_gap_revisions.clone(),
+        );
         Metrics {
+            archived_revision,
+            archive_gap_revisions,
             last_drill_success,
             last_drill_failure,
             drill_interval,
@@ -162,6 +178,15 @@ impl Default for Metrics {
             reconcile_errors,
             objects: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+/// The series labels of `backup`.
+pub fn object_labels(backup: &backup_api::EtcdBackup) -> ObjectLabels {
+    use kube::ResourceExt;
+    ObjectLabels {
+        namespace: backup.namespace().unwrap_or_default(),
+        name: backup.name_any(),
     }
 }
 
@@ -232,6 +257,8 @@ impl Metrics {
         self.last_drill_success.remove(object);
         self.last_drill_failure.remove(object);
         self.drill_interval.remove(object);
+        self.archived_revision.remove(object);
+        self.archive_gap_revisions.remove(object);
         for reason in reasons.backup {
             self.failures.remove(&failure(object, &reason));
         }

@@ -107,10 +107,28 @@ pub async fn prune(
         .map(|c| c.key.as_str())
         .find(|key| drilled.is_some_and(|url| store.location(key).to_string() == url));
     let protect: Vec<&str> = [Some(written), drilled].into_iter().flatten().collect();
-    let delete = select_prunable(base, &found, owner, keep, &protect);
+    let mut delete = select_prunable(base, &found, owner, keep, &protect);
     for key in &delete {
         store.delete(key).await?;
     }
+    // The continuous archive's segments that no kept backup of ours needs go too.
+    let kept: Vec<String> = found
+        .iter()
+        .filter(|c| c.owner.as_deref() == Some(owner) && !delete.contains(&c.key))
+        .map(|c| c.key.clone())
+        .collect();
+    let segments = match etcd_snapshot::changes::segments_to_prune(store, base, &kept).await {
+        Ok(segments) => segments,
+        Err(etcd_snapshot::Error::Storage(e)) => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "archive segments not pruned this time");
+            Vec::new()
+        }
+    };
+    for key in &segments {
+        store.delete(key).await?;
+    }
+    delete.extend(segments);
     Ok(delete)
 }
 
@@ -130,7 +148,35 @@ pub async fn delete_owned(
             }
         }
     }
+    // The continuous archive's segments this EtcdBackup wrote (its UID on each, as on backups).
+    if scheduled {
+        let prefix = etcd_snapshot::changes::archive_prefix(base);
+        for object in store.list(&prefix).await? {
+            if etcd_snapshot::changes::parse_segment_key(base, &object.key).is_none() {
+                continue;
+            }
+            let Some(info) = store.head(&object.key).await? else {
+                continue;
+            };
+            if info.metadata.get(OWNER_METADATA_KEY).map(String::as_str) == Some(owner)
+                || segment_owner(store, &object.key).await.as_deref() == Some(owner)
+            {
+                for key in [manifest_key(&object.key), object.key.clone()] {
+                    store.delete(&key).await?;
+                    deleted.push(key);
+                }
+            }
+        }
+    }
     Ok(deleted)
+}
+
+/// The owner a segment's manifest records (local files carry no metadata).
+async fn segment_owner(store: &Store, key: &str) -> Option<String> {
+    let manifest = etcd_snapshot::changes::SegmentManifest::load(store, key)
+        .await
+        .ok()??;
+    manifest.labels.get(OWNER_METADATA_KEY).cloned()
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use backup_api::EtcdBackup;
 use futures::{StreamExt, TryStreamExt};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector};
 use kube::{Api, ResourceExt};
@@ -65,6 +66,11 @@ pub async fn run(
         .touched_objects();
     let shutdown = stop.clone();
     let store = reader.clone();
+    // An archive that stored a segment (or hit a gap, or failed) has its status written now.
+    let archived = futures::stream::unfold(ctx.archives.subscribe(), |mut changed| async move {
+        changed.recv().await.map(|object| (object, changed))
+    })
+    .map(|(namespace, name)| ObjectRef::new(&name).within(&namespace));
     let deleted_ctx = ctx.clone();
     Controller::for_stream(events, reader)
         .with_config(
@@ -72,6 +78,7 @@ pub async fn run(
                 .debounce(Duration::from_millis(200))
                 .concurrency(RECONCILE_CONCURRENCY),
         )
+        .reconcile_on(archived)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
@@ -109,6 +116,8 @@ fn watcher(
 async fn wind_down(ctx: &Context) {
     // Inside the pod's grace period (`--shutdown-timeout-seconds`).
     let deadline = tokio::time::Instant::now() + ctx.shutdown_timeout;
+    // The archives store their open segments meanwhile.
+    ctx.archives.stop_all(deadline).await;
     while ctx.runs.count() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -242,6 +242,11 @@ pub fn apply_body(status: &EtcdBackupStatus) -> serde_json::Value {
     status.last_drill = None;
     status.last_successful_drill = None;
     status.conditions.retain(|c| c.type_ != DRILLED);
+    // And not the archive side's ([`crate::archive_status`]).
+    status.continuous = None;
+    status
+        .conditions
+        .retain(|c| c.type_ != crate::archive_status::CONDITION);
     operator_runtime::status_apply::body::<EtcdBackup, _>(&status)
 }
 

@@ -1040,3 +1040,157 @@ async fn local_pvc_example_prunes_on_the_claim_and_delete_removes_only_its_files
     assert_eq!(files(), [FOREIGN]);
     kube.delete_namespace(&ns).await.unwrap();
 }
+
+/// What the restored file serves: every key and value, read through a member started on it.
+async fn restored_keys(snapshot: &Path) -> std::collections::BTreeMap<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("restored");
+    let peer = format!("http://127.0.0.1:{}", testbed::free_port());
+    testbed::snapshot_restore(snapshot, &data_dir, "restored", &peer).unwrap();
+    let etcd = Etcd::start_on_data_dir(&data_dir, "restored", &peer)
+        .await
+        .unwrap();
+    etcd.get_all().await.unwrap()
+}
+
+/// A snapshot file of `base` at `revision`, made from what the operator archived.
+async fn point_in_time(garage: &Garage, base: &str, revision: i64) -> std::path::PathBuf {
+    use etcd_snapshot::changes::{PointInTimeOptions, Target, restore_to_point};
+    let dir = tempfile::tempdir().unwrap().keep();
+    let out = dir.join("at.db");
+    let options = PointInTimeOptions {
+        scratch: etcd_snapshot::DrillOptions {
+            etcd_bin_dir: testbed::etcd_tool("etcd").parent().map(Path::to_path_buf),
+            ..Default::default()
+        },
+        cluster_id: None,
+    };
+    let store = store(garage).await;
+    let report = restore_to_point(
+        &store,
+        base,
+        Target::Revision(revision),
+        None,
+        &out,
+        &options,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.revision, revision);
+    out
+}
+
+fn continuous_status(backup: &EtcdBackup) -> backup_api::ArchiveStatus {
+    backup
+        .status
+        .as_ref()
+        .and_then(|s| s.continuous.clone())
+        .unwrap_or_default()
+}
+
+/// `spec.continuous`: the operator archives every change beside the scheduled backups, says
+/// how far in the status and the `Archiving` condition, and a restore to a point made from the
+/// archive serves exactly the keys of that revision. Stopped while the cluster compacts, the
+/// next operator says the gap (status, Warning event, metric) and goes on after a snapshot.
+#[tokio::test]
+async fn continuous_archive_reaches_every_revision_and_says_a_gap() {
+    let (kube, ns, etcd, garage) = setup("continuous").await;
+    let base = "continuous/etcd.backup";
+    let manifest = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdBackup",
+        "metadata": {"name": "archived"},
+        "spec": {
+            "etcdEndpoints": [etcd.endpoint],
+            "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": 3600, "maxBackups": 2},
+            "s3": {"path": format!("{}/{base}", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "continuous": {"segmentSeconds": 1}
+        }
+    });
+    let operator = Operator::start(&ns).await;
+    let api = create(&kube, &ns, manifest).await;
+    let mut client = etcd.client().await.unwrap();
+    let mut expected = std::collections::BTreeMap::new();
+    for i in 0..20 {
+        etcd.put(&format!("/k/{i:02}"), &format!("v{i}"))
+            .await
+            .unwrap();
+        expected.insert(format!("/k/{i:02}"), format!("v{i}"));
+    }
+    let point = client.put("/k/point", "p", None).await.unwrap();
+    let point = point.header().unwrap().revision();
+    expected.insert("/k/point".into(), "p".into());
+    let deleted = client
+        .delete("/k/", Some(etcd_client::DeleteOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let last = deleted.header().unwrap().revision();
+    wait_for("the archive to reach the range delete", 60, || async {
+        let backup = api.get("archived").await.unwrap();
+        let archiving = backup.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Archiving" && c.status == "True")
+        });
+        archiving && continuous_status(&backup).archived_through_revision >= Some(last)
+    })
+    .await;
+    let at_point = point_in_time(&garage, base, point).await;
+    assert_eq!(restored_keys(&at_point).await, expected);
+
+    // Stopped (killed) while the cluster writes and compacts what was not archived.
+    drop(operator);
+    for i in 0..10 {
+        etcd.put(&format!("/lost/{i}"), "x").await.unwrap();
+    }
+    let compacted = client.put("/lost/last", "x", None).await.unwrap();
+    let compacted = compacted.header().unwrap().revision();
+    client.compact(compacted, None).await.unwrap();
+    let operator = Operator::start(&ns).await;
+    wait_for("the gap in the status", 60, || async {
+        let status = continuous_status(&api.get("archived").await.unwrap());
+        status.gaps == 1
+    })
+    .await;
+    let status = continuous_status(&api.get("archived").await.unwrap());
+    let gap = status.last_gap.clone().unwrap();
+    assert_eq!(gap.archived_through, last, "{status:?}");
+    assert!(gap.resumed_after >= compacted, "{status:?}");
+    let warned = events_for(&kube, &ns, "archived").await;
+    assert!(
+        warned
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ArchiveGap")
+                && e.type_.as_deref() == Some("Warning")),
+        "{warned:?}"
+    );
+    let (_, metrics) = operator.get("/metrics").await.unwrap();
+    let lost = metrics
+        .lines()
+        .find(|l| l.starts_with("etcd_backup_archive_gap_revisions_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<i64>().ok());
+    assert_eq!(
+        lost,
+        Some(gap.resumed_after - gap.archived_through),
+        "{metrics}"
+    );
+
+    // After the gap, the archive goes on: a later point is reached again.
+    let after = client.put("/after", "gap", None).await.unwrap();
+    let after = after.header().unwrap().revision();
+    wait_for("the archive to go on after the gap", 60, || async {
+        let status = continuous_status(&api.get("archived").await.unwrap());
+        status.archived_through_revision >= Some(after)
+    })
+    .await;
+    let at_after = point_in_time(&garage, base, after).await;
+    let served = restored_keys(&at_after).await;
+    assert_eq!(served.get("/after").map(String::as_str), Some("gap"));
+    assert_eq!(
+        served.keys().filter(|k| k.starts_with("/lost/")).count(),
+        11
+    );
+}

@@ -168,8 +168,14 @@ pub async fn archive(
 async fn wait_or_stop(stop: &mut tokio::sync::watch::Receiver<bool>, delay: Duration) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(delay) => false,
-        _ = stop.wait_for(|s| *s) => true,
+        _ = stopped(stop) => true,
     }
+}
+
+/// Returns once asked to stop (or once no one can ask any more). The borrow `wait_for` returns
+/// is dropped here, so the futures that wait on this stay `Send`.
+pub async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// The revision the archive has everything up to, and why.
@@ -292,6 +298,7 @@ async fn rebuild_manifest(
             " (manifest rebuilt)"
         )
         .into(),
+        labels: options.layers.upload.metadata.clone(),
     };
     store
         .put_small(
@@ -372,7 +379,7 @@ impl Session<'_> {
                     self.close().await?;
                     continue;
                 }
-                _ = stop.wait_for(|s| *s) => {
+                _ = stopped(stop) => {
                     self.close().await?;
                     return Ok(Ended::Stopped);
                 }

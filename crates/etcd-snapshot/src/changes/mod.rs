@@ -14,14 +14,14 @@ mod retention;
 mod segment;
 mod writer;
 
-pub use archive::{ArchiveEvent, ArchiveOptions, archive, newest_snapshot};
+pub use archive::{ArchiveEvent, ArchiveOptions, archive, newest_snapshot, stopped};
 pub use plan::{Target, Unreachable};
 pub use point_in_time::{
     PointInTimeError, PointInTimeOptions, PointInTimeReport, UNKNOWN_LEASE_TTL, restore_to_point,
 };
 pub use reader::SegmentReader;
 pub use record::{Change, ChangeKind};
-pub use retention::{KeptSnapshot, segments_to_delete};
+pub use retention::{KeptSnapshot, segments_to_delete, segments_to_prune};
 pub use segment::SegmentKey;
 pub use segment::{
     SegmentManifest, archive_prefix, cluster_prefix, parse_segment_key, segment_key,

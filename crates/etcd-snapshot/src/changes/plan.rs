@@ -234,6 +234,7 @@ mod tests {
             etcd_version: "3.6.0".into(),
             completion_time: at(last_second),
             tool: String::new(),
+            labels: Default::default(),
         }
     }
 

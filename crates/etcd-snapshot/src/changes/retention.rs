@@ -11,7 +11,52 @@
 
 use std::collections::BTreeMap;
 
-use super::segment::SegmentKey;
+use backup_storage::Store;
+
+use super::segment::{SegmentKey, SegmentManifest, archive_prefix, parse_segment_key};
+use crate::{Manifest, Result, manifest_key};
+
+/// The segments of `base`'s archive (and their manifests) to delete when `kept` are the
+/// snapshots that stay: those none of them needs. Nothing when a kept snapshot's manifest
+/// cannot be read (its cluster is unknown, so any segment may be needed).
+pub async fn segments_to_prune(store: &Store, base: &str, kept: &[String]) -> Result<Vec<String>> {
+    let segments: Vec<SegmentKey> = store
+        .list(&archive_prefix(base))
+        .await?
+        .iter()
+        .filter_map(|o| parse_segment_key(base, &o.key))
+        .collect();
+    if segments.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut snapshots = Vec::new();
+    for key in kept {
+        match Manifest::load(store, key).await {
+            Ok(Some(m)) => snapshots.push(KeptSnapshot {
+                cluster_id: m.cluster_id,
+                revision: m.etcd_revision,
+            }),
+            _ => return Ok(Vec::new()),
+        }
+    }
+    let mut newest: BTreeMap<&str, &SegmentKey> = BTreeMap::new();
+    for segment in &segments {
+        let entry = newest.entry(&segment.cluster_id).or_insert(segment);
+        if segment.first_revision > entry.first_revision {
+            *entry = segment;
+        }
+    }
+    let mut newest_last = BTreeMap::new();
+    for (cluster, segment) in newest {
+        if let Some(m) = SegmentManifest::load(store, &segment.key).await? {
+            newest_last.insert(cluster.to_string(), m.last_revision);
+        }
+    }
+    Ok(segments_to_delete(&segments, &newest_last, &snapshots)
+        .into_iter()
+        .flat_map(|key| [manifest_key(&key), key])
+        .collect())
+}
 
 /// A kept snapshot: its cluster and revision.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,6 +7,8 @@
 //! history is not the old one's, even where the revision numbers meet). The last revision is
 //! known only when a segment closes, so it is in the manifest, not the key.
 
+use std::collections::BTreeMap;
+
 use backup_storage::Store;
 use backup_storage::encryption::Encryption;
 use backup_storage::stored_checksum::StoredChecksum;
@@ -88,6 +90,10 @@ pub struct SegmentManifest {
     pub etcd_version: String,
     pub completion_time: DateTime<Utc>,
     pub tool: String,
+    /// The writer's own metadata given with the upload (the operator's owner UID), kept here
+    /// too because local files carry no user metadata.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl SegmentManifest {

@@ -32,6 +32,7 @@ pub struct SegmentWriter {
     stored: Option<StoredHasher>,
     compression: Compression,
     encryption: Option<Encryption>,
+    labels: std::collections::BTreeMap<String, String>,
     plaintext_bytes: u64,
     first_time: Option<DateTime<Utc>>,
     last_time: Option<DateTime<Utc>>,
@@ -69,6 +70,7 @@ impl SegmentWriter {
             stored: transformed.then(|| StoredHasher::new(ChecksumKind::for_new_object(encrypted))),
             compression: layers.compression,
             encryption: layers.recipients.as_ref().map(Encryption::age),
+            labels: layers.upload.metadata.clone(),
             plaintext_bytes: 0,
             first_time: None,
             last_time: None,
@@ -149,6 +151,7 @@ impl SegmentWriter {
             etcd_version: etcd_version.to_string(),
             completion_time: now,
             tool: concat!("etcd-backup ", env!("CARGO_PKG_VERSION")).into(),
+            labels: self.labels,
         };
         store
             .put_small(

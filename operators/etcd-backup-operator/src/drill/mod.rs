@@ -28,7 +28,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::context::{Context, Error};
-use crate::metrics::ObjectLabels;
+use crate::metrics::{ObjectLabels, object_labels};
 use crate::status::{chrono_time, time};
 use crate::validate::{BackupPlan, DrillPlan, DrillWhen};
 use plan::Next;
@@ -416,13 +416,6 @@ async fn delete_drill_pods(pods: &Api<Pod>, backup: &EtcdBackup) -> Result<(), E
         delete(pods, &p.name_any()).await?;
     }
     Ok(())
-}
-
-fn object_labels(backup: &EtcdBackup) -> ObjectLabels {
-    ObjectLabels {
-        namespace: backup.namespace().unwrap_or_default(),
-        name: backup.name_any(),
-    }
 }
 
 /// The drill's period and its last success as status records it, so the "not drilled" alert
