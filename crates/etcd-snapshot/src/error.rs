@@ -62,6 +62,15 @@ pub enum Error {
     )]
     StaleManifest { key: String, why: String },
 
+    #[error(
+        "cluster {cluster_id} is at revision {revision}, below what its archive already holds ({archived}): it was restored from an older snapshot under the same cluster ID, so its history from here is not the archived one; archive it under another base, or move the old archive away"
+    )]
+    ClusterRewound {
+        cluster_id: String,
+        revision: i64,
+        archived: i64,
+    },
+
     #[error("the archived changes {url} are damaged: {message}")]
     BadSegment { url: String, message: String },
 

@@ -66,6 +66,35 @@ impl Garage {
         self.dir.path()
     }
 
+    /// S3 requests the server answered so far, by API endpoint (`PutObject`, `UploadPart`,
+    /// ...), from its metrics (the admin API's `/metrics`, open without a metrics token).
+    pub async fn s3_requests(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        let (code, body) = crate::http_get("127.0.0.1", self.ports[2], "/metrics")
+            .await
+            .context("Garage's admin API does not answer")?;
+        if code != 200 {
+            bail!("Garage's /metrics answered {code}: {body}");
+        }
+        let mut counts = std::collections::BTreeMap::new();
+        for line in body
+            .lines()
+            .filter(|l| l.starts_with("api_s3_request_counter{"))
+        {
+            let endpoint = line
+                .split("api_endpoint=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("?");
+            let count: f64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0.0);
+            *counts.entry(endpoint.to_string()).or_insert(0) += count as u64;
+        }
+        Ok(counts)
+    }
+
     /// The server process's PID (for SIGSTOP/SIGCONT: a server that hangs).
     pub fn pid(&self) -> Option<u32> {
         let pid = std::fs::read_to_string(self.dir.path().join("garage.pid")).ok()?;

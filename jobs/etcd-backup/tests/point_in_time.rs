@@ -644,8 +644,18 @@ async fn the_archiver_resumes_after_sigkill_mid_segment_and_a_lost_manifest_with
         "nothing of the killed segment is visible"
     );
 
-    // The newest manifest lost too (as if killed between the segment and its manifest).
-    std::fs::remove_file(&segments.last().unwrap().0).unwrap();
+    // Killed between the segment's commit and its manifest: the pending copy its writer left
+    // becomes the manifest, nothing is read.
+    let newest = segments.last().unwrap().0.clone();
+    let pending = PathBuf::from(format!("{}.pending", newest.display()));
+    std::fs::rename(&newest, &pending).unwrap();
+    let (mut archiver, started) = Archiver::started(&etcd.endpoint, &base, "3600").await;
+    assert_eq!(started["afterRevision"], first, "{started}");
+    assert!(newest.exists() && !pending.exists());
+    assert_eq!(archiver.signal("TERM").await, 0);
+
+    // The newest manifest lost without a pending copy: rebuilt by reading the segment.
+    std::fs::remove_file(&newest).unwrap();
     let (mut archiver, started) = Archiver::started(&etcd.endpoint, &base, "1").await;
     assert_eq!(
         started["afterRevision"], first,

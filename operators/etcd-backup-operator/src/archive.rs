@@ -24,6 +24,8 @@ use crate::retention::OWNER_METADATA_KEY;
 use crate::secrets;
 use crate::validate::BackupPlan;
 
+/// How long a stopped archive may take to store its open segment and end.
+const STOP_WAIT: Duration = Duration::from_secs(30);
 /// Pause before a failed archive starts again (doubled up to [`RETRY_MAX`]).
 const RETRY_FIRST: Duration = Duration::from_secs(10);
 const RETRY_MAX: Duration = Duration::from_secs(300);
@@ -53,6 +55,9 @@ struct Running {
     stop: watch::Sender<bool>,
     state: Arc<Mutex<ArchiveState>>,
     task: tokio::task::JoinHandle<()>,
+    /// The `status.continuous` last written for it: newer than the cache may show, so a
+    /// reconcile of a stale copy never counts from an older status.
+    written: Option<backup_api::ArchiveStatus>,
 }
 
 /// The archives this process runs, by EtcdBackup UID.
@@ -82,22 +87,38 @@ impl Archives {
     }
 
     /// Makes sure the archive of `backup` runs for its current generation: started if not,
-    /// restarted (the old one stores its open segment first) if the spec changed.
-    pub fn ensure(&self, backup: &EtcdBackup, start: impl FnOnce() -> Start) {
+    /// restarted if the spec changed (the old one stores its open segment and ends first, so
+    /// two never write the same segments; its gaps not yet in the status are kept).
+    pub async fn ensure(&self, backup: &EtcdBackup, start: impl FnOnce() -> Start) {
         let uid = backup.uid().unwrap_or_default();
         let generation = backup.metadata.generation;
-        let mut running = self.running();
-        if running
-            .get(&uid)
-            .is_some_and(|r| r.generation == generation)
-        {
-            return;
-        }
-        if let Some(old) = running.remove(&uid) {
+        let old = {
+            let mut running = self.running();
+            if running
+                .get(&uid)
+                .is_some_and(|r| r.generation == generation)
+            {
+                return;
+            }
+            running.remove(&uid)
+        };
+        let mut carried = ArchiveState::default();
+        let mut written = None;
+        if let Some(old) = old {
             let _ = old.stop.send(true);
+            if tokio::time::timeout(STOP_WAIT, old.task).await.is_err() {
+                tracing::warn!(%uid, "the previous archive did not end in time; starting the new one anyway");
+            }
+            carried.pending_gaps = old
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pending_gaps
+                .clone();
+            written = old.written;
         }
         let (stop, stopped) = watch::channel(false);
-        let state = Arc::new(Mutex::new(ArchiveState::default()));
+        let state = Arc::new(Mutex::new(carried));
         let changed = self
             .changed
             .lock()
@@ -110,15 +131,39 @@ impl Archives {
             }
         });
         let task = tokio::spawn(run(start(), state.clone(), stopped, notify));
-        running.insert(
+        self.running().insert(
             uid,
             Running {
                 generation,
                 stop,
                 state,
                 task,
+                written,
             },
         );
+    }
+
+    /// Stops the archive of `uid` and waits (bounded) until it stored its open segment and
+    /// ended: before its EtcdBackup's objects are deleted.
+    pub async fn stop_and_wait(&self, uid: &str) {
+        let Some(old) = self.running().remove(uid) else {
+            return;
+        };
+        let _ = old.stop.send(true);
+        if tokio::time::timeout(STOP_WAIT, old.task).await.is_err() {
+            tracing::warn!(%uid, "an archive did not end in time");
+        }
+    }
+
+    /// The status last written for the archive of `uid`, and records a new one.
+    pub fn written(&self, uid: &str) -> Option<backup_api::ArchiveStatus> {
+        self.running().get(uid).and_then(|r| r.written.clone())
+    }
+
+    pub fn record_written(&self, uid: &str, status: &backup_api::ArchiveStatus) {
+        if let Some(running) = self.running().get_mut(uid) {
+            running.written = Some(status.clone());
+        }
     }
 
     /// The EtcdBackups (namespace, name) whose archive did something since; the controller
@@ -136,22 +181,16 @@ impl Archives {
         }
     }
 
-    /// Stops every archive and waits (until `deadline`) for them to store their open
-    /// segments: a shutdown, or leadership lost (another replica archives from now on).
-    pub async fn stop_all(&self, deadline: tokio::time::Instant) {
+    /// Ends every archive at once, its open segment discarded (the upload aborted; the next
+    /// leader archives those changes again from etcd): a shutdown, or leadership lost, after
+    /// which nothing of this replica may write beside the new leader's archive.
+    pub async fn abort_all(&self, deadline: tokio::time::Instant) {
         let all: Vec<Running> = self.running().drain().map(|(_, r)| r).collect();
         for running in &all {
-            let _ = running.stop.send(true);
+            running.task.abort();
         }
         for running in all {
-            if tokio::time::timeout_at(deadline, running.task)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    "an archive did not store its open segment before shutdown; the next start archives those changes again"
-                );
-            }
+            let _ = tokio::time::timeout_at(deadline, running.task).await;
         }
     }
 
@@ -279,10 +318,10 @@ fn record(state: &Mutex<ArchiveState>, event: ArchiveEvent) {
     let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
     match event {
         ArchiveEvent::Started { after_revision, .. } => {
-            state.last_error = None;
             state.archived_through = Some(after_revision);
         }
         ArchiveEvent::SegmentStored { key, manifest } => {
+            state.last_error = None;
             state.archived_through = Some(manifest.last_revision);
             state.last_change_time = Some(manifest.last_time);
             state.last_segment = Some(key);
@@ -300,6 +339,7 @@ fn record(state: &Mutex<ArchiveState>, event: ArchiveEvent) {
         ArchiveEvent::SnapshotTaken { .. } => {}
         ArchiveEvent::WatchLost { error, .. } => {
             tracing::info!(%error, "the archive's watch broke; resuming");
+            state.last_error = Some(format!("{error} (resuming)"));
         }
     }
 }

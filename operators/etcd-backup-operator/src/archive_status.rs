@@ -62,28 +62,32 @@ pub async fn reconcile(
             return Ok(Some(STATUS_EVERY));
         }
     };
-    ctx.archives.ensure(backup, || Start {
-        client: ctx.client.clone(),
-        namespace,
-        plan: plan.clone(),
-        location,
-        owner: uid.clone(),
-        allow_ambient: ctx.allow_ambient_credentials,
-        segment_seconds: Duration::from_secs(
-            continuous
-                .segment_seconds
-                .unwrap_or(DEFAULT_SEGMENT_SECONDS)
+    ctx.archives
+        .ensure(backup, || Start {
+            client: ctx.client.clone(),
+            namespace,
+            plan: plan.clone(),
+            location,
+            owner: uid.clone(),
+            allow_ambient: ctx.allow_ambient_credentials,
+            segment_seconds: Duration::from_secs(
+                continuous
+                    .segment_seconds
+                    .unwrap_or(DEFAULT_SEGMENT_SECONDS)
+                    .max(1) as u64,
+            ),
+            segment_max_bytes: continuous
+                .segment_max_bytes
+                .unwrap_or(DEFAULT_SEGMENT_MAX_BYTES)
                 .max(1) as u64,
-        ),
-        segment_max_bytes: continuous
-            .segment_max_bytes
-            .unwrap_or(DEFAULT_SEGMENT_MAX_BYTES)
-            .max(1) as u64,
-    });
+        })
+        .await;
     let Some(state) = ctx.archives.state(&uid) else {
         return Ok(Some(STATUS_EVERY));
     };
-    let status = next_status(prev.continuous.as_ref(), &state);
+    // What this process wrote last is at least as new as the cached object's status.
+    let base = ctx.archives.written(&uid).or(prev.continuous.clone());
+    let status = next_status(base.as_ref(), &state);
     let condition = archiving_condition(&prev, &status, backup, now);
     let changed = Some(&status) != prev.continuous.as_ref()
         || condition::find(&prev.conditions, CONDITION).map(|c| (&c.status, &c.reason, &c.message))
@@ -91,6 +95,7 @@ pub async fn reconcile(
     if changed {
         apply(backup, Some(&status), vec![condition], ctx).await?;
     }
+    ctx.archives.record_written(&uid, &status);
     let labels = object_labels(backup);
     if let Some(revision) = status.archived_through_revision {
         ctx.metrics
@@ -124,6 +129,32 @@ pub async fn reconcile(
 
 /// `status.continuous` from the last one written and the running archive's state. The gap
 /// count only grows: an operator restart starts the archive's own count again.
+/// An invalid spec stops the archive; the condition says so (the backup side's status no
+/// longer claims anything about the archive).
+pub async fn invalid(backup: &EtcdBackup, ctx: &Context, now: DateTime<Utc>) -> Result<(), Error> {
+    let prev = backup.status.clone().unwrap_or_default();
+    if backup.spec.continuous.is_none() && condition::find(&prev.conditions, CONDITION).is_none() {
+        return Ok(());
+    }
+    let stopped = condition::new(
+        CONDITION,
+        false,
+        "InvalidSpec",
+        "the archive of changes is stopped until the spec is valid",
+        backup.meta().generation,
+        time(now),
+    );
+    let mut conditions = prev.conditions.clone();
+    if !condition::set(&mut conditions, stopped) {
+        return Ok(());
+    }
+    let kept: Vec<Condition> = conditions
+        .into_iter()
+        .filter(|c| c.type_ == CONDITION)
+        .collect();
+    apply(backup, prev.continuous.as_ref(), kept, ctx).await
+}
+
 pub fn next_status(prev: Option<&ArchiveStatus>, state: &ArchiveState) -> ArchiveStatus {
     let prev = prev.cloned().unwrap_or_default();
     let last_gap = state.pending_gaps.last().map(|gap| ArchiveGap {

@@ -71,7 +71,8 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
     let plan = validate::build(&backup.spec);
     if backup.meta().deletion_timestamp.is_some() {
         ctx.runs.cancel(&uid);
-        ctx.archives.stop(&uid);
+        // Its open segment is stored before the Delete policy lists what to delete.
+        ctx.archives.stop_and_wait(&uid).await;
         return finalize(backup, plan.as_ref(), ctx).await;
     }
     let plan = match plan {
@@ -79,6 +80,9 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         Err(e) => {
             ctx.runs.cancel(&uid);
             ctx.archives.stop(&uid);
+            if let Err(error) = crate::archive_status::invalid(backup, ctx, now).await {
+                tracing::warn!(name = %backup.name_any(), %error, "could not say that the archive stopped");
+            }
             return report_invalid_spec(backup, &prev, &e, &api, ctx, now).await;
         }
     };
@@ -111,7 +115,15 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
             Some(DRILL_RETRY)
         }
     };
-    let archive_wait = crate::archive_status::reconcile(backup, &plan, ctx, now).await?;
+    // Like drills, the archive's status never holds the backups up.
+    let archive_wait = match crate::archive_status::reconcile(backup, &plan, ctx, now).await {
+        Ok(wait) => wait,
+        Err(e) => {
+            tracing::warn!(name = %backup.name_any(), error = %e, "archive status step failed; retried");
+            ctx.metrics.reconcile_errors.inc("ArchiveStepFailed");
+            Some(crate::archive_status::STATUS_EVERY)
+        }
+    };
     let backup_wait = schedule_backup(backup, &prev, plan, &api, ctx, now).await?;
     Ok(
         match [drill_wait, archive_wait, backup_wait]

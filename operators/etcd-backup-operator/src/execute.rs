@@ -209,8 +209,12 @@ async fn save(
     received: Option<Arc<AtomicU64>>,
 ) -> Result<(Store, SaveReport), RunError> {
     let store = Store::open(location, &resolved.s3).await?;
-    // Only uploads this EtcdBackup could have started: its own key and scheduled names.
-    let owned = |key: &str| etcd_snapshot::naming::is_backup_of(base, key);
+    // Only uploads this EtcdBackup could have started: its own key, scheduled names and
+    // segments of its continuous archive.
+    let owned = |key: &str| {
+        etcd_snapshot::naming::is_backup_of(base, key)
+            || etcd_snapshot::changes::parse_segment_key(base, key).is_some()
+    };
     match store
         .clean_incomplete(base, ABANDONED_UPLOAD_AGE, &owned)
         .await

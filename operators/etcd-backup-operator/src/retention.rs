@@ -125,10 +125,17 @@ pub async fn prune(
             Vec::new()
         }
     };
-    for key in &segments {
+    // Only segments this EtcdBackup wrote (its UID in their manifest), as for backups.
+    let mut ours = Vec::new();
+    for key in segments.iter().filter(|k| !k.ends_with(MANIFEST_SUFFIX)) {
+        if segment_owner(store, key).await.as_deref() == Some(owner) {
+            ours.extend([manifest_key(key), key.clone()]);
+        }
+    }
+    for key in &ours {
         store.delete(key).await?;
     }
-    delete.extend(segments);
+    delete.extend(ours);
     Ok(delete)
 }
 

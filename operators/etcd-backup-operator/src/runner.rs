@@ -116,8 +116,8 @@ fn watcher(
 async fn wind_down(ctx: &Context) {
     // Inside the pod's grace period (`--shutdown-timeout-seconds`).
     let deadline = tokio::time::Instant::now() + ctx.shutdown_timeout;
-    // The archives store their open segments meanwhile.
-    ctx.archives.stop_all(deadline).await;
+    // No archive of this replica writes on after it stopped leading.
+    ctx.archives.abort_all(deadline).await;
     while ctx.runs.count() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

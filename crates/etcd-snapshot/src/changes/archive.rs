@@ -33,6 +33,9 @@ const LEASE_CACHE: usize = 65_536;
 /// splits a revision's events): a delete of a large range is one revision.
 const MAX_WATCH_MESSAGE: usize = 256 * 1024 * 1024;
 const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// How long a lease's TTL may take to be told (a member that stopped answering must not hold
+/// the archive).
+const LEASE_ASK_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
 pub struct ArchiveOptions {
@@ -105,6 +108,10 @@ pub async fn archive(
             Ok(member) => member,
             Err(e) => {
                 tracing::warn!(error = %e, "no member answers; trying again");
+                (options.report)(ArchiveEvent::WatchLost {
+                    archived_through: floor.as_ref().map_or(0, |(r, _)| *r),
+                    error: format!("no member answers: {e}"),
+                });
                 if wait_or_stop(&mut stop, retry).await {
                     return Ok(());
                 }
@@ -113,7 +120,8 @@ pub async fn archive(
             }
         };
         let cluster_id = member.cluster_id_hex();
-        let (mut after, mut reason) = start_point(connection, store, options, &cluster_id).await?;
+        let (mut after, mut reason) =
+            start_point(connection, store, options, &cluster_id, member.revision).await?;
         if let Some((revision, why)) = floor.as_ref().filter(|(revision, _)| *revision > after) {
             after = *revision;
             reason = why.clone();
@@ -184,8 +192,17 @@ async fn start_point(
     store: &Store,
     options: &ArchiveOptions,
     cluster_id: &str,
+    revision: i64,
 ) -> Result<(i64, String)> {
     if let Some(last) = newest_segment_end(store, options, cluster_id).await? {
+        // A cluster behind its own archive was rewound: going on would mix two histories.
+        if last > revision {
+            return Err(Error::ClusterRewound {
+                cluster_id: cluster_id.to_string(),
+                revision,
+                archived: last,
+            });
+        }
         return Ok((
             last,
             format!("after the newest archived segment (revision {last})"),
@@ -247,8 +264,37 @@ async fn newest_segment_end(
     if let Some(manifest) = SegmentManifest::load(store, &newest.key).await? {
         return Ok(Some(manifest.last_revision));
     }
+    if let Some(manifest) = promote_pending(store, &newest.key).await? {
+        return Ok(Some(manifest.last_revision));
+    }
     let manifest = rebuild_manifest(store, &newest.key, cluster_id, options).await?;
     Ok(Some(manifest.last_revision))
+}
+
+/// The manifest a segment's writer left pending before a crash, written as the manifest when
+/// it describes the segment that is there (its size).
+async fn promote_pending(store: &Store, key: &str) -> Result<Option<SegmentManifest>> {
+    let pending = super::writer::pending_manifest_key(key);
+    let Some(bytes) = store.get_small(&pending).await? else {
+        return Ok(None);
+    };
+    let manifest = SegmentManifest::parse(&pending, &bytes)?;
+    let Some(info) = store.head(key).await? else {
+        return Ok(None);
+    };
+    if info.size != manifest.stored_bytes {
+        return Ok(None);
+    }
+    store
+        .put_small(
+            &manifest_key(key),
+            manifest.to_json().into(),
+            "application/json",
+        )
+        .await?;
+    let _ = store.delete(&pending).await;
+    tracing::warn!(%key, "a segment had no manifest (the archiver stopped between the two); wrote the one its writer left pending");
+    Ok(Some(manifest))
 }
 
 async fn rebuild_manifest(
@@ -258,10 +304,13 @@ async fn rebuild_manifest(
     options: &ArchiveOptions,
 ) -> Result<SegmentManifest> {
     let mut reader = SegmentReader::open(store, key, None, options.identity.as_ref()).await?;
-    let (mut first_ms, mut last_ms) = (None, 0);
+    let (mut first_ms, mut last_ms, mut late_through) = (None, 0, None);
     while let Some(change) = reader.next().await? {
         first_ms.get_or_insert(change.time_ms);
         last_ms = change.time_ms;
+        if change.late {
+            late_through = Some(change.revision);
+        }
     }
     let (end, plaintext_sha256) = reader.end().cloned().expect("read to the end");
     let info = store.head(key).await?.ok_or_else(|| Error::BadSegment {
@@ -277,6 +326,7 @@ async fn rebuild_manifest(
         events: end.events,
         first_time: super::writer::time_of(first_ms.unwrap_or(last_ms)),
         last_time: super::writer::time_of(last_ms),
+        late_through_revision: late_through,
         stored_sha256: stored
             .as_ref()
             .map_or(Some(plaintext_sha256.clone()), |c| c.sha256()),
@@ -371,6 +421,9 @@ impl Session<'_> {
             Ok(stream) => stream,
             Err(e) => return Ok(Ended::WatchLost(e.to_string())),
         };
+        // Events up to the revision etcd had when the watch was created are history read
+        // while catching up: when they were committed is known only to be before now.
+        let mut live_after: Option<i64> = None;
         loop {
             let deadline = self.open.as_ref().map(|(_, closes)| *closes);
             let message = tokio::select! {
@@ -407,6 +460,9 @@ impl Session<'_> {
                     response.cancel_reason()
                 )));
             }
+            if response.created() {
+                live_after = response.header().map(|h| h.revision());
+            }
             let time_ms = chrono::Utc::now().timestamp_millis();
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
@@ -426,6 +482,7 @@ impl Session<'_> {
                     lease: kv.lease(),
                     lease_ttl,
                     time_ms,
+                    late: live_after.is_none_or(|live| kv.mod_revision() <= live),
                     key: kv.key().to_vec(),
                     value: kv.value().to_vec(),
                 };
@@ -496,12 +553,20 @@ impl LeaseTtls {
         if let Some(ttl) = self.0.get(&lease) {
             return *ttl;
         }
-        let ttl = match client.lease_time_to_live(lease, None).await {
+        let asked = tokio::time::timeout(LEASE_ASK_TIMEOUT, client.lease_time_to_live(lease, None));
+        let ttl = match asked.await {
             // An expired lease answers TTL -1; its keys' delete events follow.
-            Ok(answer) if answer.ttl() >= 0 => answer.granted_ttl(),
-            Ok(_) => -1,
-            Err(e) => {
+            Ok(Ok(answer)) if answer.ttl() >= 0 => answer.granted_ttl(),
+            Ok(Ok(_)) => -1,
+            Ok(Err(e)) => {
                 tracing::warn!(lease, error = %e, "cannot ask a lease's TTL; a restore grants it the default");
+                return -1;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    lease,
+                    "a lease's TTL was not told in time; a restore grants it the default"
+                );
                 return -1;
             }
         };

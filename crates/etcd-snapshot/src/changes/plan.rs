@@ -48,9 +48,17 @@ pub enum Unreachable {
     #[error("there are no snapshots under this base")]
     NoSnapshots,
     #[error(
+        "snapshots of several clusters ({clusters}) lie before the point (a cluster restored into a new ID archives apart): name one with --cluster-id"
+    )]
+    SeveralClusters { clusters: String },
+    #[error(
         "the archive has a gap: revisions {from}..={to} were never archived (the archiver fell behind and the cluster compacted them); points in the gap cannot be restored, points after the next snapshot can"
     )]
     Gap { from: i64, to: i64 },
+    #[error(
+        "the archive read revisions {from}..={to} while catching up with history (after a start or a broken watch): their commit times are known only to be before they were read, so a time among them cannot be resolved; restore to a revision instead (--revision)"
+    )]
+    TimeUnknown { from: i64, to: i64 },
     #[error(
         "{target} is not archived yet: the archive of cluster {cluster_id} reaches revision {newest} ({newest_time})"
     )]
@@ -62,37 +70,44 @@ pub enum Unreachable {
     },
 }
 
-/// Rule 1.
-pub fn choose_snapshot(
+/// Rule 1: the snapshots at or before the point, newest first (the first one starts; an older
+/// one only when a newer holds more than its recorded revision, past the point). They must all
+/// be of one cluster: a base holding the archives of several (a cluster restored into a new
+/// ID) needs the cluster named.
+pub fn snapshots_before(
     snapshots: &[SnapshotAt],
     target: Target,
-) -> Result<&SnapshotAt, Unreachable> {
+) -> Result<Vec<&SnapshotAt>, Unreachable> {
     let at_or_before = |s: &&SnapshotAt| match target {
         Target::Revision(r) => s.revision <= r,
         Target::Time(t) => s.taken <= t,
     };
-    let newest = snapshots
-        .iter()
-        .filter(at_or_before)
-        .max_by_key(|s| (s.revision, s.taken));
-    match newest {
-        Some(snapshot) => Ok(snapshot),
-        None => {
-            let oldest = snapshots.iter().min_by_key(|s| (s.revision, s.taken));
-            Err(match oldest {
-                None => Unreachable::NoSnapshots,
-                Some(o) => Unreachable::BeforeOldestSnapshot {
-                    target: target.to_string(),
-                    oldest: format!(
-                        "{} at revision {}, {}",
-                        o.key,
-                        o.revision,
-                        o.taken.to_rfc3339()
-                    ),
-                },
-            })
-        }
+    let mut before: Vec<&SnapshotAt> = snapshots.iter().filter(at_or_before).collect();
+    before.sort_by_key(|s| std::cmp::Reverse((s.revision, s.taken)));
+    let mut clusters: Vec<&str> = before.iter().map(|s| s.cluster_id.as_str()).collect();
+    clusters.sort_unstable();
+    clusters.dedup();
+    if clusters.len() > 1 {
+        return Err(Unreachable::SeveralClusters {
+            clusters: clusters.join(", "),
+        });
     }
+    if !before.is_empty() {
+        return Ok(before);
+    }
+    let oldest = snapshots.iter().min_by_key(|s| (s.revision, s.taken));
+    Err(match oldest {
+        None => Unreachable::NoSnapshots,
+        Some(o) => Unreachable::BeforeOldestSnapshot {
+            target: target.to_string(),
+            oldest: format!(
+                "{} at revision {}, {}",
+                o.key,
+                o.revision,
+                o.taken.to_rfc3339()
+            ),
+        },
+    })
 }
 
 /// Rule 2: the segments after `snapshot`, in order, whose manifests are needed; for a
@@ -173,8 +188,17 @@ pub fn reach(
         }
         match target {
             Target::Revision(r) if r <= m.last_revision => return done(r, i + 1, None),
-            // Nothing archived happened between the last segment and this one's first event.
-            Target::Time(t) if t < m.first_time => return done(through, used, None),
+            // Nothing archived happened between the last segment and this one's first event,
+            // unless that event was read late (committed at some time before it was read).
+            Target::Time(t) if t < m.first_time => {
+                if let Some(late) = m.late_through_revision.filter(|l| *l >= m.first_revision) {
+                    return Err(Unreachable::TimeUnknown {
+                        from: m.first_revision,
+                        to: late,
+                    });
+                }
+                return done(through, used, None);
+            }
             Target::Time(t) if t < m.last_time => return done(through, i + 1, Some(t)),
             _ => {}
         }
@@ -235,6 +259,7 @@ mod tests {
             completion_time: at(last_second),
             tool: String::new(),
             labels: Default::default(),
+            late_through_revision: None,
         }
     }
 
@@ -246,44 +271,41 @@ mod tests {
         }
     }
 
+    fn newest(snapshots: &[SnapshotAt], target: Target) -> Result<i64, Unreachable> {
+        snapshots_before(snapshots, target).map(|s| s[0].revision)
+    }
+
+    #[test]
+    fn rule_1_snapshots_of_two_clusters_before_the_point_need_one_named() {
+        let mut other = snapshot(60, 50);
+        other.cluster_id = "c2".into();
+        let snapshots = [snapshot(10, 0), other];
+        assert!(matches!(
+            snapshots_before(&snapshots, Target::Revision(70)).unwrap_err(),
+            Unreachable::SeveralClusters { .. }
+        ));
+        // Before the other cluster's snapshot, only one cluster is a candidate.
+        assert_eq!(newest(&snapshots, Target::Revision(50)).unwrap(), 10);
+    }
+
     #[test]
     fn rule_1_the_newest_snapshot_at_or_before_the_point_starts() {
         let snapshots = [snapshot(10, 0), snapshot(50, 100), snapshot(90, 200)];
-        assert_eq!(
-            choose_snapshot(&snapshots, Target::Revision(89))
-                .unwrap()
-                .revision,
-            50
-        );
-        assert_eq!(
-            choose_snapshot(&snapshots, Target::Revision(90))
-                .unwrap()
-                .revision,
-            90
-        );
-        assert_eq!(
-            choose_snapshot(&snapshots, Target::Time(at(150)))
-                .unwrap()
-                .revision,
-            50
-        );
-        assert_eq!(
-            choose_snapshot(&snapshots, Target::Time(at(100)))
-                .unwrap()
-                .revision,
-            50
-        );
+        assert_eq!(newest(&snapshots, Target::Revision(89)).unwrap(), 50);
+        assert_eq!(newest(&snapshots, Target::Revision(90)).unwrap(), 90);
+        assert_eq!(newest(&snapshots, Target::Time(at(150))).unwrap(), 50);
+        assert_eq!(newest(&snapshots, Target::Time(at(100))).unwrap(), 50);
     }
 
     #[test]
     fn rule_1_a_point_before_every_snapshot_is_refused_naming_the_oldest() {
         let snapshots = [snapshot(10, 0), snapshot(50, 100)];
-        let refused = choose_snapshot(&snapshots, Target::Revision(9)).unwrap_err();
+        let refused = snapshots_before(&snapshots, Target::Revision(9)).unwrap_err();
         assert!(
             matches!(refused, Unreachable::BeforeOldestSnapshot { ref oldest, .. } if oldest.contains("b_v10"))
         );
         assert_eq!(
-            choose_snapshot(&[], Target::Revision(9)).unwrap_err(),
+            snapshots_before(&[], Target::Revision(9)).unwrap_err(),
             Unreachable::NoSnapshots
         );
     }
@@ -446,6 +468,25 @@ mod tests {
                 segments: 0,
                 until_time: None
             }
+        );
+    }
+
+    #[test]
+    fn rule_3_a_time_before_changes_read_late_cannot_be_resolved() {
+        // The archiver restarted and read 40..=45 late: their commits may be before 25.
+        let mut late = segment(40, 59, 30, 39);
+        late.late_through_revision = Some(45);
+        let manifests = [segment(20, 39, 10, 19), late];
+        assert_eq!(
+            reach(&snapshot(30, 5), &manifests, None, Target::Time(at(25))).unwrap_err(),
+            Unreachable::TimeUnknown { from: 40, to: 45 }
+        );
+        // A revision is exact whatever the times.
+        assert_eq!(
+            reach(&snapshot(30, 5), &manifests, None, Target::Revision(42))
+                .unwrap()
+                .revision,
+            42
         );
     }
 

@@ -96,7 +96,7 @@ pub enum PointInTimeError {
         detail: String,
     },
     #[error(
-        "the snapshot {snapshot} holds revision {holds}, past the point {target}: restore to a point after it, or remove --cluster-id confusion"
+        "the snapshot {snapshot} holds revision {holds}, past the point {target} (writes went on while it was taken), and no older snapshot reaches the point"
     )]
     SnapshotBeyond {
         snapshot: String,
@@ -149,7 +149,7 @@ pub async fn restore_to_point(
 ) -> Result<PointInTimeReport, PointInTimeError> {
     let started = Instant::now();
     let snapshots = snapshots_of(store, base, options.cluster_id.as_deref()).await?;
-    let snapshot = plan::choose_snapshot(&snapshots, target)?.clone();
+    let candidates = plan::snapshots_before(&snapshots, target)?;
     let keys: Vec<_> = store
         .list(&archive_prefix(base))
         .await
@@ -157,8 +157,43 @@ pub async fn restore_to_point(
         .iter()
         .filter_map(|o| parse_segment_key(base, &o.key))
         .collect();
+    let last = candidates.len() - 1;
+    for (i, snapshot) in candidates.iter().enumerate() {
+        // The newest snapshot first; an older one only when it holds more than recorded.
+        match from_snapshot(
+            store, &snapshots, &keys, snapshot, target, identity, out, options,
+        )
+        .await
+        {
+            Err(PointInTimeError::SnapshotBeyond {
+                snapshot, holds, ..
+            }) if i < last => {
+                tracing::info!(%snapshot, holds, "the snapshot holds changes past the point; starting from an older one");
+            }
+            Err(e) => return Err(e),
+            Ok(mut report) => {
+                report.seconds = started.elapsed().as_secs_f64();
+                return Ok(report);
+            }
+        }
+    }
+    unreachable!("the last candidate returns")
+}
+
+/// The point from `snapshot` and the segments after it.
+#[allow(clippy::too_many_arguments)]
+async fn from_snapshot(
+    store: &Store,
+    snapshots: &[SnapshotAt],
+    keys: &[super::segment::SegmentKey],
+    snapshot: &SnapshotAt,
+    target: Target,
+    identity: Option<&Identity>,
+    out: &Path,
+    options: &PointInTimeOptions,
+) -> Result<PointInTimeReport, PointInTimeError> {
     let mut manifests = Vec::new();
-    for key in plan::segments_after(&keys, &snapshot, target) {
+    for key in plan::segments_after(keys, snapshot, target) {
         match SegmentManifest::load(store, &key.key).await? {
             Some(manifest) => manifests.push((key.key.clone(), manifest)),
             None => {
@@ -173,7 +208,7 @@ pub async fn restore_to_point(
         .iter()
         .filter(|s| s.cluster_id == snapshot.cluster_id && s.revision > snapshot.revision)
         .min_by_key(|s| s.revision);
-    let reach = plan::reach(&snapshot, &only, next_snapshot, target)?;
+    let reach = plan::reach(snapshot, &only, next_snapshot, target)?;
     manifests.truncate(reach.segments);
     tracing::info!(snapshot = %snapshot.key, revision = reach.revision, segments = manifests.len(), "restoring to a point");
 
@@ -207,14 +242,20 @@ pub async fn restore_to_point(
     tools.restore(&snapshot_file, &data_dir, &peer).await?;
     let _ = std::fs::remove_file(&snapshot_file);
     let log = scratch.path().join("etcd.log");
-    let mut etcd = tools.start(&data_dir, &peer, &client_url, &log, SCRATCH_FLAGS)?;
+    let mut flags = SCRATCH_FLAGS.to_vec();
+    if tools.version.starts_with("3.4") {
+        // 3.4 has no --unsafe-no-fsync (slower, same result).
+        flags.retain(|f| *f != "--unsafe-no-fsync");
+    }
+    let mut etcd = tools.start(&data_dir, &peer, &client_url, &log, &flags)?;
 
     let replayed = replay(
         store,
         &client_url,
-        &snapshot,
+        snapshot,
         &manifests,
         &reach,
+        target,
         identity,
         options.scratch.start_timeout,
         &mut etcd,
@@ -234,7 +275,6 @@ pub async fn restore_to_point(
         Err(e) => return Err(e),
     };
     report.etcd_version = tools.version;
-    report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
@@ -272,6 +312,7 @@ async fn replay(
     snapshot: &SnapshotAt,
     manifests: &[(String, SegmentManifest)],
     reach: &Reach,
+    target: Target,
     identity: Option<&Identity>,
     start_timeout: Duration,
     etcd: &mut tokio::process::Child,
@@ -294,6 +335,10 @@ async fn replay(
     let mut replay = Replay {
         at: restored,
         at_time: None,
+        time_limit: match target {
+            Target::Time(t) => Some(t),
+            Target::Revision(_) => None,
+        },
         revisions: 0,
         events: 0,
     };
@@ -311,9 +356,18 @@ async fn replay(
                 &mut client,
                 &mut leases,
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                PointInTimeError::SnapshotBeyond { holds, target, .. } => {
+                    PointInTimeError::SnapshotBeyond {
+                        snapshot: snapshot.key.clone(),
+                        holds,
+                        target,
+                    }
+                }
+                e => e,
+            })?;
     }
-    leases.stop();
     let revision = replay.at;
     if limit.is_some_and(|r| r != revision) {
         return Err(PointInTimeError::Diverged {
@@ -322,8 +376,20 @@ async fn replay(
             detail: "the archive ended before the point".into(),
         });
     }
+    // The leases stay alive until the file is written: one expiring meanwhile would delete
+    // keys in a revision the archive never had.
     let contents = contents::take(&mut client, client_url, revision, HashKv::Take).await?;
     let (db_bytes, db_sha256) = write_snapshot(&mut client, out).await?;
+    leases.stop();
+    let after = revision_of(&mut client).await?;
+    if after != revision {
+        let _ = std::fs::remove_file(out);
+        return Err(PointInTimeError::Diverged {
+            expected: revision,
+            found: after,
+            detail: "the scratch member changed while its snapshot was written".into(),
+        });
+    }
     Ok(PointInTimeReport {
         revision,
         revision_time: replay.at_time,
@@ -381,6 +447,8 @@ async fn revision_of(client: &mut Client) -> Result<i64, PointInTimeError> {
 struct Replay {
     at: i64,
     at_time: Option<DateTime<Utc>>,
+    /// The point, when it is a time.
+    time_limit: Option<DateTime<Utc>>,
     revisions: u64,
     events: u64,
 }
@@ -404,7 +472,22 @@ impl Replay {
         let mut group: Vec<Change> = Vec::new();
         let mut done = false;
         while let Some(change) = reader.next().await? {
-            if done || change.revision <= self.at {
+            if change.revision <= self.at {
+                // Held by the snapshot already; one seen after the time means the snapshot
+                // holds more than the point.
+                if until_time
+                    .or(self.time_limit)
+                    .is_some_and(|t| time_of(change.time_ms) > t && !change.late)
+                {
+                    return Err(PointInTimeError::SnapshotBeyond {
+                        snapshot: String::new(),
+                        holds: self.at,
+                        target: change.revision - 1,
+                    });
+                }
+                continue;
+            }
+            if done {
                 continue;
             }
             if group.first().is_some_and(|g| g.revision != change.revision) {
@@ -413,6 +496,14 @@ impl Replay {
             }
             let past_limit = limit.is_some_and(|r| change.revision > r);
             let past_time = until_time.is_some_and(|t| time_of(change.time_ms) > t);
+            if past_time && change.late {
+                // Read after the time, but maybe committed before it.
+                return Err(Unreachable::TimeUnknown {
+                    from: change.revision,
+                    to: manifest.late_through_revision.unwrap_or(change.revision),
+                }
+                .into());
+            }
             if past_limit || past_time {
                 done = true;
                 continue;

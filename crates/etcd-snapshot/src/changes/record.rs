@@ -8,9 +8,9 @@
 //!
 //! ```text
 //! "ETCDCHG1"
-//! event: tag u8 (1 put, 2 delete), revision i64, create_revision i64, version i64,
-//!        lease i64, lease_ttl i64 (-1: unknown or none), time_ms i64 (when the archive saw it),
-//!        key_len u32, key, value_len u32, value
+//! event: tag u8 (1 put, 2 delete; | 0x80 when the time is only an upper bound), revision i64,
+//!        create_revision i64, version i64, lease i64, lease_ttl i64 (-1: unknown or none),
+//!        time_ms i64 (when the archive saw it), key_len u32, key, value_len u32, value
 //! end:   tag u8 (0xFF), events u64, first_revision i64, last_revision i64, sha256 [32]
 //! ```
 
@@ -19,6 +19,9 @@ use sha2::{Digest, Sha256};
 pub const MAGIC: &[u8; 8] = b"ETCDCHG1";
 const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
+/// On an event's tag: the archive read it while catching up (after a start or a broken
+/// watch), so it was committed at or before `time_ms`, maybe long before.
+const LATE: u8 = 0x80;
 const TAG_END: u8 = 0xFF;
 /// Fixed part of an event record: the tag, six i64 and the two lengths.
 const EVENT_HEAD: usize = 1 + 6 * 8 + 4;
@@ -46,8 +49,12 @@ pub struct Change {
     /// That lease's granted TTL in seconds as the archive asked it; -1 when there is no lease
     /// or it had already expired when asked.
     pub lease_ttl: i64,
-    /// When the archive received the event (Unix milliseconds): at or shortly after its commit.
+    /// When the archive received the event (Unix milliseconds): at or shortly after its commit,
+    /// or, when `late`, only no earlier than its commit.
     pub time_ms: i64,
+    /// Received while the archive caught up with history (after a start or a broken watch):
+    /// `time_ms` bounds its commit time from above only.
+    pub late: bool,
     pub key: Vec<u8>,
     /// Empty for deletes.
     pub value: Vec<u8>,
@@ -118,7 +125,7 @@ impl RecordEncoder {
         head[0] = match change.kind {
             ChangeKind::Put => TAG_PUT,
             ChangeKind::Delete => TAG_DELETE,
-        };
+        } | if change.late { LATE } else { 0 };
         let numbers = [
             change.revision,
             change.create_revision,
@@ -236,7 +243,7 @@ impl RecordDecoder {
                     }
                     break;
                 }
-                TAG_PUT | TAG_DELETE => {
+                tag if matches!(tag & !LATE, TAG_PUT | TAG_DELETE) => {
                     let Some((change, len)) = parse_event(rest, position)? else {
                         break;
                     };
@@ -323,11 +330,12 @@ fn parse_event(bytes: &[u8], position: u64) -> Result<Option<(Change, usize)>, R
         return Ok(None);
     }
     let change = Change {
-        kind: if bytes[0] == TAG_PUT {
+        kind: if bytes[0] & !LATE == TAG_PUT {
             ChangeKind::Put
         } else {
             ChangeKind::Delete
         },
+        late: bytes[0] & LATE != 0,
         revision: number(1),
         create_revision: number(9),
         version: number(17),
@@ -357,6 +365,7 @@ mod tests {
             lease: if revision % 2 == 0 { 0x1234 } else { 0 },
             lease_ttl: if revision % 2 == 0 { 30 } else { -1 },
             time_ms: 1_700_000_000_000 + revision,
+            late: revision == 6,
             key: key.as_bytes().to_vec(),
             value: value.as_bytes().to_vec(),
         }

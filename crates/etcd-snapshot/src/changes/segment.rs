@@ -77,6 +77,11 @@ pub struct SegmentManifest {
     /// When the archive received the first and the last event.
     pub first_time: DateTime<Utc>,
     pub last_time: DateTime<Utc>,
+    /// The segment starts with events read while the archive caught up with history (after a
+    /// start or a broken watch), through this revision: their commit times are known only to
+    /// be no later than when they were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_through_revision: Option<i64>,
     /// The sha256 of the plaintext (records and end record).
     pub plaintext_sha256: String,
     pub stored_bytes: u64,

@@ -36,6 +36,7 @@ pub struct SegmentWriter {
     plaintext_bytes: u64,
     first_time: Option<DateTime<Utc>>,
     last_time: Option<DateTime<Utc>>,
+    late_through: Option<i64>,
 }
 
 impl SegmentWriter {
@@ -74,6 +75,7 @@ impl SegmentWriter {
             plaintext_bytes: 0,
             first_time: None,
             last_time: None,
+            late_through: None,
         })
     }
 
@@ -92,6 +94,9 @@ impl SegmentWriter {
         let time = time_of(change.time_ms);
         self.first_time.get_or_insert(time);
         self.last_time = Some(time);
+        if change.late {
+            self.late_through = Some(change.revision);
+        }
         let plain = self.records.take();
         self.write(&plain).await
     }
@@ -108,8 +113,10 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Ends the segment, commits it and writes its manifest. A crash between the two leaves a
-    /// committed segment without a manifest, which the next archiver rebuilds by reading it.
+    /// Ends the segment, commits it and writes its manifest. Everything the manifest says is
+    /// known before the commit, so it is first written as a pending copy: a crash between the
+    /// commit and the manifest leaves that copy, from which the next archiver writes the
+    /// manifest without reading the segment (an encrypted one needs a key it may not have).
     pub async fn close(mut self, store: &Store, etcd_version: &str) -> Result<SegmentManifest> {
         let records = std::mem::take(&mut self.records);
         let (tail, end, plaintext_sha256) = records.finish();
@@ -132,9 +139,8 @@ impl SegmentWriter {
                 hex: plaintext_sha256.clone(),
             },
         };
-        let info = self.upload.commit().await?;
         let now = Utc::now();
-        let manifest = SegmentManifest {
+        let mut manifest = SegmentManifest {
             format: SEGMENT_FORMAT.into(),
             cluster_id: self.cluster_id,
             first_revision: end.first_revision,
@@ -142,8 +148,9 @@ impl SegmentWriter {
             events: end.events,
             first_time: self.first_time.unwrap_or(now),
             last_time: self.last_time.unwrap_or(now),
+            late_through_revision: self.late_through,
             plaintext_sha256,
-            stored_bytes: info.size,
+            stored_bytes: self.upload.bytes_written(),
             stored_sha256: stored.sha256(),
             stored_crc32c: stored.crc32c(),
             compression: self.compression,
@@ -153,6 +160,13 @@ impl SegmentWriter {
             tool: concat!("etcd-backup ", env!("CARGO_PKG_VERSION")).into(),
             labels: self.labels,
         };
+        let pending = pending_manifest_key(&self.key);
+        store
+            .put_small(&pending, manifest.to_json().into(), "application/json")
+            .await?;
+        let info = self.upload.commit().await?;
+        manifest.stored_bytes = info.size;
+        manifest.completion_time = Utc::now();
         store
             .put_small(
                 &manifest_key(&self.key),
@@ -160,8 +174,16 @@ impl SegmentWriter {
                 "application/json",
             )
             .await?;
+        if let Err(e) = store.delete(&pending).await {
+            tracing::warn!(key = %pending, error = %e, "a pending manifest stays behind (harmless)");
+        }
         Ok(manifest)
     }
+}
+
+/// Where a segment's manifest waits while the segment is committed.
+pub fn pending_manifest_key(segment: &str) -> String {
+    format!("{}.pending", manifest_key(segment))
 }
 
 pub fn time_of(ms: i64) -> DateTime<Utc> {
