@@ -126,9 +126,12 @@ async fn count(client: &mut Client, endpoint: &str, revision: i64) -> Result<i64
     Ok(counted.count())
 }
 
-/// Keys read per request for the digest: memory stays bounded by one page whatever the size
-/// of the key space (etcd's own default request limit is 1.5 MiB per value).
+/// Keys read per request for the digest, at first: memory stays bounded by one page whatever
+/// the size of the key space.
 const DIGEST_PAGE_KEYS: i64 = 500;
+/// The largest page taken. A page of large values (etcd takes up to 1.5 MiB each by default,
+/// more when its request limit is raised) over this is asked again with fewer keys.
+const DIGEST_PAGE_BYTES: usize = 8 << 20;
 
 /// SHA-256 (hex) of every key at `revision`, in key order, each as its key, value, create and
 /// mod revision, version and lease, every field length-prefixed so that no two key spaces
@@ -137,21 +140,34 @@ async fn content_digest(client: &mut Client, endpoint: &str, revision: i64) -> R
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     let mut from: Vec<u8> = vec![0];
+    let mut kv = client
+        .kv_client()
+        .max_decoding_message_size(DIGEST_PAGE_BYTES);
+    let mut page_keys = DIGEST_PAGE_KEYS;
     loop {
-        let page = client
+        let asked = kv
             .get(
                 from.clone(),
                 Some(
                     GetOptions::new()
                         .with_from_key()
                         .with_revision(revision)
-                        .with_limit(DIGEST_PAGE_KEYS)
+                        .with_limit(page_keys)
                         .with_serializable()
                         .with_sort(etcd_client::SortTarget::Key, etcd_client::SortOrder::Ascend),
                 ),
             )
-            .await
-            .map_err(|e| classify(endpoint, &e))?;
+            .await;
+        let page = match asked {
+            // Too large a page: the same keys in smaller ones.
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.code() == tonic::Code::OutOfRange && page_keys > 1 =>
+            {
+                page_keys = (page_keys / 4).max(1);
+                continue;
+            }
+            answer => answer.map_err(|e| classify(endpoint, &e))?,
+        };
         for kv in page.kvs() {
             for field in [kv.key(), kv.value()] {
                 hasher.update((field.len() as u64).to_be_bytes());

@@ -25,7 +25,7 @@ use super::record::{Change, ChangeKind};
 use super::segment::{SegmentManifest, cluster_prefix, parse_segment_key};
 use super::writer::{SegmentLayers, SegmentWriter};
 use crate::naming::parse_scheduled;
-use crate::{Error, EtcdConnection, Manifest, Result, SaveOptions, manifest_key, select_member};
+use crate::{Error, EtcdConnection, Manifest, Result, SaveOptions, select_member};
 
 /// Lease TTLs remembered; cleared when full (asking again costs one call per lease).
 const LEASE_CACHE: usize = 65_536;
@@ -285,13 +285,7 @@ async fn promote_pending(store: &Store, key: &str) -> Result<Option<SegmentManif
     if info.size != manifest.stored_bytes {
         return Ok(None);
     }
-    store
-        .put_small(
-            &manifest_key(key),
-            manifest.to_json().into(),
-            "application/json",
-        )
-        .await?;
+    manifest.write_beside(store, key).await?;
     let _ = store.delete(&pending).await;
     tracing::warn!(%key, "a segment had no manifest (the archiver stopped between the two); wrote the one its writer left pending");
     Ok(Some(manifest))
@@ -350,13 +344,7 @@ async fn rebuild_manifest(
         .into(),
         labels: options.layers.upload.metadata.clone(),
     };
-    store
-        .put_small(
-            &manifest_key(key),
-            manifest.to_json().into(),
-            "application/json",
-        )
-        .await?;
+    manifest.write_beside(store, key).await?;
     tracing::warn!(%key, "a segment had no manifest (the archiver stopped between the two); rebuilt it from the segment");
     Ok(manifest)
 }

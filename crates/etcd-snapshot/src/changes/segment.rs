@@ -131,6 +131,18 @@ impl SegmentManifest {
         serde_json::to_vec_pretty(self).expect("a manifest always serializes")
     }
 
+    /// Writes this manifest beside segment `key`.
+    pub async fn write_beside(&self, store: &Store, key: &str) -> Result<()> {
+        store
+            .put_small(
+                &manifest_key(key),
+                self.to_json().into(),
+                "application/json",
+            )
+            .await?;
+        Ok(())
+    }
+
     /// The manifest beside segment `key`, if written.
     pub async fn load(store: &Store, key: &str) -> Result<Option<SegmentManifest>> {
         let key = manifest_key(key);

@@ -167,13 +167,7 @@ impl SegmentWriter {
         let info = self.upload.commit().await?;
         manifest.stored_bytes = info.size;
         manifest.completion_time = Utc::now();
-        store
-            .put_small(
-                &manifest_key(&self.key),
-                manifest.to_json().into(),
-                "application/json",
-            )
-            .await?;
+        manifest.write_beside(store, &self.key).await?;
         if let Err(e) = store.delete(&pending).await {
             tracing::warn!(key = %pending, error = %e, "a pending manifest stays behind (harmless)");
         }
