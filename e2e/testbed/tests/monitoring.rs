@@ -148,6 +148,8 @@ fn exported() -> BTreeSet<String> {
         family.get_or_create(&labels).set(1.0);
     }
     backups.last_size.get_or_create(&labels).set(1);
+    backups.archived_revision.get_or_create(&labels).set(1);
+    backups.archive_gap_revisions.get_or_create(&labels).inc();
     let result = backup::ResultLabels {
         result: "success".into(),
     };
