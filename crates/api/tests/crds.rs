@@ -168,11 +168,12 @@ fn rules(crd: &CustomResourceDefinition) -> Vec<String> {
 #[test]
 fn cel_rules_exist() {
     let counts: Vec<usize> = crds().iter().map(|c| rules(c).len()).collect();
-    // EtcdBackup: 5 storage + schedule/interval + local path + 2 of s3.serverSideEncryption;
+    // EtcdBackup: 5 storage + schedule/interval + local path + 2 of s3.serverSideEncryption +
+    // 3 of drill + 2 of continuous;
     // EtcdRestore: name + immutable + 5 storage + fromSurvivor's exclusions + local path + the
     // same 2; EtcdCluster: TLS pairing, quorumLoss's backup. Each is evaluated by a real API
     // server in testbed's tests/cel.rs.
-    assert_eq!(counts, [12, 11, 3]);
+    assert_eq!(counts, [14, 11, 3]);
 }
 
 #[test]
