@@ -73,6 +73,15 @@ pub struct DrillReport {
     pub seconds: f64,
 }
 
+impl From<crate::scratch::ScratchError> for DrillError {
+    fn from(error: crate::scratch::ScratchError) -> Self {
+        match error {
+            crate::scratch::ScratchError::Etcd(message) => DrillError::Etcd(message),
+            crate::scratch::ScratchError::Io { path, source } => DrillError::Io { path, source },
+        }
+    }
+}
+
 impl DrillError {
     /// The backup itself failed verification while it was fetched.
     pub fn is_integrity(&self) -> bool {

@@ -4,7 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::drill::DrillError;
+/// Why the scratch member could not be set up or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ScratchError {
+    #[error("{0}")]
+    Etcd(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// The etcd programs of one version.
 pub(crate) struct Tools {
@@ -17,7 +28,7 @@ pub(crate) struct Tools {
 impl Tools {
     /// Finds `etcd` and its restore tool, and checks that they are of the recorded version's
     /// minor: a snapshot is restored by the etcd that wrote it (never an older minor).
-    pub(crate) async fn find(dir: Option<&Path>, recorded: &str) -> Result<Tools, DrillError> {
+    pub(crate) async fn find(dir: Option<&Path>, recorded: &str) -> Result<Tools, ScratchError> {
         let locate = |name: &str| -> Option<PathBuf> {
             match dir {
                 Some(dir) => Some(dir.join(name)).filter(|p| p.is_file()),
@@ -30,12 +41,12 @@ impl Tools {
         };
         let where_ = dir.map_or("PATH".to_string(), |d| d.display().to_string());
         let etcd =
-            locate("etcd").ok_or_else(|| DrillError::Etcd(format!("no etcd in {where_}")))?;
+            locate("etcd").ok_or_else(|| ScratchError::Etcd(format!("no etcd in {where_}")))?;
         let output = tokio::process::Command::new(&etcd)
             .arg("--version")
             .output()
             .await
-            .map_err(|source| DrillError::Io {
+            .map_err(|source| ScratchError::Io {
                 path: etcd.clone(),
                 source,
             })?;
@@ -45,7 +56,7 @@ impl Tools {
             .find_map(|l| l.strip_prefix("etcd Version: "))
             .map(|v| v.trim().to_string())
             .ok_or_else(|| {
-                DrillError::Etcd(format!("{} --version said: {text}", etcd.display()))
+                ScratchError::Etcd(format!("{} --version said: {text}", etcd.display()))
             })?;
         let minor = |v: &str| {
             v.trim_start_matches('v')
@@ -55,7 +66,7 @@ impl Tools {
                 .join(".")
         };
         if minor(&version) != minor(recorded) {
-            return Err(DrillError::Etcd(format!(
+            return Err(ScratchError::Etcd(format!(
                 "the backup was taken from etcd {recorded}; the etcd found ({}) is {version}: \
                  drill with etcd {} (--etcd-bin-dir)",
                 etcd.display(),
@@ -68,7 +79,7 @@ impl Tools {
             locate("etcdutl")
         }
         .ok_or_else(|| {
-            DrillError::Etcd(format!(
+            ScratchError::Etcd(format!(
                 "no etcdutl (etcdctl for 3.4) beside etcd in {where_}"
             ))
         })?;
@@ -84,7 +95,7 @@ impl Tools {
         snapshot: &Path,
         data_dir: &Path,
         peer: &str,
-    ) -> Result<(), DrillError> {
+    ) -> Result<(), ScratchError> {
         let output = tokio::process::Command::new(&self.restore_tool)
             .env("ETCDCTL_API", "3")
             .args(["snapshot", "restore"])
@@ -96,14 +107,14 @@ impl Tools {
             .args(["--initial-advertise-peer-urls", peer])
             .output()
             .await
-            .map_err(|source| DrillError::Io {
+            .map_err(|source| ScratchError::Io {
                 path: self.restore_tool.clone(),
                 source,
             })?;
         if output.status.success() {
             Ok(())
         } else {
-            Err(DrillError::Etcd(format!(
+            Err(ScratchError::Etcd(format!(
                 "{} snapshot restore failed: {}",
                 self.restore_tool.display(),
                 String::from_utf8_lossy(&output.stderr).trim()
@@ -119,8 +130,8 @@ impl Tools {
         client: &str,
         log: &Path,
         extra_flags: &[&str],
-    ) -> Result<tokio::process::Child, DrillError> {
-        let io = |source| DrillError::Io {
+    ) -> Result<tokio::process::Child, ScratchError> {
+        let io = |source| ScratchError::Io {
             path: log.to_path_buf(),
             source,
         };
@@ -149,7 +160,7 @@ impl Tools {
             .stderr(err)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|source| DrillError::Io {
+            .map_err(|source| ScratchError::Io {
                 path: self.etcd.clone(),
                 source,
             })
@@ -157,8 +168,8 @@ impl Tools {
 }
 
 /// A free TCP port on loopback (the kernel's choice, released for etcd to take).
-pub(crate) fn free_port() -> Result<u16, DrillError> {
-    let io = |source| DrillError::Io {
+pub(crate) fn free_port() -> Result<u16, ScratchError> {
+    let io = |source| ScratchError::Io {
         path: PathBuf::from("127.0.0.1:0"),
         source,
     };

@@ -11,7 +11,7 @@ use etcd_snapshot::{DrillOptions, HashKv, ObjectName, SaveOptions};
 use serde_json::json;
 
 use crate::cli::{ArchiveArgs, Output, PointInTimeArgs, S3Args};
-use crate::commands::{connection, open, upload_options};
+use crate::setup::{connection, open, upload_options};
 
 pub async fn archive(args: ArchiveArgs, s3: &S3Args, output: Output) -> Result<()> {
     let connection = connection(&args.etcd)?;

@@ -1,18 +1,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use backup_storage::{Location, PartSizer, Store, UploadOptions};
+use anyhow::{Context, Result};
 use etcd_snapshot::changes::PointInTimeError;
 use etcd_snapshot::naming::{is_backup_of, parse_scheduled, select_for_deletion};
 use etcd_snapshot::{
-    Checked, Contents, DrillOptions, DrillReport, EtcdConnection, HashKv, MANIFEST_SUFFIX,
-    ObjectName, SaveOptions, TlsPem, read_manifest,
+    Checked, Contents, DrillOptions, DrillReport, HashKv, MANIFEST_SUFFIX, ObjectName, SaveOptions,
+    read_manifest,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::cli::{Cli, Command, EtcdArgs, Output, PartArgs, PruneArgs, S3Args, SaveArgs};
+use crate::cli::{Cli, Command, Output, PruneArgs, S3Args, SaveArgs};
+use crate::setup::{connection, open, upload_options};
 
 /// Exit code 3 marks a backup that failed verification, so scripts can tell "the data is bad"
 /// from "the network was down" (1); 4 an identity that cannot decrypt it ("the key is wrong").
@@ -135,42 +135,6 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Prune(args) => prune(args, &cli.s3, output).await,
         Command::Archive(args) => crate::changes::archive(args, &cli.s3, output).await,
         Command::PointInTime(args) => crate::changes::point_in_time(args, &cli.s3, output).await,
-    }
-}
-
-pub async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
-    Ok(args.open(url).await?)
-}
-
-fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("cannot read the {what} {}", path.display()))
-}
-
-/// The etcd connection the flags describe.
-pub fn connection(args: &EtcdArgs) -> Result<EtcdConnection> {
-    let mut connection = EtcdConnection::new(args.endpoints.clone());
-    connection.dial_timeout = Duration::from_secs(args.dial_timeout);
-    connection.tls = match (&args.cacert, &args.cert, &args.key) {
-        (None, None, None) => None,
-        (Some(ca), cert, key) => Some(TlsPem {
-            ca: read(ca, "CA bundle")?,
-            cert: cert
-                .as_deref()
-                .map(|p| read(p, "client certificate"))
-                .transpose()?,
-            key: key.as_deref().map(|p| read(p, "client key")).transpose()?,
-        }),
-        (None, _, _) => bail!("--cert/--key need --cacert to verify the etcd server"),
-    };
-    Ok(connection)
-}
-
-/// Upload tuning from the flags.
-pub fn upload_options(parts: &PartArgs) -> UploadOptions {
-    UploadOptions {
-        part_sizer: PartSizer::new((parts.part_size_mib as usize) << 20),
-        max_in_flight: parts.parts_in_flight as usize,
-        ..UploadOptions::default()
     }
 }
 

@@ -3,6 +3,7 @@
 mod changes;
 mod cli;
 mod commands;
+mod setup;
 
 use std::process::ExitCode;
 

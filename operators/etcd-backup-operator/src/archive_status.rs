@@ -25,7 +25,7 @@ use crate::validate::BackupPlan;
 /// Field manager of the archive side's status fields.
 pub const MANAGER: &str = "etcd-backup-operator-archive";
 /// The condition the archive side owns.
-pub const CONDITION: &str = "Archiving";
+pub use crate::status::ARCHIVING as CONDITION;
 /// How often a running archive's progress is copied into the status besides the reconcile its
 /// task asks for after each segment, gap or failure (a missed one is caught up here).
 pub const STATUS_EVERY: Duration = Duration::from_secs(60);

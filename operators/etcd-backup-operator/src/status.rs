@@ -60,6 +60,8 @@ const RETRYING: &str = "RetryingInterruptedRun";
 /// The drills' condition (written by [`crate::drill`] under its own field manager): True after
 /// a successful drill, False after a failed one.
 pub const DRILLED: &str = "Drilled";
+/// The condition the archive side owns ([`crate::archive_status`]).
+pub const ARCHIVING: &str = "Archiving";
 
 /// Status says a run was under way (recorded before it started); with no run in this process,
 /// the operator stopped during it.
@@ -244,9 +246,7 @@ pub fn apply_body(status: &EtcdBackupStatus) -> serde_json::Value {
     status.conditions.retain(|c| c.type_ != DRILLED);
     // And not the archive side's ([`crate::archive_status`]).
     status.continuous = None;
-    status
-        .conditions
-        .retain(|c| c.type_ != crate::archive_status::CONDITION);
+    status.conditions.retain(|c| c.type_ != ARCHIVING);
     operator_runtime::status_apply::body::<EtcdBackup, _>(&status)
 }
 

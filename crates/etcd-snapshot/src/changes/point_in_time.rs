@@ -25,7 +25,6 @@ use super::record::{Change, ChangeKind};
 use super::segment::{SegmentManifest, archive_prefix, parse_segment_key};
 use super::writer::time_of;
 use crate::contents::{self, Contents, HashKv};
-use crate::drill::DrillError;
 use crate::naming::parse_scheduled;
 use crate::scratch::{Tools, free_port, log_tail};
 use crate::{DrillOptions, EtcdConnection, Manifest, TrailerVerifier, select_member};
@@ -82,7 +81,7 @@ pub enum PointInTimeError {
     #[error(transparent)]
     Read(#[from] crate::Error),
     #[error(transparent)]
-    Scratch(#[from] DrillError),
+    Scratch(#[from] crate::scratch::ScratchError),
     #[error(
         "the segment {key} has no manifest yet (the archiver stopped between storing it and its manifest; it writes it when it starts again)"
     )]
@@ -118,7 +117,6 @@ impl PointInTimeError {
     pub fn is_integrity(&self) -> bool {
         match self {
             PointInTimeError::Read(e) => e.is_integrity(),
-            PointInTimeError::Scratch(e) => e.is_integrity(),
             PointInTimeError::Diverged { .. } => true,
             _ => false,
         }
@@ -127,7 +125,6 @@ impl PointInTimeError {
     pub fn is_identity_problem(&self) -> bool {
         match self {
             PointInTimeError::Read(e) => e.is_identity_problem(),
-            PointInTimeError::Scratch(e) => e.is_identity_problem(),
             _ => false,
         }
     }
