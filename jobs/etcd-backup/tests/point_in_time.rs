@@ -617,7 +617,7 @@ async fn the_archiver_resumes_after_sigkill_mid_segment_and_a_lost_manifest_with
     let first = write_history(&mut client).await.last().unwrap().0;
     // SIGTERM comes once the archiver has the last change: give the watch time to deliver it
     // (if it has not, the check below fails; it cannot pass wrongly).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(archiver.signal("TERM").await, 0, "{:?}", archiver.seen);
     let stored = archiver
         .seen
@@ -645,20 +645,23 @@ async fn the_archiver_resumes_after_sigkill_mid_segment_and_a_lost_manifest_with
     );
 
     // Killed between the segment's commit and its manifest: the pending copy its writer left
-    // becomes the manifest, nothing is read.
+    // becomes the manifest, nothing is read; then it archives again what the killed one lost.
     let newest = segments.last().unwrap().0.clone();
     let pending = PathBuf::from(format!("{}.pending", newest.display()));
     std::fs::rename(&newest, &pending).unwrap();
-    let (mut archiver, started) = Archiver::started(&etcd.endpoint, &base, "3600").await;
+    let (mut archiver, started) = Archiver::started(&etcd.endpoint, &base, "1").await;
     assert_eq!(started["afterRevision"], first, "{started}");
     assert!(newest.exists() && !pending.exists());
+    archiver.archived_through(second).await;
     assert_eq!(archiver.signal("TERM").await, 0);
 
     // The newest manifest lost without a pending copy: rebuilt by reading the segment.
-    std::fs::remove_file(&newest).unwrap();
+    let segments = local_segments(dir.path());
+    assert_eq!(segments.last().unwrap().1["lastRevision"], second);
+    std::fs::remove_file(&segments.last().unwrap().0).unwrap();
     let (mut archiver, started) = Archiver::started(&etcd.endpoint, &base, "1").await;
     assert_eq!(
-        started["afterRevision"], first,
+        started["afterRevision"], second,
         "rebuilt from the segment itself: {started}"
     );
     let third = write_history(&mut client).await.last().unwrap().0;
