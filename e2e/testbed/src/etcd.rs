@@ -29,6 +29,9 @@ pub struct Etcd {
     child: Child,
     tls: Option<ClientTls>,
     log: PathBuf,
+    /// The binary and extra flags it was started with, for [`Etcd::restart`].
+    program: PathBuf,
+    flags: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -154,7 +157,7 @@ impl Etcd {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let endpoint = format!("{scheme}://127.0.0.1:{}", free_port());
         let log = dir.path().join("etcd.log");
-        let mut command = Command::new(program);
+        let mut command = Command::new(&program);
         command
             .args(["--name", name, "--logger", "zap"])
             .arg("--data-dir")
@@ -222,6 +225,8 @@ impl Etcd {
             child,
             tls: client_tls,
             log,
+            program,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
             _dir: dir,
         };
         etcd.wait_ready(existing.is_some()).await?;
@@ -306,6 +311,34 @@ impl Etcd {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts a member stopped by [`Etcd::kill`] again, on its data dir and at the same client
+    /// and peer URLs, as a restarted machine would (plain HTTP members only); returns once it
+    /// serves.
+    pub async fn restart(&mut self) -> Result<()> {
+        if self.tls.is_some() {
+            bail!("restart is for plain-HTTP members");
+        }
+        if self.child.try_wait()?.is_none() {
+            bail!("etcd {} still runs: kill it first", self.name);
+        }
+        let log = std::fs::OpenOptions::new().append(true).open(&self.log)?;
+        self.child = Command::new(&self.program)
+            .args(["--name", &self.name, "--logger", "zap"])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--listen-client-urls", &self.endpoint])
+            .args(["--advertise-client-urls", &self.endpoint])
+            .args(["--listen-peer-urls", &self.peer_url])
+            .args(["--initial-advertise-peer-urls", &self.peer_url])
+            .args(["--quota-backend-bytes", &(8u64 << 30).to_string()])
+            .args(&self.flags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        self.wait_ready(false).await
     }
 
     pub async fn put(&self, key: &str, value: &str) -> Result<()> {
