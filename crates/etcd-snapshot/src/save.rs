@@ -9,7 +9,7 @@ use backup_storage::encryption::{Encryption, Recipients};
 use backup_storage::layers::LayerEncoder;
 use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum, StoredHasher};
 use backup_storage::{Store, Upload, UploadOptions};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::contents::{self, HashKv};
 use crate::manifest::{FORMAT, object_metadata};
@@ -113,6 +113,27 @@ pub async fn save(
     }
 }
 
+/// `<base>_v<revision>_<time>` at `time` or, while an object of that name exists, a second
+/// later: a snapshot taken in the same second at the same revision (a run just before, or the
+/// archive's) is not overwritten, which would leave the new object beside the old one's manifest
+/// until the new manifest is written. Returns the name and its time.
+async fn unused_scheduled_name(
+    store: &Store,
+    base: &str,
+    revision: i64,
+    mut time: DateTime<Utc>,
+) -> Result<(String, DateTime<Utc>)> {
+    loop {
+        let key = scheduled_name(base, revision, time);
+        if store.head(&key).await?.is_none() {
+            return Ok((key, time));
+        }
+        let next_second = 1_000_000_000 - time.timestamp_subsec_nanos().min(999_999_999);
+        tokio::time::sleep(Duration::from_nanos(next_second.into())).await;
+        time = Utc::now();
+    }
+}
+
 async fn save_within(
     connection: &EtcdConnection,
     store: &Store,
@@ -120,11 +141,16 @@ async fn save_within(
     started: Instant,
     received: &AtomicU64,
 ) -> Result<SaveReport> {
-    let start_time = Utc::now();
+    let mut start_time = Utc::now();
     let mut member = select_member(connection).await?;
     let key = match &options.name {
         ObjectName::Exact(key) => key.clone(),
-        ObjectName::Scheduled(base) => scheduled_name(base, member.revision, start_time),
+        ObjectName::Scheduled(base) => {
+            let (key, time) =
+                unused_scheduled_name(store, base, member.revision, start_time).await?;
+            start_time = time;
+            key
+        }
     };
     let url = store.location(&key).to_string();
     tracing::info!(endpoint = %member.endpoint, revision = member.revision, %url, "snapshot started");

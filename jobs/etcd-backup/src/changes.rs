@@ -37,6 +37,8 @@ pub async fn archive(args: ArchiveArgs, s3: &S3Args, output: Output) -> Result<(
             upload,
         },
         snapshot,
+        // No other writer of snapshots in this process.
+        snapshot_lock: Arc::default(),
         identity: args.identity.load()?,
         report: Arc::new(move |event| print_event(&event, output)),
     };

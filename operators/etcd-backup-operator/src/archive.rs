@@ -79,6 +79,8 @@ pub struct Start {
     pub allow_ambient: bool,
     pub segment_seconds: Duration,
     pub segment_max_bytes: u64,
+    /// Shared with the EtcdBackup's runs: one snapshot at a time.
+    pub snapshot_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Archives {
@@ -301,6 +303,7 @@ async fn archive_once(
             upload,
         },
         snapshot,
+        snapshot_lock: start.snapshot_lock.clone(),
         identity: None,
         report: Arc::new(move |event| {
             record(&reported, event);

@@ -80,6 +80,7 @@ pub async fn reconcile(
                 .segment_max_bytes
                 .unwrap_or(DEFAULT_SEGMENT_MAX_BYTES)
                 .max(1) as u64,
+            snapshot_lock: ctx.runs.snapshot_lock(&uid),
         })
         .await;
     let Some(state) = ctx.archives.state(&uid) else {

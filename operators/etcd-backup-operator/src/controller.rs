@@ -283,6 +283,8 @@ async fn run(
                 let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
                 let resolved =
                     secrets::resolve(&secrets_api, plan, ctx.allow_ambient_credentials).await?;
+                let snapshot_lock = ctx.runs.snapshot_lock(&uid);
+                let _one_snapshot_at_a_time = snapshot_lock.lock().await;
                 execute::run_backup(plan, &location, resolved, &uid, drilled.as_deref()).await
             }
             .await;

@@ -15,6 +15,10 @@ pub struct Runs {
     /// the cached status still says "running", which must not read as interrupted.
     finished: Mutex<HashMap<String, Finished>>,
     slots: Arc<Semaphore>,
+    /// One snapshot at a time per object: its runs and its archive's snapshots (to start
+    /// from, after a gap) are named `<base>_v<revision>_<second>`, so two taken at once could
+    /// land under one name, one's object beside the other's manifest.
+    snapshot_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Cancelled on shutdown; every run's token is its child.
     root: CancellationToken,
 }
@@ -46,6 +50,7 @@ impl Runs {
             in_flight: Mutex::new(HashMap::new()),
             finished: Mutex::new(HashMap::new()),
             slots: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            snapshot_locks: Mutex::new(HashMap::new()),
             root,
         })
     }
@@ -112,9 +117,26 @@ impl Runs {
         self.finished.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lock held by whoever takes a snapshot for `uid` (see `snapshot_locks`).
+    pub fn snapshot_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.snapshot_locks()
+            .entry(uid.to_string())
+            .or_default()
+            .clone()
+    }
+
+    fn snapshot_locks(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.snapshot_locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Stops the run of `uid`, if any (the object was deleted).
     pub fn cancel(&self, uid: &str) {
         self.finished_map().remove(uid);
+        self.snapshot_locks().remove(uid);
         if let Some(token) = self.lock().get(uid) {
             token.cancel();
         }
@@ -124,6 +146,7 @@ impl Runs {
     /// and drops what was kept of their finished runs.
     pub fn cancel_unless(&self, exists: impl Fn(&str) -> bool) {
         self.finished_map().retain(|uid, _| exists(uid));
+        self.snapshot_locks().retain(|uid, _| exists(uid));
         for (uid, token) in self.lock().iter() {
             if !exists(uid) {
                 token.cancel();

@@ -49,6 +49,11 @@ pub struct ArchiveOptions {
     pub layers: SegmentLayers,
     /// How the snapshots it takes (no start point, a gap) are made.
     pub snapshot: SaveOptions,
+    /// Held while it looks for a snapshot to start from and takes one if there is none. Whoever
+    /// else takes snapshots under `base` in the same process (the operator's scheduled runs)
+    /// holds it too: the archive then starts from theirs instead of taking one beside it, and
+    /// two snapshots are never written at once under one name.
+    pub snapshot_lock: Arc<tokio::sync::Mutex<()>>,
     /// To read back a segment whose manifest a crash left unwritten (encrypted archives).
     pub identity: Option<Identity>,
     /// Told of each step, for the CLI's lines and the operator's metrics.
@@ -208,6 +213,7 @@ async fn start_point(
             format!("after the newest archived segment (revision {last})"),
         ));
     }
+    let _one_snapshot_at_a_time = options.snapshot_lock.lock().await;
     if let Some((key, revision)) = newest_snapshot(store, &options.base, cluster_id).await? {
         return Ok((revision, format!("after the newest snapshot {key}")));
     }
@@ -231,6 +237,7 @@ async fn snapshot_to_resume_after(
     cluster_id: &str,
     compacted: i64,
 ) -> Result<(String, i64)> {
+    let _one_snapshot_at_a_time = options.snapshot_lock.lock().await;
     if let Some((key, revision)) = newest_snapshot(store, &options.base, cluster_id).await?
         && revision + 1 >= compacted
     {
