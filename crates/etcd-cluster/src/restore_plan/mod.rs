@@ -19,6 +19,7 @@ pub mod failure;
 pub mod fetch_report;
 pub mod observed;
 pub mod recorded;
+pub mod rules;
 pub mod step;
 pub mod survivor;
 
@@ -52,410 +53,14 @@ pub fn expected_revision(snapshot: &VerifiedSnapshot, bumped: bool) -> i64 {
     }
 }
 
-/// The next step.
+/// The next step: the answer of the first of [`rules::RULES`] that answers, else the
+/// hand-over.
 pub fn plan(names: &ClusterNames, observed: &RestoreObserved) -> RestoreStep {
-    if observed.phase.is_some_and(RestorePhase::is_terminal) {
-        return RestoreStep::Done;
-    }
-    let fail = |reason: RestoreFailure, message: &str| fail(observed, reason, message);
-    let url = &observed.source_url;
-    // A failure being carried out (recorded before the restore's pods and claims went).
-    if let (Some((reason, message)), None) = (&observed.failing, &observed.snapshot) {
-        return fail(*reason, message);
-    }
-    // 1. A source that cannot be read fails before anything is touched.
-    if let (None, Some((reason, problem))) = (&observed.snapshot, &observed.source_problem) {
-        return fail(*reason, problem);
-    }
-    let Some(cluster) = &observed.cluster else {
-        if observed.plan.is_some() {
-            return fail(
-                RestoreFailure::ClusterDeleted,
-                "the EtcdCluster was deleted during the restore; detached volumes are kept",
-            );
-        }
-        if observed.can_create_cluster {
-            return RestoreStep::CreateCluster;
-        }
-        return fail(
-            RestoreFailure::ClusterNotFound,
-            "the EtcdCluster does not exist; create it, or set spec.newCluster",
-        );
-    };
-    if !cluster.persistent {
-        return fail(
-            RestoreFailure::NotPersistent,
-            "the EtcdCluster has no pod.persistentVolumeClaimSpec: restored members need claims \
-             (restoring into emptyDir members is not supported)",
-        );
-    }
-    // The restore tool and its flags follow the version (the recorded plan's, once there is
-    // one): one that does not parse, or that the operators do not run (before 3.4, after the
-    // newest minor they know), is refused before the cluster is paused.
-    let version = observed
-        .plan
-        .as_ref()
-        .map_or(&cluster.version, |p| &p.version);
-    if let Err(e) = EtcdVersion::parse_supported(version) {
-        return fail(
-            RestoreFailure::InvalidVersion,
-            &format!("{e}; no member or volume of the cluster was touched"),
-        );
-    }
-    // A recovery from a survivor is refused while the cluster has quorum, up to the moment
-    // the snapshot is recorded (nothing of the cluster is touched before).
-    if observed.from_survivor
-        && observed.snapshot.is_none()
-        && let Some(why) = survivor::quorum_not_lost(&observed.member_statuses)
-    {
-        return fail(RestoreFailure::QuorumNotLost, &why);
-    }
-    let held = cluster.paused && cluster.restore.as_deref() == Some(observed.uid.as_str());
-    // 6. After the hand-over: the old volumes go (by policy), then success.
-    if let Some(plan) = observed
-        .plan
-        .as_ref()
-        .filter(|p| p.handed_over == Some(true))
-    {
-        let revision = observed.restored_revision.unwrap_or(0);
-        if held {
-            // Repeated until the cluster is released; the key space checked stays recorded.
-            return RestoreStep::HandOver {
-                revision,
-                contents: None,
-            };
-        }
-        let leftovers: Vec<String> = plan
-            .detached_claims
-            .iter()
-            .filter(|c| observed.delete_old_volumes && observed.detached_by_this.contains(*c))
-            .cloned()
-            .collect();
-        if !leftovers.is_empty() {
-            return RestoreStep::DeleteOldClaims(leftovers);
-        }
-        return RestoreStep::Succeed { revision };
-    }
-    // A member that could not be restored fails the restore (also when a crash came between
-    // giving the cluster back and recording the failure: it is not paused again).
-    let started = |m: &String| observed.member_pods.contains_key(m);
-    let restored =
-        |m: &String| matches!(observed.restore_pods.get(m), Some(PodRun::Succeeded { .. }));
-    if let Some(plan) = &observed.plan
-        && let Some((member, container, exit_code, message)) =
-            plan.members
-                .iter()
-                .find_map(|m| match observed.restore_pods.get(m) {
-                    Some(PodRun::Failed {
-                        container,
-                        exit_code,
-                        message,
-                    }) if !started(m) => Some((m, container, *exit_code, message)),
-                    _ => None,
-                })
-    {
-        return match (&observed.snapshot, container.as_str(), exit_code) {
-            (None, NOT_STARTED, _) => fail(
-                RestoreFailure::PodNotStarted,
-                &format!(
-                    "member {member}'s restore pod did not start, so nothing was fetched or \
-                     restored; no member or volume of the cluster was touched: {message}"
-                ),
-            ),
-            (None, "fetch", Some(FETCH_DATA_BAD)) => fail(
-                RestoreFailure::BackupInvalid,
-                &format!(
-                    "the backup {url} failed verification in member {member}'s fetch; no member \
-                     or volume of the cluster was touched: {message}"
-                ),
-            ),
-            (None, "fetch", Some(FETCH_NO_USABLE_IDENTITY)) => fail(
-                RestoreFailure::NoUsableIdentity,
-                &format!(
-                    "member {member}'s fetch could not decrypt the backup {url} with the \
-                     identity named (spec.decryption); no member or volume of the cluster was \
-                     touched: {message}"
-                ),
-            ),
-            (None, "fetch", Some(FETCH_FAILED)) => fail(
-                RestoreFailure::BackupInvalid,
-                &format!(
-                    "member {member}'s fetch could not read the backup {url}; no member or \
-                     volume of the cluster was touched: {message}"
-                ),
-            ),
-            // Killed (a memory limit, with `scratchMedium: Memory` the snapshot counts against
-            // it; an eviction) or stopped: nothing was said about the backup itself.
-            (None, "fetch", _) => fail(
-                RestoreFailure::FetchFailed,
-                &format!(
-                    "member {member}'s fetch of {url} was stopped before it finished, so the \
-                     backup was neither read whole nor judged; no member or volume of the \
-                     cluster was touched: {message}"
-                ),
-            ),
-            (None, _, _) => fail(
-                RestoreFailure::RestoreFailed,
-                &format!(
-                    "restoring member {member} failed; no member or volume of the cluster was \
-                     touched: {message}"
-                ),
-            ),
-            (Some(_), _, _) => fail(
-                RestoreFailure::RestoreFailed,
-                &format!(
-                    "restoring member {member} failed; the cluster stays paused and the old \
-                     volumes are kept; delete and re-create the EtcdRestore to retry (that \
-                     deletes its pods: save their logs first): {message}"
-                ),
-            ),
-        };
-    }
-    // A claim deleted (by hand) under a restore pod that has run, or, once the snapshot is
-    // recorded, a restore pod deleted before its member started: that member's restore is
-    // lost, and running it again could restore a different object (a new fetch is no longer
-    // compared); the restore fails with the cause instead of waiting for a member that can
-    // never start.
-    let has_claim = |m: &String| observed.claims.contains(m) || observed.staged_claims.contains(m);
-    let waiting = |m: &String| observed.restore_pods.get(m) == Some(&PodRun::Waiting);
-    let lost = |m: &&String| {
-        !started(m)
-            && match observed.restore_pods.get(*m) {
-                None => observed.snapshot.is_some(),
-                Some(PodRun::Waiting) => false,
-                Some(_) => !has_claim(m),
-            }
-    };
-    if let Some(plan) = &observed.plan
-        && let Some(member) = plan.members.iter().find(lost)
-    {
-        let touched = match observed.snapshot {
-            None => "no member or volume of the cluster was touched",
-            Some(_) => "the cluster stays paused and the old volumes are kept",
-        };
-        return fail(
-            RestoreFailure::ClaimLost,
-            &format!(
-                "the claim or restore pod of member {member} was deleted before the member \
-                 started; {touched}; delete and re-create the EtcdRestore to retry"
-            ),
-        );
-    }
-    if let Some(plan) = &observed.plan
-        && observed.snapshot.is_none()
-    {
-        if plan.members.iter().all(restored)
-            && let failed @ (RestoreStep::Fail { .. }
-            | RestoreStep::Discard { .. }
-            | RestoreStep::Wait { .. }) = verified_snapshot(observed, plan)
-        {
-            return failed;
-        }
-        // Planned only while held: someone unpaused or took the cluster (or it was given back
-        // and the failure not yet recorded). It is not paused again.
-        if !held {
-            return fail(
-                RestoreFailure::ClusterReleased,
-                "the EtcdCluster was unpaused or taken over before every member verified the \
-                 backup; no member or volume of it was touched",
-            );
-        }
-    }
-    // 2. The cluster is paused and held by this restore, and its operator has let go.
-    if !held {
-        return RestoreStep::PauseCluster;
-    }
-    if !cluster.pause_seen {
-        return wait("waiting for the EtcdCluster operator to report the cluster paused".into());
-    }
-    // 3. The plan is recorded before any claim or pod is made.
-    //    A recovery from a survivor restores one member from the survivor's data; the
-    //    cluster's operator grows it back to its size.
-    let Some(plan) = &observed.plan else {
-        if !observed.from_survivor {
-            return RestoreStep::RecordPlan(new_plan(names, observed, cluster.size, None));
-        }
-        let asked = observed.survivor_asked.as_deref();
-        let Some(chosen) = survivor::most_recent(&observed.member_statuses, asked) else {
-            return wait(match asked {
-                Some(member) => format!(
-                    "member {member} (spec.fromSurvivor.member) does not answer its status: \
-                     waiting for it"
-                ),
-                None => "no member of the cluster answers its status: waiting for a surviving \
-                         member to recover from"
-                    .into(),
-            });
-        };
-        return RestoreStep::RecordPlan(new_plan(names, observed, 1, Some(chosen)));
-    };
-    // 4. Every member fetches, verifies and restores the snapshot onto a claim of its own,
-    //    while the old members still run.
-    let to_restore: Vec<String> = plan
-        .members
+    let situation = rules::Situation { names, observed };
+    rules::RULES
         .iter()
-        .filter(|m| !started(m))
-        .filter(|m| !observed.restore_pods.contains_key(*m) || (waiting(m) && !has_claim(m)))
-        .cloned()
-        .collect();
-    if !to_restore.is_empty() {
-        if let Some((reason, problem)) = &observed.source_problem {
-            return fail(*reason, problem);
-        }
-        return RestoreStep::RestoreMembers(to_restore);
-    }
-    let running = plan
-        .members
-        .iter()
-        .filter(|m| !started(m) && !restored(m))
-        .count();
-    if running > 0 {
-        return wait(format!(
-            "{running} of {} members fetching, verifying and restoring the snapshot",
-            plan.members.len()
-        ));
-    }
-    let Some(snapshot) = &observed.snapshot else {
-        return verified_snapshot(observed, plan);
-    };
-    // 5. Verified: only now the old members stop (their data stays), and the new ones start.
-    let planned: BTreeSet<&str> = plan.members.iter().map(String::as_str).collect();
-    let old_pods: Vec<String> = observed
-        .member_pods
-        .keys()
-        .filter(|p| !planned.contains(p.as_str()))
-        .cloned()
-        .collect();
-    if !old_pods.is_empty() {
-        return RestoreStep::DeleteOldPods(old_pods);
-    }
-    let old_claims: Vec<String> = observed
-        .claims
-        .iter()
-        .filter(|c| !planned.contains(c.as_str()))
-        .cloned()
-        .collect();
-    if !old_claims.is_empty() {
-        return RestoreStep::DetachClaims(old_claims);
-    }
-    let to_join: Vec<String> = plan
-        .members
-        .iter()
-        .filter(|m| observed.staged_claims.contains(*m))
-        .cloned()
-        .collect();
-    if !to_join.is_empty() {
-        return RestoreStep::JoinClaims(to_join);
-    }
-    // A member pod being deleted (to be started again) is made once it is gone.
-    if let Some(going) = plan
-        .members
-        .iter()
-        .find(|m| observed.member_pods_going.contains(*m))
-    {
-        return wait(format!("waiting for the old pod of member {going} to go"));
-    }
-    let to_start: Vec<String> = plan
-        .members
-        .iter()
-        .filter(|m| !started(m))
-        .cloned()
-        .collect();
-    if !to_start.is_empty() {
-        return RestoreStep::StartMembers(to_start);
-    }
-    let ended: Vec<String> = plan
-        .members
-        .iter()
-        .filter(|m| {
-            matches!(
-                observed.member_problems.get(*m),
-                Some(MemberProblem::Ended(_))
-            )
-        })
-        .cloned()
-        .collect();
-    if !ended.is_empty() {
-        return RestoreStep::RestartMembers(ended);
-    }
-    // 6. Every member healthy, a voter, serving at least the snapshot's revision.
-    let not_ready: Vec<&String> = plan
-        .members
-        .iter()
-        .filter(|m| observed.member_pods.get(*m) != Some(&true))
-        .collect();
-    if !not_ready.is_empty() {
-        let progress = format!(
-            "{} of {} restored members not ready",
-            not_ready.len(),
-            plan.members.len()
-        );
-        let stuck: Vec<String> = not_ready
-            .iter()
-            .filter_map(|m| match observed.member_problems.get(*m) {
-                Some(MemberProblem::Stuck(why)) => Some(format!("{m}: {why}")),
-                _ => None,
-            })
-            .collect();
-        if stuck.is_empty() {
-            return wait(progress);
-        }
-        return RestoreStep::MembersUnhealthy(format!(
-            "{progress} ({}); still waiting: the cluster stays paused and the old volumes are kept",
-            stuck.join("; ")
-        ));
-    }
-    let Some(health) = &observed.health else {
-        return wait("asking the restored members for their status".into());
-    };
-    let want = expected_revision(snapshot, observed.revision_bumped.unwrap_or(false));
-    let unhealthy: Vec<&String> = plan
-        .members
-        .iter()
-        .filter(|m| {
-            !health.voters.contains(*m) || health.revisions.get(*m).is_none_or(|r| *r < want)
-        })
-        .collect();
-    if !unhealthy.is_empty() {
-        return wait(format!(
-            "members {unhealthy:?} not yet voters serving revision {want} or above"
-        ));
-    }
-    let revision = health.revisions.values().copied().min().unwrap_or(want);
-    // 7. A backupRef's recorded key space is what the restored members serve.
-    let bumped = observed.revision_bumped.unwrap_or(false);
-    let Some((expected, at)) = key_space_to_check(observed.expected.as_ref(), snapshot, bumped)
-    else {
-        return RestoreStep::HandOver {
-            revision,
-            contents: None,
-        };
-    };
-    let Some(served) = &health.contents else {
-        return wait(format!(
-            "reading the restored key space at revision {at} to compare it with the backup's \
-             record"
-        ));
-    };
-    if served.key_count != expected.key_count || served.content_sha256 != expected.content_sha256 {
-        return fail(
-            RestoreFailure::RestoredContentMismatch,
-            &format!(
-                "the restored members serve {} keys (SHA-256 {}) at revision {at}, the backup \
-                 recorded {} keys (SHA-256 {}) at revision {}; the cluster stays paused and the \
-                 old volumes are kept",
-                served.key_count,
-                served.content_sha256,
-                expected.key_count,
-                expected.content_sha256,
-                expected.revision
-            ),
-        );
-    }
-    RestoreStep::HandOver {
-        revision,
-        contents: Some(served.clone()),
-    }
+        .find_map(|(_, rule)| rule(&situation))
+        .unwrap_or_else(|| rules::hand_over(&situation))
 }
 
 /// The recorded key space the restored members must serve, and the revision to read it at;
@@ -1724,5 +1329,192 @@ mod tests {
         o.detached_claims.remove("c-1");
         o.detached_by_this.remove("c-1");
         assert_eq!(plan(&names(), &o), RestoreStep::Succeed { revision: 600 });
+    }
+
+    fn answered_by(o: &RestoreObserved) -> &'static str {
+        let names = names();
+        let situation = rules::Situation {
+            names: &names,
+            observed: o,
+        };
+        rules::answered_by(&situation).unwrap_or("hand_over")
+    }
+
+    /// The rules as a specification: one world for each, from the first rule to the
+    /// hand-over, each answered by exactly the rule the order gives (the rules before it say
+    /// "not mine"), and every rule is some world's answer.
+    #[test]
+    fn each_world_is_answered_by_the_rule_the_order_gives() {
+        let mut worlds: Vec<(&str, RestoreObserved)> = Vec::new();
+        let with = |f: &dyn Fn(&mut RestoreObserved), base: RestoreObserved| {
+            let mut o = base;
+            f(&mut o);
+            o
+        };
+        worlds.push((
+            "finished",
+            with(&|o| o.phase = Some(RestorePhase::Succeeded), started()),
+        ));
+        worlds.push((
+            "a_failure_is_being_recorded",
+            with(
+                &|o| o.failing = Some((RestoreFailure::BackupInvalid, "bad".into())),
+                start(),
+            ),
+        ));
+        worlds.push((
+            "the_source_cannot_be_read",
+            with(
+                &|o| o.source_problem = Some((RestoreFailure::BadSource, "no Secret".into())),
+                start(),
+            ),
+        ));
+        worlds.push((
+            "the_cluster_is_missing",
+            with(&|o| o.cluster = None, start()),
+        ));
+        worlds.push((
+            "the_cluster_keeps_no_data",
+            with(&|o| o.cluster.as_mut().unwrap().persistent = false, start()),
+        ));
+        worlds.push((
+            "the_version_is_not_run",
+            with(
+                &|o| o.cluster.as_mut().unwrap().version = "latest".into(),
+                start(),
+            ),
+        ));
+        worlds.push((
+            "the_quorum_is_not_lost",
+            with(
+                &|o| o.member_statuses[0].has_leader = true,
+                survivor_recovery(),
+            ),
+        ));
+        worlds.push((
+            "handed_over",
+            with(
+                &|o| o.plan.as_mut().unwrap().handed_over = Some(true),
+                started(),
+            ),
+        ));
+        worlds.push((
+            "a_member_could_not_be_restored",
+            restoring(failed("fetch", FETCH_DATA_BAD, "sha256 mismatch")),
+        ));
+        worlds.push((
+            "a_members_restore_was_lost",
+            with(&|o| o.staged_claims.clear(), restoring(fetched(REPORT))),
+        ));
+        worlds.push((
+            "the_fetches_do_not_prove_the_backup",
+            restoring(fetched("no report")),
+        ));
+        worlds.push((
+            "the_cluster_was_let_go_before_verification",
+            with(
+                &|o| o.cluster = Some(given_back()),
+                restoring(PodRun::Running),
+            ),
+        ));
+        worlds.push(("the_cluster_is_not_held", start()));
+        let held_unseen = with(
+            &|o| {
+                let c = o.cluster.as_mut().unwrap();
+                (c.paused, c.restore) = (true, Some("r".into()));
+            },
+            start(),
+        );
+        worlds.push(("the_pause_is_not_seen", held_unseen));
+        worlds.push((
+            "no_plan_yet",
+            with(&|o| o.cluster = Some(cluster()), start()),
+        ));
+        worlds.push((
+            "members_to_restore",
+            with(&|o| o.restore_pods.clear(), restoring(PodRun::Running)),
+        ));
+        worlds.push(("members_restoring", restoring(PodRun::Running)));
+        worlds.push(("snapshot_not_recorded", restoring(fetched(REPORT))));
+        let verified = with(
+            &|o| o.snapshot = Some(snapshot()),
+            restoring(fetched(REPORT)),
+        );
+        worlds.push(("old_member_pods_run", verified.clone()));
+        let stopped = with(&|o| o.member_pods.clear(), verified);
+        worlds.push(("old_claims_attached", stopped.clone()));
+        let detached = with(&|o| o.claims.clear(), stopped);
+        worlds.push(("restored_claims_staged", detached.clone()));
+        let joined = with(
+            &|o| {
+                o.staged_claims.clear();
+                o.claims = members().into_iter().collect();
+            },
+            detached,
+        );
+        worlds.push((
+            "an_old_pod_is_going",
+            with(
+                &|o| _ = o.member_pods_going.insert("c-3".into()),
+                joined.clone(),
+            ),
+        ));
+        worlds.push(("members_to_start", joined));
+        worlds.push((
+            "members_ended",
+            with(
+                &|o| {
+                    _ = o
+                        .member_problems
+                        .insert("c-3".into(), MemberProblem::Ended("exited".into()))
+                },
+                started(),
+            ),
+        ));
+        worlds.push(("members_not_ready", started()));
+        let ready = with(
+            &|o| o.member_pods = members().into_iter().map(|m| (m, true)).collect(),
+            started(),
+        );
+        worlds.push(("health_not_read", ready.clone()));
+        let health = |revision: i64| Health {
+            voters: members().into_iter().collect(),
+            revisions: members().into_iter().map(|m| (m, revision)).collect(),
+            contents: None,
+        };
+        worlds.push((
+            "members_behind",
+            with(&|o| o.health = Some(health(499)), ready.clone()),
+        ));
+        let bumped = 500 + REVISION_BUMP as i64;
+        let healthy = with(
+            &|o| {
+                o.revision_bumped = Some(true);
+                o.health = Some(health(bumped));
+            },
+            ready,
+        );
+        let mut recorded = expected();
+        recorded.contents.as_mut().unwrap().revision = 500;
+        let to_compare = with(
+            &|o| {
+                o.expected = Some(recorded.clone());
+                o.snapshot.as_mut().unwrap().latest_revision = Some(500);
+            },
+            healthy.clone(),
+        );
+        worlds.push(("key_space_not_as_recorded", to_compare));
+        worlds.push(("hand_over", healthy));
+
+        for (rule, world) in &worlds {
+            assert_eq!(answered_by(world), *rule, "{world:#?}");
+        }
+        let named: Vec<&str> = worlds.iter().map(|(rule, _)| *rule).collect();
+        let ordered: Vec<&str> = rules::RULES
+            .iter()
+            .map(|(name, _)| *name)
+            .chain(["hand_over"])
+            .collect();
+        assert_eq!(named, ordered, "one world per rule, in the rules' order");
     }
 }
