@@ -44,6 +44,12 @@ pub const KEY_FIELD: &str = "key";
 /// The field of the key a rotation replaced: still accepted (and the pods it proves are proven
 /// again with `key`) until it is removed.
 pub const PREVIOUS_KEY_FIELD: &str = "previous";
+/// The field that vouches for member pods after a lost key: pod UIDs (separated by spaces,
+/// commas or new lines) that a person with the rights of the operators' namespace checked are
+/// the cluster's members. Those pods are proven with the current key; the field is removed by
+/// hand afterwards. A UID is the API server's and never reused, so a pod made later is not
+/// vouched for by it.
+pub const VOUCHED_FIELD: &str = "vouched-pod-uids";
 /// How often the operators read the key's Secret again (a rotation takes effect within it).
 pub const KEY_REFRESH: Duration = Duration::from_secs(30);
 /// A key shorter than this is refused (the operators make 32 random bytes).
@@ -54,6 +60,9 @@ pub const MIN_KEY_BYTES: usize = 16;
 #[derive(Clone)]
 pub struct ProofKey {
     keys: Arc<RwLock<Keys>>,
+    /// Counts the changes of the keys, for whoever must act on one (every cluster's member
+    /// pods proven again at once, not at the next periodic look).
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The keys of the Secret.
@@ -61,6 +70,8 @@ pub struct ProofKey {
 struct Keys {
     current: Vec<u8>,
     previous: Option<Vec<u8>>,
+    /// UIDs of pods vouched for by a person ([`VOUCHED_FIELD`]).
+    vouched: BTreeSet<String>,
     /// When the Secret was made: pods older than that, without any proof, were made before
     /// proofs existed.
     created: Option<Timestamp>,
@@ -72,6 +83,7 @@ impl fmt::Debug for ProofKey {
         f.debug_struct("ProofKey")
             .field("created", &keys.created)
             .field("previous", &keys.previous.is_some())
+            .field("vouched", &keys.vouched)
             .finish_non_exhaustive()
     }
 }
@@ -84,6 +96,9 @@ pub enum Origin {
     /// Made by the operators, proven with the key a rotation replaced: a member, proven again
     /// with the current key.
     ProvenWithPrevious,
+    /// Running, with no proof that fits, but its UID is vouched for in the key's Secret (after
+    /// a lost key): a member, proven with the current key.
+    Vouched,
     /// Still gated, without a proof: it never ran (an operator stopped between making it and
     /// proving it, or someone else made it gated). Deleted and made again.
     Unproven,
@@ -100,7 +115,7 @@ impl Origin {
     pub fn is_member(&self) -> bool {
         matches!(
             self,
-            Origin::Proven | Origin::ProvenWithPrevious | Origin::Older
+            Origin::Proven | Origin::ProvenWithPrevious | Origin::Vouched | Origin::Older
         )
     }
 }
@@ -123,6 +138,7 @@ impl ProofKey {
         ProofKey::from_keys(Keys {
             current: key,
             previous: None,
+            vouched: BTreeSet::new(),
             created,
         })
     }
@@ -132,6 +148,17 @@ impl ProofKey {
         ProofKey::from_keys(Keys {
             current: key,
             previous: Some(previous),
+            vouched: BTreeSet::new(),
+            created,
+        })
+    }
+
+    /// The key after a lost one: pods whose UID is in `vouched` are members.
+    pub fn vouching(key: Vec<u8>, vouched: &[&str], created: Option<Timestamp>) -> ProofKey {
+        ProofKey::from_keys(Keys {
+            current: key,
+            previous: None,
+            vouched: vouched.iter().map(|uid| uid.to_string()).collect(),
             created,
         })
     }
@@ -139,7 +166,14 @@ impl ProofKey {
     fn from_keys(keys: Keys) -> ProofKey {
         ProofKey {
             keys: Arc::new(RwLock::new(keys)),
+            changes: Arc::new(tokio::sync::watch::channel(0).0),
         }
+    }
+
+    /// Wakes up after each change of the keys (a rotation, a recreated Secret, pods vouched
+    /// for), seen by any clone.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Keys> {
@@ -183,6 +217,9 @@ impl ProofKey {
         let mut held = self.keys.write().unwrap_or_else(|e| e.into_inner());
         let changed = *held != keys;
         *held = keys;
+        if changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
         changed
     }
 
@@ -219,6 +256,13 @@ impl ProofKey {
         }
         if gated(pod) {
             return Origin::Unproven;
+        }
+        if meta
+            .uid
+            .as_ref()
+            .is_some_and(|uid| keys.vouched.contains(uid))
+        {
+            return Origin::Vouched;
         }
         // A proof that fits no key proves it is not the operators' (or that the key was
         // lost): its age does not make it one.
@@ -287,9 +331,19 @@ fn keys_of(secret: &Secret) -> Result<Keys, KeyError> {
         None => None,
         Some(k) => Some(usable(PREVIOUS_KEY_FIELD, Some(k))?),
     };
+    let vouched = field(VOUCHED_FIELD)
+        .map(|uids| {
+            String::from_utf8_lossy(&uids)
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|uid| !uid.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Keys {
         current,
         previous,
+        vouched,
         created: secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
     })
 }
@@ -394,13 +448,13 @@ pub async fn settle(api: &Api<Pod>, key: &ProofKey, pod: &Pod) -> Result<(), Mak
             delete_unproven(api, pod).await?;
             Err(MakeError::Remade(name))
         }
-        Origin::Older | Origin::ProvenWithPrevious => {
+        origin @ (Origin::Older | Origin::ProvenWithPrevious | Origin::Vouched) => {
             let uid = pod.uid().unwrap_or_default();
             let proof = key.proof(&pod.namespace().unwrap_or_default(), &member_of(pod), &uid);
             let patch = json!({"metadata": {"uid": uid, "annotations": {PROOF_ANNOTATION: proof}}});
             api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            tracing::info!(pod = %name, "member pod proven with the current key");
+            tracing::info!(pod = %name, ?origin, "member pod proven with the current key");
             Ok(())
         }
         Origin::Foreign => Err(MakeError::Foreign(name)),
@@ -420,13 +474,15 @@ pub async fn members_by_origin(
     for pod in pods {
         match key.origin(&pod) {
             Origin::Proven => members.push(pod),
-            Origin::Older | Origin::ProvenWithPrevious => match settle(api, key, &pod).await {
-                Ok(()) => members.push(pod),
-                Err(MakeError::Kube(e)) => return Err(e),
-                Err(_) => {
-                    foreign.insert(pod.name_any());
+            Origin::Older | Origin::ProvenWithPrevious | Origin::Vouched => {
+                match settle(api, key, &pod).await {
+                    Ok(()) => members.push(pod),
+                    Err(MakeError::Kube(e)) => return Err(e),
+                    Err(_) => {
+                        foreign.insert(pod.name_any());
+                    }
                 }
-            },
+            }
             Origin::Unproven => {
                 tracing::info!(pod = %pod.name_any(), "deleting a member pod that was never proven (it never ran)");
                 delete_unproven(api, &pod).await?;
@@ -571,14 +627,87 @@ mod tests {
         let key = ProofKey::new(vec![1; 32], None);
         let held_by_the_controller = key.clone();
         let proof = key.proof("ns", "c-0", "uid-a");
+        let changes = held_by_the_controller.changes();
         assert!(key.replace(Keys {
             current: vec![9; 32],
             previous: None,
+            vouched: BTreeSet::new(),
             created: None,
         }));
         assert_ne!(held_by_the_controller.proof("ns", "c-0", "uid-a"), proof);
+        assert!(
+            changes.has_changed().unwrap(),
+            "a change wakes the watchers"
+        );
+        let mut changes = held_by_the_controller.changes();
         let same = key.read().clone();
         assert!(!key.replace(same), "the same keys are no change");
+        assert!(!changes.has_changed().unwrap(), "no change wakes no one");
+        let mut vouched = key.read().clone();
+        vouched.vouched.insert("uid-a".into());
+        assert!(key.replace(vouched), "pods vouched for are a change");
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+    }
+
+    /// After a lost key (the Secret made again with a new one, no copy of the old): when a
+    /// person lists a running member pod's UID in the Secret, then it is a member and is proven
+    /// with the new key; when a pod is not listed, or is listed by another pod's UID, then it
+    /// stays foreign; when a listed pod is gated (it never ran), then it is still deleted.
+    #[test]
+    fn after_a_lost_key_only_the_pods_vouched_for_by_uid_are_members() {
+        let lost = ProofKey::new(vec![1; 32], Some(hours_ago(10)));
+        let member =
+            |uid: &str, name: &str| pod(uid, name, Some(lost.proof("ns", name, uid)), false, 5);
+        let (real_a, real_b) = (member("uid-a", "c-0"), member("uid-b", "c-1"));
+        // A pod that was being refused, with a proof that fit no key.
+        let refused = pod("uid-f", "c-9", Some("00".into()), false, 5);
+        let made_again = ProofKey::new(vec![2; 32], Some(hours_ago(0)));
+        for pod in [&real_a, &real_b, &refused] {
+            assert_eq!(made_again.origin(pod), Origin::Foreign);
+        }
+
+        let vouching = ProofKey::vouching(vec![2; 32], &["uid-a", "uid-b"], Some(hours_ago(0)));
+        assert_eq!(vouching.origin(&real_a), Origin::Vouched);
+        assert!(vouching.origin(&real_b).is_member());
+        assert_eq!(vouching.origin(&refused), Origin::Foreign);
+        // The same name, another pod (made after the listing): not vouched for.
+        assert_eq!(vouching.origin(&member("uid-c", "c-0")), Origin::Foreign);
+        assert_eq!(
+            vouching.origin(&pod("uid-a", "c-0", None, true, 0)),
+            Origin::Unproven
+        );
+        // Proven with the new key, it stays a member once the list is removed.
+        let proven = pod(
+            "uid-a",
+            "c-0",
+            Some(vouching.proof("ns", "c-0", "uid-a")),
+            false,
+            5,
+        );
+        assert_eq!(made_again.origin(&proven), Origin::Proven);
+    }
+
+    #[test]
+    fn vouched_uids_are_read_whatever_the_separators() {
+        let secret = Secret {
+            data: Some(
+                [
+                    ("key".to_string(), ByteString(vec![7; 32])),
+                    (
+                        VOUCHED_FIELD.to_string(),
+                        ByteString(b"uid-a\nuid-b, uid-c,\n\n".to_vec()),
+                    ),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let keys = keys_of(&secret).unwrap();
+        assert_eq!(
+            keys.vouched.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["uid-a", "uid-b", "uid-c"]
+        );
     }
 
     #[test]

@@ -265,7 +265,115 @@ async fn a_pod_that_passes_for_a_member_is_not_trusted() {
     wait_until(&clusters, name, "2 members", 240, converged(2))
         .await
         .unwrap();
+
+    proof_key_rotated_then_lost_and_members_vouched_for(&kube, &ns, &clusters).await;
     kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// Issue 49 point 5, on the running operator: a rotation (new `key`, old one as `previous`)
+/// re-proves every member with the new key without a restart or a spec change; the Secret
+/// deleted (no copy) and made again makes every member foreign (held, nothing touched); the
+/// members' UIDs vouched for in the Secret make them members again, proven with the new key.
+async fn proof_key_rotated_then_lost_and_members_vouched_for(
+    kube: &KubeTestbed,
+    ns: &str,
+    clusters: &Api<EtcdCluster>,
+) {
+    use etcd_members::origin::{
+        KEY_FIELD, KEY_SECRET, Origin, PREVIOUS_KEY_FIELD, ProofKey, VOUCHED_FIELD,
+    };
+    use k8s_openapi::api::core::v1::Secret;
+
+    let name = "example-etcd-cluster";
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
+    let key_of = |secret: &Secret| secret.data.as_ref().unwrap()[KEY_FIELD].0.clone();
+    let members = || async {
+        pods.list(&ListParams::default().labels(&format!("etcd_cluster={name}")))
+            .await
+            .unwrap()
+            .items
+    };
+    // Every member pod proven with `key` (and nothing else).
+    let all_proven_with = |key: Vec<u8>| async move {
+        let key = ProofKey::new(key, None);
+        let members = members().await;
+        members.len() == 2 && members.iter().all(|p| key.origin(p) == Origin::Proven)
+    };
+    let identities = pod_identities(&pods).await;
+
+    // A rotation: the new key proves every member within the refresh period.
+    let old = key_of(&secrets.get(KEY_SECRET).await.unwrap());
+    let new: Vec<u8> = (0..32u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(3))
+        .collect();
+    let patch = json!({"data": {
+        KEY_FIELD: k8s_openapi::ByteString(new.clone()),
+        PREVIOUS_KEY_FIELD: k8s_openapi::ByteString(old),
+    }});
+    secrets
+        .patch(KEY_SECRET, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !all_proven_with(new.clone()).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "members not proven with the rotated key after 90 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    // The rotation's end: the old key removed (null removes a field in a merge patch).
+    let patch = json!({"data": {PREVIOUS_KEY_FIELD: null}});
+    secrets
+        .patch(KEY_SECRET, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+
+    // The key lost: the Secret deleted, and made again (a new key) by the operator.
+    let before = secrets.get(KEY_SECRET).await.unwrap().uid();
+    secrets
+        .delete(KEY_SECRET, &DeleteParams::default())
+        .await
+        .unwrap();
+    let foreign =
+        |c: &EtcdCluster| condition_reason(c, "Degraded").as_deref() == Some("ForeignPod");
+    wait_until(clusters, name, "held: every member foreign", 90, foreign)
+        .await
+        .unwrap();
+    let made_again = secrets.get(KEY_SECRET).await.unwrap();
+    assert_ne!(made_again.uid(), before);
+    assert_eq!(
+        pod_identities(&pods).await,
+        identities,
+        "a member was touched"
+    );
+
+    // A person checks the pods are the members and vouches for their UIDs.
+    let uids: Vec<String> = members().await.iter().filter_map(|p| p.uid()).collect();
+    let patch = json!({"stringData": {VOUCHED_FIELD: uids.join("\n")}});
+    secrets
+        .patch(KEY_SECRET, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !all_proven_with(key_of(&made_again)).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "vouched members not proven with the new key after 90 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    let trusted =
+        |c: &EtcdCluster| condition_reason(c, "Degraded").as_deref() != Some("ForeignPod");
+    wait_until(clusters, name, "no longer held", 60, trusted)
+        .await
+        .unwrap();
+    assert_eq!(
+        pod_identities(&pods).await,
+        identities,
+        "a member was touched"
+    );
 }
 
 /// Issue 28 point 9, fencing: two replicas with leader election; the leader is cut off from
