@@ -60,9 +60,6 @@ pub const MIN_KEY_BYTES: usize = 16;
 #[derive(Clone)]
 pub struct ProofKey {
     keys: Arc<RwLock<Keys>>,
-    /// Counts the changes of the keys, for whoever must act on one (every cluster's member
-    /// pods proven again at once, not at the next periodic look).
-    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The keys of the Secret.
@@ -166,14 +163,7 @@ impl ProofKey {
     fn from_keys(keys: Keys) -> ProofKey {
         ProofKey {
             keys: Arc::new(RwLock::new(keys)),
-            changes: Arc::new(tokio::sync::watch::channel(0).0),
         }
-    }
-
-    /// Wakes up after each change of the keys (a rotation, a recreated Secret, pods vouched
-    /// for), seen by any clone.
-    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changes.subscribe()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Keys> {
@@ -217,9 +207,6 @@ impl ProofKey {
         let mut held = self.keys.write().unwrap_or_else(|e| e.into_inner());
         let changed = *held != keys;
         *held = keys;
-        if changed {
-            self.changes.send_modify(|n| *n += 1);
-        }
         changed
     }
 
@@ -627,7 +614,6 @@ mod tests {
         let key = ProofKey::new(vec![1; 32], None);
         let held_by_the_controller = key.clone();
         let proof = key.proof("ns", "c-0", "uid-a");
-        let changes = held_by_the_controller.changes();
         assert!(key.replace(Keys {
             current: vec![9; 32],
             previous: None,
@@ -635,19 +621,11 @@ mod tests {
             created: None,
         }));
         assert_ne!(held_by_the_controller.proof("ns", "c-0", "uid-a"), proof);
-        assert!(
-            changes.has_changed().unwrap(),
-            "a change wakes the watchers"
-        );
-        let mut changes = held_by_the_controller.changes();
         let same = key.read().clone();
         assert!(!key.replace(same), "the same keys are no change");
-        assert!(!changes.has_changed().unwrap(), "no change wakes no one");
         let mut vouched = key.read().clone();
         vouched.vouched.insert("uid-a".into());
         assert!(key.replace(vouched), "pods vouched for are a change");
-        assert!(changes.has_changed().unwrap());
-        changes.mark_unchanged();
     }
 
     /// After a lost key (the Secret made again with a new one, no copy of the old): when a

@@ -104,6 +104,12 @@ pub async fn reconcile(
             .get_or_create(&labels)
             .set(revision);
     }
+    // The series exists from the archive's start at 0, so that `increase()` sees its first
+    // gap (a counter that appears with its first increment shows no increase).
+    ctx.metrics
+        .archive_gap_revisions
+        .get_or_create(&labels)
+        .inc_by(0);
     // Said once each, after the status holds them.
     for gap in &state.pending_gaps {
         let lost = (gap.resumed_after - gap.archived_through).max(0);

@@ -1,7 +1,7 @@
 //! Wires the controller: EtcdClusters (one namespace or all, optionally only those matching a
 //! label selector; spec changes only, so the operator's own status writes do not trigger
-//! reconciles), their member pods and changes of the proof key feed reconcile; a deleted
-//! cluster's retry state and series go with it.
+//! reconciles) and their member pods feed reconcile; a deleted cluster's retry state and series
+//! go with it.
 
 use std::sync::Arc;
 
@@ -39,16 +39,9 @@ pub async fn run(
     let (reader, spec_changes) = process::spec_changes(clusters, selector, forget(ctx.clone()));
     let store = reader.clone();
     let forget_deleted = forget(ctx.clone());
-    // A changed proof key (rotated, made again, pods vouched for) is applied to every
-    // cluster's member pods at once, not at each cluster's next periodic look.
-    let key_changes = futures::stream::unfold(ctx.proof.changes(), |mut changes| async move {
-        changes.changed().await.ok()?;
-        Some(((), changes))
-    });
     // Member pods, the periodic requeue and errors trigger reconciles too.
     Controller::for_stream(spec_changes, reader)
         .owns(pods, watcher::Config::default().labels("app=etcd"))
-        .reconcile_all_on(key_changes)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {
