@@ -14,6 +14,7 @@ pub mod drill;
 pub mod encryption;
 pub mod error;
 pub mod restore;
+pub mod restore_record;
 pub mod storage;
 
 pub use backup::{

@@ -280,7 +280,7 @@ pub struct EtcdRestoreStatus {
     pub duration: Option<String>,
 }
 
-pub use etcd_cluster::restore_plan::recorded::{
+pub use crate::restore_record::{
     ExpectedBackup, KeySpace, RestorePhase, RestorePlan, Survivor, VerifiedSnapshot,
 };
 

@@ -1,6 +1,7 @@
 //! The layout shows the architecture: the cluster operator manages members and never touches
 //! backup storage, so it links neither the storage crate nor the AWS SDK; no operator depends on
-//! another operator's crate; no crate has an import cycle between its modules.
+//! another operator's crate; the API crate depends on no domain crate; no crate has an import
+//! cycle between its modules.
 
 /// Every crate in `package`'s normal dependency tree, one `name vX.Y.Z` per line.
 fn normal_dependencies(package: &str) -> String {
@@ -43,6 +44,27 @@ fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
         assert!(
             !depends_on(&tree, forbidden),
             "etcd-operator depends on {forbidden}:\n{tree}"
+        );
+    }
+}
+
+/// Layers point down: the API crate holds types only and depends on no crate of the product's
+/// logic (the domain crates use the API's types, never the other way round).
+#[test]
+fn the_api_crate_depends_on_no_domain_crate() {
+    let tree = normal_dependencies("backup-api");
+    for domain in [
+        "etcd-cluster",
+        "etcd-members",
+        "etcd-snapshot",
+        "backup-storage",
+        "fetch-pod",
+        "operator-runtime",
+        "backup-cli",
+    ] {
+        assert!(
+            !depends_on(&tree, domain),
+            "backup-api depends on {domain}:\n{tree}"
         );
     }
 }

@@ -1,5 +1,5 @@
 //! What a restore records in its status about its plan and the snapshot (part of the
-//! EtcdRestore API: `backup-api` re-exports these types, and the CRD's schema comes from them).
+//! EtcdRestore API, re-exported by `restore`; the restore planner in `etcd-cluster` uses them).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
