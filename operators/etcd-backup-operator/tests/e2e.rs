@@ -1245,3 +1245,156 @@ async fn continuous_archive_reaches_every_revision_and_says_a_gap() {
         11
     );
 }
+
+/// Retention with `spec.continuous`: backups every 3 s, `maxBackups: 2`, while the cluster is
+/// written to. The oldest backups go and with them exactly the segments no kept backup needs:
+/// every revision from the oldest kept backup on is still restorable, a point before it is
+/// refused (not served from a partial history), and no segment that ends before it is left.
+#[tokio::test]
+async fn continuous_archive_retention_keeps_what_the_kept_backups_need_and_nothing_older() {
+    use etcd_snapshot::changes::{SegmentManifest, archive_prefix, parse_segment_key};
+    use etcd_snapshot::naming::parse_scheduled;
+
+    let (kube, ns, etcd, garage) = setup("continuous-retention").await;
+    let base = "retained/etcd.backup";
+    let manifest = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdBackup",
+        "metadata": {"name": "retained"},
+        "spec": {
+            "etcdEndpoints": [etcd.endpoint],
+            "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": 3, "maxBackups": 2},
+            "s3": {"path": format!("{}/{base}", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "continuous": {"segmentSeconds": 1}
+        }
+    });
+    let _operator = Operator::start(&ns).await;
+    let api = create(&kube, &ns, manifest).await;
+    wait_for("the archive to start", 60, || async {
+        continuous_status(&api.get("retained").await.unwrap())
+            .archived_through_revision
+            .is_some()
+    })
+    .await;
+    let mut client = etcd.client().await.unwrap();
+    let first = client.put("/w/first", "x", None).await.unwrap();
+    let first = first.header().unwrap().revision();
+    // A writer every 100 ms while four backups are taken.
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let (mut client, writing) = (client.clone(), writing.clone());
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while writing.load(std::sync::atomic::Ordering::SeqCst) {
+                client.put(format!("/w/{i}"), "v", None).await.unwrap();
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    wait_for_runs(&api, "retained", 4).await;
+    writing.store(false, std::sync::atomic::Ordering::SeqCst);
+    writer.await.unwrap();
+    // The schedule moved an hour on, so that no run changes what is stored while it is
+    // checked: the new spec observed, the next run due in an hour, none running.
+    let patch = json!({"spec": {"backupPolicy": {"backupIntervalInSecond": 3600}}});
+    let patched = api
+        .patch("retained", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let generation = patched.metadata.generation;
+    wait_for("the schedule an hour on, no run under way", 60, || async {
+        let status = api
+            .get("retained")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let running = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Progressing" && c.status == "True");
+        let later = chrono::Utc::now().timestamp() + 30 * 60;
+        status.observed_generation == generation
+            && !running
+            && status
+                .next_schedule_time
+                .is_some_and(|t| t.0.as_second() > later)
+    })
+    .await;
+    let last = client.put("/w/last", "x", None).await.unwrap();
+    let last = last.header().unwrap().revision();
+    wait_for("the archive to reach the last write", 60, || async {
+        continuous_status(&api.get("retained").await.unwrap()).archived_through_revision
+            >= Some(last)
+    })
+    .await;
+
+    let store = store(&garage).await;
+    let mut kept = Vec::new();
+    for object in store.list(base).await.unwrap() {
+        if parse_scheduled(base, &object.key).is_some() {
+            let manifest = etcd_snapshot::Manifest::load(&store, &object.key)
+                .await
+                .unwrap()
+                .unwrap();
+            kept.push(manifest.etcd_revision);
+        }
+    }
+    kept.sort();
+    assert!(
+        (2..=3).contains(&kept.len()),
+        "maxBackups: 2 (a run may be under way): {kept:?}"
+    );
+    let oldest = kept[0];
+    assert!(
+        oldest > first,
+        "the backups from before the writes are gone: {kept:?}"
+    );
+    let mut segments = Vec::new();
+    for object in store.list(&archive_prefix(base)).await.unwrap() {
+        if let Some(segment) = parse_segment_key(base, &object.key) {
+            let manifest = SegmentManifest::load(&store, &segment.key).await.unwrap();
+            segments.push((segment.first_revision, manifest.unwrap().last_revision));
+        }
+    }
+    assert!(!segments.is_empty());
+    let older: Vec<_> = segments.iter().filter(|(_, l)| *l < oldest).collect();
+    assert!(
+        older.is_empty(),
+        "segments no kept backup needs: {older:?} (oldest kept {oldest})"
+    );
+
+    // Every point from the oldest kept backup on is reachable; a point before it is not.
+    for revision in [oldest + 1, (oldest + last) / 2, last] {
+        let at = point_in_time(&garage, base, revision).await;
+        let served = restored_keys(&at).await;
+        assert!(served.contains_key("/w/first"), "revision {revision}");
+        assert_eq!(served.contains_key("/w/last"), revision == last);
+    }
+    let options = etcd_snapshot::changes::PointInTimeOptions {
+        scratch: etcd_snapshot::DrillOptions {
+            etcd_bin_dir: testbed::etcd_tool("etcd").parent().map(Path::to_path_buf),
+            ..Default::default()
+        },
+        cluster_id: None,
+    };
+    let out = tempfile::tempdir().unwrap();
+    let refused = etcd_snapshot::changes::restore_to_point(
+        &store,
+        base,
+        etcd_snapshot::changes::Target::Revision(first),
+        None,
+        &out.path().join("at.db"),
+        &options,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("no snapshot at or before"),
+        "{refused}"
+    );
+    kube.delete_namespace(&ns).await.unwrap();
+}
