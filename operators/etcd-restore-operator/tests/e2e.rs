@@ -6,7 +6,9 @@
 //! replaces its members and keeps their volumes detached; then every member pod and claim is
 //! deleted (quorum gone), the coreos EtcdRestore
 //! succeeds only with 3 ready members holding every key at a bumped revision, and the EtcdCluster
-//! operator takes the cluster over and scales it to 5.
+//! operator takes the cluster over and scales it to 5. A restore to a point: a snapshot file
+//! written by `point-in-time` from the backup operator's continuous archive restores a running
+//! cluster to the revision before its damage.
 
 use std::collections::BTreeSet;
 
@@ -1278,5 +1280,160 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     let status = done.status.unwrap();
     assert!(status.succeeded, "{status:?}");
     assert_eq!(keys_of(&kube, &ns, "copy-claim").await, 300);
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// The runbook's restore to a point (docs/operations/restore-to-a-point-in-time.md), on the bed:
+/// the backup operator archives every change of a running EtcdCluster (`spec.continuous`); keys
+/// are written, then damaged (a prefix deleted, a bad key written); `point-in-time` writes the
+/// snapshot file at the revision before the damage from what was archived; put in S3, the coreos
+/// EtcdRestore restores the running cluster from it: the members serve the keys as they were at
+/// that revision, without the damage.
+#[tokio::test]
+async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
+    use etcd_snapshot::changes::{PointInTimeOptions, Target, restore_to_point};
+
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-pitr").await;
+    let garage = Garage::start_on(&host_address()).await.unwrap();
+    install_operators(&kube, &ns).await;
+    let mut cluster = example("example-etcd-cluster.yaml");
+    cluster["spec"]["size"] = json!(1);
+    cluster["spec"]["repository"] = json!("localhost/etcd");
+    cluster["spec"]["version"] = json!("3.7.3");
+    cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}}});
+    let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    wait_until(&clusters, CLUSTER, "1 ready member", 300, converged(1))
+        .await
+        .unwrap();
+
+    // The scheduled EtcdBackup with its continuous archive, through the client Service.
+    let secret: Secret = serde_json::from_value(garage.aws_secret("aws")).unwrap();
+    Api::<Secret>::namespaced(kube.client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let base = "pitr/etcd.backup";
+    let backup: EtcdBackup = serde_json::from_value(json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdBackup",
+        "metadata": {"name": "archived"},
+        "spec": {
+            "etcdEndpoints": [format!("http://{CLUSTER}-client:2379")],
+            "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": 3600, "maxBackups": 2},
+            "s3": {"path": format!("{}/{base}", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "continuous": {"segmentSeconds": 1}
+        }
+    }))
+    .unwrap();
+    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let archived_through = |b: &EtcdBackup| {
+        b.status
+            .as_ref()
+            .and_then(|s| s.continuous.as_ref())
+            .and_then(|c| c.archived_through_revision)
+    };
+    wait_until(&backups, "archived", "the archive running", 120, move |b| {
+        archived_through(b).is_some()
+    })
+    .await
+    .unwrap();
+
+    // Keys, then the damage.
+    let mut etcd = client_of(&member_pods(&kube, &ns).await[0]).await;
+    for i in 0..50 {
+        etcd.put(format!("/app/key-{i:02}"), format!("value-{i}"), None)
+            .await
+            .unwrap();
+    }
+    let before_damage = etcd.put("/app/key-00", "updated", None).await.unwrap();
+    let point = before_damage.header().unwrap().revision();
+    let prefix = etcd_client::DeleteOptions::new().with_prefix();
+    etcd.delete("/app/", Some(prefix)).await.unwrap();
+    let damage = etcd.put("/app/bad", "x", None).await.unwrap();
+    let damage = damage.header().unwrap().revision();
+    wait_until(&backups, "archived", "the damage archived", 120, move |b| {
+        archived_through(b) >= Some(damage)
+    })
+    .await
+    .unwrap();
+
+    // The snapshot file at the point, put in S3 as the runbook says.
+    let store = {
+        let options = S3Options::s3_compatible(
+            &garage.endpoint,
+            &garage.region,
+            &garage.access_key,
+            &garage.secret_key,
+        );
+        let location = Location::parse(&format!("s3://{}/{base}", garage.bucket)).unwrap();
+        Store::open(&location, &options).await.unwrap()
+    };
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("at-point.db");
+    let options = PointInTimeOptions {
+        scratch: etcd_snapshot::DrillOptions {
+            etcd_bin_dir: testbed::etcd_tool("etcd")
+                .parent()
+                .map(std::path::Path::to_path_buf),
+            ..Default::default()
+        },
+        cluster_id: None,
+    };
+    let report = restore_to_point(&store, base, Target::Revision(point), None, &file, &options)
+        .await
+        .unwrap();
+    assert_eq!(report.revision, point);
+    let key = format!("pitr/at-{point}.db");
+    let bytes = std::fs::read(&file).unwrap();
+    store
+        .put_small(&key, bytes.into(), "application/octet-stream")
+        .await
+        .unwrap();
+
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    let s3 = json!({"path": format!("{}/{key}", garage.bucket), "awsSecret": "aws",
+                    "endpoint": garage.endpoint, "forcePathStyle": true});
+    create_restore(&restores, s3, json!({})).await;
+    let finished = |r: &EtcdRestore| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+    };
+    let done = wait_until(&restores, CLUSTER, "the restore to a point", 300, finished)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    let restored = member_pods(&kube, &ns).await;
+    assert_eq!(restored.iter().filter(|p| ready(p)).count(), 1);
+    let mut etcd = client_of(&restored[0]).await;
+    let all = etcd
+        .get("/app/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_eq!(
+        all.kvs().len(),
+        50,
+        "the keys as they were before the damage"
+    );
+    assert!(
+        all.kvs()
+            .iter()
+            .all(|kv| kv.key_str().unwrap() != "/app/bad")
+    );
+    let first = etcd.get("/app/key-00", None).await.unwrap();
+    assert_eq!(first.kvs()[0].value_str().unwrap(), "updated");
     kube.delete_namespace(&ns).await.unwrap();
 }
