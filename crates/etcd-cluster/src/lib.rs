@@ -6,6 +6,7 @@
 //! is recovered automatically ([`quorum_loss`]), and how each
 //! version spells the switches of etcd's data corruption checks ([`checks`]).
 
+pub mod arbitration;
 pub mod checks;
 pub mod defrag;
 pub mod naming;

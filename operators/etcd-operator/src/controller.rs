@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use backup_api::{EtcdCluster, EtcdClusterStatus};
 
+use etcd_cluster::arbitration::{self, NextLook};
 use etcd_cluster::{
-    EtcdVersion, MembershipObserved, MembershipStep, UpgradeStep, failed_upgrade, plan,
-    plan_upgrade, settled,
+    EtcdVersion, MembershipObserved, MembershipStep, failed_upgrade, plan, plan_upgrade, settled,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -156,45 +156,20 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Nothing moves while a foreign pod passes for a member (the planner waits, see origin.rs).
     let failed = failed_upgrade(&target, &versions).filter(|_| observed.foreign_pods.is_empty());
     let planned = plan(&names, cluster.spec.size as usize, &observed);
-    // While an upgrade is paused only restarts on claims go on (they delete nothing).
-    let step = match (&failed, planned) {
-        (None, step) => step,
-        (
-            Some(_),
-            step @ (MembershipStep::StartMember { .. } | MembershipStep::DeletePod { .. }),
-        ) => step,
-        (Some(_), _) => MembershipStep::Wait {
-            reason: "the upgrade is paused".into(),
-        },
-    };
+    let step = arbitration::membership_turn(failed.is_some(), planned);
     tracing::debug!(cluster = %name, ?step, ?failed, "planned");
     let mut outcome = execute(&ctx, &cluster, &target, &access, &pods, &live_claims, &step).await;
-    // Otherwise upgrades only once membership has converged.
-    let upgrade = match (failed, &step, &observed.members) {
-        (Some(failed), _, _) => Some(failed),
-        (None, MembershipStep::Converged, Some(members)) => {
-            Some(match plan_upgrade(&target, &versions, members) {
-                // No member moves while etcd reports an alarm.
-                UpgradeStep::Upgrade { .. } | UpgradeStep::FlushLog { .. }
-                    if !observed.member_errors.is_empty() =>
-                {
-                    UpgradeStep::Wait {
-                        reason: "etcd reports an alarm (see Degraded); the upgrade waits".into(),
-                    }
-                }
-                step => step,
-            })
-        }
-        _ => None,
-    };
+    let planned_upgrade = observed
+        .members
+        .as_ref()
+        .map(|members| plan_upgrade(&target, &versions, members));
+    let alarms = !observed.member_errors.is_empty();
+    let upgrade = arbitration::upgrade_turn(failed, &step, planned_upgrade, alarms);
     if let Some(upgrade) = &upgrade {
         outcome = upgrade::execute(&ctx, &cluster, &access, &pods, upgrade).await;
         ctx.metrics.observe_upgrade(&ns, &name, upgrade);
     }
-    // Defragmentation only once membership has converged and no upgrade is under way.
-    let may_defragment = matches!(step, MembershipStep::Converged)
-        && matches!(upgrade, None | Some(UpgradeStep::Done))
-        && outcome.is_ok();
+    let may_defragment = arbitration::may_defragment(&step, upgrade.as_ref(), outcome.is_ok());
     let view = observe::EtcdView {
         members: observed.members.clone(),
         leader_list: observed.leader_list,
@@ -239,27 +214,13 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     patch_status(&clusters, &name, None, &report).await?;
     outcome?;
     defrag.result?;
-    Ok(match step {
-        // A defragmentation round under way: its next step soon.
-        MembershipStep::Converged if defrag.busy => Action::requeue(BUSY),
-        _ if matches!(upgrade, Some(UpgradeStep::Failed { .. })) => Action::requeue(IDLE),
-        MembershipStep::Converged
-            if matches!(
-                upgrade,
-                Some(
-                    UpgradeStep::Upgrade { .. }
-                        | UpgradeStep::Wait { .. }
-                        | UpgradeStep::FlushLog { .. }
-                )
-            ) =>
-        {
-            Action::requeue(BUSY)
-        }
-        MembershipStep::Converged => Action::requeue(IDLE),
-        MembershipStep::QuorumLost { .. } => Action::requeue(IDLE),
-        MembershipStep::Wait { .. } => Action::requeue(BUSY),
-        _ => Action::requeue(CHANGED),
-    })
+    Ok(Action::requeue(
+        match arbitration::next_look(&step, upgrade.as_ref(), defrag.busy) {
+            NextLook::Soon => CHANGED,
+            NextLook::Busy => BUSY,
+            NextLook::Idle => IDLE,
+        },
+    ))
 }
 
 /// Checks the spec this reconcile acts on; the target version it names. Everything after works
