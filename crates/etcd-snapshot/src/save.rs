@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use backup_storage::encryption::{Encryption, Recipients};
 use backup_storage::layers::LayerEncoder;
 use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum, StoredHasher};
-use backup_storage::{Store, Upload, UploadOptions};
-use chrono::{DateTime, Utc};
+use backup_storage::{Precondition, Store, Upload, UploadOptions};
+use chrono::Utc;
 
 use crate::contents::{self, HashKv};
 use crate::manifest::{FORMAT, object_metadata};
@@ -113,27 +113,6 @@ pub async fn save(
     }
 }
 
-/// `<base>_v<revision>_<time>` at `time` or, while an object of that name exists, a second
-/// later: a snapshot taken in the same second at the same revision (a run just before, or the
-/// archive's) is not overwritten, which would leave the new object beside the old one's manifest
-/// until the new manifest is written. Returns the name and its time.
-async fn unused_scheduled_name(
-    store: &Store,
-    base: &str,
-    revision: i64,
-    mut time: DateTime<Utc>,
-) -> Result<(String, DateTime<Utc>)> {
-    loop {
-        let key = scheduled_name(base, revision, time);
-        if store.head(&key).await?.is_none() {
-            return Ok((key, time));
-        }
-        let next_second = 1_000_000_000 - time.timestamp_subsec_nanos().min(999_999_999);
-        tokio::time::sleep(Duration::from_nanos(next_second.into())).await;
-        time = Utc::now();
-    }
-}
-
 async fn save_within(
     connection: &EtcdConnection,
     store: &Store,
@@ -141,22 +120,25 @@ async fn save_within(
     started: Instant,
     received: &AtomicU64,
 ) -> Result<SaveReport> {
-    let mut start_time = Utc::now();
+    let start_time = Utc::now();
     let mut member = select_member(connection).await?;
     let key = match &options.name {
         ObjectName::Exact(key) => key.clone(),
-        ObjectName::Scheduled(base) => {
-            let (key, time) =
-                unused_scheduled_name(store, base, member.revision, start_time).await?;
-            start_time = time;
-            key
-        }
+        ObjectName::Scheduled(base) => scheduled_name(base, member.revision, start_time),
     };
     let url = store.location(&key).to_string();
     tracing::info!(endpoint = %member.endpoint, revision = member.revision, %url, "snapshot started");
 
     let mut upload_options = options.upload.clone();
     upload_options.content_type = Some("application/octet-stream".into());
+    if matches!(options.name, ObjectName::Scheduled(_)) {
+        // A scheduled name is new (revision and second): an object already under it (another
+        // writer's, or a snapshot taken in the same second at the same revision) fails this
+        // commit rather than being replaced, which would leave this object beside the other's
+        // manifest. Checked before the commit, and by the server where it has conditional
+        // writes.
+        upload_options.precondition = Some(Precondition::Absent);
+    }
     upload_options.metadata.extend(object_metadata(
         member.revision,
         &member.version,

@@ -234,8 +234,14 @@ async fn restore_with_stock_tools(bin: &Path, snapshot: &Path, dir: &Path) -> (R
 }
 
 /// Writes every kind of change and returns the revisions after each step, with what the
-/// step did.
-async fn write_history(client: &mut Client) -> Vec<(i64, &'static str)> {
+/// step did. With `archiver`, the short lease is revoked only once the archive has stored its
+/// keys: the archive asks each lease's granted TTL when it meets the lease's first key, and a
+/// lease revoked before that is restored with the default TTL (`UNKNOWN_LEASE_TTL`), which
+/// `check_points` would rightly call a different lease.
+async fn write_history(
+    client: &mut Client,
+    archiver: Option<&mut Archiver>,
+) -> Vec<(i64, &'static str)> {
     let mut points = Vec::new();
     let mut revision = 0;
     for i in 0..20 {
@@ -272,6 +278,9 @@ async fn write_history(client: &mut Client) -> Vec<(i64, &'static str)> {
             .revision();
     }
     points.push((revision, "keys on two leases"));
+    if let Some(archiver) = archiver {
+        archiver.archived_through(revision).await;
+    }
     let txn = Txn::new().and_then([
         TxnOp::put("/txn/a", "1", None),
         TxnOp::put("/plain/00", "changed in a txn", None),
@@ -393,7 +402,7 @@ async fn every_recorded_revision_is_restored_exactly_on_each_etcd_line() {
         let dir = tempfile::tempdir().unwrap();
         let base = format!("file://{}/etcd.backup", dir.path().display());
         let (mut archiver, _) = Archiver::started(&etcd.endpoint, &base, "1").await;
-        let mut points = write_history(&mut client).await;
+        let mut points = write_history(&mut client, Some(&mut archiver)).await;
         let last = points.last().unwrap().0;
         archiver.archived_through(last).await;
         assert_eq!(archiver.signal("TERM").await, 0);
@@ -519,7 +528,7 @@ async fn compressed_and_encrypted_archive_in_s3() {
     let mut client = Client::connect([etcd.endpoint.as_str()], None)
         .await
         .unwrap();
-    let points = write_history(&mut client).await;
+    let points = write_history(&mut client, Some(&mut archiver)).await;
     archiver.archived_through(points.last().unwrap().0).await;
     assert_eq!(archiver.signal("TERM").await, 0);
     let mut extra = vec!["--identity", identity.to_str().unwrap()];
@@ -614,7 +623,7 @@ async fn the_archiver_resumes_after_sigkill_mid_segment_and_a_lost_manifest_with
 
     // A first segment stored, then SIGTERM stores the open one at once (a segment of an hour).
     let (mut archiver, _) = Archiver::started(&etcd.endpoint, &base, "3600").await;
-    let first = write_history(&mut client).await.last().unwrap().0;
+    let first = write_history(&mut client, None).await.last().unwrap().0;
     // SIGTERM comes once the archiver has the last change: give the watch time to deliver it
     // (if it has not, the check below fails; it cannot pass wrongly).
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -634,7 +643,7 @@ async fn the_archiver_resumes_after_sigkill_mid_segment_and_a_lost_manifest_with
     // SIGKILL mid-segment: the open segment is lost, not half-visible.
     let (mut archiver, started) = Archiver::started(&etcd.endpoint, &base, "3600").await;
     assert_eq!(started["afterRevision"], first, "{started}");
-    let second = write_history(&mut client).await.last().unwrap().0;
+    let second = write_history(&mut client, None).await.last().unwrap().0;
     tokio::time::sleep(Duration::from_secs(1)).await;
     archiver.signal("KILL").await;
     let segments = local_segments(dir.path());
@@ -664,7 +673,7 @@ async fn the_archiver_resumes_after_sigkill_mid_segment_and_a_lost_manifest_with
         started["afterRevision"], second,
         "rebuilt from the segment itself: {started}"
     );
-    let third = write_history(&mut client).await.last().unwrap().0;
+    let third = write_history(&mut client, None).await.last().unwrap().0;
     archiver.archived_through(third).await;
     assert_eq!(archiver.signal("TERM").await, 0);
     let segments = local_segments(dir.path());
@@ -693,13 +702,13 @@ async fn a_cluster_that_compacts_past_the_archive_is_a_gap_said_and_bridged_by_a
         mut client,
     } = Fixture::start().await;
     let (mut archiver, _) = Archiver::started(&etcd.endpoint, &base, "1").await;
-    let archived = write_history(&mut client).await.last().unwrap().0;
+    let archived = write_history(&mut client, None).await.last().unwrap().0;
     archiver.archived_through(archived).await;
     assert_eq!(archiver.signal("TERM").await, 0);
 
     // While no archiver runs, the cluster changes and compacts its history away.
-    let in_gap = write_history(&mut client).await[0].0;
-    let compacted = write_history(&mut client).await.last().unwrap().0;
+    let in_gap = write_history(&mut client, None).await[0].0;
+    let compacted = write_history(&mut client, None).await.last().unwrap().0;
     client.compact(compacted, None).await.unwrap();
 
     let mut archiver =
@@ -719,7 +728,7 @@ async fn a_cluster_that_compacts_past_the_archive_is_a_gap_said_and_bridged_by_a
         "{snapshot}"
     );
     assert_eq!(gap["resumedAfter"], snapshot["revision"], "{gap}");
-    let after = write_history(&mut client).await.last().unwrap().0;
+    let after = write_history(&mut client, None).await.last().unwrap().0;
     archiver.archived_through(after).await;
     assert_eq!(archiver.signal("TERM").await, 0);
 
