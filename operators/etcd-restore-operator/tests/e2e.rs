@@ -64,6 +64,26 @@ async fn install_operators(kube: &KubeTestbed, ns: &str) {
     }
 }
 
+/// The restore has ended, succeeded or failed.
+fn finished(restore: &EtcdRestore) -> bool {
+    restore
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
+}
+
+/// A store on Garage's bucket with the test key, for objects under `key`.
+async fn garage_store(garage: &Garage, key: &str) -> Store {
+    let options = S3Options::s3_compatible(
+        &garage.endpoint,
+        &garage.region,
+        &garage.access_key,
+        &garage.secret_key,
+    );
+    let location = Location::parse(&format!("s3://{}/{key}", garage.bucket)).unwrap();
+    Store::open(&location, &options).await.unwrap()
+}
+
 fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -225,16 +245,7 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
         json!({"path": format!("{}/{path}", garage.bucket), "awsSecret": secret,
                "endpoint": garage.endpoint, "forcePathStyle": true})
     };
-    let store = {
-        let options = S3Options::s3_compatible(
-            &garage.endpoint,
-            &garage.region,
-            &garage.access_key,
-            &garage.secret_key,
-        );
-        let location = Location::parse(&format!("s3://{}/{key}", garage.bucket)).unwrap();
-        Store::open(&location, &options).await.unwrap()
-    };
+    let store = garage_store(&garage, key).await;
     let mut bytes = store.get_small(key).await.unwrap().unwrap().to_vec();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 1;
@@ -419,11 +430,6 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
         .await
         .unwrap();
     create_restore(&restores, s3(key, "aws"), json!({"oldVolumes": "Keep"})).await;
-    let finished = |r: &EtcdRestore| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
-    };
     let done = wait_until(&restores, CLUSTER, "the live restore", 300, finished)
         .await
         .unwrap();
@@ -625,11 +631,6 @@ async fn a_3_6_tls_cluster_is_backed_up_and_restored() {
     let s3 = json!({"path": format!("{}/{key}", garage.bucket), "awsSecret": "aws",
                     "endpoint": garage.endpoint, "forcePathStyle": true});
     create_restore(&restores, s3, json!({})).await;
-    let finished = |r: &EtcdRestore| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
-    };
     let done = wait_until(&restores, CLUSTER, "the TLS restore", 300, finished)
         .await
         .unwrap();
@@ -736,11 +737,6 @@ async fn refused_restore_of_nightly(restores: &Api<EtcdRestore>, identity: &str)
         .create(&PostParams::default(), &restore)
         .await
         .unwrap();
-    let finished = |r: &EtcdRestore| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
-    };
     let refused = wait_until(restores, "source", "the refusal", 180, finished)
         .await
         .unwrap()
@@ -1003,11 +999,6 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     };
     assert_eq!(scratch_medium(ref_pod).as_deref(), Some("Memory"));
     assert_eq!(scratch_medium(local_pod), None);
-    let finished = |r: &EtcdRestore| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
-    };
     for name in ["copy-local", "copy-ref"] {
         let done = wait_until(&restores, name, "the restore to finish", 300, finished)
             .await
@@ -1370,16 +1361,7 @@ async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
     .unwrap();
 
     // The snapshot file at the point, put in S3 as the runbook says.
-    let store = {
-        let options = S3Options::s3_compatible(
-            &garage.endpoint,
-            &garage.region,
-            &garage.access_key,
-            &garage.secret_key,
-        );
-        let location = Location::parse(&format!("s3://{}/{base}", garage.bucket)).unwrap();
-        Store::open(&location, &options).await.unwrap()
-    };
+    let store = garage_store(&garage, base).await;
     let scratch = tempfile::tempdir().unwrap();
     let file = scratch.path().join("at-point.db");
     let options = PointInTimeOptions {
@@ -1406,11 +1388,6 @@ async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
     let s3 = json!({"path": format!("{}/{key}", garage.bucket), "awsSecret": "aws",
                     "endpoint": garage.endpoint, "forcePathStyle": true});
     create_restore(&restores, s3, json!({})).await;
-    let finished = |r: &EtcdRestore| {
-        r.status
-            .as_ref()
-            .is_some_and(|s| s.phase.is_some_and(|p| p.is_terminal()))
-    };
     let done = wait_until(&restores, CLUSTER, "the restore to a point", 300, finished)
         .await
         .unwrap();
