@@ -231,9 +231,9 @@ async fn save(
     let name = plan.object_name(base);
     let precondition = match &name {
         ObjectName::Exact(key) => refuse_foreign_object(&store, key, owner).await?,
-        // A new name (revision and time): an object already there was written by someone
-        // else (another EtcdBackup with the same path, the same second), and stays.
-        ObjectName::Scheduled(_) => Some(Precondition::Absent),
+        // A new name (revision and time): `save` itself commits it only if nothing is there
+        // (another EtcdBackup with the same path, the same second), which stays.
+        ObjectName::Scheduled(_) => None,
     };
     let mut connection = EtcdConnection::new(plan.endpoints.clone());
     connection.tls = resolved.tls;
