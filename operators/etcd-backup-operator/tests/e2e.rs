@@ -1130,6 +1130,24 @@ fn continuous_status(backup: &EtcdBackup) -> backup_api::ArchiveStatus {
         .unwrap_or_default()
 }
 
+/// A scheduled EtcdBackup `name` of `etcd` to `base` in Garage's bucket, a backup every
+/// `interval` seconds, two kept, with the continuous archive (segments of one second).
+fn archived_backup(name: &str, etcd: &Etcd, garage: &Garage, base: &str, interval: u64) -> Value {
+    json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2",
+        "kind": "EtcdBackup",
+        "metadata": {"name": name},
+        "spec": {
+            "etcdEndpoints": [etcd.endpoint],
+            "storageType": "S3",
+            "backupPolicy": {"backupIntervalInSecond": interval, "maxBackups": 2},
+            "s3": {"path": format!("{}/{base}", garage.bucket), "awsSecret": "aws",
+                   "endpoint": garage.endpoint, "forcePathStyle": true},
+            "continuous": {"segmentSeconds": 1}
+        }
+    })
+}
+
 /// `spec.continuous`: the operator archives every change beside the scheduled backups, says
 /// how far in the status and the `Archiving` condition, and a restore to a point made from the
 /// archive serves exactly the keys of that revision. Stopped while the cluster compacts, the
@@ -1138,19 +1156,7 @@ fn continuous_status(backup: &EtcdBackup) -> backup_api::ArchiveStatus {
 async fn continuous_archive_reaches_every_revision_and_says_a_gap() {
     let (kube, ns, etcd, garage) = setup("continuous").await;
     let base = "continuous/etcd.backup";
-    let manifest = json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2",
-        "kind": "EtcdBackup",
-        "metadata": {"name": "archived"},
-        "spec": {
-            "etcdEndpoints": [etcd.endpoint],
-            "storageType": "S3",
-            "backupPolicy": {"backupIntervalInSecond": 3600, "maxBackups": 2},
-            "s3": {"path": format!("{}/{base}", garage.bucket), "awsSecret": "aws",
-                   "endpoint": garage.endpoint, "forcePathStyle": true},
-            "continuous": {"segmentSeconds": 1}
-        }
-    });
+    let manifest = archived_backup("archived", &etcd, &garage, base, 3600);
     let operator = Operator::start(&ns).await;
     let api = create(&kube, &ns, manifest).await;
     // The archive starts from a snapshot; writes made before it started are in that snapshot,
@@ -1257,19 +1263,7 @@ async fn continuous_archive_retention_keeps_what_the_kept_backups_need_and_nothi
 
     let (kube, ns, etcd, garage) = setup("continuous-retention").await;
     let base = "retained/etcd.backup";
-    let manifest = json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2",
-        "kind": "EtcdBackup",
-        "metadata": {"name": "retained"},
-        "spec": {
-            "etcdEndpoints": [etcd.endpoint],
-            "storageType": "S3",
-            "backupPolicy": {"backupIntervalInSecond": 3, "maxBackups": 2},
-            "s3": {"path": format!("{}/{base}", garage.bucket), "awsSecret": "aws",
-                   "endpoint": garage.endpoint, "forcePathStyle": true},
-            "continuous": {"segmentSeconds": 1}
-        }
-    });
+    let manifest = archived_backup("retained", &etcd, &garage, base, 3);
     let _operator = Operator::start(&ns).await;
     let api = create(&kube, &ns, manifest).await;
     wait_for("the archive to start", 60, || async {
