@@ -36,9 +36,17 @@ pub enum SpecError {
     /// `fromSurvivor` together with a backup to restore.
     #[error(
         "spec.fromSurvivor takes the data from a member of the cluster: it excludes s3, local, \
-         backupRef and decryption"
+         backupRef, pointInTime and decryption"
     )]
     SurvivorWithBackup,
+    /// `pointInTime` without the EtcdBackup whose archive it replays.
+    #[error(
+        "spec.pointInTime replays an EtcdBackup's continuous archive: name it in spec.backupRef"
+    )]
+    PointWithoutBackupRef,
+    /// `pointInTime` with both or neither of its fields.
+    #[error("spec.pointInTime names a revision or a time, exactly one")]
+    PointNeedsOne,
     /// `spec.drill` that cannot run as written.
     #[error("spec.drill: {0}")]
     Drill(&'static str),

@@ -37,8 +37,8 @@ pub use encryption::{BackupEncryption, RestoreDecryption, SecretKeyRef};
 pub use error::SpecError;
 pub use restore::{
     BackupRef, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, EtcdRestoreStatus, ExpectedBackup,
-    FromSurvivor, KeySpace, NewCluster, OldVolumesPolicy, RestorePhase, RestorePlan, ScratchMedium,
-    Survivor, VerifiedSnapshot,
+    FromSurvivor, KeySpace, NewCluster, OldVolumesPolicy, PointInTime, RestorePhase, RestorePlan,
+    ScratchMedium, Survivor, VerifiedSnapshot,
 };
 pub use storage::{
     AbsSource, GcsSource, LocalSource, OssSource, S3Path, S3PathError, S3ServerSideEncryption,

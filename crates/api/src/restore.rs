@@ -41,6 +41,7 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
     validation = Rule::new("self == oldSelf").message("spec is immutable; create a new EtcdRestore"),
     validation = Rule::new("self.backupStorageType != 'S3' || has(self.s3) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType S3 requires the s3 block (or backupRef, or fromSurvivor)"),
     validation = Rule::new("!has(self.fromSurvivor) || !(has(self.s3) || has(self.local) || has(self.backupRef) || has(self.decryption))").message("fromSurvivor takes the data from a member of the cluster: it excludes s3, local, backupRef and decryption"),
+    validation = Rule::new("!has(self.pointInTime) || has(self.backupRef)").message("pointInTime replays an EtcdBackup's continuous archive: name it in backupRef"),
     validation = Rule::new("self.backupStorageType != 'ABS' || has(self.abs)").message("backupStorageType ABS requires the abs block"),
     validation = Rule::new("self.backupStorageType != 'GCS' || has(self.gcs)").message("backupStorageType GCS requires the gcs block"),
     validation = Rule::new("self.backupStorageType != 'OSS' || has(self.oss)").message("backupStorageType OSS requires the oss block"),
@@ -83,6 +84,13 @@ pub struct EtcdRestoreSpec {
     /// survivor missed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_survivor: Option<FromSurvivor>,
+    /// Restore the key space as it was at a revision or time instead of the newest backup:
+    /// from the newest snapshot of `backupRef`'s EtcdBackup at or before the point and the
+    /// changes its continuous archive (`spec.continuous`) stored after it, replayed in each
+    /// restore pod. The members must all reach the same key space; the restored cluster must
+    /// serve it. Needs `backupRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTime>,
     /// The EtcdCluster to create when it does not exist. Ignored when it exists: its own spec
     /// is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -139,6 +147,21 @@ pub struct FromSurvivor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub member: Option<String>,
+}
+
+/// `spec.pointInTime`: a revision, or a time.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("has(self.revision) != has(self.time)").message("pointInTime names a revision or a time, exactly one"))]
+pub struct PointInTime {
+    /// The revision to restore to: the key space exactly as it was once this revision was
+    /// committed (e.g. the one before a damaging change, found with `etcdctl get --rev` or a
+    /// key's history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub revision: Option<i64>,
+    /// Or a time (RFC 3339): the last revision the archive saw committed at or before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
 }
 
 /// An EtcdBackup in this namespace.
@@ -207,10 +230,19 @@ impl EtcdRestoreSpec {
                 || self.local.is_some()
                 || self.backup_ref.is_some()
                 || self.decryption.is_some()
+                || self.point_in_time.is_some()
             {
                 return Err(SpecError::SurvivorWithBackup);
             }
             return Ok(());
+        }
+        if let Some(point) = &self.point_in_time {
+            if point.revision.is_some() == point.time.is_some() {
+                return Err(SpecError::PointNeedsOne);
+            }
+            if self.backup_ref.is_none() {
+                return Err(SpecError::PointWithoutBackupRef);
+            }
         }
         if self.backup_ref.is_some() {
             return Ok(());

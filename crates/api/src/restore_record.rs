@@ -33,6 +33,11 @@ pub struct VerifiedSnapshot {
     /// was written to while the snapshot was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest_revision: Option<i64>,
+    /// A restore to a point: the key space at the point, as each member's replay read it
+    /// (their snapshot files differ byte-wise; this must not), and what the restored members
+    /// must serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_space: Option<KeySpace>,
 }
 
 /// What the EtcdBackup recorded of the backup a `backupRef` restore takes

@@ -171,9 +171,9 @@ fn cel_rules_exist() {
     // EtcdBackup: 5 storage + schedule/interval + local path + 2 of s3.serverSideEncryption +
     // 3 of drill + 2 of continuous;
     // EtcdRestore: name + immutable + 5 storage + fromSurvivor's exclusions + local path + the
-    // same 2; EtcdCluster: TLS pairing, quorumLoss's backup. Each is evaluated by a real API
+    // same 2 + pointInTime's backupRef and its one field; EtcdCluster: TLS pairing, quorumLoss's backup. Each is evaluated by a real API
     // server in testbed's tests/cel.rs.
-    assert_eq!(counts, [14, 11, 3]);
+    assert_eq!(counts, [14, 13, 3]);
 }
 
 #[test]

@@ -76,7 +76,7 @@ impl EtcdVersion {
         (self.0.major, self.0.minor)
     }
 
-    fn at_least(&self, major: u64, minor: u64, patch: u64) -> bool {
+    pub fn at_least(&self, major: u64, minor: u64, patch: u64) -> bool {
         self.0 >= semver::Version::new(major, minor, patch)
     }
 

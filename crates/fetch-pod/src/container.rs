@@ -125,10 +125,16 @@ fn fetch_command(source: &Source, out: &str) -> Vec<String> {
         "--out".into(),
         out.into(),
     ];
-    if let Some(key) = &source.identity {
-        command.extend(["--identity".into(), format!("{IDENTITY_DIR}/{}", key.key)]);
-    }
+    command.extend(identity_args(source));
     command
+}
+
+/// `--identity <file>` for an encrypted source (the file [`FetchMounts::fetch`] mounts).
+pub fn identity_args(source: &Source) -> Vec<String> {
+    match &source.identity {
+        Some(key) => vec!["--identity".into(), format!("{IDENTITY_DIR}/{}", key.key)],
+        None => Vec::new(),
+    }
 }
 
 /// `etcd-backup save` of the member at `url` into `out` (a file on the scratch volume): the
@@ -234,6 +240,7 @@ mod tests {
             }),
             expected: None,
             member: None,
+            point: None,
         }
     }
 

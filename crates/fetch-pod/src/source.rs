@@ -6,7 +6,7 @@ use backup_api::storage::{
     LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source, StorageType,
 };
 use backup_api::{
-    BackupRecord, EtcdBackup, EtcdRestoreSpec, ExpectedBackup, KeySpace, SecretKeyRef,
+    BackupRecord, EtcdBackup, EtcdRestoreSpec, ExpectedBackup, KeySpace, PointInTime, SecretKeyRef,
 };
 use thiserror::Error;
 
@@ -27,6 +27,9 @@ pub struct Source {
     /// A live member's snapshot instead of a stored backup (a recovery from a survivor): `url`
     /// is its client URL.
     pub member: Option<MemberSnapshot>,
+    /// A restore to a point (`spec.pointInTime`): `url` is the base name of the scheduled
+    /// backups, beside which the continuous archive stores its segments.
+    pub point: Option<PointInTime>,
 }
 
 /// How a pod reaches a member for its snapshot.
@@ -46,6 +49,7 @@ pub fn from_member(client_url: String, tls_secret: Option<String>) -> Source {
         identity: None,
         expected: None,
         member: Some(MemberSnapshot { tls_secret }),
+        point: None,
     }
 }
 
@@ -98,6 +102,16 @@ pub enum SourceError {
          identity (private key) is named for it; nothing was touched"
     )]
     IdentityNeeded { name: String, recipients: String },
+    #[error(
+        "EtcdBackup {0} has no continuous archive (spec.continuous), so no point between its \
+         backups can be restored"
+    )]
+    NotArchived(String),
+    #[error(
+        "the newest backup of EtcdBackup {name}, {url:?}, is not a scheduled backup \
+         (<base>_v<revision>_<time>): it names no base the archive's segments are beside"
+    )]
+    NotScheduled { name: String, url: String },
 }
 
 /// The snapshot named by the restore's own `s3`/`local` block.
@@ -125,6 +139,7 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
                 identity: None,
                 expected: None,
                 member: None,
+                point: None,
             })
         }
         StorageType::Local => {
@@ -142,7 +157,46 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
 /// EtcdBackup's own storage settings and credentials, decrypted with `spec`'s identity. A
 /// backup recorded as encrypted without an identity is refused here, before anything is done.
 pub fn from_backup(spec: &EtcdRestoreSpec, backup: &EtcdBackup) -> Result<Source, SourceError> {
-    newest_backup(backup, identity(spec))
+    match &spec.point_in_time {
+        Some(point) => to_a_point(backup, identity(spec), point),
+        None => newest_backup(backup, identity(spec)),
+    }
+}
+
+/// A restore of `backup`'s backups and archive to `point`: the base name of its scheduled
+/// backups (its newest one's name without the scheduled suffix), reached like that backup,
+/// with the identity checked the same way (the archive is encrypted like the backups).
+fn to_a_point(
+    backup: &EtcdBackup,
+    identity: Option<SecretKeyRef>,
+    point: &PointInTime,
+) -> Result<Source, SourceError> {
+    let name = backup.metadata.name.clone().unwrap_or_default();
+    if backup.spec.continuous.is_none() {
+        return Err(SourceError::NotArchived(name));
+    }
+    let mut source = newest_backup(backup, identity)?;
+    source.url = scheduled_base(&source.url)
+        .ok_or_else(|| SourceError::NotScheduled {
+            name,
+            url: source.url.clone(),
+        })?
+        .to_string();
+    // What the newest backup recorded says nothing about the point.
+    source.expected = None;
+    source.point = Some(point.clone());
+    Ok(source)
+}
+
+/// `<base>` of a scheduled backup's `<base>_v<revision>_<YYYY-MM-DD-HH:MM:SS>`.
+fn scheduled_base(url: &str) -> Option<&str> {
+    let (base, suffix) = url.rsplit_once("_v")?;
+    let (revision, time) = suffix.split_once('_')?;
+    let time_like = time.len() == 19
+        && time
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b"-:".contains(&b));
+    (revision.parse::<u64>().is_ok() && time_like && !base.ends_with('/')).then_some(base)
 }
 
 /// The newest verified backup of `backup` (its `status.lastBackup`), reached with the
@@ -210,6 +264,7 @@ fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Sourc
             identity: None,
             expected: None,
             member: None,
+            point: None,
         });
     }
     let path = url.strip_prefix("file://").ok_or_else(bad)?;
@@ -265,6 +320,7 @@ fn claim_source(claim: &str, path: &str) -> Result<Source, SourceError> {
         identity: None,
         expected: None,
         member: None,
+        point: None,
     })
 }
 

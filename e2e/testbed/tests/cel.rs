@@ -284,6 +284,29 @@ fn cases() -> Vec<Case> {
         valid: survivor(false),
         broken: survivor(true),
     });
+    let to_a_point = |backup_ref: bool, point: Value| {
+        let mut r = restore("r", "S3", None);
+        if backup_ref {
+            r["spec"]["backupRef"] = json!({"name": "nightly"});
+        }
+        r["spec"]["pointInTime"] = point;
+        r
+    };
+    cases.push(Case {
+        message: "pointInTime replays an EtcdBackup's continuous archive: name it in backupRef",
+        kind: "EtcdRestore",
+        valid: to_a_point(true, json!({"revision": 41})),
+        broken: to_a_point(false, json!({"revision": 41})),
+    });
+    cases.push(Case {
+        message: "pointInTime names a revision or a time, exactly one",
+        kind: "EtcdRestore",
+        valid: to_a_point(true, json!({"time": "2026-11-29T03:12:00Z"})),
+        broken: to_a_point(
+            true,
+            json!({"revision": 41, "time": "2026-11-29T03:12:00Z"}),
+        ),
+    });
     let quorum_loss =
         |policy: Value| object("EtcdCluster", "c", json!({"size": 3, "quorumLoss": policy}));
     cases.push(Case {

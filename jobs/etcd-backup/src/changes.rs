@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use etcd_snapshot::changes::{
-    ArchiveEvent, ArchiveOptions, PointInTimeOptions, PointInTimeReport, SegmentLayers, Target,
+    ArchiveEvent, ArchiveOptions, PointInTimeOptions, PointInTimeReport, PreparedPoint,
+    SegmentLayers, Target,
 };
 use etcd_snapshot::{DrillOptions, HashKv, ObjectName, SaveOptions};
 use serde_json::json;
 
-use crate::cli::{ArchiveArgs, Output, PointInTimeArgs, S3Args};
+use crate::cli::{ArchiveArgs, Output, PointInTimeArgs, PreparePointArgs, ReplayPointArgs, S3Args};
 use crate::setup::{connection, open, upload_options};
 
 pub async fn archive(args: ArchiveArgs, s3: &S3Args, output: Output) -> Result<()> {
@@ -126,16 +127,21 @@ fn text_of(line: &serde_json::Value) -> String {
     text
 }
 
-pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -> Result<()> {
-    let target = match (args.revision, &args.time) {
-        (Some(revision), _) => Target::Revision(revision),
-        (None, Some(time)) => Target::Time(
+/// `--revision` or `--time` (clap requires one of them).
+fn target(revision: Option<i64>, time: Option<&str>) -> Result<Target> {
+    match (revision, time) {
+        (Some(revision), _) => Ok(Target::Revision(revision)),
+        (None, Some(time)) => Ok(Target::Time(
             chrono::DateTime::parse_from_rfc3339(time)
                 .with_context(|| format!("--time {time:?} is not an RFC 3339 time"))?
                 .to_utc(),
-        ),
-        (None, None) => unreachable!("clap requires one of them"),
-    };
+        )),
+        (None, None) => anyhow::bail!("name the point: --revision or --time"),
+    }
+}
+
+pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -> Result<()> {
+    let target = target(args.revision, args.time.as_deref())?;
     let identity = args.identity.load()?;
     let (store, location) = open(&args.base, s3).await?;
     let options = PointInTimeOptions {
@@ -153,6 +159,58 @@ pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -
         identity.as_ref(),
         &args.out,
         &options,
+    )
+    .await?;
+    print_point(&report, &args.out, output);
+    Ok(())
+}
+
+/// Where `prepare-point` leaves its decision for `replay-point`.
+const PREPARED: &str = "point.json";
+
+pub async fn prepare_point(args: PreparePointArgs, s3: &S3Args, output: Output) -> Result<()> {
+    let target = target(args.revision, args.time.as_deref())?;
+    let identity = args.identity.load()?;
+    let (store, location) = open(&args.base, s3).await?;
+    let prepared = etcd_snapshot::changes::prepare_point(
+        &store,
+        &location.key(),
+        target,
+        identity.as_ref(),
+        args.cluster_id.as_deref(),
+        &args.etcd_version,
+        &args.dir.join("snapshot.db"),
+    )
+    .await?;
+    let path = args.dir.join(PREPARED);
+    std::fs::write(&path, serde_json::to_vec(&prepared)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    let line = json!({
+        "prepared": path.display().to_string(), "snapshot": prepared.snapshot.key,
+        "snapshotRevision": prepared.snapshot.revision, "etcdVersion": prepared.etcd_version,
+        "segments": prepared.segments.len(), "revision": prepared.reach.revision,
+    });
+    match output {
+        Output::Json => println!("{line}"),
+        Output::Text => println!("{}", text_of(&line)),
+    }
+    Ok(())
+}
+
+pub async fn replay_point(args: ReplayPointArgs, s3: &S3Args, output: Output) -> Result<()> {
+    let path = args.dir.join(PREPARED);
+    let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let prepared: PreparedPoint = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not what prepare-point writes", path.display()))?;
+    let identity = args.identity.load()?;
+    let (store, _) = open(&args.base, s3).await?;
+    let report = etcd_snapshot::changes::replay_point(
+        &store,
+        &prepared,
+        identity.as_ref(),
+        &args.endpoint,
+        Duration::from_secs(args.start_timeout),
+        &args.out,
     )
     .await?;
     print_point(&report, &args.out, output);

@@ -112,6 +112,14 @@ pub enum Command {
     /// the archived changes after it, replayed in a scratch etcd on loopback. `etcdutl
     /// snapshot restore` restores the file.
     PointInTime(PointInTimeArgs),
+    /// The first half of `point-in-time` for a scratch member run apart (a restore pod's
+    /// sidecar): decide the snapshot and segments that reach the point, fetch the snapshot
+    /// into DIR/snapshot.db and write the decision to DIR/point.json.
+    PreparePoint(PreparePointArgs),
+    /// The second half: replay the segments `prepare-point` chose into the scratch member at
+    /// --endpoint (restored from DIR/snapshot.db, nothing else written to it) and write its
+    /// snapshot at the point to --out.
+    ReplayPoint(ReplayPointArgs),
 }
 
 #[derive(Args, Debug)]
@@ -254,6 +262,50 @@ pub struct PointInTimeArgs {
     pub scratch_dir: Option<PathBuf>,
     /// Seconds the scratch member may take to serve.
     #[arg(long, default_value_t = 120)]
+    pub start_timeout: u64,
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("point").required(true).multiple(false))]
+pub struct PreparePointArgs {
+    /// The scheduled backups' base name, as given to `archive --to`.
+    pub base: String,
+    /// The revision to restore to.
+    #[arg(long, group = "point")]
+    pub revision: Option<i64>,
+    /// Or a time (RFC 3339): the last revision the archive saw at or before it.
+    #[arg(long, group = "point")]
+    pub time: Option<String>,
+    /// Where snapshot.db and point.json are written.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The version of the etcd that will replay (a snapshot of a newer minor is refused).
+    #[arg(long)]
+    pub etcd_version: String,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// Only this cluster's snapshots and changes (see `point-in-time`).
+    #[arg(long)]
+    pub cluster_id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayPointArgs {
+    /// The same base name as given to `prepare-point` (the segments are read from it).
+    pub base: String,
+    /// The directory `prepare-point` wrote point.json to.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The scratch member's client URL (loopback).
+    #[arg(long, default_value = "http://127.0.0.1:2379")]
+    pub endpoint: String,
+    /// The snapshot file to write; written as <out>.part and renamed when complete.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// Seconds the scratch member may take to serve.
+    #[arg(long, default_value_t = 600)]
     pub start_timeout: u64,
 }
 

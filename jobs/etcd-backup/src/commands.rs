@@ -135,6 +135,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Prune(args) => prune(args, &cli.s3, output).await,
         Command::Archive(args) => crate::changes::archive(args, &cli.s3, output).await,
         Command::PointInTime(args) => crate::changes::point_in_time(args, &cli.s3, output).await,
+        Command::PreparePoint(args) => crate::changes::prepare_point(args, &cli.s3, output).await,
+        Command::ReplayPoint(args) => crate::changes::replay_point(args, &cli.s3, output).await,
     }
 }
 

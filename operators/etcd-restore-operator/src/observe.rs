@@ -382,7 +382,8 @@ pub async fn world(
     if all_restored && recorded.snapshot.is_none() {
         for member in &planned_members {
             let pod = pods::restore_pod_name(member);
-            let fetched = pod_api.logs(&pod, &report_log("fetch")).await?;
+            let report = pods::report_container(restore);
+            let fetched = pod_api.logs(&pod, &report_log(report)).await?;
             // The restore tool's log says the snapshot's own revision (restore_plan::fetch_report::parse_verified).
             let restored = pod_api.logs(&pod, &report_log("restore")).await?;
             let output = format!("{fetched}\n{restored}");

@@ -1274,21 +1274,22 @@ async fn local_and_backup_ref_restores_into_new_clusters_survive_an_operator_kil
     kube.delete_namespace(&ns).await.unwrap();
 }
 
-/// The runbook's restore to a point (docs/operations/restore-to-a-point-in-time.md), on the bed:
-/// the backup operator archives every change of a running EtcdCluster (`spec.continuous`); keys
-/// are written, then damaged (a prefix deleted, a bad key written); `point-in-time` writes the
-/// snapshot file at the revision before the damage from what was archived; put in S3, the coreos
-/// EtcdRestore restores the running cluster from it: the members serve the keys as they were at
-/// that revision, without the damage.
+/// A restore to a point on the bed: the backup operator archives every change of a running
+/// three-member EtcdCluster (`spec.continuous`); keys are written, then damaged (a prefix
+/// deleted, a bad key written); an EtcdRestore with `backupRef` and `pointInTime` at the
+/// revision before the damage restores the running cluster from the archive alone (each
+/// member's restore pod replays it, and the three agree on the key space): the members serve
+/// the keys as they were at that revision, without the damage, and the key space is the one
+/// the runbook's `point-in-time` command computes from the same archive.
 #[tokio::test]
-async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
+async fn a_restore_to_a_point_brings_the_cluster_back_to_before_the_damage() {
     use etcd_snapshot::changes::{PointInTimeOptions, Target, restore_to_point};
 
     let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-pitr").await;
     let garage = Garage::start_on(&host_address()).await.unwrap();
     install_operators(&kube, &ns).await;
     let mut cluster = example("example-etcd-cluster.yaml");
-    cluster["spec"]["size"] = json!(1);
+    cluster["spec"]["size"] = json!(3);
     cluster["spec"]["repository"] = json!("localhost/etcd");
     cluster["spec"]["version"] = json!("3.7.3");
     cluster["spec"]["pod"] = json!({"persistentVolumeClaimSpec": {
@@ -1299,7 +1300,7 @@ async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
         .create(&PostParams::default(), &cluster)
         .await
         .unwrap();
-    wait_until(&clusters, CLUSTER, "1 ready member", 300, converged(1))
+    wait_until(&clusters, CLUSTER, "3 ready members", 300, converged(3))
         .await
         .unwrap();
 
@@ -1360,10 +1361,30 @@ async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
     .await
     .unwrap();
 
-    // The snapshot file at the point, put in S3 as the runbook says.
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    create_restore(
+        &restores,
+        Value::Null,
+        json!({"backupRef": {"name": "archived"}, "pointInTime": {"revision": point}}),
+    )
+    .await;
+    let done = wait_until(&restores, CLUSTER, "the restore to a point", 420, finished)
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert!(status.succeeded, "{status:?}");
+    let snapshot = status.snapshot.clone().unwrap();
+    let replayed = snapshot.key_space.clone().expect("the replayed key space");
+    assert_eq!((snapshot.revision, replayed.revision), (Some(point), point));
+    assert_eq!(
+        status.restored_contents.as_ref(),
+        Some(&replayed),
+        "the members serve the replayed key space: {status:?}"
+    );
+
+    // The same point from the same archive by the runbook's command: the same key space.
     let store = garage_store(&garage, base).await;
     let scratch = tempfile::tempdir().unwrap();
-    let file = scratch.path().join("at-point.db");
     let options = PointInTimeOptions {
         scratch: etcd_snapshot::DrillOptions {
             etcd_bin_dir: testbed::etcd_tool("etcd")
@@ -1373,28 +1394,17 @@ async fn a_point_in_time_snapshot_restores_the_cluster_to_before_the_damage() {
         },
         cluster_id: None,
     };
+    let file = scratch.path().join("at-point.db");
     let report = restore_to_point(&store, base, Target::Revision(point), None, &file, &options)
         .await
         .unwrap();
-    assert_eq!(report.revision, point);
-    let key = format!("pitr/at-{point}.db");
-    let bytes = std::fs::read(&file).unwrap();
-    store
-        .put_small(&key, bytes.into(), "application/octet-stream")
-        .await
-        .unwrap();
+    assert_eq!(
+        (report.contents.key_count, report.contents.content_sha256),
+        (replayed.key_count, Some(replayed.content_sha256.clone()))
+    );
 
-    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
-    let s3 = json!({"path": format!("{}/{key}", garage.bucket), "awsSecret": "aws",
-                    "endpoint": garage.endpoint, "forcePathStyle": true});
-    create_restore(&restores, s3, json!({})).await;
-    let done = wait_until(&restores, CLUSTER, "the restore to a point", 300, finished)
-        .await
-        .unwrap();
-    let status = done.status.unwrap();
-    assert!(status.succeeded, "{status:?}");
     let restored = member_pods(&kube, &ns).await;
-    assert_eq!(restored.iter().filter(|p| ready(p)).count(), 1);
+    assert_eq!(restored.iter().filter(|p| ready(p)).count(), 3);
     let mut etcd = client_of(&restored[0]).await;
     let all = etcd
         .get("/app/", Some(etcd_client::GetOptions::new().with_prefix()))

@@ -47,10 +47,14 @@ pub enum RestoreFailure {
     RestoredContentMismatch,
     /// A recovery from a survivor was asked while a member still has a leader.
     QuorumNotLost,
+    /// A restore to a point (`spec.pointInTime`) cannot reach it from what is stored: the
+    /// point is before the oldest snapshot, inside a gap of the archive, not archived yet, or
+    /// the archived changes did not replay.
+    PointNotReached,
 }
 
 impl RestoreFailure {
-    pub const ALL: [RestoreFailure; 19] = [
+    pub const ALL: [RestoreFailure; 20] = [
         RestoreFailure::BadSource,
         RestoreFailure::Refused,
         RestoreFailure::ClusterDeleted,
@@ -70,6 +74,7 @@ impl RestoreFailure {
         RestoreFailure::BackupNotAsRecorded,
         RestoreFailure::RestoredContentMismatch,
         RestoreFailure::QuorumNotLost,
+        RestoreFailure::PointNotReached,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -93,6 +98,7 @@ impl RestoreFailure {
             RestoreFailure::BackupNotAsRecorded => "BackupNotAsRecorded",
             RestoreFailure::RestoredContentMismatch => "RestoredContentMismatch",
             RestoreFailure::QuorumNotLost => "QuorumNotLost",
+            RestoreFailure::PointNotReached => "PointNotReached",
         }
     }
 

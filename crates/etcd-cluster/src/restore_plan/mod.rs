@@ -76,7 +76,10 @@ pub fn key_space_to_check(
     snapshot: &VerifiedSnapshot,
     bumped: bool,
 ) -> Option<(KeySpace, i64)> {
-    let recorded = expected?.contents.clone()?;
+    // A backupRef's record, or what a restore to a point replayed.
+    let recorded = expected
+        .and_then(|e| e.contents.clone())
+        .or_else(|| snapshot.key_space.clone())?;
     if !bumped || snapshot.latest_revision != Some(recorded.revision) {
         return None;
     }
@@ -179,10 +182,15 @@ fn verified_snapshot(observed: &RestoreObserved, plan: &RestorePlan) -> RestoreS
 }
 
 /// Whether two members' fetches verified the same snapshot: every checksum both report agrees,
-/// and they report at least one in common. (Fetches of different versions may report different
+/// and they report at least one in common (for a restore to a point: the same key space at
+/// the same revision). (Fetches of different versions may report different
 /// stored checksums of one encrypted object, a sha256 or a CRC32C; the snapshot's own sha256 is
 /// the same.)
 fn same_snapshot(a: &VerifiedSnapshot, b: &VerifiedSnapshot) -> bool {
+    // Restores to a point: each member replayed into its own file; the key spaces must agree.
+    if a.key_space.is_some() || b.key_space.is_some() {
+        return a.key_space == b.key_space && a.revision == b.revision;
+    }
     let pairs = [
         (&a.sha256, &b.sha256),
         (&a.crc32c, &b.crc32c),
@@ -341,6 +349,7 @@ mod tests {
             db_sha256: None,
             etcd_version: None,
             latest_revision: None,
+            key_space: None,
         }
     }
 
@@ -1207,6 +1216,73 @@ mod tests {
                 contents: Some(served(300, "c0"))
             }
         );
+    }
+
+    /// `replay-point`'s report: the point's revision and key space, and a file of its own.
+    fn replayed(content_sha256: &str, db_sha256: &str) -> PodRun {
+        fetched(&format!(
+            r#"{{"out":"/var/etcd-restore/snapshot.db","revision":500,"dbBytes":1048576,"dbSha256":"{db_sha256}","etcdVersion":"3.5.16","contents":{{"revision":500,"keyCount":50,"contentSha256":"{content_sha256}","seconds":0.1}}}}"#
+        ))
+    }
+
+    #[test]
+    fn when_members_replayed_a_point_into_different_files_with_one_key_space_then_it_is_recorded()
+    {
+        let mut o = restoring(replayed("c0", "d1"));
+        o.restore_pods.insert("c-4".into(), replayed("c0", "d2"));
+        let RestoreStep::RecordSnapshot(snapshot) = plan(&names(), &o) else {
+            panic!("the replayed key space is recorded: {:?}", plan(&names(), &o))
+        };
+        let key_space = KeySpace {
+            revision: 500,
+            key_count: 50,
+            content_sha256: "c0".into(),
+        };
+        assert_eq!(snapshot.key_space, Some(key_space.clone()));
+        assert_eq!(snapshot.revision, Some(500));
+        // The restored members must then serve it, at the bumped revision.
+        let restored = VerifiedSnapshot {
+            latest_revision: Some(500),
+            ..snapshot
+        };
+        assert_eq!(
+            key_space_to_check(None, &restored, true),
+            Some((key_space, 500 + REVISION_BUMP as i64))
+        );
+    }
+
+    #[test]
+    fn when_members_replayed_different_key_spaces_then_the_restore_is_discarded() {
+        let mut o = restoring(replayed("c0", "d1"));
+        o.restore_pods.insert("c-4".into(), replayed("c1", "d1"));
+        assert!(matches!(
+            plan(&names(), &o),
+            RestoreStep::Discard { reason, .. } if reason == RestoreFailure::BackupChanged
+        ));
+    }
+
+    #[test]
+    fn when_a_point_is_not_reached_then_the_restore_fails_saying_so_before_touching_anything() {
+        let not_reached = |container: &str, exit_code: i32| {
+            let mut o = restoring(PodRun::Running);
+            o.restore_pods.insert(
+                "c-3".into(),
+                failed(container, exit_code, "revision 900 is not archived yet"),
+            );
+            match plan(&names(), &o) {
+                RestoreStep::Discard {
+                    reason, message, ..
+                } => (reason, message),
+                other => panic!("{other:?}"),
+            }
+        };
+        let (reason, message) = not_reached("prepare", 1);
+        assert_eq!(reason, RestoreFailure::PointNotReached);
+        assert!(message.contains("not archived yet"), "{message}");
+        assert!(message.contains("no member or volume"), "{message}");
+        assert_eq!(not_reached("replay", 1).0, RestoreFailure::PointNotReached);
+        assert_eq!(not_reached("replay", 3).0, RestoreFailure::BackupInvalid);
+        assert_eq!(not_reached("prepare", 4).0, RestoreFailure::NoUsableIdentity);
     }
 
     #[test]

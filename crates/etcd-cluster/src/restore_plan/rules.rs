@@ -291,6 +291,27 @@ fn member_failure(
                  restored; {untouched}: {message}"
             ),
         ),
+        (None, "prepare" | "replay", Some(FETCH_DATA_BAD)) => (
+            RestoreFailure::BackupInvalid,
+            format!(
+                "a backup or archived segment under {url} failed verification in member \
+                 {member}'s restore to the point; {untouched}: {message}"
+            ),
+        ),
+        (None, "prepare" | "replay", Some(FETCH_NO_USABLE_IDENTITY)) => (
+            RestoreFailure::NoUsableIdentity,
+            format!(
+                "member {member}'s restore to the point could not decrypt the backups under \
+                 {url} with the identity named (spec.decryption); {untouched}: {message}"
+            ),
+        ),
+        (None, "prepare" | "replay", Some(FETCH_FAILED)) => (
+            RestoreFailure::PointNotReached,
+            format!(
+                "member {member}'s restore to the point did not reach it from the backups and \
+                 archive under {url}; {untouched}: {message}"
+            ),
+        ),
         (None, "fetch", Some(FETCH_DATA_BAD)) => (
             RestoreFailure::BackupInvalid,
             format!(

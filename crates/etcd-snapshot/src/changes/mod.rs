@@ -17,7 +17,8 @@ mod writer;
 pub use archive::{ArchiveEvent, ArchiveOptions, archive, newest_snapshot, stopped};
 pub use plan::{Target, Unreachable};
 pub use point_in_time::{
-    PointInTimeError, PointInTimeOptions, PointInTimeReport, UNKNOWN_LEASE_TTL, restore_to_point,
+    PointInTimeError, PointInTimeOptions, PointInTimeReport, PreparedPoint, REPLAY_MEMBER_FLAGS,
+    UNKNOWN_LEASE_TTL, prepare_point, replay_point, restore_to_point,
 };
 pub use reader::SegmentReader;
 pub use record::{Change, ChangeKind};

@@ -10,11 +10,13 @@
 //!    and the cluster compacted) and reach the point (not archived yet).
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 use super::segment::{SegmentKey, SegmentManifest};
 
 /// A snapshot that may start a restore to a point.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SnapshotAt {
     pub key: String,
     pub revision: i64,
@@ -23,7 +25,8 @@ pub struct SnapshotAt {
     pub taken: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Target {
     Revision(i64),
     /// The last revision committed at or before this time (as the archive saw it).
@@ -147,7 +150,8 @@ pub fn segments_after<'a>(
 /// What rule 3 found: replay the first `segments` manifests' segments, up to `revision`,
 /// or for a time that falls inside the last of them, up to its last event at or before
 /// `until_time` (the exact revision is then known only once it is read).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Reach {
     pub revision: i64,
     pub segments: usize,

@@ -16,6 +16,7 @@ use backup_storage::Store;
 use backup_storage::encryption::Identity;
 use chrono::{DateTime, Utc};
 use etcd_client::{Client, LeaseGrantOptions, PutOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinSet;
 
@@ -32,7 +33,8 @@ use crate::{DrillOptions, EtcdConnection, Manifest, TrailerVerifier, select_memb
 /// TTL given to a lease the archive could not ask about (it had expired when asked).
 pub const UNKNOWN_LEASE_TTL: i64 = 60;
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(1);
-const SCRATCH_FLAGS: &[&str] = &[
+/// The flags of the member changes are replayed into (here or in a restore pod's sidecar).
+pub const REPLAY_MEMBER_FLAGS: &[&str] = &[
     "--unsafe-no-fsync",
     "--max-txn-ops",
     "10000000",
@@ -102,6 +104,14 @@ pub enum PointInTimeError {
         holds: i64,
         target: i64,
     },
+    #[error(
+        "the snapshot {snapshot} was taken by etcd {taken}, a newer minor version than the etcd {scratch} that would replay it (etcd never goes back a minor version)"
+    )]
+    NewerMinor {
+        snapshot: String,
+        taken: String,
+        scratch: String,
+    },
     #[error("the scratch member: {0}")]
     Etcd(String),
     #[error("{path}: {source}")]
@@ -147,13 +157,7 @@ pub async fn restore_to_point(
     let started = Instant::now();
     let snapshots = snapshots_of(store, base, options.cluster_id.as_deref()).await?;
     let candidates = plan::snapshots_before(&snapshots, target)?;
-    let keys: Vec<_> = store
-        .list(&archive_prefix(base))
-        .await
-        .map_err(crate::Error::from)?
-        .iter()
-        .filter_map(|o| parse_segment_key(base, &o.key))
-        .collect();
+    let keys = segment_keys(store, base).await?;
     let last = candidates.len() - 1;
     for (i, snapshot) in candidates.iter().enumerate() {
         // The newest snapshot first; an older one only when it holds more than recorded.
@@ -177,18 +181,14 @@ pub async fn restore_to_point(
     unreachable!("the last candidate returns")
 }
 
-/// The point from `snapshot` and the segments after it.
-#[allow(clippy::too_many_arguments)]
-async fn from_snapshot(
+/// Which segments, read up to where, take `snapshot` to `target`.
+async fn segments_to_replay(
     store: &Store,
     snapshots: &[SnapshotAt],
     keys: &[super::segment::SegmentKey],
     snapshot: &SnapshotAt,
     target: Target,
-    identity: Option<&Identity>,
-    out: &Path,
-    options: &PointInTimeOptions,
-) -> Result<PointInTimeReport, PointInTimeError> {
+) -> Result<(Vec<(String, SegmentManifest)>, Reach), PointInTimeError> {
     let mut manifests = Vec::new();
     for key in plan::segments_after(keys, snapshot, target) {
         match SegmentManifest::load(store, &key.key).await? {
@@ -207,6 +207,22 @@ async fn from_snapshot(
         .min_by_key(|s| s.revision);
     let reach = plan::reach(snapshot, &only, next_snapshot, target)?;
     manifests.truncate(reach.segments);
+    Ok((manifests, reach))
+}
+
+/// The point from `snapshot` and the segments after it.
+#[allow(clippy::too_many_arguments)]
+async fn from_snapshot(
+    store: &Store,
+    snapshots: &[SnapshotAt],
+    keys: &[super::segment::SegmentKey],
+    snapshot: &SnapshotAt,
+    target: Target,
+    identity: Option<&Identity>,
+    out: &Path,
+    options: &PointInTimeOptions,
+) -> Result<PointInTimeReport, PointInTimeError> {
+    let (manifests, reach) = segments_to_replay(store, snapshots, keys, snapshot, target).await?;
     tracing::info!(snapshot = %snapshot.key, revision = reach.revision, segments = manifests.len(), "restoring to a point");
 
     let recorded = Manifest::load(store, &snapshot.key)
@@ -217,10 +233,6 @@ async fn from_snapshot(
         .scratch_parent
         .clone()
         .unwrap_or_else(std::env::temp_dir);
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| PointInTimeError::Io { path, source }
-    };
     let scratch = tempfile::Builder::new()
         .prefix("etcd-point-in-time-")
         .tempdir_in(&parent)
@@ -239,40 +251,145 @@ async fn from_snapshot(
     tools.restore(&snapshot_file, &data_dir, &peer).await?;
     let _ = std::fs::remove_file(&snapshot_file);
     let log = scratch.path().join("etcd.log");
-    let mut flags = SCRATCH_FLAGS.to_vec();
+    let mut flags = REPLAY_MEMBER_FLAGS.to_vec();
     if tools.version.starts_with("3.4") {
         // 3.4 has no --unsafe-no-fsync (slower, same result).
         flags.retain(|f| *f != "--unsafe-no-fsync");
     }
     let mut etcd = tools.start(&data_dir, &peer, &client_url, &log, &flags)?;
-
+    let prepared = PreparedPoint {
+        target,
+        snapshot: snapshot.clone(),
+        segments: manifests,
+        reach,
+        etcd_version: recorded.etcd_version,
+    };
     let replayed = replay(
         store,
         &client_url,
-        snapshot,
-        &manifests,
-        &reach,
-        target,
+        &prepared,
         identity,
         options.scratch.start_timeout,
-        &mut etcd,
+        Some(&mut etcd),
         out,
     )
     .await;
     let _ = etcd.kill().await;
     let _ = etcd.wait().await;
-    let mut report = match replayed {
-        Ok(report) => report,
-        Err(PointInTimeError::Etcd(message)) => {
-            return Err(PointInTimeError::Etcd(format!(
-                "{message}; its log ends: {}",
-                log_tail(&log)
-            )));
-        }
-        Err(e) => return Err(e),
-    };
-    report.etcd_version = tools.version;
+    match replayed {
+        Err(PointInTimeError::Etcd(message)) => Err(PointInTimeError::Etcd(format!(
+            "{message}; its log ends: {}",
+            log_tail(&log)
+        ))),
+        replayed => replayed,
+    }
+}
+
+/// The first half of a restore to a point whose scratch member runs apart from this process
+/// (a restore pod's sidecar, from the cluster's etcd image): which snapshot and segments
+/// reach the point, decided once, with the snapshot fetched and verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedPoint {
+    pub target: Target,
+    pub snapshot: SnapshotAt,
+    /// The segments to replay, in order, with the manifests they are checked against.
+    pub segments: Vec<(String, SegmentManifest)>,
+    pub reach: Reach,
+    /// The etcd version the snapshot was taken with.
+    pub etcd_version: String,
+}
+
+/// Decides how `base`'s backups reach `target` (from the newest snapshot at or before it)
+/// and fetches that snapshot into `snapshot_file` (verified while it streams). Refuses a
+/// snapshot taken by a newer etcd minor than `scratch_version`, the etcd that will replay it
+/// (etcd never goes back a minor version).
+pub async fn prepare_point(
+    store: &Store,
+    base: &str,
+    target: Target,
+    identity: Option<&Identity>,
+    cluster_id: Option<&str>,
+    scratch_version: &str,
+    snapshot_file: &Path,
+) -> Result<PreparedPoint, PointInTimeError> {
+    let snapshots = snapshots_of(store, base, cluster_id).await?;
+    let candidates = plan::snapshots_before(&snapshots, target)?;
+    let snapshot = candidates[0];
+    let keys = segment_keys(store, base).await?;
+    let (segments, reach) = segments_to_replay(store, &snapshots, &keys, snapshot, target).await?;
+    let recorded = Manifest::load(store, &snapshot.key)
+        .await?
+        .ok_or_else(|| PointInTimeError::Etcd(format!("{} lost its manifest", snapshot.key)))?;
+    if minor(&recorded.etcd_version) > minor(scratch_version) {
+        return Err(PointInTimeError::NewerMinor {
+            snapshot: snapshot.key.clone(),
+            taken: recorded.etcd_version,
+            scratch: scratch_version.to_string(),
+        });
+    }
+    crate::fetch(store, &snapshot.key, snapshot_file, identity).await?;
+    tracing::info!(snapshot = %snapshot.key, revision = reach.revision, segments = segments.len(), "prepared a restore to a point");
+    Ok(PreparedPoint {
+        target,
+        snapshot: snapshot.clone(),
+        segments,
+        reach,
+        etcd_version: recorded.etcd_version,
+    })
+}
+
+/// The second half: replays `prepared`'s segments into the scratch member serving at
+/// `client_url` (restored from the prepared snapshot, nothing else written to it) and writes
+/// its snapshot at the point to `out` (complete and checked, or not at all).
+pub async fn replay_point(
+    store: &Store,
+    prepared: &PreparedPoint,
+    identity: Option<&Identity>,
+    client_url: &str,
+    start_timeout: Duration,
+    out: &Path,
+) -> Result<PointInTimeReport, PointInTimeError> {
+    let started = Instant::now();
+    let mut report = replay(
+        store,
+        client_url,
+        prepared,
+        identity,
+        start_timeout,
+        None,
+        out,
+    )
+    .await?;
+    report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// `(major, minor)` of a version like `3.6.16` or `v3.6.16` (unparsable parts count as 0).
+fn minor(version: &str) -> (u32, u32) {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PointInTimeError + use<> {
+    let path = path.to_path_buf();
+    move |source| PointInTimeError::Io { path, source }
+}
+
+async fn segment_keys(
+    store: &Store,
+    base: &str,
+) -> Result<Vec<super::segment::SegmentKey>, PointInTimeError> {
+    Ok(store
+        .list(&archive_prefix(base))
+        .await
+        .map_err(crate::Error::from)?
+        .iter()
+        .filter_map(|o| parse_segment_key(base, &o.key))
+        .collect())
 }
 
 /// Every scheduled snapshot of `base` with a readable manifest (of `cluster_id` if given).
@@ -302,20 +419,32 @@ async fn snapshots_of(
     Ok(snapshots)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `etcd`: the scratch member's process when this process started it (its exit is noticed
+/// while waiting for it to serve).
 async fn replay(
     store: &Store,
     client_url: &str,
-    snapshot: &SnapshotAt,
-    manifests: &[(String, SegmentManifest)],
-    reach: &Reach,
-    target: Target,
+    prepared: &PreparedPoint,
     identity: Option<&Identity>,
     start_timeout: Duration,
-    etcd: &mut tokio::process::Child,
+    etcd: Option<&mut tokio::process::Child>,
     out: &Path,
 ) -> Result<PointInTimeReport, PointInTimeError> {
+    let PreparedPoint {
+        target,
+        snapshot,
+        segments: manifests,
+        reach,
+        ..
+    } = prepared;
+    let target = *target;
     let mut client = serving(client_url, start_timeout, etcd).await?;
+    let etcd_version = client
+        .status()
+        .await
+        .map_err(etcd_error("asking its version"))?
+        .version()
+        .to_string();
     let restored = revision_of(&mut client).await?;
     let limit = match reach.until_time {
         None => Some(reach.revision),
@@ -399,7 +528,7 @@ async fn replay(
         leases_granted: leases.granted,
         leases_defaulted: leases.defaulted,
         contents,
-        etcd_version: String::new(),
+        etcd_version,
         db_bytes,
         db_sha256,
         seconds: 0.0,
@@ -410,13 +539,13 @@ async fn replay(
 async fn serving(
     url: &str,
     timeout: Duration,
-    etcd: &mut tokio::process::Child,
+    mut etcd: Option<&mut tokio::process::Child>,
 ) -> Result<Client, PointInTimeError> {
     let deadline = Instant::now() + timeout;
     let mut connection = EtcdConnection::new(vec![url.to_string()]);
     connection.dial_timeout = Duration::from_secs(2);
     loop {
-        if let Ok(Some(status)) = etcd.try_wait() {
+        if let Some(Ok(Some(status))) = etcd.as_mut().map(|e| e.try_wait()) {
             return Err(PointInTimeError::Etcd(format!("etcd exited ({status})")));
         }
         match select_member(&connection).await {

@@ -15,9 +15,12 @@
 //! - Where those pods may run: [`placement`].
 
 mod placement;
+mod point_in_time;
 
 use placement::{off_sibling_nodes, restore_affinity};
 pub use placement::{restore_nodes, sibling_nodes};
+use point_in_time::point_containers;
+pub use point_in_time::{POINT_CONTAINERS, REPORT_CONTAINER as POINT_REPORT_CONTAINER};
 
 use std::collections::BTreeMap;
 
@@ -47,6 +50,14 @@ pub const APP: &str = "etcd-restore";
 pub const RESTORE_LABEL: &str = "etcd_restore";
 /// Where the fetched snapshot lands (a scratch volume, gone with the pod).
 pub const SNAPSHOT_DIR: &str = "/var/etcd-restore";
+/// The container of a restore pod whose output reports the verified snapshot.
+pub fn report_container(restore: &EtcdRestore) -> &'static str {
+    match restore.spec.point_in_time {
+        Some(_) => POINT_REPORT_CONTAINER,
+        None => "fetch",
+    }
+}
+
 pub fn restore_pod_name(member: &str) -> String {
     format!("{member}-restore")
 }
@@ -175,13 +186,32 @@ pub fn restore_pod(
     );
     let mut volumes = FetchMounts::of(source).volumes;
     volumes.push(scratch_volume(restore));
-    let fetch = fetch_container(
-        "fetch",
-        image,
-        source,
-        &snapshot,
-        mount("snapshot", SNAPSHOT_DIR, false),
-    );
+    let etcd_image = cluster.spec.image_of(&plan.version);
+    let resources = cluster.spec.pod.as_ref().and_then(|p| p.resources.clone());
+    // A plain restore fetches the snapshot; a restore to a point makes it (see point_in_time).
+    let init = match &source.point {
+        None => vec![fetch_container(
+            "fetch",
+            image,
+            source,
+            &snapshot,
+            mount("snapshot", SNAPSHOT_DIR, false),
+        )],
+        Some(point) => {
+            let made = point_containers(
+                source,
+                point,
+                image,
+                &etcd_image,
+                version,
+                resources.clone(),
+                &snapshot,
+                ("snapshot", SNAPSHOT_DIR),
+            );
+            volumes.push(made.volume);
+            made.init
+        }
+    };
     volumes.push(Volume {
         name: "etcd-data".into(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -194,7 +224,7 @@ pub fn restore_pod(
     argv[0] = format!("/usr/local/bin/{}", argv[0]);
     let tool = Container {
         name: "restore".into(),
-        image: Some(cluster.spec.image_of(&plan.version)),
+        image: Some(etcd_image),
         command: Some(argv),
         env: Some(vec![EnvVar {
             name: "ETCDCTL_API".into(),
@@ -205,12 +235,12 @@ pub fn restore_pod(
             mount("etcd-data", DATA_MOUNT, false),
             mount("snapshot", SNAPSHOT_DIR, true),
         ]),
-        resources: cluster.spec.pod.as_ref().and_then(|p| p.resources.clone()),
+        resources,
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     };
     let spec = PodSpec {
-        init_containers: Some(vec![fetch]),
+        init_containers: Some(init),
         containers: vec![tool],
         volumes: Some(volumes),
         ..Default::default()
@@ -657,6 +687,7 @@ pub(crate) mod tests {
             identity: None,
             expected: None,
             member: None,
+            point: None,
         };
         let (pod, _) = restore_pod(
             &restore(),
