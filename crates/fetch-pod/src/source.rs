@@ -164,8 +164,11 @@ pub fn from_backup(spec: &EtcdRestoreSpec, backup: &EtcdBackup) -> Result<Source
 }
 
 /// A restore of `backup`'s backups and archive to `point`: the base name of its scheduled
-/// backups (its newest one's name without the scheduled suffix), reached like that backup,
-/// with the identity checked the same way (the archive is encrypted like the backups).
+/// backups, beside which its archive stores segments. From its newest recorded backup (the
+/// name without the scheduled suffix; a Local backup's claim and path), or, before any
+/// scheduled run is recorded (the archive takes a snapshot of its own when it starts), from
+/// its S3 block. The identity is checked the same way (the archive is encrypted like the
+/// backups).
 fn to_a_point(
     backup: &EtcdBackup,
     identity: Option<SecretKeyRef>,
@@ -175,13 +178,43 @@ fn to_a_point(
     if backup.spec.continuous.is_none() {
         return Err(SourceError::NotArchived(name));
     }
-    let mut source = newest_backup(backup, identity)?;
-    source.url = scheduled_base(&source.url)
-        .ok_or_else(|| SourceError::NotScheduled {
-            name,
-            url: source.url.clone(),
-        })?
-        .to_string();
+    let recorded = backup.status.as_ref().and_then(|s| s.last_backup.as_ref());
+    let mut source = match (recorded, &backup.spec.s3) {
+        (Some(_), _) => {
+            let mut source = newest_backup(backup, identity)?;
+            source.url = scheduled_base(&source.url)
+                .ok_or_else(|| SourceError::NotScheduled {
+                    name,
+                    url: source.url.clone(),
+                })?
+                .to_string();
+            source
+        }
+        (None, Some(s3)) if backup.spec.storage_type == StorageType::S3 => {
+            if let (Some(encryption), None) = (&backup.spec.encryption, &identity) {
+                return Err(SourceError::IdentityNeeded {
+                    name,
+                    recipients: format!(
+                        "the recipients in Secret {}",
+                        encryption.recipients_secret.name
+                    ),
+                });
+            }
+            let path = s3
+                .location()
+                .map_err(|_| SourceError::BadS3Path(s3.path.clone()))?;
+            Source {
+                url: format!("s3://{}/{}", path.bucket, path.key),
+                s3: Some(s3_access(s3)),
+                claim: None,
+                identity,
+                expected: None,
+                member: None,
+                point: None,
+            }
+        }
+        (None, _) => return Err(SourceError::NoBackupYet(name)),
+    };
     // What the newest backup recorded says nothing about the point.
     source.expected = None;
     source.point = Some(point.clone());
@@ -489,5 +522,67 @@ mod tests {
             .encrypted_to
             .clear();
         assert!(from_backup(&spec(), &backup).unwrap().identity.is_none());
+    }
+
+    #[test]
+    fn a_restore_to_a_point_reads_the_base_name_of_the_archived_backups() {
+        let to_a_point = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: S3\nbackupRef: {name: nightly}\n\
+             pointInTime: {revision: 41}",
+        );
+        let mut backup: EtcdBackup = serde_saphyr::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {name: nightly}\n\
+             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: S3,\n\
+               s3: {path: bucket/dir/etcd.backup, awsSecret: aws},\n\
+               backupPolicy: {backupIntervalInSecond: 60}}\n\
+             status: {lastBackup: {objectKey: 's3://bucket/dir/etcd.backup_v42_2026-11-24-03:00:00', sha256: ab}}",
+        )
+        .unwrap();
+        // No archive: no point between backups can be reached.
+        assert_eq!(
+            from_backup(&to_a_point, &backup),
+            Err(SourceError::NotArchived("nightly".into()))
+        );
+        backup.spec.continuous = Some(Default::default());
+        // Before its first scheduled run is recorded (the archive has its own snapshot): the
+        // base from the S3 block.
+        let recorded = backup.status.take();
+        let source = from_backup(&to_a_point, &backup).unwrap();
+        assert_eq!(source.url, "s3://bucket/dir/etcd.backup");
+        backup.spec.encryption =
+            Some(serde_saphyr::from_str("{recipientsSecret: {name: r, key: k}}").unwrap());
+        assert!(matches!(
+            from_backup(&to_a_point, &backup),
+            Err(SourceError::IdentityNeeded { .. })
+        ));
+        backup.spec.encryption = None;
+        backup.status = recorded;
+        let source = from_backup(&to_a_point, &backup).unwrap();
+        assert_eq!(source.url, "s3://bucket/dir/etcd.backup");
+        assert_eq!(source.point, to_a_point.point_in_time);
+        assert_eq!(source.expected, None, "the newest backup is not the point");
+        assert_eq!(source.s3.unwrap().aws_secret.as_deref(), Some("aws"));
+        // A name without the scheduled suffix names no base.
+        let record = backup
+            .status
+            .as_mut()
+            .unwrap()
+            .last_backup
+            .as_mut()
+            .unwrap();
+        record.object_key = "s3://bucket/dir/etcd.backup".into();
+        assert!(matches!(
+            from_backup(&to_a_point, &backup),
+            Err(SourceError::NotScheduled { .. })
+        ));
+        assert_eq!(
+            scheduled_base("file:///var/lib/etcd-backup/a_v1/etcd.db_v7_2026-11-24-03:00:00"),
+            Some("file:///var/lib/etcd-backup/a_v1/etcd.db")
+        );
+        assert_eq!(
+            scheduled_base("s3://b/etcd.backup_vX_2026-11-24-03:00:00"),
+            None
+        );
     }
 }

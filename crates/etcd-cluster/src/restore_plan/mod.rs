@@ -1226,12 +1226,14 @@ mod tests {
     }
 
     #[test]
-    fn when_members_replayed_a_point_into_different_files_with_one_key_space_then_it_is_recorded()
-    {
+    fn when_members_replayed_a_point_into_different_files_with_one_key_space_then_it_is_recorded() {
         let mut o = restoring(replayed("c0", "d1"));
         o.restore_pods.insert("c-4".into(), replayed("c0", "d2"));
         let RestoreStep::RecordSnapshot(snapshot) = plan(&names(), &o) else {
-            panic!("the replayed key space is recorded: {:?}", plan(&names(), &o))
+            panic!(
+                "the replayed key space is recorded: {:?}",
+                plan(&names(), &o)
+            )
         };
         let key_space = KeySpace {
             revision: 500,
@@ -1282,7 +1284,10 @@ mod tests {
         assert!(message.contains("no member or volume"), "{message}");
         assert_eq!(not_reached("replay", 1).0, RestoreFailure::PointNotReached);
         assert_eq!(not_reached("replay", 3).0, RestoreFailure::BackupInvalid);
-        assert_eq!(not_reached("prepare", 4).0, RestoreFailure::NoUsableIdentity);
+        assert_eq!(
+            not_reached("prepare", 4).0,
+            RestoreFailure::NoUsableIdentity
+        );
     }
 
     #[test]

@@ -428,6 +428,99 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_restore_to_a_point_prepares_restores_serves_and_replays_before_the_member_restore() {
+        let pod_for = |version: &str| {
+            let mut restore = restore();
+            restore.spec.point_in_time = Some(backup_api::PointInTime {
+                revision: Some(41),
+                time: None,
+            });
+            let mut source = from_spec(&restore.spec).unwrap();
+            source.url = "s3://bucket/etcd.backup".into();
+            source.point = restore.spec.point_in_time.clone();
+            source.identity = Some(backup_api::SecretKeyRef {
+                name: "restore-key".into(),
+                key: "identity.txt".into(),
+            });
+            assert_eq!(report_container(&restore), "replay");
+            let (pod, _) = restore_pod(
+                &restore,
+                &cluster(version),
+                "c-4",
+                &plan(version),
+                &EtcdVersion::parse(version).unwrap(),
+                "localhost/etcd-backup:dev",
+                &source,
+                &[],
+            );
+            yaml(&pod)
+        };
+        let pod = pod_for("3.6.16");
+        let init = pod["spec"]["initContainers"].as_array().unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["prepare", "scratch-restore", "scratch-etcd", "replay"]
+        );
+        let args = |c: &Value, key: &str| -> Vec<String> {
+            c[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect()
+        };
+        let prepare = args(&init[0], "args");
+        let tail: Vec<&str> = prepare[prepare.len() - 10..]
+            .iter()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "prepare-point",
+                "s3://bucket/etcd.backup",
+                "--revision",
+                "41",
+                "--dir",
+                "/var/etcd-point",
+                "--etcd-version",
+                "3.6.16",
+                "--identity",
+                "/etc/etcd-backup/age/identity.txt"
+            ]
+        );
+        // The scratch member: the cluster's image, on loopback, a native sidecar.
+        assert_eq!(init[1]["image"], "localhost/etcd:v3.6.16");
+        assert_eq!(init[2]["restartPolicy"], "Always");
+        let etcd = args(&init[2], "command");
+        assert!(etcd.contains(&"--listen-client-urls=http://127.0.0.1:2379".to_string()));
+        assert!(etcd.contains(&"--unsafe-no-fsync".to_string()));
+        let replay = args(&init[3], "args");
+        let out = replay.iter().position(|a| a == "--out").unwrap();
+        assert_eq!(replay[out + 1], "/var/etcd-restore/snapshot.db");
+        // The private key is mounted where the backups are read, never in etcd's containers.
+        let mounts = |c: &Value| c["volumeMounts"].to_string();
+        assert!(
+            mounts(&init[0]).contains("age-identity") && mounts(&init[3]).contains("age-identity")
+        );
+        assert!(
+            !mounts(&init[1]).contains("age-identity")
+                && !mounts(&init[2]).contains("age-identity")
+        );
+        // The member restore restores the replayed file.
+        let restore = args(&pod["spec"]["containers"][0], "command");
+        assert!(
+            restore.contains(&"/var/etcd-restore/snapshot.db".to_string()),
+            "{restore:?}"
+        );
+        // etcd 3.4 has no --unsafe-no-fsync.
+        let old = pod_for("3.4.35");
+        let etcd = args(&old["spec"]["initContainers"][2], "command");
+        assert!(!etcd.contains(&"--unsafe-no-fsync".to_string()));
+    }
+
+    #[test]
     fn an_sse_c_backup_is_fetched_with_its_key_as_a_file() {
         let mut restore = restore();
         restore.spec.s3.as_mut().unwrap().server_side_encryption = Some(
