@@ -19,18 +19,3 @@ pub mod pods;
 pub mod rbac;
 pub mod runner;
 pub mod status;
-
-#[cfg(test)]
-mod tests {
-    /// The step machine reads the fetch container's exit codes as `etcd-backup` writes them.
-    #[test]
-    fn the_fetch_exit_codes_the_step_machine_reads_are_etcd_backup_s() {
-        use etcd_cluster::restore_plan::{FETCH_DATA_BAD, FETCH_FAILED, FETCH_NO_USABLE_IDENTITY};
-        assert_eq!(FETCH_DATA_BAD, i32::from(backup_cli::EXIT_DATA_BAD));
-        assert_eq!(
-            FETCH_NO_USABLE_IDENTITY,
-            i32::from(backup_cli::EXIT_NO_USABLE_IDENTITY)
-        );
-        assert_eq!(FETCH_FAILED, i32::from(backup_cli::EXIT_FAILED));
-    }
-}

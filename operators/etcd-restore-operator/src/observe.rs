@@ -22,7 +22,7 @@ use crate::pods;
 use crate::status::RESTORE_ANNOTATION;
 use etcd_cluster::restore_plan::{
     self, ClusterView, Health, KeySpace, MemberProblem, MemberStatus, NOT_STARTED, PodRun,
-    RestoreFailure, RestoreObserved,
+    RestoreFailure, RestoreObserved, ToolExit,
 };
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
@@ -62,6 +62,16 @@ fn not_started_because(status: &PodStatus) -> String {
     }
 }
 
+/// What a container's exit code says, in `etcd-backup`'s exit codes (defined in backup-cli).
+fn tool_exit(code: i32) -> ToolExit {
+    match u8::try_from(code) {
+        Ok(backup_cli::EXIT_DATA_BAD) => ToolExit::DataBad,
+        Ok(backup_cli::EXIT_NO_USABLE_IDENTITY) => ToolExit::NoUsableIdentity,
+        Ok(backup_cli::EXIT_FAILED) => ToolExit::Failed,
+        _ => ToolExit::Other(code),
+    }
+}
+
 /// How a `restartPolicy: Never` pod is doing at `now`, given `deadline` to start a container
 /// (its stdout is read separately, when needed).
 pub fn pod_run(pod: &Pod, now: Timestamp, deadline: Duration) -> PodRun {
@@ -73,9 +83,22 @@ pub fn pod_run(pod: &Pod, now: Timestamp, deadline: Duration) -> PodRun {
         .into_iter()
         .chain(status.container_statuses.clone().unwrap_or_default())
         .collect();
+    // A sidecar (the scratch member of a restore to a point) is stopped by the kubelet once
+    // the pod's work is done, with whatever code etcd gives SIGTERM: that says nothing.
+    let sidecars: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|spec| spec.init_containers.iter().flatten())
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| c.name.as_str())
+        .collect();
     let failure = containers.iter().find_map(|c| {
         let state = c.state.as_ref()?;
-        if let Some(done) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
+        let ended = state
+            .terminated
+            .as_ref()
+            .filter(|t| t.exit_code != 0 && !sidecars.contains(&c.name.as_str()));
+        if let Some(done) = ended {
             let why = done.message.clone().unwrap_or_default();
             let why = why.trim();
             let message = format!(
@@ -88,7 +111,7 @@ pub fn pod_run(pod: &Pod, now: Timestamp, deadline: Duration) -> PodRun {
                     why
                 }
             );
-            return Some((c.name.clone(), Some(done.exit_code), message));
+            return Some((c.name.clone(), Some(tool_exit(done.exit_code)), message));
         }
         let waiting = state.waiting.as_ref()?;
         let reason = waiting.reason.as_deref()?;
@@ -107,9 +130,9 @@ pub fn pod_run(pod: &Pod, now: Timestamp, deadline: Duration) -> PodRun {
             .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
     });
     match (status.phase.as_deref(), failure) {
-        (_, Some((container, exit_code, message))) => PodRun::Failed {
+        (_, Some((container, exit, message))) => PodRun::Failed {
             container,
-            exit_code,
+            exit,
             message,
         },
         (Some("Succeeded"), None) => PodRun::Succeeded {
@@ -117,7 +140,7 @@ pub fn pod_run(pod: &Pod, now: Timestamp, deadline: Duration) -> PodRun {
         },
         (Some("Failed"), None) => PodRun::Failed {
             container: String::new(),
-            exit_code: None,
+            exit: None,
             message: status.message.unwrap_or_else(|| "the pod failed".into()),
         },
         _ if started => PodRun::Running,
@@ -127,7 +150,7 @@ pub fn pod_run(pod: &Pod, now: Timestamp, deadline: Duration) -> PodRun {
             match waited {
                 Some(waited) if waited >= deadline => PodRun::Failed {
                     container: NOT_STARTED.into(),
-                    exit_code: None,
+                    exit: None,
                     message: format!(
                         "no container started within {} s: {}",
                         deadline.as_secs(),
@@ -591,6 +614,34 @@ mod tests {
         serde_saphyr::from_str(&format!("metadata: {{name: p}}\nstatus: {status}")).unwrap()
     }
 
+    #[test]
+    fn a_stopped_sidecar_does_not_fail_a_pod_whose_work_succeeded() {
+        let done: Pod = serde_saphyr::from_str(
+            "metadata: {name: p}\n\
+             spec: {containers: [{name: restore}], initContainers: [{name: scratch-etcd, restartPolicy: Always}]}\n\
+             status: {phase: Succeeded, initContainerStatuses: [{name: scratch-etcd, image: i, imageID: '',\
+               ready: false, restartCount: 0, state: {terminated: {exitCode: 143}}}]}",
+        )
+        .unwrap();
+        assert_eq!(
+            pod_run(&done, Timestamp::now(), START_DEADLINE),
+            PodRun::Succeeded {
+                output: String::new()
+            }
+        );
+        // The same exit from a container that does the work is a failure.
+        let mut failed = done;
+        let spec = failed.spec.as_mut().unwrap();
+        spec.init_containers.as_mut().unwrap()[0].restart_policy = None;
+        assert!(matches!(
+            pod_run(&failed, Timestamp::now(), START_DEADLINE),
+            PodRun::Failed {
+                exit: Some(ToolExit::Other(143)),
+                ..
+            }
+        ));
+    }
+
     /// Issue 28 point 4: a pod none of whose containers starts is waited for up to its start
     /// deadline, then failed with the scheduler's words; a member pod that is not scheduled is
     /// named at once.
@@ -608,7 +659,7 @@ mod tests {
         match pod_run(&pod, made + START_DEADLINE, START_DEADLINE) {
             PodRun::Failed {
                 container,
-                exit_code: None,
+                exit: None,
                 message,
             } => {
                 assert_eq!(container, NOT_STARTED);
@@ -655,7 +706,7 @@ mod tests {
             pod_run(&failed, Timestamp::now(), START_DEADLINE),
             PodRun::Failed {
                 container: "fetch".into(),
-                exit_code: Some(3),
+                exit: Some(ToolExit::DataBad),
                 message: "fetch exited 3: sha256 mismatch".into()
             }
         );
@@ -664,7 +715,7 @@ mod tests {
               restartCount: 0, state: {waiting: {reason: ErrImagePull, message: 'not found'}}}]}",
         );
         assert!(
-            matches!(pod_run(&stuck, Timestamp::now(), START_DEADLINE), PodRun::Failed { container, exit_code: None, message }
+            matches!(pod_run(&stuck, Timestamp::now(), START_DEADLINE), PodRun::Failed { container, exit: None, message }
                 if container == "restore" && message.contains("ErrImagePull"))
         );
     }

@@ -28,20 +28,12 @@ pub use failure::RestoreFailure;
 use fetch_report::parse_verified;
 pub use observed::{
     ClusterView, Health, MemberProblem, MemberStatus, NOT_STARTED, PodRun, RestoreObserved,
-    SourceProblem,
+    SourceProblem, ToolExit,
 };
 pub use recorded::{
     ExpectedBackup, KeySpace, RestorePhase, RestorePlan, Survivor, VerifiedSnapshot,
 };
 pub use step::RestoreStep;
-
-/// `etcd-backup fetch`'s exit codes: the data failed verification, the identity cannot decrypt
-/// it, and any other failure (the object missing, refused or unreachable, the scratch volume
-/// full). (`backup_cli::EXIT_DATA_BAD`, `EXIT_NO_USABLE_IDENTITY` and `EXIT_FAILED`; the
-/// restore operator's tests check that they agree.)
-pub const FETCH_DATA_BAD: i32 = 3;
-pub const FETCH_NO_USABLE_IDENTITY: i32 = 4;
-pub const FETCH_FAILED: i32 = 1;
 
 /// The revision every restored member must serve at least: the snapshot's, plus the bump when
 /// the restore tool moved it forward.
@@ -427,10 +419,10 @@ mod tests {
         }
     }
 
-    fn failed(container: &str, exit_code: i32, message: &str) -> PodRun {
+    fn failed(container: &str, exit: ToolExit, message: &str) -> PodRun {
         PodRun::Failed {
             container: container.into(),
-            exit_code: Some(exit_code),
+            exit: Some(exit),
             message: message.into(),
         }
     }
@@ -764,7 +756,7 @@ mod tests {
     fn a_restore_pod_that_never_starts_fails_the_restore_and_gives_the_cluster_back() {
         let not_started = PodRun::Failed {
             container: NOT_STARTED.into(),
-            exit_code: None,
+            exit: None,
             message: "no container started within 600 s: Unschedulable: 0/1 nodes are available"
                 .into(),
         };
@@ -853,8 +845,10 @@ mod tests {
     #[test]
     fn a_backup_that_fails_any_members_fetch_gives_the_cluster_back_untouched() {
         let mut o = restoring(PodRun::Running);
-        o.restore_pods
-            .insert("c-3".into(), failed("fetch", 3, "sha256 trailer mismatch"));
+        o.restore_pods.insert(
+            "c-3".into(),
+            failed("fetch", ToolExit::DataBad, "sha256 trailer mismatch"),
+        );
         // First the cause is recorded and the restore's claims and pods go.
         let RestoreStep::Discard {
             reason,
@@ -899,10 +893,10 @@ mod tests {
         ));
         // A fetch that could not read the backup (exit 1) fails it too, saying so; one that
         // was killed (exit 137: a memory limit, say) said nothing about the backup.
-        let fetch_failed = |exit_code: i32, message: &str| {
+        let fetch_failed = |exit: ToolExit, message: &str| {
             let mut o = restoring(PodRun::Running);
             o.restore_pods
-                .insert("c-3".into(), failed("fetch", exit_code, message));
+                .insert("c-3".into(), failed("fetch", exit, message));
             match plan(&names(), &o) {
                 RestoreStep::Discard {
                     reason, message, ..
@@ -910,24 +904,27 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let (reason, message) = fetch_failed(1, "fetch exited 1: NoSuchKey");
+        let (reason, message) = fetch_failed(ToolExit::Failed, "fetch exited 1: NoSuchKey");
         assert_eq!(reason, RestoreFailure::BackupInvalid);
         assert!(message.contains("could not read the backup") && message.contains("NoSuchKey"));
         assert!(!message.contains("failed verification"), "{message}");
         // An identity that opens none of the backup's stanzas (exit 4): the key is wrong, and
         // the reason says so rather than calling the backup invalid.
-        let (reason, message) = fetch_failed(4, "is not among its recipients (age1abc)");
+        let (reason, message) = fetch_failed(
+            ToolExit::NoUsableIdentity,
+            "is not among its recipients (age1abc)",
+        );
         assert_eq!(reason, RestoreFailure::NoUsableIdentity);
         assert!(message.contains("spec.decryption") && message.contains("age1abc"));
         assert!(message.contains("no member or volume of the cluster was touched"));
-        let (reason, message) = fetch_failed(137, "fetch exited 137: OOMKilled");
+        let (reason, message) = fetch_failed(ToolExit::Other(137), "fetch exited 137: OOMKilled");
         assert_eq!(reason, RestoreFailure::FetchFailed);
         assert!(message.contains("neither read whole nor judged") && message.contains("OOMKilled"));
         // A restore tool that fails: the same, with its own reason.
         let mut o = restoring(PodRun::Running);
         o.restore_pods.insert(
             "c-3".into(),
-            failed("restore", 1, "no space left on device"),
+            failed("restore", ToolExit::Failed, "no space left on device"),
         );
         assert!(matches!(
             plan(&names(), &o),
@@ -1006,8 +1003,10 @@ mod tests {
             RestoreStep::StartMembers(members()[1..].to_vec())
         );
         // A failure once the old members were stopped keeps the cluster paused.
-        o.restore_pods
-            .insert("c-4".into(), failed("restore", 137, "the pod was evicted"));
+        o.restore_pods.insert(
+            "c-4".into(),
+            failed("restore", ToolExit::Other(137), "the pod was evicted"),
+        );
         assert!(matches!(
             plan(&names(), &o),
             RestoreStep::Fail { reason, release: false, .. } if reason == RestoreFailure::RestoreFailed
@@ -1265,11 +1264,11 @@ mod tests {
 
     #[test]
     fn when_a_point_is_not_reached_then_the_restore_fails_saying_so_before_touching_anything() {
-        let not_reached = |container: &str, exit_code: i32| {
+        let not_reached = |container: &str, exit: ToolExit| {
             let mut o = restoring(PodRun::Running);
             o.restore_pods.insert(
                 "c-3".into(),
-                failed(container, exit_code, "revision 900 is not archived yet"),
+                failed(container, exit, "revision 900 is not archived yet"),
             );
             match plan(&names(), &o) {
                 RestoreStep::Discard {
@@ -1278,14 +1277,20 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let (reason, message) = not_reached("prepare", 1);
+        let (reason, message) = not_reached("prepare", ToolExit::Failed);
         assert_eq!(reason, RestoreFailure::PointNotReached);
         assert!(message.contains("not archived yet"), "{message}");
         assert!(message.contains("no member or volume"), "{message}");
-        assert_eq!(not_reached("replay", 1).0, RestoreFailure::PointNotReached);
-        assert_eq!(not_reached("replay", 3).0, RestoreFailure::BackupInvalid);
         assert_eq!(
-            not_reached("prepare", 4).0,
+            not_reached("replay", ToolExit::Failed).0,
+            RestoreFailure::PointNotReached
+        );
+        assert_eq!(
+            not_reached("replay", ToolExit::DataBad).0,
+            RestoreFailure::BackupInvalid
+        );
+        assert_eq!(
+            not_reached("prepare", ToolExit::NoUsableIdentity).0,
             RestoreFailure::NoUsableIdentity
         );
     }
@@ -1482,7 +1487,7 @@ mod tests {
         ));
         worlds.push((
             "a_member_could_not_be_restored",
-            restoring(failed("fetch", FETCH_DATA_BAD, "sha256 mismatch")),
+            restoring(failed("fetch", ToolExit::DataBad, "sha256 mismatch")),
         ));
         worlds.push((
             "a_members_restore_was_lost",

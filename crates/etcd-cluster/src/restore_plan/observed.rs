@@ -21,10 +21,25 @@ pub enum PodRun {
         /// The container that failed: `fetch` (the backup could not be read or verified) or
         /// the restore tool.
         container: String,
-        /// Its exit code, when it ran and exited (not when it could not start).
-        exit_code: Option<i32>,
+        /// How it exited, when it ran and exited (not when it could not start).
+        exit: Option<ToolExit>,
         message: String,
     },
+}
+
+/// How a container of the `etcd-backup` image exited, as its exit code says (the operator
+/// that read the pod maps the code with `backup_cli::EXIT_*`, where the codes are defined).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolExit {
+    /// The data failed verification (corrupted, truncated, altered).
+    DataBad,
+    /// The identity given cannot decrypt it (none, not an age identity, not a recipient).
+    NoUsableIdentity,
+    /// Any other failure the tool reported (unreachable, refused, missing, a point not
+    /// reached).
+    Failed,
+    /// Another code: the tool did not say (killed at a memory limit, evicted, a crash).
+    Other(i32),
 }
 
 /// The container name [`PodRun::Failed`] carries when no container of the pod started in time
@@ -38,7 +53,7 @@ pub struct ClusterView {
     /// The operator reported the pause (`status.controlPaused`) for the current generation: it
     /// no longer acts on the cluster.
     pub pause_seen: bool,
-    /// The restore holding the cluster (annotation [`crate::status::RESTORE_ANNOTATION`]).
+    /// The restore holding the cluster (its annotation `etcd.database.coreos.com/restore`).
     pub restore: Option<String>,
     pub size: usize,
     pub version: String,

@@ -20,10 +20,9 @@ use std::collections::BTreeSet;
 
 use super::{
     ClusterView, MemberProblem, NOT_STARTED, PodRun, RestoreFailure, RestoreObserved, RestorePlan,
-    RestoreStep, expected_revision, fail, key_space_to_check, new_plan, survivor,
+    RestoreStep, ToolExit, expected_revision, fail, key_space_to_check, new_plan, survivor,
     verified_snapshot, wait,
 };
-use super::{FETCH_DATA_BAD, FETCH_FAILED, FETCH_NO_USABLE_IDENTITY};
 use crate::{ClusterNames, EtcdVersion};
 
 /// What every rule looks at.
@@ -257,19 +256,19 @@ pub fn handed_over(s: &Situation) -> Option<RestoreStep> {
 /// fails with the cause its container and exit code say (also when a crash came between
 /// giving the cluster back and recording the failure: it is not paused again).
 pub fn a_member_could_not_be_restored(s: &Situation) -> Option<RestoreStep> {
-    let (member, container, exit_code, message) = s.plan()?.members.iter().find_map(|m| match s
-        .observed
-        .restore_pods
-        .get(m)
-    {
-        Some(PodRun::Failed {
-            container,
-            exit_code,
-            message,
-        }) if !s.started(m) => Some((m, container, *exit_code, message)),
-        _ => None,
-    })?;
-    let (reason, message) = member_failure(s.observed, member, container, exit_code, message);
+    let (member, container, exit, message) =
+        s.plan()?
+            .members
+            .iter()
+            .find_map(|m| match s.observed.restore_pods.get(m) {
+                Some(PodRun::Failed {
+                    container,
+                    exit,
+                    message,
+                }) if !s.started(m) => Some((m, container, *exit, message)),
+                _ => None,
+            })?;
+    let (reason, message) = member_failure(s.observed, member, container, exit, message);
     s.fail(reason, &message)
 }
 
@@ -278,12 +277,13 @@ fn member_failure(
     observed: &RestoreObserved,
     member: &str,
     container: &str,
-    exit_code: Option<i32>,
+    exit: Option<ToolExit>,
     message: &str,
 ) -> (RestoreFailure, String) {
     let url = &observed.source_url;
     let untouched = "no member or volume of the cluster was touched";
-    match (&observed.snapshot, container, exit_code) {
+    use ToolExit::{DataBad, Failed, NoUsableIdentity};
+    match (&observed.snapshot, container, exit) {
         (None, NOT_STARTED, _) => (
             RestoreFailure::PodNotStarted,
             format!(
@@ -291,42 +291,42 @@ fn member_failure(
                  restored; {untouched}: {message}"
             ),
         ),
-        (None, "prepare" | "replay", Some(FETCH_DATA_BAD)) => (
+        (None, "prepare" | "replay", Some(DataBad)) => (
             RestoreFailure::BackupInvalid,
             format!(
                 "a backup or archived segment under {url} failed verification in member \
                  {member}'s restore to the point; {untouched}: {message}"
             ),
         ),
-        (None, "prepare" | "replay", Some(FETCH_NO_USABLE_IDENTITY)) => (
+        (None, "prepare" | "replay", Some(NoUsableIdentity)) => (
             RestoreFailure::NoUsableIdentity,
             format!(
                 "member {member}'s restore to the point could not decrypt the backups under \
                  {url} with the identity named (spec.decryption); {untouched}: {message}"
             ),
         ),
-        (None, "prepare" | "replay", Some(FETCH_FAILED)) => (
+        (None, "prepare" | "replay", Some(Failed)) => (
             RestoreFailure::PointNotReached,
             format!(
                 "member {member}'s restore to the point did not reach it from the backups and \
                  archive under {url}; {untouched}: {message}"
             ),
         ),
-        (None, "fetch", Some(FETCH_DATA_BAD)) => (
+        (None, "fetch", Some(DataBad)) => (
             RestoreFailure::BackupInvalid,
             format!(
                 "the backup {url} failed verification in member {member}'s fetch; {untouched}: \
                  {message}"
             ),
         ),
-        (None, "fetch", Some(FETCH_NO_USABLE_IDENTITY)) => (
+        (None, "fetch", Some(NoUsableIdentity)) => (
             RestoreFailure::NoUsableIdentity,
             format!(
                 "member {member}'s fetch could not decrypt the backup {url} with the identity \
                  named (spec.decryption); {untouched}: {message}"
             ),
         ),
-        (None, "fetch", Some(FETCH_FAILED)) => (
+        (None, "fetch", Some(Failed)) => (
             RestoreFailure::BackupInvalid,
             format!(
                 "member {member}'s fetch could not read the backup {url}; {untouched}: {message}"

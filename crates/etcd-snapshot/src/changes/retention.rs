@@ -14,18 +14,25 @@ use std::collections::BTreeMap;
 use backup_storage::Store;
 
 use super::segment::{SegmentKey, SegmentManifest, archive_prefix, parse_segment_key};
+use backup_storage::MANIFEST_SUFFIX;
+
 use crate::{Manifest, Result, manifest_key};
 
 /// The segments of `base`'s archive (and their manifests) to delete when `kept` are the
 /// snapshots that stay: those none of them needs. Nothing when a kept snapshot's manifest
 /// cannot be read (its cluster is unknown, so any segment may be needed).
 pub async fn segments_to_prune(store: &Store, base: &str, kept: &[String]) -> Result<Vec<String>> {
-    let segments: Vec<SegmentKey> = store
+    let listed: Vec<String> = store
         .list(&archive_prefix(base))
         .await?
-        .iter()
-        .filter_map(|o| parse_segment_key(base, &o.key))
+        .into_iter()
+        .map(|o| o.key)
         .collect();
+    let segments: Vec<SegmentKey> = listed
+        .iter()
+        .filter_map(|key| parse_segment_key(base, key))
+        .collect();
+    let stale = stale_pending_manifests(base, &listed, &segments);
     if segments.is_empty() {
         return Ok(Vec::new());
     }
@@ -55,7 +62,43 @@ pub async fn segments_to_prune(store: &Store, base: &str, kept: &[String]) -> Re
     Ok(segments_to_delete(&segments, &newest_last, &snapshots)
         .into_iter()
         .flat_map(|key| [manifest_key(&key), key])
+        .chain(stale)
         .collect())
+}
+
+/// The pending manifests (written just before a segment's commit, see the writer) of
+/// segments that are not their cluster's newest: only the newest one's is ever read back, after
+/// a crash between the commit and the manifest. Others are left by a crash before a commit
+/// whose segment was then written under another key (the archive resumed after a snapshot),
+/// or by a delete that failed; nothing reads them.
+pub fn stale_pending_manifests(
+    base: &str,
+    listed: &[String],
+    segments: &[SegmentKey],
+) -> Vec<String> {
+    let mut newest: BTreeMap<&str, i64> = BTreeMap::new();
+    for segment in segments {
+        let first = newest
+            .entry(&segment.cluster_id)
+            .or_insert(segment.first_revision);
+        *first = (*first).max(segment.first_revision);
+    }
+    listed
+        .iter()
+        .filter(|key| {
+            let Some(segment) = key
+                .strip_suffix(".pending")
+                .and_then(|k| k.strip_suffix(MANIFEST_SUFFIX))
+                .and_then(|k| parse_segment_key(base, k))
+            else {
+                return false;
+            };
+            newest
+                .get(segment.cluster_id.as_str())
+                .is_some_and(|n| segment.first_revision < *n)
+        })
+        .cloned()
+        .collect()
 }
 
 /// A kept snapshot: its cluster and revision.
@@ -161,6 +204,37 @@ mod tests {
         let newest = BTreeMap::from([("old".into(), 99), ("new".into(), 5100)]);
         let delete = segments_to_delete(&segments, &newest, &[kept("new", 4999)]);
         assert_eq!(delete, ["old/10"]);
+    }
+
+    #[test]
+    fn pending_manifests_of_segments_that_are_not_their_clusters_newest_go() {
+        let base = "b/etcd.backup";
+        let key =
+            |cluster: &str, first: i64| super::super::segment::segment_key(base, cluster, first);
+        let pending = |segment: &str| format!("{segment}{MANIFEST_SUFFIX}.pending");
+        let (old, newest, other) = (key("a", 10), key("a", 20), key("b", 5));
+        let segments: Vec<SegmentKey> = [&old, &newest, &other]
+            .iter()
+            .map(|k| parse_segment_key(base, k).unwrap())
+            .collect();
+        let orphan = key("a", 15);
+        let listed = [
+            old.clone(),
+            newest.clone(),
+            other.clone(),
+            pending(&old),
+            pending(&orphan),
+            pending(&newest),
+            pending(&other),
+            pending(&key("c", 1)),
+        ]
+        .map(String::from);
+        assert_eq!(
+            stale_pending_manifests(base, &listed, &segments),
+            [pending(&old), pending(&orphan)],
+            "the newest segment's pending manifest may still be read back; a cluster without \
+             segments is not judged"
+        );
     }
 
     #[test]

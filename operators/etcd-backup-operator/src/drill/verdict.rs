@@ -3,7 +3,6 @@
 //! messages (`check` writes its JSON verdict there; the others' is the end of their log).
 
 use backup_api::DrillResult;
-use etcd_cluster::restore_plan::{FETCH_DATA_BAD, FETCH_NO_USABLE_IDENTITY};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use operator_runtime::events::truncate_note;
 use serde::Deserialize;
@@ -98,14 +97,14 @@ pub fn read(pod: &Pod) -> Option<Verdict> {
                     .and_then(terminated)
                     .filter(|(code, _)| *code != 0)
                 {
-                    return Some(match (step, code) {
-                        ("fetch", FETCH_DATA_BAD) => failed(
+                    return Some(match (step, u8::try_from(code)) {
+                        ("fetch", Ok(backup_cli::EXIT_DATA_BAD)) => failed(
                             "BackupCorrupt",
                             format!(
                                 "the backup failed verification while it was fetched: {message}"
                             ),
                         ),
-                        ("fetch", FETCH_NO_USABLE_IDENTITY) => failed(
+                        ("fetch", Ok(backup_cli::EXIT_NO_USABLE_IDENTITY)) => failed(
                             "NoUsableIdentity",
                             format!(
                                 "the backup could not be decrypted with the drill's identity \
