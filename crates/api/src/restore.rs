@@ -152,6 +152,7 @@ pub struct FromSurvivor {
 /// `spec.pointInTime`: a revision, or a time.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[x_kube(validation = Rule::new("has(self.revision) != has(self.time)").message("pointInTime names a revision or a time, exactly one"))]
+#[serde(rename_all = "camelCase")]
 pub struct PointInTime {
     /// The revision to restore to: the key space exactly as it was once this revision was
     /// committed (e.g. the one before a damaging change, found with `etcdctl get --rev` or a
@@ -162,6 +163,13 @@ pub struct PointInTime {
     /// Or a time (RFC 3339): the last revision the archive saw committed at or before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<Time>,
+    /// The etcd cluster ID (hex, as in the backups' manifests) whose snapshots and changes
+    /// to use, when the EtcdBackup's base holds those of several: a cluster restored before
+    /// gets a new ID, and its archive goes on beside the old one's. Without it such a point
+    /// fails with `PointNotReached`, naming the IDs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16), regex(pattern = r"^[0-9a-f]+$"))]
+    pub cluster_id: Option<String>,
 }
 
 /// An EtcdBackup in this namespace.

@@ -49,7 +49,8 @@ pub enum RestoreFailure {
     QuorumNotLost,
     /// A restore to a point (`spec.pointInTime`) cannot reach it from what is stored: the
     /// point is before the oldest snapshot, inside a gap of the archive, not archived yet, or
-    /// the archived changes did not replay.
+    /// the snapshots of several clusters lie before it (none named); or the replay's scratch
+    /// member failed. (An archive that does not replay as recorded is `BackupInvalid`.)
     PointNotReached,
 }
 

@@ -68,10 +68,16 @@ pub fn key_space_to_check(
     snapshot: &VerifiedSnapshot,
     bumped: bool,
 ) -> Option<(KeySpace, i64)> {
-    // A backupRef's record, or what a restore to a point replayed.
-    let recorded = expected
-        .and_then(|e| e.contents.clone())
-        .or_else(|| snapshot.key_space.clone())?;
+    // A restore to a point: its replays made a file holding exactly the point's revision
+    // (checked after the snapshot was written), read there, or at the bump above it.
+    if let Some(replayed) = &snapshot.key_space {
+        let at = match bumped {
+            true => replayed.revision + REVISION_BUMP as i64,
+            false => replayed.revision,
+        };
+        return Some((replayed.clone(), at));
+    }
+    let recorded = expected?.contents.clone()?;
     if !bumped || snapshot.latest_revision != Some(recorded.revision) {
         return None;
     }
@@ -1248,7 +1254,17 @@ mod tests {
         };
         assert_eq!(
             key_space_to_check(None, &restored, true),
-            Some((key_space, 500 + REVISION_BUMP as i64))
+            Some((key_space.clone(), 500 + REVISION_BUMP as i64))
+        );
+        // A restore tool that does not bump (etcd before 3.4.27 and 3.5.10) logs no latest
+        // revision: the members serve the point's revision itself, and are read there.
+        let unbumped = VerifiedSnapshot {
+            latest_revision: None,
+            ..restored
+        };
+        assert_eq!(
+            key_space_to_check(None, &unbumped, false),
+            Some((key_space, 500))
         );
     }
 
@@ -1292,6 +1308,10 @@ mod tests {
         assert_eq!(
             not_reached("prepare", ToolExit::NoUsableIdentity).0,
             RestoreFailure::NoUsableIdentity
+        );
+        assert_eq!(
+            not_reached("scratch-restore", ToolExit::Failed).0,
+            RestoreFailure::PointNotReached
         );
     }
 

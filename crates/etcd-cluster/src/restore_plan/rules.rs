@@ -312,6 +312,13 @@ fn member_failure(
                  archive under {url}; {untouched}: {message}"
             ),
         ),
+        (None, "scratch-restore" | "scratch-etcd", _) => (
+            RestoreFailure::PointNotReached,
+            format!(
+                "member {member}'s scratch member, into which the archive is replayed, failed; \
+                 {untouched}: {message}"
+            ),
+        ),
         (None, "fetch", Some(DataBad)) => (
             RestoreFailure::BackupInvalid,
             format!(

@@ -51,7 +51,7 @@ pub enum Unreachable {
     #[error("there are no snapshots under this base")]
     NoSnapshots,
     #[error(
-        "snapshots of several clusters ({clusters}) lie before the point (a cluster restored into a new ID archives apart): name one with --cluster-id"
+        "snapshots of several clusters ({clusters}) lie before the point (a cluster restored into a new ID archives apart): name one with --cluster-id (an EtcdRestore: spec.pointInTime.clusterId)"
     )]
     SeveralClusters { clusters: String },
     #[error(

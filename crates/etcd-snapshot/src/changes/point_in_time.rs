@@ -666,15 +666,11 @@ impl Replay {
                 ChangeKind::Delete => TxnOp::delete(change.key.clone(), None),
             });
         }
-        let answer =
-            client
-                .txn(Txn::new().and_then(ops))
-                .await
-                .map_err(|e| PointInTimeError::Diverged {
-                    expected: revision,
-                    found: self.at,
-                    detail: format!("etcd refused the transaction: {e}"),
-                })?;
+        // An error here is the scratch member's (gone, restarted, a limit), not the archive's.
+        let answer = client
+            .txn(Txn::new().and_then(ops))
+            .await
+            .map_err(|e| PointInTimeError::Etcd(format!("applying revision {revision}: {e}")))?;
         let found = answer.header().map_or(0, |h| h.revision());
         if found != revision {
             return Err(PointInTimeError::Diverged {

@@ -434,6 +434,7 @@ pub(crate) mod tests {
             restore.spec.point_in_time = Some(backup_api::PointInTime {
                 revision: Some(41),
                 time: None,
+                cluster_id: Some("cdf818194e3a8c32".into()),
             });
             let mut source = from_spec(&restore.spec).unwrap();
             source.url = "s3://bucket/etcd.backup".into();
@@ -471,7 +472,7 @@ pub(crate) mod tests {
                 .collect()
         };
         let prepare = args(&init[0], "args");
-        let tail: Vec<&str> = prepare[prepare.len() - 10..]
+        let tail: Vec<&str> = prepare[prepare.len() - 12..]
             .iter()
             .map(String::as_str)
             .collect();
@@ -486,6 +487,8 @@ pub(crate) mod tests {
                 "/var/etcd-point",
                 "--etcd-version",
                 "3.6.16",
+                "--cluster-id",
+                "cdf818194e3a8c32",
                 "--identity",
                 "/etc/etcd-backup/age/identity.txt"
             ]

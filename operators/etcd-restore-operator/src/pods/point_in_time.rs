@@ -91,6 +91,9 @@ pub fn point_containers(
         "--etcd-version".into(),
         version.to_string(),
     ]);
+    if let Some(cluster_id) = &point.cluster_id {
+        prepare.extend(["--cluster-id".into(), cluster_id.clone()]);
+    }
     prepare.extend(identity_args(source));
 
     let snapshot = format!("{WORK}/snapshot.db");
