@@ -58,22 +58,15 @@ impl Tools {
             .ok_or_else(|| {
                 ScratchError::Etcd(format!("{} --version said: {text}", etcd.display()))
             })?;
-        let minor = |v: &str| {
-            v.trim_start_matches('v')
-                .splitn(3, '.')
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(".")
-        };
         if minor(&version) != minor(recorded) {
+            let (major, minor) = minor(recorded);
             return Err(ScratchError::Etcd(format!(
                 "the backup was taken from etcd {recorded}; the etcd found ({}) is {version}: \
-                 drill with etcd {} (--etcd-bin-dir)",
+                 drill with etcd {major}.{minor} (--etcd-bin-dir)",
                 etcd.display(),
-                minor(recorded)
             )));
         }
-        let restore_tool = if minor(&version) == "3.4" {
+        let restore_tool = if minor(&version) == (3, 4) {
             locate("etcdctl")
         } else {
             locate("etcdutl")
@@ -165,6 +158,15 @@ impl Tools {
                 source,
             })
     }
+}
+
+/// `(major, minor)` of a version like `3.6.16` or `v3.6.16` (unparsable parts count as 0).
+pub(crate) fn minor(version: &str) -> (u32, u32) {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// A free TCP port on loopback (the kernel's choice, released for etcd to take).

@@ -6,8 +6,11 @@
 //!   credential is a file from a Secret (never an argument or an environment value), the pod
 //!   gets no service account token, and the node's identity is off unless the operator was
 //!   told otherwise.
+//! - [`scratch`]: the throw-away etcd member a drill or a restore to a point serves on the
+//!   pod's loopback (the restore tool's container and the etcd sidecar).
 
 pub mod container;
+pub mod scratch;
 pub mod source;
 
 pub use container::{FetchMounts, fetch_container, tool_args};

@@ -11,7 +11,9 @@ use etcd_snapshot::changes::{
 use etcd_snapshot::{DrillOptions, HashKv, ObjectName, SaveOptions};
 use serde_json::json;
 
-use crate::cli::{ArchiveArgs, Output, PointInTimeArgs, PreparePointArgs, ReplayPointArgs, S3Args};
+use crate::cli::{
+    ArchiveArgs, Output, PointArgs, PointInTimeArgs, PreparePointArgs, ReplayPointArgs, S3Args,
+};
 use crate::setup::{connection, open, upload_options};
 
 pub async fn archive(args: ArchiveArgs, s3: &S3Args, output: Output) -> Result<()> {
@@ -128,8 +130,8 @@ fn text_of(line: &serde_json::Value) -> String {
 }
 
 /// `--revision` or `--time` (clap requires one of them).
-fn target(revision: Option<i64>, time: Option<&str>) -> Result<Target> {
-    match (revision, time) {
+fn target(point: &PointArgs) -> Result<Target> {
+    match (point.revision, point.time.as_deref()) {
         (Some(revision), _) => Ok(Target::Revision(revision)),
         (None, Some(time)) => Ok(Target::Time(
             chrono::DateTime::parse_from_rfc3339(time)
@@ -141,16 +143,16 @@ fn target(revision: Option<i64>, time: Option<&str>) -> Result<Target> {
 }
 
 pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -> Result<()> {
-    let target = target(args.revision, args.time.as_deref())?;
+    let target = target(&args.point)?;
     let identity = args.identity.load()?;
-    let (store, location) = open(&args.base, s3).await?;
+    let (store, location) = open(&args.point.base, s3).await?;
     let options = PointInTimeOptions {
         scratch: DrillOptions {
             etcd_bin_dir: args.etcd_bin_dir,
             scratch_parent: args.scratch_dir,
             start_timeout: Duration::from_secs(args.start_timeout),
         },
-        cluster_id: args.cluster_id,
+        cluster_id: args.point.cluster_id,
     };
     let report = etcd_snapshot::changes::restore_to_point(
         &store,
@@ -169,15 +171,15 @@ pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -
 const PREPARED: &str = "point.json";
 
 pub async fn prepare_point(args: PreparePointArgs, s3: &S3Args, output: Output) -> Result<()> {
-    let target = target(args.revision, args.time.as_deref())?;
+    let target = target(&args.point)?;
     let identity = args.identity.load()?;
-    let (store, location) = open(&args.base, s3).await?;
+    let (store, location) = open(&args.point.base, s3).await?;
     let prepared = etcd_snapshot::changes::prepare_point(
         &store,
         &location.key(),
         target,
         identity.as_ref(),
-        args.cluster_id.as_deref(),
+        args.point.cluster_id.as_deref(),
         &args.etcd_version,
         &args.dir.join("snapshot.db"),
     )

@@ -233,9 +233,10 @@ pub struct ArchiveArgs {
     pub parts: PartArgs,
 }
 
+/// Which point of which backups: what `point-in-time` and `prepare-point` share.
 #[derive(Args, Debug)]
 #[command(group = clap::ArgGroup::new("point").required(true).multiple(false))]
-pub struct PointInTimeArgs {
+pub struct PointArgs {
     /// The scheduled backups' base name, as given to `archive --to`.
     pub base: String,
     /// The revision to restore to.
@@ -245,15 +246,21 @@ pub struct PointInTimeArgs {
     /// at or before it.
     #[arg(long, group = "point")]
     pub time: Option<String>,
+    /// Only this cluster's snapshots and changes (the hex ID in their manifests), when the
+    /// base holds several (a restored cluster gets a new ID).
+    #[arg(long)]
+    pub cluster_id: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PointInTimeArgs {
+    #[command(flatten)]
+    pub point: PointArgs,
     /// The snapshot file to write; written as <out>.part and renamed when complete.
     #[arg(long)]
     pub out: PathBuf,
     #[command(flatten)]
     pub identity: IdentityArgs,
-    /// Only this cluster's snapshots and changes (the hex ID in their manifests), when the
-    /// base holds several (a restored cluster gets a new ID).
-    #[arg(long)]
-    pub cluster_id: Option<String>,
     /// Directory with etcd and etcdutl of the snapshot's etcd minor version (default: PATH).
     #[arg(long)]
     pub etcd_bin_dir: Option<PathBuf>,
@@ -266,16 +273,9 @@ pub struct PointInTimeArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("point").required(true).multiple(false))]
 pub struct PreparePointArgs {
-    /// The scheduled backups' base name, as given to `archive --to`.
-    pub base: String,
-    /// The revision to restore to.
-    #[arg(long, group = "point")]
-    pub revision: Option<i64>,
-    /// Or a time (RFC 3339): the last revision the archive saw at or before it.
-    #[arg(long, group = "point")]
-    pub time: Option<String>,
+    #[command(flatten)]
+    pub point: PointArgs,
     /// Where snapshot.db and point.json are written.
     #[arg(long)]
     pub dir: PathBuf,
@@ -284,9 +284,6 @@ pub struct PreparePointArgs {
     pub etcd_version: String,
     #[command(flatten)]
     pub identity: IdentityArgs,
-    /// Only this cluster's snapshots and changes (see `point-in-time`).
-    #[arg(long)]
-    pub cluster_id: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -27,7 +27,7 @@ use super::segment::{SegmentManifest, archive_prefix, parse_segment_key};
 use super::writer::time_of;
 use crate::contents::{self, Contents, HashKv};
 use crate::naming::parse_scheduled;
-use crate::scratch::{Tools, free_port, log_tail};
+use crate::scratch::{Tools, free_port, log_tail, minor};
 use crate::{DrillOptions, EtcdConnection, Manifest, TrailerVerifier, select_member};
 
 /// TTL given to a lease the archive could not ask about (it had expired when asked).
@@ -363,15 +363,6 @@ pub async fn replay_point(
     .await?;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// `(major, minor)` of a version like `3.6.16` or `v3.6.16` (unparsable parts count as 0).
-fn minor(version: &str) -> (u32, u32) {
-    let mut parts = version
-        .trim_start_matches('v')
-        .split('.')
-        .map(|p| p.parse().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PointInTimeError + use<> {

@@ -22,8 +22,9 @@ use std::collections::BTreeMap;
 use backup_api::{BackupDrill, BackupRecord, EtcdBackup};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::drill_restore_command;
+use fetch_pod::scratch::{ScratchMember, scratch_etcd_container, scratch_restore_container};
 use fetch_pod::{FetchMounts, Source, fetch_container};
-use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, EnvVar, Pod, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod, PodSpec, Volume};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use operator_runtime::pod_security::{self, RunAs};
@@ -133,45 +134,26 @@ pub fn drill_pod(
         &snapshot,
         mount("scratch", SCRATCH, false),
     );
-    let mut restore_argv = drill_restore_command(&version, &snapshot, &data_dir, PEER_URL);
-    restore_argv[0] = format!("/usr/local/bin/{}", restore_argv[0]);
-    let restore = Container {
-        name: "restore".into(),
-        image: Some(etcd_image.clone()),
-        command: Some(restore_argv),
-        env: Some(vec![EnvVar {
-            name: "ETCDCTL_API".into(),
-            value: Some("3".into()),
-            ..Default::default()
-        }]),
-        volume_mounts: Some(vec![mount("scratch", SCRATCH, false)]),
-        resources: drill.resources.clone(),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
-    };
-    let etcd = Container {
-        name: "etcd".into(),
-        image: Some(etcd_image),
-        command: Some(
-            [
-                "/usr/local/bin/etcd",
-                "--name=drill",
-                &format!("--data-dir={data_dir}"),
-                &format!("--listen-client-urls={CLIENT_URL}"),
-                &format!("--advertise-client-urls={CLIENT_URL}"),
-                &format!("--listen-peer-urls={PEER_URL}"),
-                &format!("--initial-advertise-peer-urls={PEER_URL}"),
-                &format!("--initial-cluster=drill={PEER_URL}"),
-            ]
-            .map(str::to_string)
-            .to_vec(),
-        ),
-        // A native sidecar: it runs beside `check` and is stopped when `check` is done.
-        restart_policy: Some("Always".into()),
-        volume_mounts: Some(vec![mount("scratch", SCRATCH, false)]),
-        resources: drill.resources.clone(),
-        ..Default::default()
-    };
+    let restore = scratch_restore_container(
+        "restore",
+        &etcd_image,
+        drill_restore_command(&version, &snapshot, &data_dir, PEER_URL),
+        mount("scratch", SCRATCH, false),
+        drill.resources.clone(),
+    );
+    // A native sidecar: it runs beside `check` and is stopped when `check` is done.
+    let etcd = scratch_etcd_container(
+        "etcd",
+        &etcd_image,
+        &ScratchMember {
+            data_dir: &data_dir,
+            client_url: CLIENT_URL,
+            peer_url: PEER_URL,
+            extra_flags: &[],
+        },
+        mount("scratch", SCRATCH, false),
+        drill.resources.clone(),
+    );
     let expect = serde_json::json!({
         "revision": contents.revision,
         "keyCount": contents.key_count,

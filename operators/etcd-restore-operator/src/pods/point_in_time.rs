@@ -23,10 +23,9 @@ use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::drill_restore_command;
 use etcd_snapshot::changes::REPLAY_MEMBER_FLAGS;
 use fetch_pod::container::{env, identity_args};
+use fetch_pod::scratch::{ScratchMember, scratch_etcd_container, scratch_restore_container};
 use fetch_pod::{FetchMounts, Source, tool_args};
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, ResourceRequirements, Volume,
-};
+use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, ResourceRequirements, Volume};
 use operator_runtime::volumes::mount;
 
 /// The container whose output is the verified snapshot's report (a plain restore's `fetch`).
@@ -42,15 +41,18 @@ const PEER_URL: &str = "http://127.0.0.1:2380";
 /// How long `replay` waits for the scratch member (a large database takes a while to open).
 const START_TIMEOUT_SECONDS: u64 = 600;
 
+/// What a restore to a point adds to a restore pod.
+pub struct PointContainers {
+    /// In place of `fetch`, in order.
+    pub init: Vec<Container>,
+    /// The work volume they share.
+    pub volume: Volume,
+}
+
 /// The init containers and the work volume of a restore to `point` of `source` (its `url` is
 /// the backups' base name), writing the snapshot at the point to `out` on `scratch` (the
 /// volume name and mount path of the pod's scratch volume). `etcd_image` and `version` are
 /// the plan's.
-pub struct PointContainers {
-    pub init: Vec<Container>,
-    pub volume: Volume,
-}
-
 #[allow(clippy::too_many_arguments)]
 pub fn point_containers(
     source: &Source,
@@ -98,51 +100,32 @@ pub fn point_containers(
 
     let snapshot = format!("{WORK}/snapshot.db");
     let data_dir = format!("{WORK}/data");
-    let mut restore_argv = drill_restore_command(version, &snapshot, &data_dir, PEER_URL);
-    restore_argv[0] = format!("/usr/local/bin/{}", restore_argv[0]);
-    let scratch_restore = Container {
-        name: "scratch-restore".into(),
-        image: Some(etcd_image.into()),
-        command: Some(restore_argv),
-        env: Some(vec![EnvVar {
-            name: "ETCDCTL_API".into(),
-            value: Some("3".into()),
-            ..Default::default()
-        }]),
-        volume_mounts: Some(vec![work()]),
-        resources: resources.clone(),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
-    };
-
-    let mut etcd_argv: Vec<String> = [
-        "/usr/local/bin/etcd".to_string(),
-        "--name=drill".into(),
-        format!("--data-dir={data_dir}"),
-        format!("--listen-client-urls={CLIENT_URL}"),
-        format!("--advertise-client-urls={CLIENT_URL}"),
-        format!("--listen-peer-urls={PEER_URL}"),
-        format!("--initial-advertise-peer-urls={PEER_URL}"),
-        format!("--initial-cluster=drill={PEER_URL}"),
-    ]
-    .into();
-    etcd_argv.extend(
-        REPLAY_MEMBER_FLAGS
-            .iter()
-            // 3.4 has no --unsafe-no-fsync (slower, same result).
-            .filter(|f| version.at_least(3, 5, 0) || **f != "--unsafe-no-fsync")
-            .map(|f| f.to_string()),
+    let scratch_restore = scratch_restore_container(
+        "scratch-restore",
+        etcd_image,
+        drill_restore_command(version, &snapshot, &data_dir, PEER_URL),
+        work(),
+        resources.clone(),
     );
-    let scratch_etcd = Container {
-        name: "scratch-etcd".into(),
-        image: Some(etcd_image.into()),
-        command: Some(etcd_argv),
-        // A native sidecar: it runs beside `replay` and `restore`, stopped after them.
-        restart_policy: Some("Always".into()),
-        volume_mounts: Some(vec![work()]),
+    // 3.4 has no --unsafe-no-fsync (slower, same result).
+    let flags: Vec<&str> = REPLAY_MEMBER_FLAGS
+        .iter()
+        .copied()
+        .filter(|f| version.at_least(3, 5, 0) || *f != "--unsafe-no-fsync")
+        .collect();
+    // A native sidecar: it runs beside `replay` and `restore`, stopped after them.
+    let scratch_etcd = scratch_etcd_container(
+        "scratch-etcd",
+        etcd_image,
+        &ScratchMember {
+            data_dir: &data_dir,
+            client_url: CLIENT_URL,
+            peer_url: PEER_URL,
+            extra_flags: &flags,
+        },
+        work(),
         resources,
-        ..Default::default()
-    };
+    );
 
     let mut replay = vec![
         "replay-point".to_string(),
