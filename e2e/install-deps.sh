@@ -65,6 +65,16 @@ if [[ ! -x $promtool ]]; then
   installed+=(promtool)
 fi
 
+# Azurite (the Azure Blob emulator of the storage tests), from the npm registry: 3.35.0 is the
+# last release that runs on Debian 12's Node 20. Kept in the cache, not installed globally.
+azurite=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite/azurite-3.35.0
+if [[ ! -x $azurite/node_modules/.bin/azurite-blob ]]; then
+  command -v npm >/dev/null || { $sudo apt-get update -q && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; }
+  mkdir -p "$azurite"
+  npm install --prefix "$azurite" --no-audit --no-fund --loglevel=error azurite@3.35.0 >&2
+  installed+=(azurite)
+fi
+
 # rustfmt and clippy: e2e/test.sh fails on unformatted code and on clippy warnings first.
 for component in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then

@@ -6,6 +6,7 @@
 #                              kube-proxy, kubectl   (k8s.io/kubernetes)
 #   etcd, each line            etcd, etcdctl, etcdutl (go.etcd.io/etcd/{server,etcdctl,etcdutl}/v3)
 #   containerd 2               containerd, containerd-shim-runc-v2, ctr
+#   fake-gcs-server            the GCS emulator of the storage tests (github.com/fsouza/fake-gcs-server)
 #
 # Versions are in versions.sh. Each build module (a go.mod that requires the upstream module and
 # pins every module its go.mod points at a local directory, which the published zip does not
@@ -45,7 +46,7 @@ reported() {
     etcdctl) "$b" version 2>/dev/null | awk '/^etcdctl version:/ {print "etcdctl", "v" $3}' ;;
     etcdutl) "$b" version 2>/dev/null | awk '/^etcdutl version:/ {print "etcdutl", "v" $3}' ;;
     containerd) "$b" --version 2>/dev/null | awk '{print "containerd", $3}' ;;
-    *) echo "${b##*/} present" ;;
+    *) [[ -x $b ]] && echo "${b##*/} present" ;;
   esac
 }
 # True when every binary in DIR is there and reports VERSION.
@@ -150,6 +151,16 @@ if ! warm "$containerd_bin" "$containerd_release" containerd containerd-shim-run
   build containerd "$containerd_release" "$containerd_bin" \
     "-X github.com/containerd/containerd/v2/version.Version=$containerd_release" "no_btrfs" "$containerd_commands"
   warm "$containerd_bin" "$containerd_release" containerd || die "containerd in $containerd_bin does not report $containerd_release"
+fi
+
+# fake-gcs-server: one module, its main package at the root.
+if ((repin)) || [[ ! -f $pins/fake-gcs-server-$fake_gcs_release/go.sum ]]; then
+  same() { echo "$2"; }
+  pin fake-gcs-server "$fake_gcs_release" same github.com/fsouza/fake-gcs-server github.com/fsouza/fake-gcs-server
+fi
+if ! warm "$fake_gcs_bin" "$fake_gcs_release" fake-gcs-server; then
+  build fake-gcs-server "$fake_gcs_release" "$fake_gcs_bin" "" "" github.com/fsouza/fake-gcs-server
+  warm "$fake_gcs_bin" "$fake_gcs_release" fake-gcs-server || die "fake-gcs-server is missing from $fake_gcs_bin"
 fi
 
 echo "KUBE_TESTBED_BIN=$kube_bin"

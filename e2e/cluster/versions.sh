@@ -24,6 +24,8 @@ etcd_releases=(v3.5.33 v3.6.16 v3.7.3)
 etcd_refused_patches=(v3.5.21 v3.6.10)
 # Kubernetes 1.36 and later need containerd 2; 1.35 runs on it too.
 containerd_release=v2.2.9
+# The GCS emulator the storage tests run against (fake-gcs-server's JSON API, resumable uploads).
+fake_gcs_release=v1.56.1
 
 upstream_cache=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite
 # KUBE_TESTBED_BIN (the Kubernetes binaries) and KUBE_TESTBED_CACHE keep their meaning from
@@ -35,3 +37,4 @@ etcd_bin() { echo "$upstream_cache/etcd-$1/bin"; }
 # line, or ETCD_TESTBED_VERSION (one of etcd_releases).
 testbed_etcd_bin=$(etcd_bin "${ETCD_TESTBED_VERSION:-${etcd_releases[-1]}}")
 containerd_bin=$upstream_cache/containerd-$containerd_release/bin
+fake_gcs_bin=$upstream_cache/fake-gcs-server-$fake_gcs_release/bin

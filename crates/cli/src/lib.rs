@@ -13,7 +13,7 @@ use clap::ValueEnum;
 #[cfg(feature = "storage")]
 pub use interrupt::{Interrupt, NOTHING_STORED, exit_after, until_interrupted};
 #[cfg(feature = "storage")]
-pub use storage::{CompressArg, EncryptArgs, IdentityArgs, KeyError, S3Args, SseArg};
+pub use storage::{CompressArg, EncryptArgs, IdentityArgs, KeyError, SseArg, StorageArgs};
 
 /// Exit code of a run that failed for any reason but the data (unreachable, refused, missing).
 pub const EXIT_FAILED: u8 = 1;

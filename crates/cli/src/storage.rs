@@ -1,18 +1,22 @@
-//! The flags of the programs that read and write backups: the `--s3-*` flags and the store
-//! they open, `--compress`, and the encryption keys.
+//! The flags of the programs that read and write backups: the `--s3-*`, `--gcs-*` and
+//! `--azure-*` flags and the store they open, `--compress`, and the encryption keys.
 
 use std::path::PathBuf;
 
 use backup_storage::compress::Compression;
 use backup_storage::encryption::{EncryptionError, Identity, Recipients};
-use backup_storage::{CustomerKey, Location, S3Options, ServerSideEncryption, Store};
+use backup_storage::{
+    AzureCredentials, AzureOptions, CustomerKey, GcsCredentials, GcsOptions, Location, S3Options,
+    ServerSideEncryption, StorageError, Store, StoreOptions,
+};
 use clap::{Args, ValueEnum};
 
-/// S3 settings beyond the standard AWS environment (`AWS_ACCESS_KEY_ID`,
-/// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_SHARED_CREDENTIALS_FILE`,
-/// `AWS_CONFIG_FILE`, web identity, instance profile), which is read as usual.
+/// How to reach the store a URL names: S3 settings beyond the standard AWS environment
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+/// `AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, web identity, instance profile), which is
+/// read as usual, and the GCS and Azure settings.
 #[derive(Args, Debug, Clone)]
-pub struct S3Args {
+pub struct StorageArgs {
     /// S3 endpoint for S3-compatible servers (default: AWS, or AWS_ENDPOINT_URL).
     #[arg(long, global = true)]
     pub s3_endpoint: Option<String>,
@@ -39,6 +43,114 @@ pub struct S3Args {
     /// read of the objects then carries. Never pass the key itself as an argument.
     #[arg(long, global = true, conflicts_with = "s3_sse", value_name = "FILE")]
     pub s3_sse_c_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub gcs: GcsArgs,
+    #[command(flatten)]
+    pub azure: AzureArgs,
+}
+
+/// Google Cloud Storage (`gs://bucket/key`). Credentials: `--gcs-credentials-file` (or
+/// `GOOGLE_APPLICATION_CREDENTIALS`), else `--gcs-access-token-file`, else the metadata server
+/// (GKE workload identity, the node's service account); `--gcs-anonymous` sends none.
+#[derive(Args, Debug, Clone, Default)]
+pub struct GcsArgs {
+    /// GCS endpoint (default: STORAGE_EMULATOR_HOST when set, else Google's).
+    #[arg(long, global = true, value_name = "URL")]
+    pub gcs_endpoint: Option<String>,
+    /// A service account key file (JSON).
+    #[arg(
+        long,
+        global = true,
+        env = "GOOGLE_APPLICATION_CREDENTIALS",
+        value_name = "FILE"
+    )]
+    pub gcs_credentials_file: Option<PathBuf>,
+    /// A file holding an OAuth access token (coreos' `access-token`); it is not refreshed.
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        conflicts_with = "gcs_credentials_file"
+    )]
+    pub gcs_access_token_file: Option<PathBuf>,
+    /// Send no credentials (an emulator, a public bucket).
+    #[arg(long, global = true, conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file"])]
+    pub gcs_anonymous: bool,
+}
+
+/// Azure Blob Storage (`azblob://container/key`). Credentials: `--azure-key-file`, else
+/// `--azure-sas-file`, else workload identity (`AZURE_FEDERATED_TOKEN_FILE`,
+/// `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, as AKS sets them).
+#[derive(Args, Debug, Clone, Default)]
+pub struct AzureArgs {
+    /// The storage account.
+    #[arg(
+        long,
+        global = true,
+        env = "AZURE_STORAGE_ACCOUNT",
+        value_name = "NAME"
+    )]
+    pub azure_account: Option<String>,
+    /// Blob endpoint (default: https://ACCOUNT.blob.core.windows.net; Azurite:
+    /// http://127.0.0.1:10000/ACCOUNT).
+    #[arg(long, global = true, value_name = "URL")]
+    pub azure_endpoint: Option<String>,
+    /// A file holding the storage account's key (base64, coreos' `storage-key`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub azure_key_file: Option<PathBuf>,
+    /// A file holding a SAS token (the query string).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        conflicts_with = "azure_key_file"
+    )]
+    pub azure_sas_file: Option<PathBuf>,
+}
+
+/// A credential read from a file, its line end trimmed.
+fn read_secret(path: &PathBuf) -> backup_storage::Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|source| StorageError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(text.trim().to_string())
+}
+
+impl GcsArgs {
+    pub fn options(&self) -> backup_storage::Result<GcsOptions> {
+        let credentials = match (
+            self.gcs_anonymous,
+            &self.gcs_credentials_file,
+            &self.gcs_access_token_file,
+        ) {
+            (true, _, _) => GcsCredentials::Anonymous,
+            (false, Some(file), _) => GcsCredentials::ServiceAccountKey(read_secret(file)?),
+            (false, None, Some(file)) => GcsCredentials::AccessToken(read_secret(file)?),
+            (false, None, None) => GcsCredentials::MetadataServer,
+        };
+        Ok(GcsOptions {
+            endpoint: self.gcs_endpoint.clone(),
+            credentials,
+            ..GcsOptions::default()
+        })
+    }
+}
+
+impl AzureArgs {
+    pub fn options(&self) -> backup_storage::Result<AzureOptions> {
+        let credentials = match (&self.azure_key_file, &self.azure_sas_file) {
+            (Some(file), _) => AzureCredentials::SharedKey(read_secret(file)?),
+            (None, Some(file)) => AzureCredentials::Sas(read_secret(file)?),
+            (None, None) => AzureCredentials::WorkloadIdentity,
+        };
+        Ok(AzureOptions {
+            account: self.azure_account.clone().unwrap_or_default(),
+            endpoint: self.azure_endpoint.clone(),
+            credentials,
+            ..AzureOptions::default()
+        })
+    }
 }
 
 /// `--s3-sse`.
@@ -50,7 +162,7 @@ pub enum SseArg {
     AwsKms,
 }
 
-impl S3Args {
+impl StorageArgs {
     pub fn options(&self) -> backup_storage::Result<S3Options> {
         let server_side_encryption = match (self.s3_sse, &self.s3_sse_c_key_file) {
             (Some(SseArg::Aes256), _) => ServerSideEncryption::S3Managed,
@@ -86,10 +198,21 @@ impl S3Args {
         }
     }
 
-    /// Opens the store a user-typed URL (`s3://bucket/key`, `file:///path`) names.
+    /// The options of the store `location` names; only its kind's flags are read (a GCS key
+    /// file that cannot be read does not stop an S3 backup).
+    pub fn store_options(&self, location: &Location) -> backup_storage::Result<StoreOptions> {
+        Ok(match location {
+            Location::S3 { .. } | Location::Local { .. } => StoreOptions::from(&self.options()?),
+            Location::Gcs { .. } => StoreOptions::from(&self.gcs.options()?),
+            Location::Azure { .. } => StoreOptions::from(&self.azure.options()?),
+        })
+    }
+
+    /// Opens the store a user-typed URL (`s3://bucket/key`, `gs://bucket/key`,
+    /// `azblob://container/key`, `file:///path`) names.
     pub async fn open(&self, url: &str) -> backup_storage::Result<(Store, Location)> {
         let location = Location::parse(url)?;
-        let store = Store::open(&location, &self.options()?).await?;
+        let store = Store::open(&location, self.store_options(&location)?).await?;
         Ok((store, location))
     }
 }
@@ -233,7 +356,7 @@ mod tests {
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
-        s3: S3Args,
+        storage: StorageArgs,
         #[arg(long, value_enum, default_value_t = CompressArg::None)]
         compress: CompressArg,
     }
@@ -253,7 +376,7 @@ mod tests {
             "zstd",
         ])
         .unwrap();
-        let options = cli.s3.options().unwrap();
+        let options = cli.storage.options().unwrap();
         assert_eq!(options.endpoint.as_deref(), Some("http://127.0.0.1:3900"));
         assert_eq!(options.region.as_deref(), Some("garage"));
         assert!(options.force_path_style);
@@ -264,7 +387,7 @@ mod tests {
     #[test]
     fn server_side_encryption_flags_become_the_mode() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["t"], args].concat());
-        let options = |args: &[&str]| parse(args).unwrap().s3.options().unwrap();
+        let options = |args: &[&str]| parse(args).unwrap().storage.options().unwrap();
         assert_eq!(
             options(&[]).server_side_encryption,
             ServerSideEncryption::BucketDefault
@@ -294,7 +417,7 @@ mod tests {
         std::fs::write(&key, b"short").unwrap();
         let err = parse(&["--s3-sse-c-key-file", path])
             .unwrap()
-            .s3
+            .storage
             .options()
             .unwrap_err()
             .to_string();
@@ -303,9 +426,50 @@ mod tests {
     }
 
     #[test]
+    fn gcs_and_azure_flags_choose_their_credentials() {
+        let dir = std::env::temp_dir().join(format!("cloud-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "c2VjcmV0\n").unwrap();
+        let path = file.to_str().unwrap();
+        let parse = |args: &[&str]| Cli::try_parse_from([&["t"], args].concat());
+        let gcs = |args: &[&str]| parse(args).unwrap().storage.gcs.options().unwrap();
+        assert!(matches!(
+            gcs(&["--gcs-anonymous", "--gcs-endpoint", "http://127.0.0.1:4443"]).credentials,
+            GcsCredentials::Anonymous
+        ));
+        assert!(matches!(
+            gcs(&["--gcs-access-token-file", path]).credentials,
+            GcsCredentials::AccessToken(t) if t == "c2VjcmV0"
+        ));
+        assert!(matches!(
+            gcs(&["--gcs-credentials-file", path]).credentials,
+            GcsCredentials::ServiceAccountKey(_)
+        ));
+        assert!(parse(&["--gcs-anonymous", "--gcs-credentials-file", path]).is_err());
+        let azure = |args: &[&str]| parse(args).unwrap().storage.azure.options().unwrap();
+        let keyed = azure(&["--azure-account", "acct", "--azure-key-file", path]);
+        assert_eq!(keyed.account, "acct");
+        assert!(matches!(keyed.credentials, AzureCredentials::SharedKey(k) if k == "c2VjcmV0"));
+        assert!(matches!(
+            azure(&["--azure-sas-file", path]).credentials,
+            AzureCredentials::Sas(_)
+        ));
+        assert!(parse(&["--azure-key-file", path, "--azure-sas-file", path]).is_err());
+        // Only the flags of the location's kind are read.
+        let cli = parse(&["--gcs-credentials-file", "/nonexistent/key.json"]).unwrap();
+        let s3 = Location::parse("s3://b/k").unwrap();
+        assert!(cli.storage.store_options(&s3).is_ok());
+        let gs = Location::parse("gs://b/k").unwrap();
+        let err = cli.storage.store_options(&gs).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/key.json"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_missing_ca_file_is_named() {
         let cli = Cli::try_parse_from(["t", "--s3-ca-file", "/nonexistent/ca.pem"]).unwrap();
-        let err = cli.s3.options().unwrap_err();
+        let err = cli.storage.options().unwrap_err();
         assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
     }
 }

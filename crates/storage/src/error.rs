@@ -8,19 +8,35 @@ pub enum StorageError {
     #[error("invalid storage location {url:?}: {reason}")]
     InvalidLocation { url: String, reason: String },
 
-    #[error("cannot reach S3 endpoint {endpoint}: {message}")]
-    Unreachable { endpoint: String, message: String },
+    #[error("cannot reach {service} endpoint {endpoint}: {message}")]
+    Unreachable {
+        /// "S3", "GCS" or "Azure Blob".
+        service: &'static str,
+        endpoint: String,
+        message: String,
+    },
 
-    #[error("TLS failure talking to S3 endpoint {endpoint}: {message}")]
-    Tls { endpoint: String, message: String },
+    #[error("TLS failure talking to {service} endpoint {endpoint}: {message}")]
+    Tls {
+        service: &'static str,
+        endpoint: String,
+        message: String,
+    },
 
-    #[error(
-        "S3 rejected the credentials ({code}): {message}; check the access key, secret and region"
-    )]
-    Credentials { code: String, message: String },
+    #[error("{service} rejected the credentials ({code}): {message}; check {check}")]
+    Credentials {
+        service: &'static str,
+        code: String,
+        message: String,
+        /// What the user should look at.
+        check: &'static str,
+    },
 
-    #[error("no S3 credentials found: {message}")]
-    NoCredentials { message: String },
+    #[error("no {service} credentials found: {message}")]
+    NoCredentials {
+        service: &'static str,
+        message: String,
+    },
 
     #[error("access denied to bucket {bucket:?} ({code}): {message}")]
     AccessDenied {
@@ -49,13 +65,22 @@ pub enum StorageError {
         message: String,
     },
 
+    #[error("{service} {operation} on {url} failed: {message}")]
+    Cloud {
+        /// "GCS" or "Azure Blob".
+        service: &'static str,
+        operation: &'static str,
+        url: String,
+        message: String,
+    },
+
     #[error(
         "the upload of {url} failed earlier and was aborted ({cause}); it cannot go on or be committed"
     )]
     UploadFailed { url: String, cause: String },
 
     #[error(
-        "S3 stored other bytes than were sent for {url}: {what} is {stored}, expected {sent}; nothing was reported good"
+        "the store kept other bytes than were sent for {url}: {what} is {stored}, expected {sent}; nothing was reported good"
     )]
     StoredMismatch {
         url: String,
@@ -101,6 +126,7 @@ impl StorageError {
             self,
             StorageError::Unreachable { .. }
                 | StorageError::S3 { .. }
+                | StorageError::Cloud { .. }
                 | StorageError::StoredMismatch { .. }
                 | StorageError::Io { .. }
         )

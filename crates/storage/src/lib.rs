@@ -1,7 +1,8 @@
 //! Streaming object storage for backups.
 //!
-//! Two backends behind one [`Store`]: S3 (any S3-compatible server) and a local directory
-//! (a PVC mount, or the embedded default when no S3 is configured).
+//! Four backends behind one [`Store`]: S3 (any S3-compatible server), Google Cloud Storage,
+//! Azure Blob Storage, and a local directory (a PVC mount, or the embedded default when no
+//! object store is configured).
 //!
 //! The contract every caller relies on:
 //! - [`Upload`] takes a stream of unknown length with bounded memory. Nothing is visible under
@@ -11,9 +12,12 @@
 //! - Listing paginates, so retention sees every object.
 
 mod aborts;
+mod azure;
 pub mod compress;
 pub mod encryption;
 mod error;
+mod gcs;
+mod http;
 pub mod layers;
 mod local;
 mod location;
@@ -33,9 +37,11 @@ pub fn manifest_key(object_key: &str) -> String {
     format!("{object_key}{MANIFEST_SUFFIX}")
 }
 pub use aborts::finish_aborts;
+pub use azure::{AzureCredentials, AzureOptions};
+pub use gcs::{GcsCredentials, GcsOptions};
 pub use local::sync_dir;
 pub use location::Location;
 pub use object::{ObjectInfo, Precondition, UploadOptions};
 pub use part_size::PartSizer;
 pub use s3::{CustomerKey, S3Credentials, S3Options, ServerSideEncryption};
-pub use store::{Download, Store, Upload};
+pub use store::{Download, Store, StoreOptions, Upload};

@@ -3,12 +3,23 @@ use std::path::{Path, PathBuf};
 
 use crate::{Result, StorageError};
 
-/// Where a backup lives: `s3://bucket/key` or a local path (`file:///dir/name` or `/dir/name`).
+/// Where a backup lives: `s3://bucket/key`, `gs://bucket/key` (Google Cloud Storage),
+/// `azblob://container/key` (Azure Blob Storage; the account comes with the credentials, as in
+/// Go CDK's and Thanos' URLs) or a local path (`file:///dir/name` or `/dir/name`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
     S3 { bucket: String, key: String },
+    Gcs { bucket: String, key: String },
+    Azure { container: String, key: String },
     Local { path: PathBuf },
 }
+
+/// The URL schemes of the object stores, with the word for their top-level namespace.
+const SCHEMES: [(&str, &str); 3] = [
+    ("s3://", "bucket"),
+    ("gs://", "bucket"),
+    ("azblob://", "container"),
+];
 
 impl Location {
     /// Parses a URL a user typed. Relative local paths are resolved against the working directory.
@@ -17,16 +28,24 @@ impl Location {
             url: url.to_string(),
             reason: reason.to_string(),
         };
-        if let Some(rest) = url.strip_prefix("s3://") {
+        for (scheme, namespace) in SCHEMES {
+            let Some(rest) = url.strip_prefix(scheme) else {
+                continue;
+            };
             let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(invalid(
-                    "the bucket name is missing (expected s3://bucket/key)",
-                ));
+                return Err(invalid(&format!(
+                    "the {namespace} name is missing (expected {scheme}{namespace}/key)"
+                )));
             }
-            return Ok(Location::S3 {
-                bucket: bucket.to_string(),
-                key: key.to_string(),
+            let (bucket, key) = (bucket.to_string(), key.to_string());
+            return Ok(match scheme {
+                "s3://" => Location::S3 { bucket, key },
+                "gs://" => Location::Gcs { bucket, key },
+                _ => Location::Azure {
+                    container: bucket,
+                    key,
+                },
             });
         }
         if let Some(rest) = url.strip_prefix("file://") {
@@ -39,7 +58,7 @@ impl Location {
         }
         if url.contains("://") {
             return Err(invalid(
-                "unsupported scheme; use s3://bucket/key or file:///path",
+                "unsupported scheme; use s3://bucket/key, gs://bucket/key, azblob://container/key or file:///path",
             ));
         }
         if url.is_empty() {
@@ -61,10 +80,23 @@ impl Location {
         Location::parse(&format!("s3://{}", path.trim_start_matches('/')))
     }
 
-    /// The key (S3) or the path without its leading `/` (local); used as the object name.
+    /// The coreos `gcs.path` form, `bucket/key`.
+    pub fn from_gcs_path(path: &str) -> Result<Location> {
+        Location::parse(&format!("gs://{}", path.trim_start_matches('/')))
+    }
+
+    /// The coreos `abs.path` form, `container/key`.
+    pub fn from_abs_path(path: &str) -> Result<Location> {
+        Location::parse(&format!("azblob://{}", path.trim_start_matches('/')))
+    }
+
+    /// The key (object stores) or the path without its leading `/` (local); used as the object
+    /// name.
     pub fn key(&self) -> String {
         match self {
-            Location::S3 { key, .. } => key.clone(),
+            Location::S3 { key, .. } | Location::Gcs { key, .. } | Location::Azure { key, .. } => {
+                key.clone()
+            }
             Location::Local { path } => path.to_string_lossy().trim_start_matches('/').to_string(),
         }
     }
@@ -74,6 +106,14 @@ impl Location {
         match self {
             Location::S3 { bucket, .. } => Location::S3 {
                 bucket: bucket.clone(),
+                key: key.to_string(),
+            },
+            Location::Gcs { bucket, .. } => Location::Gcs {
+                bucket: bucket.clone(),
+                key: key.to_string(),
+            },
+            Location::Azure { container, .. } => Location::Azure {
+                container: container.clone(),
                 key: key.to_string(),
             },
             Location::Local { .. } => Location::Local {
@@ -87,6 +127,8 @@ impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Location::S3 { bucket, key } => write!(f, "s3://{bucket}/{key}"),
+            Location::Gcs { bucket, key } => write!(f, "gs://{bucket}/{key}"),
+            Location::Azure { container, key } => write!(f, "azblob://{container}/{key}"),
             Location::Local { path } => write!(f, "file://{}", path.display()),
         }
     }
@@ -129,8 +171,40 @@ mod tests {
     }
 
     #[test]
+    fn parses_gcs_and_azure_urls_and_their_coreos_paths() {
+        let gcs = Location::parse("gs://b/etcd/x.backup").unwrap();
+        assert_eq!(
+            gcs,
+            Location::Gcs {
+                bucket: "b".into(),
+                key: "etcd/x.backup".into()
+            }
+        );
+        assert_eq!(gcs.to_string(), "gs://b/etcd/x.backup");
+        assert_eq!(Location::from_gcs_path("b/etcd/x.backup").unwrap(), gcs);
+        let azure = Location::parse("azblob://c/etcd/x.backup").unwrap();
+        assert_eq!(
+            azure,
+            Location::Azure {
+                container: "c".into(),
+                key: "etcd/x.backup".into()
+            }
+        );
+        assert_eq!(azure.to_string(), "azblob://c/etcd/x.backup");
+        assert_eq!(Location::from_abs_path("c/etcd/x.backup").unwrap(), azure);
+        assert_eq!(azure.with_key("etcd/y").to_string(), "azblob://c/etcd/y");
+    }
+
+    #[test]
     fn rejects_bad_urls_with_a_reason() {
-        for bad in ["s3:///key", "gs://bucket/key", "file://relative", ""] {
+        for bad in [
+            "s3:///key",
+            "gs:///key",
+            "azblob:///k",
+            "wasb://c/k",
+            "file://relative",
+            "",
+        ] {
             let err = Location::parse(bad).unwrap_err().to_string();
             assert!(err.contains("invalid storage location"), "{bad}: {err}");
         }

@@ -36,7 +36,7 @@ async fn open(garage: &Garage) -> Store {
 async fn raw_client(garage: &Garage) -> Client {
     match open(garage).await {
         Store::S3(s3) => s3.client().clone(),
-        Store::Local(_) => unreachable!(),
+        _ => unreachable!("an s3:// location opens an S3 store"),
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod emulators;
 mod etcd;
 mod garage;
 pub mod host_state;
@@ -29,6 +30,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Mutex;
 
+pub use emulators::{Azurite, FakeGcs};
 pub use etcd::{
     Etcd, base64_decode, control_plane_etcd_bin, etcd_releases, etcd_tool, snapshot_restore,
 };

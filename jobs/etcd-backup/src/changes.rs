@@ -12,13 +12,13 @@ use etcd_snapshot::{DrillOptions, HashKv, ObjectName, SaveOptions};
 use serde_json::json;
 
 use crate::cli::{
-    ArchiveArgs, Output, PointArgs, PointInTimeArgs, PreparePointArgs, ReplayPointArgs, S3Args,
+    ArchiveArgs, Output, PointArgs, PointInTimeArgs, PreparePointArgs, ReplayPointArgs, StorageArgs,
 };
 use crate::setup::{connection, open, upload_options};
 
-pub async fn archive(args: ArchiveArgs, s3: &S3Args, output: Output) -> Result<()> {
+pub async fn archive(args: ArchiveArgs, storage: &StorageArgs, output: Output) -> Result<()> {
     let connection = connection(&args.etcd)?;
-    let (store, location) = open(&args.to, s3).await?;
+    let (store, location) = open(&args.to, storage).await?;
     let base = location.key();
     let compression = args.compress.into();
     let recipients = args.encrypt.recipients()?;
@@ -142,10 +142,14 @@ fn target(point: &PointArgs) -> Result<Target> {
     }
 }
 
-pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -> Result<()> {
+pub async fn point_in_time(
+    args: PointInTimeArgs,
+    storage: &StorageArgs,
+    output: Output,
+) -> Result<()> {
     let target = target(&args.point)?;
     let identity = args.identity.load()?;
-    let (store, location) = open(&args.point.base, s3).await?;
+    let (store, location) = open(&args.point.base, storage).await?;
     let options = PointInTimeOptions {
         scratch: DrillOptions {
             etcd_bin_dir: args.etcd_bin_dir,
@@ -170,10 +174,14 @@ pub async fn point_in_time(args: PointInTimeArgs, s3: &S3Args, output: Output) -
 /// Where `prepare-point` leaves its decision for `replay-point`.
 const PREPARED: &str = "point.json";
 
-pub async fn prepare_point(args: PreparePointArgs, s3: &S3Args, output: Output) -> Result<()> {
+pub async fn prepare_point(
+    args: PreparePointArgs,
+    storage: &StorageArgs,
+    output: Output,
+) -> Result<()> {
     let target = target(&args.point)?;
     let identity = args.identity.load()?;
-    let (store, location) = open(&args.point.base, s3).await?;
+    let (store, location) = open(&args.point.base, storage).await?;
     let prepared = etcd_snapshot::changes::prepare_point(
         &store,
         &location.key(),
@@ -199,13 +207,17 @@ pub async fn prepare_point(args: PreparePointArgs, s3: &S3Args, output: Output) 
     Ok(())
 }
 
-pub async fn replay_point(args: ReplayPointArgs, s3: &S3Args, output: Output) -> Result<()> {
+pub async fn replay_point(
+    args: ReplayPointArgs,
+    storage: &StorageArgs,
+    output: Output,
+) -> Result<()> {
     let path = args.dir.join(PREPARED);
     let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let prepared: PreparedPoint = serde_json::from_slice(&text)
         .with_context(|| format!("{} is not what prepare-point writes", path.display()))?;
     let identity = args.identity.load()?;
-    let (store, _) = open(&args.base, s3).await?;
+    let (store, _) = open(&args.base, storage).await?;
     let report = etcd_snapshot::changes::replay_point(
         &store,
         &prepared,

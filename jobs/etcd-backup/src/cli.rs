@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, S3Args};
+pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, StorageArgs};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -28,7 +28,7 @@ pub struct Cli {
     pub log_format: LogFormat,
 
     #[command(flatten)]
-    pub s3: S3Args,
+    pub storage: StorageArgs,
 }
 
 #[derive(Subcommand, Debug)]

@@ -11,7 +11,7 @@ use etcd_snapshot::{
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::cli::{Cli, Command, Output, PruneArgs, S3Args, SaveArgs};
+use crate::cli::{Cli, Command, Output, PruneArgs, SaveArgs, StorageArgs};
 use crate::setup::{connection, open, upload_options};
 
 /// Exit code 3 marks a backup that failed verification, so scripts can tell "the data is bad"
@@ -61,10 +61,10 @@ pub fn left_when_interrupted(command: &Command) -> String {
 pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.output;
     match cli.command {
-        Command::Save(args) => save(args, &cli.s3, output).await,
+        Command::Save(args) => save(args, &cli.storage, output).await,
         Command::Verify { url, identity } => {
             let identity = identity.load()?;
-            let (store, location) = open(&url, &cli.s3).await?;
+            let (store, location) = open(&url, &cli.storage).await?;
             match etcd_snapshot::verify_what_can_be(&store, &location.key(), identity.as_ref())
                 .await?
             {
@@ -75,7 +75,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Fetch { url, out, identity } => {
             let identity = identity.load()?;
-            let (store, location) = open(&url, &cli.s3).await?;
+            let (store, location) = open(&url, &cli.storage).await?;
             let report =
                 etcd_snapshot::fetch(&store, &location.key(), &out, identity.as_ref()).await?;
             print_verified(&format!("fetched to {}", out.display()), &report, output);
@@ -89,7 +89,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             start_timeout,
         } => {
             let identity = identity.load()?;
-            let (store, location) = open(&url, &cli.s3).await?;
+            let (store, location) = open(&url, &cli.storage).await?;
             let options = DrillOptions {
                 etcd_bin_dir,
                 scratch_parent: scratch_dir,
@@ -131,18 +131,24 @@ pub async fn run(cli: Cli) -> Result<()> {
                 Err(DrillFailed(report.differences.join("; ")).into())
             }
         }
-        Command::List { prefix } => list(&prefix, &cli.s3, output).await,
-        Command::Prune(args) => prune(args, &cli.s3, output).await,
-        Command::Archive(args) => crate::changes::archive(args, &cli.s3, output).await,
-        Command::PointInTime(args) => crate::changes::point_in_time(args, &cli.s3, output).await,
-        Command::PreparePoint(args) => crate::changes::prepare_point(args, &cli.s3, output).await,
-        Command::ReplayPoint(args) => crate::changes::replay_point(args, &cli.s3, output).await,
+        Command::List { prefix } => list(&prefix, &cli.storage, output).await,
+        Command::Prune(args) => prune(args, &cli.storage, output).await,
+        Command::Archive(args) => crate::changes::archive(args, &cli.storage, output).await,
+        Command::PointInTime(args) => {
+            crate::changes::point_in_time(args, &cli.storage, output).await
+        }
+        Command::PreparePoint(args) => {
+            crate::changes::prepare_point(args, &cli.storage, output).await
+        }
+        Command::ReplayPoint(args) => {
+            crate::changes::replay_point(args, &cli.storage, output).await
+        }
     }
 }
 
-async fn save(args: SaveArgs, s3: &S3Args, output: Output) -> Result<()> {
+async fn save(args: SaveArgs, storage: &StorageArgs, output: Output) -> Result<()> {
     let connection = connection(&args.etcd)?;
-    let (store, location) = open(&args.to, s3).await?;
+    let (store, location) = open(&args.to, storage).await?;
     let key = location.key();
     let mut options = SaveOptions::new(if args.scheduled_name {
         ObjectName::Scheduled(key)
@@ -371,8 +377,8 @@ fn print_stored_only(r: &etcd_snapshot::StoredReport, output: Output) {
     }
 }
 
-async fn list(prefix: &str, s3: &S3Args, output: Output) -> Result<()> {
-    let (store, location) = open(prefix, s3).await?;
+async fn list(prefix: &str, storage: &StorageArgs, output: Output) -> Result<()> {
+    let (store, location) = open(prefix, storage).await?;
     let objects = store.list(&location.key()).await?;
     let mut rows = Vec::new();
     for object in objects.iter().filter(|o| !o.key.ends_with(MANIFEST_SUFFIX)) {
@@ -426,8 +432,8 @@ async fn list(prefix: &str, s3: &S3Args, output: Output) -> Result<()> {
     Ok(())
 }
 
-async fn prune(args: PruneArgs, s3: &S3Args, output: Output) -> Result<()> {
-    let (store, location) = open(&args.base, s3).await?;
+async fn prune(args: PruneArgs, storage: &StorageArgs, output: Output) -> Result<()> {
+    let (store, location) = open(&args.base, storage).await?;
     let base = location.key();
     let objects = store.list(&base).await?;
     let delete = select_for_deletion(

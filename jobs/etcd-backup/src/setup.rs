@@ -7,9 +7,9 @@ use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use etcd_snapshot::{EtcdConnection, TlsPem};
 
-use crate::cli::{EtcdArgs, PartArgs, S3Args};
+use crate::cli::{EtcdArgs, PartArgs, StorageArgs};
 
-pub async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
+pub async fn open(url: &str, args: &StorageArgs) -> Result<(Store, Location)> {
     Ok(args.open(url).await?)
 }
 

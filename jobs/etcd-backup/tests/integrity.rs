@@ -163,6 +163,59 @@ async fn corrupted_s3_object_is_rejected() {
     assert_rejected(&url, &flags, &env, &["hash mismatch"]).await;
 }
 
+/// GCS and Azure: an object replaced by a damaged copy (a byte flipped) or a truncated one,
+/// the manifest left as it was, is rejected by `verify`.
+#[tokio::test]
+async fn corrupted_and_truncated_gcs_and_azure_objects_are_rejected() {
+    let gcs = testbed::FakeGcs::start().await.unwrap();
+    let azurite = testbed::Azurite::start().await.unwrap();
+    let etcd = Etcd::start().await.unwrap();
+    write_sample_keys(&etcd).await;
+    let stores = [
+        (
+            format!("gs://{}/etcd.backup", gcs.bucket),
+            gcs.cli_args(),
+            backup_storage::StoreOptions::from(&backup_storage::GcsOptions {
+                endpoint: Some(gcs.endpoint.clone()),
+                credentials: backup_storage::GcsCredentials::Anonymous,
+                ..Default::default()
+            }),
+        ),
+        (
+            format!("azblob://{}/etcd.backup", azurite.container),
+            azurite.cli_args(),
+            backup_storage::StoreOptions::from(&backup_storage::AzureOptions {
+                account: azurite.account.clone(),
+                endpoint: Some(azurite.endpoint.clone()),
+                credentials: backup_storage::AzureCredentials::SharedKey(azurite.key.clone()),
+                ..Default::default()
+            }),
+        ),
+    ];
+    for (url, (flags, env), options) in &stores {
+        let mut save = vec!["save", "--endpoints", &etcd.endpoint, "--to", url];
+        save.extend(strs(flags));
+        run(&save, env).await.ok();
+        let store = Store::open(&Location::parse(url).unwrap(), options)
+            .await
+            .unwrap();
+        let original = store.get_small("etcd.backup").await.unwrap().unwrap();
+        let mut flipped = original.to_vec();
+        flipped[5000] ^= 1;
+        store
+            .put_small("etcd.backup", flipped.into(), "application/octet-stream")
+            .await
+            .unwrap();
+        assert_rejected(url, flags, env, &["hash mismatch"]).await;
+        let truncated = original.slice(..original.len() - 100);
+        store
+            .put_small("etcd.backup", truncated, "application/octet-stream")
+            .await
+            .unwrap();
+        assert_rejected(url, flags, env, &["size", "bytes"]).await;
+    }
+}
+
 /// An encrypted backup with one byte flipped, in the header, the first chunk or the last:
 /// `verify --identity` and `fetch --identity` fail with exit code 3 and leave no file.
 #[tokio::test]

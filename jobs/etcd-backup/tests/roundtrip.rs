@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use testbed::{Etcd, Garage};
+use testbed::{Azurite, Etcd, FakeGcs, Garage};
 
 async fn roundtrip(url: String, compress: &str, s3: (Vec<String>, Vec<(String, String)>)) {
     let etcd = Etcd::start().await.unwrap();
@@ -79,6 +79,20 @@ async fn s3_zstd() {
     let garage = Garage::start().await.unwrap();
     let url = format!("s3://{}/etcd.backup.zst", garage.bucket);
     roundtrip(url, "zstd", garage.cli_args()).await;
+}
+
+#[tokio::test]
+async fn gcs_zstd() {
+    let gcs = FakeGcs::start().await.unwrap();
+    let url = format!("gs://{}/cluster-a/etcd.backup.zst", gcs.bucket);
+    roundtrip(url, "zstd", gcs.cli_args()).await;
+}
+
+#[tokio::test]
+async fn azure_zstd() {
+    let azurite = Azurite::start().await.unwrap();
+    let url = format!("azblob://{}/cluster-a/etcd.backup.zst", azurite.container);
+    roundtrip(url, "zstd", azurite.cli_args()).await;
 }
 
 #[tokio::test]

@@ -211,7 +211,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}/nightly-", dir.path().display());
         let location = backup_storage::Location::parse(&url).unwrap();
-        let store = Store::open(&location, &Default::default()).await.unwrap();
+        let store = Store::open(&location, backup_storage::StoreOptions::default())
+            .await
+            .unwrap();
         let prefix = location.key();
         let put = async |key: &str, body: Vec<u8>| {
             store.put_small(key, body.into(), "").await.unwrap();

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, S3Args};
+pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, StorageArgs};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -26,7 +26,7 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(flatten)]
-    pub s3: S3Args,
+    pub storage: StorageArgs,
 }
 
 #[derive(Subcommand, Debug)]

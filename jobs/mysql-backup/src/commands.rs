@@ -16,8 +16,8 @@ use mysql_backup::serve::{self, ServeConfig};
 use serde_json::json;
 
 use crate::cli::{
-    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PrepareArgs, RemoteArgs, S3Args, StoreArgs,
-    ToolArg,
+    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PrepareArgs, RemoteArgs, StorageArgs,
+    StoreArgs, ToolArg,
 };
 use crate::list_output::print_list;
 
@@ -68,7 +68,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             tool,
             store,
         } => {
-            let (storage, location) = open(&to, &cli.s3).await?;
+            let (storage, location) = open(&to, &cli.storage).await?;
             let manifest = mysql_backup::backup::backup(
                 &profile,
                 &db_connection(&db)?,
@@ -104,7 +104,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             remote,
             store,
         } => {
-            let (storage, location) = open(&to, &cli.s3).await?;
+            let (storage, location) = open(&to, &cli.storage).await?;
             let manifest = remote::pull(
                 &from,
                 &token(&auth)?,
@@ -153,7 +153,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             prepare,
         } => {
             let identity = identity.load()?;
-            let (storage, location) = open(&from, &cli.s3).await?;
+            let (storage, location) = open(&from, &cli.storage).await?;
             let key = if newest {
                 let backups = Catalog::read(&storage, &location.key()).await?.backups();
                 let Some(newest) = backups.into_iter().next() else {
@@ -185,7 +185,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             );
         }
         Command::List { prefix, output } => {
-            let (storage, location) = open(&prefix, &cli.s3).await?;
+            let (storage, location) = open(&prefix, &cli.storage).await?;
             let backups = Catalog::read(&storage, &location.key()).await?.backups();
             print_list(&storage, &backups, output);
         }
@@ -194,7 +194,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             keep,
             dry_run,
         } => {
-            let (storage, location) = open(&prefix, &cli.s3).await?;
+            let (storage, location) = open(&prefix, &cli.storage).await?;
             let catalog = Catalog::read(&storage, &location.key()).await?;
             let delete = catalog.select_for_deletion(keep as usize);
             if !dry_run {
@@ -212,7 +212,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             );
         }
         Command::CleanUploads { prefix, older_than } => {
-            let (storage, location) = open(&prefix, &cli.s3).await?;
+            let (storage, location) = open(&prefix, &cli.storage).await?;
             let older_than = Duration::from_secs(older_than);
             // The prefix is the user's statement of what this runner writes.
             let removed = storage
@@ -283,7 +283,7 @@ fn peak_rss_mib() -> Option<f64> {
     Some((kib / 1024.0 * 10.0).round() / 10.0)
 }
 
-async fn open(url: &str, args: &S3Args) -> Result<(Store, Location)> {
+async fn open(url: &str, args: &StorageArgs) -> Result<(Store, Location)> {
     Ok(args.open(url).await?)
 }
 

@@ -298,3 +298,67 @@ async fn the_newest_backup_under_a_prefix_is_listed_restored_and_kept() {
         "{left:?}"
     );
 }
+
+/// Google Cloud Storage and Azure Blob (fake-gcs-server, Azurite): backup, list, restore of the
+/// newest, prune, as on S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_and_azure_backups_list_restore_and_prune() {
+    let gcs = testbed::FakeGcs::start().await.unwrap();
+    let azurite = testbed::Azurite::start().await.unwrap();
+    let source = Mariadb::fresh(1);
+    source.write_sample();
+    let first = source.sample_digest();
+    let stores = [
+        (format!("gs://{}/mysql/shop-", gcs.bucket), gcs.cli_args()),
+        (
+            format!("azblob://{}/mysql/shop-", azurite.container),
+            azurite.cli_args(),
+        ),
+    ];
+    for (prefix, (flags, env)) in &stores {
+        let mut a = source.backup_to(&format!("{prefix}1"), &["--compress", "zstd"]);
+        a.extend(flags.clone());
+        let manifest = run(&a, env).await.ok().json();
+        assert_eq!(manifest["object"], format!("{prefix}1"));
+        assert_eq!(
+            restore_and_digest(&format!("{prefix}1"), flags, env).await,
+            first
+        );
+    }
+    source.sql("DELETE FROM shop.orders WHERE id < 10;");
+    let second = source.sample_digest();
+    for (prefix, (flags, env)) in &stores {
+        let mut a = source.backup_to(&format!("{prefix}2"), &[]);
+        a.extend(flags.clone());
+        run(&a, env).await.ok();
+        let mut list = args(&["list", prefix, "--output", "json"]);
+        list.extend(flags.clone());
+        let listed = run(&list, env).await.ok().json();
+        let urls: Vec<&str> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["url"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            urls,
+            [format!("{prefix}2"), format!("{prefix}1")],
+            "{prefix}"
+        );
+        let mut newest = args(&["--newest"]);
+        newest.extend(flags.clone());
+        assert_eq!(
+            restore_and_digest(prefix, &newest, env).await,
+            second,
+            "{prefix}"
+        );
+        let mut prune = args(&["prune", prefix, "--keep", "1"]);
+        prune.extend(flags.clone());
+        let pruned = run(&prune, env).await.ok().json();
+        assert_eq!(
+            pruned["deleted"],
+            serde_json::json!([format!("{prefix}1"), format!("{prefix}1.manifest.json")]),
+            "{prefix}"
+        );
+    }
+}

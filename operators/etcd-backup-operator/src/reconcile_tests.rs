@@ -760,6 +760,7 @@ fn only_causes_a_person_must_fix_end_the_wait() {
     use backup_storage::StorageError;
     use operator_runtime::tenant_credentials::CredentialsError;
     let no_keys = StorageError::NoCredentials {
+        service: "S3",
         message: "no keys in the profile".into(),
     };
     let no_bucket = StorageError::NoSuchBucket { bucket: "b".into() };
@@ -774,6 +775,7 @@ fn only_causes_a_person_must_fix_end_the_wait() {
         assert!(permanent.cannot_succeed_by_waiting(), "{permanent}");
     }
     let unreachable = StorageError::Unreachable {
+        service: "S3",
         endpoint: "https://s3".into(),
         message: "connection refused".into(),
     };
@@ -807,6 +809,7 @@ fn only_causes_that_may_pass_are_retried_within_a_run() {
             message: "etcdserver: leader changed".into(),
         }),
         RunError::Storage(StorageError::Unreachable {
+            service: "S3",
             endpoint: "https://s3".into(),
             message: "connection refused".into(),
         }),

@@ -743,7 +743,7 @@ async fn sigterm_mid_backup_aborts_the_upload_and_the_next_start_retries() {
     // run leaves nothing on the server and may exit at once).
     let s3 = match store(&garage).await {
         backup_storage::Store::S3(s3) => s3.client().clone(),
-        backup_storage::Store::Local(_) => unreachable!(),
+        _ => unreachable!("the bed's store is S3"),
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -1064,7 +1064,7 @@ async fn local_pvc_example_prunes_on_the_claim_and_delete_removes_only_its_files
     let location = backup_storage::Location::Local {
         path: dir.join("etcd.backup"),
     };
-    let local = backup_storage::Store::open(&location, &Default::default())
+    let local = backup_storage::Store::open(&location, backup_storage::StoreOptions::default())
         .await
         .unwrap();
     let newest_path = dir.join(&newest_file);

@@ -306,7 +306,7 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
         );
         ours.push(outcome.report.key);
     }
-    let store = backup_storage::Store::open(&location, &Default::default())
+    let store = backup_storage::Store::open(&location, backup_storage::StoreOptions::default())
         .await
         .unwrap();
     for key in &ours[1..] {

@@ -3,6 +3,9 @@ use aws_smithy_runtime_api::http::Response;
 
 use crate::StorageError;
 
+/// What to check when S3 rejects the credentials.
+const S3_CREDENTIALS: &str = "the access key, secret and region";
+
 /// Turns an SDK error into the cause a user can act on.
 pub(super) fn classify<E>(
     err: SdkError<E, Response>,
@@ -21,26 +24,35 @@ where
             if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake")
             {
                 StorageError::Tls {
+                    service: "S3",
                     endpoint: endpoint.to_string(),
                     message: detail,
                 }
             } else if failure.is_io() || failure.is_timeout() {
                 StorageError::Unreachable {
+                    service: "S3",
                     endpoint: endpoint.to_string(),
                     message: detail,
                 }
             } else if lower.contains("credentials") {
-                StorageError::NoCredentials { message: detail }
+                StorageError::NoCredentials {
+                    service: "S3",
+                    message: detail,
+                }
             } else {
                 other(operation, url, detail)
             }
         }
         SdkError::TimeoutError(_) => StorageError::Unreachable {
+            service: "S3",
             endpoint: endpoint.to_string(),
             message: format!("{operation} timed out"),
         },
         SdkError::ConstructionFailure(_) if detail.to_lowercase().contains("credentials") => {
-            StorageError::NoCredentials { message: detail }
+            StorageError::NoCredentials {
+                service: "S3",
+                message: detail,
+            }
         }
         SdkError::ServiceError(service) => {
             let status = service.raw().status().as_u16();
@@ -83,8 +95,18 @@ fn from_service(
             | "AuthorizationHeaderMalformed"
             | "InvalidSignature",
             _,
-        ) => StorageError::Credentials { code, message },
-        ("AccessDenied" | "Forbidden", _) if bad_key => StorageError::Credentials { code, message },
+        ) => StorageError::Credentials {
+            service: "S3",
+            code,
+            message,
+            check: S3_CREDENTIALS,
+        },
+        ("AccessDenied" | "Forbidden", _) if bad_key => StorageError::Credentials {
+            service: "S3",
+            code,
+            message,
+            check: S3_CREDENTIALS,
+        },
         ("AccessDenied", _) | (_, 403) => StorageError::AccessDenied {
             bucket: bucket.to_string(),
             code: if code.is_empty() {
