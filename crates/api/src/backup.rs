@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::condition::{self, Condition};
 use crate::drill::{BackupDrill, DrillRecord, RecordedContents};
 use crate::encryption::BackupEncryption;
-use crate::error::{SpecError, check_storage};
+use crate::error::{Blocks, SpecError, check_storage};
 use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, StorageType};
 
 /// Desired backup: where to read etcd, where to write, and how often.
@@ -333,8 +333,12 @@ impl EtcdBackupSpec {
         check_storage(
             self.storage_type,
             self.has_block(self.storage_type),
-            self.s3.as_ref(),
-            self.local.as_ref(),
+            Blocks {
+                s3: self.s3.as_ref(),
+                gcs: self.gcs.as_ref(),
+                abs: self.abs.as_ref(),
+                local: self.local.as_ref(),
+            },
         )?;
         if let Some(p) = &self.backup_policy {
             for (field, value) in [

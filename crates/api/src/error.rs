@@ -1,7 +1,9 @@
 //! Spec validation errors. The controllers check what the CRDs' CEL rules check too: an object
 //! stored before a rule existed, or under an older CRD, still gets a clear condition.
 
-use crate::storage::{LocalSource, S3Path, S3PathError, S3Source, StorageType};
+use crate::storage::{
+    AbsSource, GcsSource, LocalSource, S3Path, S3PathError, S3Source, StorageType,
+};
 
 /// A spec the controllers refuse, with a message meant for `status` and Events.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +22,13 @@ pub enum SpecError {
     /// `s3.path` is not `<bucket>/<key>`.
     #[error("spec.s3.path: {0}")]
     S3Path(#[from] S3PathError),
+    /// `gcs.path` or `abs.path` is not `<bucket>/<object>` (`<container>/<blob>`).
+    #[error("spec.{field}.path {path:?} must be \"<{namespace}>/<name>\" without a scheme")]
+    ObjectPath {
+        field: &'static str,
+        namespace: &'static str,
+        path: String,
+    },
     /// `local.path` is relative but there is no PVC to resolve it in.
     #[error(
         "spec.local.path {0:?} must be absolute unless spec.local.persistentVolumeClaim is set"
@@ -60,13 +69,26 @@ pub enum SpecError {
     },
 }
 
-/// The block for the storage type exists, an S3 path parses and a local path is usable.
+/// The storage blocks of a spec, for [`check_storage`].
+pub(crate) struct Blocks<'a> {
+    pub s3: Option<&'a S3Source>,
+    pub gcs: Option<&'a GcsSource>,
+    pub abs: Option<&'a AbsSource>,
+    pub local: Option<&'a LocalSource>,
+}
+
+/// The block for the storage type exists, an object path parses and a local path is usable.
 pub(crate) fn check_storage(
     storage_type: StorageType,
     has_block: bool,
-    s3: Option<&S3Source>,
-    local: Option<&LocalSource>,
+    blocks: Blocks<'_>,
 ) -> Result<(), SpecError> {
+    let Blocks {
+        s3,
+        gcs,
+        abs,
+        local,
+    } = blocks;
     if !has_block {
         return Err(SpecError::MissingStorage {
             storage_type,
@@ -82,5 +104,18 @@ pub(crate) fn check_storage(
         }
         _ => {}
     }
-    Ok(())
+    let object_path = |field, namespace, path: &str| SpecError::ObjectPath {
+        field,
+        namespace,
+        path: path.to_string(),
+    };
+    match (storage_type, gcs, abs) {
+        (StorageType::Gcs, Some(g), _) if g.location().is_err() => {
+            Err(object_path("gcs", "bucket", &g.path))
+        }
+        (StorageType::Abs, _, Some(a)) if a.location().is_err() => {
+            Err(object_path("abs", "container", &a.path))
+        }
+        _ => Ok(()),
+    }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::condition::{self, Condition};
 use crate::encryption::RestoreDecryption;
-use crate::error::{SpecError, check_storage};
+use crate::error::{Blocks, SpecError, check_storage};
 use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, StorageType};
 
 /// Which snapshot to restore into which cluster.
@@ -256,7 +256,13 @@ impl EtcdRestoreSpec {
             return Ok(());
         }
         let t = self.backup_storage_type;
-        check_storage(t, self.has_block(t), self.s3.as_ref(), self.local.as_ref())
+        let blocks = Blocks {
+            s3: self.s3.as_ref(),
+            gcs: self.gcs.as_ref(),
+            abs: self.abs.as_ref(),
+            local: self.local.as_ref(),
+        };
+        check_storage(t, self.has_block(t), blocks)
     }
 }
 

@@ -15,6 +15,20 @@ use serde::{Deserialize, Serialize};
 pub const AWS_SECRET_CREDENTIALS_KEY: &str = "credentials";
 /// See [`AWS_SECRET_CREDENTIALS_KEY`].
 pub const AWS_SECRET_CONFIG_KEY: &str = "config";
+/// Key of a service account key file (JSON) in a `gcs.gcpSecret`, as in coreos.
+pub const GCP_SECRET_CREDENTIALS_KEY: &str = "credentials.json";
+/// Key of an OAuth access token in a `gcs.gcpSecret`, as in coreos (not refreshed).
+pub const GCP_SECRET_ACCESS_TOKEN_KEY: &str = "access-token";
+/// Keys of an `abs.absSecret`: the storage account and its key, as in coreos, a SAS token
+/// instead of the key (new), and the cloud (`AzurePublicCloud`, `AzureChinaCloud`,
+/// `AzureUSGovernmentCloud`), which picks the endpoint's domain.
+pub const ABS_SECRET_ACCOUNT_KEY: &str = "storage-account";
+/// See [`ABS_SECRET_ACCOUNT_KEY`].
+pub const ABS_SECRET_KEY_KEY: &str = "storage-key";
+/// See [`ABS_SECRET_ACCOUNT_KEY`].
+pub const ABS_SECRET_SAS_KEY: &str = "storage-sas-token";
+/// See [`ABS_SECRET_ACCOUNT_KEY`].
+pub const ABS_SECRET_CLOUD_KEY: &str = "cloud";
 /// Key of the PEM bundle in the Secret named by `s3.caSecret`.
 pub const CA_SECRET_KEY: &str = "ca.crt";
 /// Where `local.persistentVolumeClaim` is mounted: in the backup operator's pod (its
@@ -174,26 +188,74 @@ impl S3Source {
     }
 }
 
-/// Azure Blob Storage object (coreos compatibility; no backend implements it yet).
+/// An Azure Blob Storage blob (coreos' `abs` block, plus an endpoint).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AbsSource {
-    /// Full path `<container>/<blob>`.
+    /// Full path `<container>/<blob>`. Periodic backups append `_v<revision>_<time>`.
+    #[schemars(length(max = 1024), regex(pattern = r"^[^/:]+/.+$"))]
     pub path: String,
-    /// Secret with `storage-account`, `storage-key` and optionally `cloud`.
+    /// Secret in this namespace with `storage-account` and `storage-key` (the account key,
+    /// base64), as in coreos, or `storage-sas-token` instead of the key; `cloud` optionally
+    /// (`AzurePublicCloud`, the default, `AzureChinaCloud`, `AzureUSGovernmentCloud`). With
+    /// only `storage-account`, the operator's workload identity is used, and only when it was
+    /// started with `--allow-ambient-credentials`.
+    #[schemars(length(max = 253))]
     pub abs_secret: String,
+    /// Blob endpoint, e.g. `http://azurite:10000/<account>` or a private endpoint; absent
+    /// means `https://<account>.blob.<cloud's domain>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: Option<String>,
 }
 
-/// Google Cloud Storage object (coreos compatibility; no backend implements it yet).
+impl AbsSource {
+    /// `path` as a location.
+    pub fn location(&self) -> Result<S3Path, S3PathError> {
+        S3Path::parse(&self.path)
+    }
+
+    /// The endpoint, `""` counting as unset.
+    pub fn endpoint(&self) -> Option<&str> {
+        non_empty(self.endpoint.as_deref())
+    }
+}
+
+/// A Google Cloud Storage object (coreos' `gcs` block, plus an endpoint).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GcsSource {
-    /// Full path `<bucket>/<object>`.
+    /// Full path `<bucket>/<object>`. Periodic backups append `_v<revision>_<time>`.
+    #[schemars(length(max = 1024), regex(pattern = r"^[^/:]+/.+$"))]
     pub path: String,
-    /// Secret with `access-token` or `credentials.json`; default application credentials if
-    /// omitted.
+    /// Secret in this namespace with `credentials.json` (a service account key) or
+    /// `access-token` (not refreshed), as in coreos. Without it, the operator's own identity
+    /// (GKE workload identity) is used, and only when it was started with
+    /// `--allow-ambient-credentials`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub gcp_secret: Option<String>,
+    /// GCS endpoint, e.g. an emulator's `http://fake-gcs:4443`; absent means Google's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub endpoint: Option<String>,
+}
+
+impl GcsSource {
+    /// `path` as a location.
+    pub fn location(&self) -> Result<S3Path, S3PathError> {
+        S3Path::parse(&self.path)
+    }
+
+    /// The endpoint, `""` counting as unset.
+    pub fn endpoint(&self) -> Option<&str> {
+        non_empty(self.endpoint.as_deref())
+    }
+
+    /// The credentials Secret, or `None` for the ambient identity.
+    pub fn gcp_secret(&self) -> Option<&str> {
+        non_empty(self.gcp_secret.as_deref())
+    }
 }
 
 /// Alibaba Cloud OSS object (coreos compatibility; no backend implements it yet).

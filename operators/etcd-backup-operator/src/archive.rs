@@ -277,7 +277,7 @@ async fn archive_once(
     let resolved = secrets::resolve(&secrets_api, &start.plan, start.allow_ambient)
         .await
         .map_err(|e| e.to_string())?;
-    let store = Store::open(&start.location, &resolved.s3)
+    let store = Store::open(&start.location, &resolved.storage)
         .await
         .map_err(|e| e.to_string())?;
     let base = start.location.key();

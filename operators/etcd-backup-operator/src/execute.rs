@@ -122,6 +122,7 @@ fn storage_reason(e: &StorageError) -> &'static str {
     match e {
         StorageError::NoSuchBucket { .. } => "BucketNotFound",
         StorageError::AccessDenied { .. } => "AccessDenied",
+        // The reasons kept their S3 names from before the other stores; they mean any store.
         StorageError::Credentials { .. } | StorageError::NoCredentials { .. } => {
             "S3CredentialsRejected"
         }
@@ -142,6 +143,14 @@ pub fn location(
     Ok(match &plan.target {
         Target::S3 { location, .. } => Location::S3 {
             bucket: location.bucket.clone(),
+            key: location.key.clone(),
+        },
+        Target::Gcs { location, .. } => Location::Gcs {
+            bucket: location.bucket.clone(),
+            key: location.key.clone(),
+        },
+        Target::Azure { location, .. } => Location::Azure {
+            container: location.bucket.clone(),
             key: location.key.clone(),
         },
         Target::Local(source) => Location::Local {
@@ -208,7 +217,7 @@ async fn save(
     owner: &str,
     received: Option<Arc<AtomicU64>>,
 ) -> Result<(Store, SaveReport), RunError> {
-    let store = Store::open(location, &resolved.s3).await?;
+    let store = Store::open(location, &resolved.storage).await?;
     // Only uploads this EtcdBackup could have started: its own key, scheduled names and
     // segments of its continuous archive.
     let owned = |key: &str| {
@@ -298,10 +307,10 @@ async fn refuse_foreign_object(
 
 pub async fn delete_backups(
     location: &Location,
-    s3: &backup_storage::S3Options,
+    storage: &backup_storage::StoreOptions,
     owner: &str,
 ) -> Result<Vec<String>, RunError> {
-    let store = Store::open(location, s3).await?;
+    let store = Store::open(location, storage).await?;
     let base = location.key();
     // Both naming styles: the schedule may have changed since the objects were written.
     let mut deleted = retention::delete_owned(&store, &base, false, owner).await?;

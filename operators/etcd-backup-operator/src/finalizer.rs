@@ -39,10 +39,10 @@ pub(crate) async fn finalize(
             let uid = backup.uid().unwrap_or_default();
             let deleted = async {
                 let location = execute::location(plan, &namespace, ctx.local_volume.as_ref())?;
-                let s3 =
+                let storage =
                     secrets::resolve_storage(&secrets_api, plan, ctx.allow_ambient_credentials)
                         .await?;
-                execute::delete_backups(&location, &s3, &uid).await
+                execute::delete_backups(&location, &storage, &uid).await
             }
             .await;
             match deleted {

@@ -356,7 +356,7 @@ async fn finalizer_is_removed_when_no_longer_needed_keeping_others() {
 #[tokio::test]
 async fn deleted_with_an_invalid_spec_keeps_the_backups_and_says_so() {
     let (ctx, mut api) = context();
-    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "ABS",
+    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "OSS",
                       "deletionPolicy": "Delete", "abs": {"path": "c/b", "absSecret": "s"}});
     let mut obj = backup(spec, None);
     obj.metadata.finalizers = Some(vec![FINALIZER.into(), "other/keep".into()]);
@@ -369,7 +369,7 @@ async fn deleted_with_an_invalid_spec_keeps_the_backups_and_says_so() {
     );
     let note = event["note"].as_str().unwrap();
     assert!(note.contains("stored backups were kept"), "{note}");
-    assert!(note.contains("ABS"), "the cause is named: {note}");
+    assert!(note.contains("OSS"), "the cause is named: {note}");
     let call = api
         .expect(StatusCode::OK, |_| serde_json::to_value(&obj).unwrap())
         .await;
@@ -504,8 +504,8 @@ async fn a_deleted_object_that_does_not_parse_is_released_with_a_warning() {
 #[tokio::test]
 async fn unsupported_storage_type_gives_a_condition_and_one_warning() {
     let (ctx, mut api) = context();
-    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "ABS",
-                      "abs": {"path": "c/b", "absSecret": "s"}});
+    let spec = json!({"etcdEndpoints": ["http://e:2379"], "storageType": "OSS",
+                      "oss": {"path": "c/b", "ossSecret": "s"}});
     let obj = backup(spec.clone(), None);
     let task = start(guard(obj.clone()), &ctx);
     let status = api.expect_status_apply(&obj).await;

@@ -4,17 +4,24 @@
 use std::collections::BTreeMap;
 
 use backup_api::client_tls;
-use backup_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, CA_SECRET_KEY};
+use backup_api::storage::{
+    ABS_SECRET_ACCOUNT_KEY, ABS_SECRET_CLOUD_KEY, ABS_SECRET_KEY_KEY, ABS_SECRET_SAS_KEY,
+    AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, AbsSource, CA_SECRET_KEY,
+    GCP_SECRET_ACCESS_TOKEN_KEY, GCP_SECRET_CREDENTIALS_KEY, GcsSource,
+};
 use backup_api::{S3Source, SecretKeyRef, SseMode};
 use backup_storage::encryption::Recipients;
-use backup_storage::{CustomerKey, S3Credentials, S3Options, ServerSideEncryption};
+use backup_storage::{
+    AzureCredentials, AzureOptions, CustomerKey, GcsCredentials, GcsOptions, S3Credentials,
+    S3Options, ServerSideEncryption, StoreOptions,
+};
 use etcd_snapshot::TlsPem;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use operator_runtime::tenant_credentials::{self, CredentialsError};
 
-use crate::validate::BackupPlan;
+use crate::validate::{BackupPlan, Target};
 
 /// The data of one Secret.
 pub type SecretData = BTreeMap<String, ByteString>;
@@ -43,6 +50,12 @@ pub enum SecretError {
         key: String,
         message: String,
     },
+    #[error("Secret {secret:?} key {key:?}: {message}")]
+    Invalid {
+        secret: String,
+        key: &'static str,
+        message: String,
+    },
     #[error("Secret {secret:?} key {key:?} (encryption recipients): {message}")]
     Recipients {
         secret: String,
@@ -51,11 +64,11 @@ pub enum SecretError {
     },
 }
 
-/// What a run needs besides the plan: S3 client options, etcd TLS material and the public
-/// keys to encrypt to.
+/// What a run needs besides the plan: the store's client options, etcd TLS material and the
+/// public keys to encrypt to.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    pub s3: S3Options,
+    pub storage: StoreOptions,
     pub tls: Option<TlsPem>,
     pub recipients: Option<Recipients>,
 }
@@ -74,9 +87,9 @@ pub async fn resolve(
         Some(key) => Some(recipients(key, &read(secrets, &key.name).await?)?),
         None => None,
     };
-    let s3 = resolve_storage(secrets, plan, allow_ambient).await?;
+    let storage = resolve_storage(secrets, plan, allow_ambient).await?;
     Ok(Resolved {
-        s3,
+        storage,
         tls,
         recipients,
     })
@@ -102,11 +115,132 @@ pub async fn resolve_storage(
     secrets: &Api<Secret>,
     plan: &BackupPlan,
     allow_ambient: bool,
-) -> Result<S3Options, SecretError> {
-    let Some(s3) = plan.s3() else {
+) -> Result<StoreOptions, SecretError> {
+    Ok(match &plan.target {
+        Target::S3 { source, .. } => {
+            StoreOptions::from(&resolve_s3(secrets, source, allow_ambient).await?)
+        }
+        Target::Gcs { source, .. } => {
+            let secret = match source.gcp_secret() {
+                Some(name) => Some((name, read(secrets, name).await?)),
+                None => None,
+            };
+            let secret = secret.as_ref().map(|(n, d)| (*n, d));
+            StoreOptions::from(&gcs_options(source, secret, allow_ambient)?)
+        }
+        Target::Azure { source, .. } => {
+            let data = read(secrets, &source.abs_secret).await?;
+            StoreOptions::from(&azure_options(
+                source,
+                (&source.abs_secret, &data),
+                allow_ambient,
+            )?)
+        }
         // Local targets need no storage credentials.
-        return Ok(S3Options::default());
+        Target::Local(_) => StoreOptions::default(),
+    })
+}
+
+/// GCS options from the spec and the coreos `gcpSecret` (`credentials.json`, a service account
+/// key, or `access-token`). Without a Secret, the operator's own identity (the metadata
+/// server: GKE workload identity) applies only when `allow_ambient`.
+pub fn gcs_options(
+    gcs: &GcsSource,
+    secret: Option<(&str, &SecretData)>,
+    allow_ambient: bool,
+) -> Result<GcsOptions, SecretError> {
+    let credentials = match secret {
+        None if allow_ambient => GcsCredentials::MetadataServer,
+        None => {
+            return Err(CredentialsError::NoCredentials(
+                "no gcpSecret, and the operator lends its own identity only when started with --allow-ambient-credentials".into(),
+            )
+            .into());
+        }
+        Some((name, data)) => match (
+            text(name, data, GCP_SECRET_CREDENTIALS_KEY)?,
+            text(name, data, GCP_SECRET_ACCESS_TOKEN_KEY)?,
+        ) {
+            (Some(key), _) => GcsCredentials::ServiceAccountKey(key),
+            (None, Some(token)) => GcsCredentials::AccessToken(token),
+            (None, None) => {
+                return Err(SecretError::MissingKey {
+                    secret: name.to_string(),
+                    key: GCP_SECRET_CREDENTIALS_KEY,
+                });
+            }
+        },
     };
+    Ok(GcsOptions {
+        endpoint: gcs.endpoint().map(str::to_string),
+        credentials,
+        ..GcsOptions::default()
+    })
+}
+
+/// Azure options from the spec and the coreos `absSecret` (`storage-account`, and
+/// `storage-key` or `storage-sas-token`, and `cloud`). With the account only, the operator's
+/// own workload identity applies only when `allow_ambient`.
+pub fn azure_options(
+    abs: &AbsSource,
+    (name, data): (&str, &SecretData),
+    allow_ambient: bool,
+) -> Result<AzureOptions, SecretError> {
+    let account = text(name, data, ABS_SECRET_ACCOUNT_KEY)?
+        .map(|a| a.trim().to_string())
+        .ok_or_else(|| SecretError::MissingKey {
+            secret: name.to_string(),
+            key: ABS_SECRET_ACCOUNT_KEY,
+        })?;
+    let credentials = match (
+        text(name, data, ABS_SECRET_KEY_KEY)?,
+        text(name, data, ABS_SECRET_SAS_KEY)?,
+    ) {
+        (Some(key), _) => AzureCredentials::SharedKey(key),
+        (None, Some(sas)) => AzureCredentials::Sas(sas),
+        (None, None) if allow_ambient => AzureCredentials::WorkloadIdentity,
+        (None, None) => {
+            return Err(SecretError::MissingKey {
+                secret: name.to_string(),
+                key: ABS_SECRET_KEY_KEY,
+            });
+        }
+    };
+    let domain = match text(name, data, ABS_SECRET_CLOUD_KEY)?
+        .as_deref()
+        .map(str::trim)
+    {
+        None | Some("") | Some("AzurePublicCloud") => "core.windows.net",
+        Some("AzureChinaCloud") => "core.chinacloudapi.cn",
+        Some("AzureUSGovernmentCloud") => "core.usgovcloudapi.net",
+        Some(other) => {
+            return Err(SecretError::Invalid {
+                secret: name.to_string(),
+                key: ABS_SECRET_CLOUD_KEY,
+                message: format!(
+                    "unknown cloud {other:?}: use AzurePublicCloud, AzureChinaCloud or AzureUSGovernmentCloud, or set abs.endpoint"
+                ),
+            });
+        }
+    };
+    Ok(AzureOptions {
+        endpoint: Some(
+            abs.endpoint()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("https://{account}.blob.{domain}")),
+        ),
+        account,
+        credentials,
+        ..AzureOptions::default()
+    })
+}
+
+/// S3 options with every Secret the `s3` block names.
+async fn resolve_s3(
+    secrets: &Api<Secret>,
+    s3: &S3Source,
+    allow_ambient: bool,
+) -> Result<S3Options, SecretError> {
     let aws = match s3.aws_secret() {
         Some(name) => Some((name, read(secrets, name).await?)),
         None => None,
@@ -463,5 +597,91 @@ mod tests {
             ("config", "[default]\nregion = garage\n; note\n"),
         ]);
         s3_options(plan().s3().unwrap(), Some(("aws", &fine)), None, false).unwrap();
+    }
+
+    #[test]
+    fn a_gcp_secret_gives_its_key_file_or_token_and_none_needs_the_opt_in() {
+        let gcs = GcsSource {
+            path: "b/etcd.backup".into(),
+            gcp_secret: Some("gcp".into()),
+            endpoint: Some("http://fake-gcs:4443".into()),
+        };
+        let key = data(&[("credentials.json", "{}"), ("access-token", "t")]);
+        let options = gcs_options(&gcs, Some(("gcp", &key)), false).unwrap();
+        assert!(matches!(
+            options.credentials,
+            GcsCredentials::ServiceAccountKey(_)
+        ));
+        assert_eq!(options.endpoint.as_deref(), Some("http://fake-gcs:4443"));
+        let token = data(&[("access-token", "t")]);
+        let options = gcs_options(&gcs, Some(("gcp", &token)), false).unwrap();
+        assert!(matches!(options.credentials, GcsCredentials::AccessToken(t) if t == "t"));
+        let empty = data(&[]);
+        let err = gcs_options(&gcs, Some(("gcp", &empty)), true).unwrap_err();
+        assert!(err.to_string().contains("credentials.json"), "{err}");
+        // No Secret: the operator's own identity, only when lent.
+        let err = gcs_options(&gcs, None, false).unwrap_err();
+        assert!(matches!(err, SecretError::Credentials(_)), "{err}");
+        let options = gcs_options(&gcs, None, true).unwrap();
+        assert!(matches!(
+            options.credentials,
+            GcsCredentials::MetadataServer
+        ));
+    }
+
+    #[test]
+    fn an_abs_secret_gives_the_account_its_key_or_sas_and_the_clouds_endpoint() {
+        let abs = AbsSource {
+            path: "c/etcd.backup".into(),
+            abs_secret: "abs".into(),
+            endpoint: None,
+        };
+        let keyed = data(&[("storage-account", "acct"), ("storage-key", "a2V5")]);
+        let options = azure_options(&abs, ("abs", &keyed), false).unwrap();
+        assert_eq!(options.account, "acct");
+        assert!(matches!(options.credentials, AzureCredentials::SharedKey(k) if k == "a2V5"));
+        assert_eq!(
+            options.endpoint.as_deref(),
+            Some("https://acct.blob.core.windows.net")
+        );
+        let china = data(&[
+            ("storage-account", "acct"),
+            ("storage-sas-token", "sv=1&sig=x"),
+            ("cloud", "AzureChinaCloud"),
+        ]);
+        let options = azure_options(&abs, ("abs", &china), false).unwrap();
+        assert!(matches!(options.credentials, AzureCredentials::Sas(_)));
+        assert_eq!(
+            options.endpoint.as_deref(),
+            Some("https://acct.blob.core.chinacloudapi.cn")
+        );
+        let unknown = data(&[
+            ("storage-account", "a"),
+            ("storage-key", "k"),
+            ("cloud", "Mars"),
+        ]);
+        let err = azure_options(&abs, ("abs", &unknown), false).unwrap_err();
+        assert!(err.to_string().contains("Mars"), "{err}");
+        // The account alone: workload identity, only when lent.
+        let account_only = data(&[("storage-account", "acct")]);
+        let err = azure_options(&abs, ("abs", &account_only), false).unwrap_err();
+        assert!(err.to_string().contains("storage-key"), "{err}");
+        let options = azure_options(&abs, ("abs", &account_only), true).unwrap();
+        assert!(matches!(
+            options.credentials,
+            AzureCredentials::WorkloadIdentity
+        ));
+        let err = azure_options(&abs, ("abs", &data(&[])), true).unwrap_err();
+        assert!(err.to_string().contains("storage-account"), "{err}");
+        // An endpoint in the spec wins over the cloud's.
+        let azurite = AbsSource {
+            endpoint: Some("http://azurite:10000/acct".into()),
+            ..abs
+        };
+        let options = azure_options(&azurite, ("abs", &keyed), false).unwrap();
+        assert_eq!(
+            options.endpoint.as_deref(),
+            Some("http://azurite:10000/acct")
+        );
     }
 }

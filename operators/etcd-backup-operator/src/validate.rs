@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use backup_api::storage::LocalSource;
+use backup_api::storage::{AbsSource, GcsSource, LocalSource};
 use backup_api::{
     BackupDrill, DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SecretKeyRef, SpecError,
     StorageType,
@@ -25,7 +25,7 @@ pub enum InvalidSpec {
     #[error(transparent)]
     Schedule(#[from] InvalidSchedule),
     #[error(
-        "storageType {0} is not supported by this operator; use S3 (any S3-compatible server) or Local"
+        "storageType {0} is not supported by this operator; use S3 (any S3-compatible server), GCS, ABS or Local"
     )]
     UnsupportedStorage(StorageType),
 }
@@ -87,6 +87,16 @@ pub enum Target {
         source: Box<S3Source>,
         location: S3Path,
     },
+    /// Google Cloud Storage: `location` is the bucket and object name of `gcs.path`.
+    Gcs {
+        source: Box<GcsSource>,
+        location: S3Path,
+    },
+    /// Azure Blob Storage: `location` is the container and blob name of `abs.path`.
+    Azure {
+        source: Box<AbsSource>,
+        location: S3Path,
+    },
     /// A file on the volume mounted in the operator pod; resolved per run by
     /// [`crate::local::resolve`], since it depends on the operator's configuration.
     Local(LocalSource),
@@ -107,7 +117,7 @@ impl BackupPlan {
     pub fn s3(&self) -> Option<&S3Source> {
         match &self.target {
             Target::S3 { source, .. } => Some(source),
-            Target::Local(_) => None,
+            Target::Gcs { .. } | Target::Azure { .. } | Target::Local(_) => None,
         }
     }
 }
@@ -117,13 +127,35 @@ impl BackupPlan {
 pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
     spec.validate()?;
     let trigger = Trigger::parse(spec.schedule())?;
-    let target = match (spec.storage_type, &spec.s3, &spec.local) {
-        (StorageType::S3, Some(s3), _) => Target::S3 {
-            location: s3.location().map_err(SpecError::from)?,
-            source: Box::new(s3.clone()),
-        },
-        (StorageType::Local, _, Some(local)) => Target::Local(local.clone()),
-        (other, _, _) => return Err(InvalidSpec::UnsupportedStorage(other)),
+    // `validate` checked that the type's block is there and its path parses.
+    let unusable = |field| SpecError::MissingStorage {
+        storage_type: spec.storage_type,
+        field,
+    };
+    let target = match spec.storage_type {
+        StorageType::S3 => {
+            let s3 = spec.s3.as_ref().ok_or_else(|| unusable("s3"))?;
+            Target::S3 {
+                location: s3.location().map_err(SpecError::from)?,
+                source: Box::new(s3.clone()),
+            }
+        }
+        StorageType::Gcs => {
+            let gcs = spec.gcs.as_ref().ok_or_else(|| unusable("gcs"))?;
+            Target::Gcs {
+                location: gcs.location().map_err(|_| unusable("gcs"))?,
+                source: Box::new(gcs.clone()),
+            }
+        }
+        StorageType::Abs => {
+            let abs = spec.abs.as_ref().ok_or_else(|| unusable("abs"))?;
+            Target::Azure {
+                location: abs.location().map_err(|_| unusable("abs"))?,
+                source: Box::new(abs.clone()),
+            }
+        }
+        StorageType::Local => Target::Local(spec.local.clone().ok_or_else(|| unusable("local"))?),
+        other => return Err(InvalidSpec::UnsupportedStorage(other)),
     };
     Ok(BackupPlan {
         trigger,
@@ -186,6 +218,32 @@ s3: {path: mybucket/etcd.backup, awsSecret: aws}
     }
 
     #[test]
+    fn coreos_gcs_and_abs_examples_build() {
+        let gcs: EtcdBackupSpec = serde_saphyr::from_str(
+            r#"
+etcdEndpoints: ["http://example-etcd-cluster-client:2379"]
+storageType: GCS
+gcs: {path: mybucket/etcd.backup, gcpSecret: gcp}
+"#,
+        )
+        .unwrap();
+        let plan = build(&gcs).unwrap();
+        assert!(matches!(&plan.target, Target::Gcs { location, .. }
+            if location.bucket == "mybucket" && location.key == "etcd.backup"));
+        let abs: EtcdBackupSpec = serde_saphyr::from_str(
+            r#"
+etcdEndpoints: ["http://example-etcd-cluster-client:2379"]
+storageType: ABS
+abs: {path: mycontainer/etcd.backup, absSecret: abs}
+"#,
+        )
+        .unwrap();
+        let plan = build(&abs).unwrap();
+        assert!(matches!(&plan.target, Target::Azure { location, .. }
+            if location.bucket == "mycontainer" && location.key == "etcd.backup"));
+    }
+
+    #[test]
     fn hash_kv_is_recorded_unless_turned_off() {
         let mut spec = coreos_periodic();
         assert_eq!(build(&spec).unwrap().hash_kv, HashKv::Take);
@@ -240,11 +298,21 @@ s3: {path: mybucket/etcd.backup, awsSecret: aws}
     #[test]
     fn bad_input_is_an_error_with_a_reason() {
         let mut spec = coreos_periodic();
-        spec.storage_type = StorageType::Gcs;
-        spec.gcs = Some(Default::default());
+        spec.storage_type = StorageType::Oss;
+        spec.oss = Some(Default::default());
         let err = build(&spec).unwrap_err();
         assert_eq!(err.reason(), "UnsupportedStorageType");
-        assert!(err.to_string().contains("GCS"), "{err}");
+        assert!(err.to_string().contains("OSS"), "{err}");
+
+        let mut spec = coreos_periodic();
+        spec.storage_type = StorageType::Gcs;
+        spec.gcs = Some(backup_api::storage::GcsSource {
+            path: "no-object".into(),
+            ..Default::default()
+        });
+        let err = build(&spec).unwrap_err();
+        assert_eq!(err.reason(), "InvalidSpec");
+        assert!(err.to_string().contains("spec.gcs.path"), "{err}");
 
         let mut spec = coreos_periodic();
         spec.s3.as_mut().unwrap().path = "mybucket".into();

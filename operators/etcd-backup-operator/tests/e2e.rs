@@ -27,7 +27,8 @@ use testbed::logs::logged_at;
 use testbed::{Etcd, Garage};
 
 mod common;
-use common::{aws_files, store};
+use backup_storage::{AzureCredentials, AzureOptions, GcsCredentials, GcsOptions, Location, Store};
+use common::{aws_files, keys, store};
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
 const NAMESPACED_RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/namespaced/rbac.yaml");
@@ -1390,5 +1391,137 @@ async fn continuous_archive_retention_keeps_what_the_kept_backups_need_and_nothi
         refused.to_string().contains("no snapshot at or before"),
         "{refused}"
     );
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// Creates Secret `name` in `ns` with `data` (string values).
+async fn create_secret(kube: &KubeTestbed, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let secret: Secret = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}),
+    )
+    .unwrap();
+    Api::<Secret>::namespaced(kube.client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// coreos' `storageType: GCS` and `ABS` manifests (with an endpoint, for the emulators): a
+/// scheduled EtcdBackup of each keeps its newest two in fake-gcs-server and Azurite, and the
+/// Delete policy removes them when the EtcdBackup goes.
+#[tokio::test]
+async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
+    let kube = KubeTestbed::start().await.unwrap();
+    install_crds(&kube).await;
+    let ns = kube.namespace("eb-clouds").await.unwrap();
+    install_namespaced_rbac(&kube, &ns).await;
+    let etcd = Etcd::start().await.unwrap();
+    let gcs = testbed::FakeGcs::start().await.unwrap();
+    let azurite = testbed::Azurite::start().await.unwrap();
+    // fake-gcs-server checks no token; the Secret is what the operator insists on.
+    create_secret(&kube, &ns, "gcp", &[("access-token", "emulator")]).await;
+    create_secret(
+        &kube,
+        &ns,
+        "abs",
+        &[
+            ("storage-account", &azurite.account),
+            ("storage-key", &azurite.key),
+        ],
+    )
+    .await;
+    let _op = Operator::start(&ns).await;
+
+    let policy = json!({"backupIntervalInSecond": 2, "maxBackups": 2});
+    let gcs_backup = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "to-gcs"},
+        "spec": {"etcdEndpoints": [etcd.endpoint], "storageType": "GCS",
+                 "backupPolicy": policy, "deletionPolicy": "Delete",
+                 "gcs": {"path": format!("{}/gcs/etcd.backup", gcs.bucket), "gcpSecret": "gcp",
+                         "endpoint": gcs.endpoint}}});
+    let abs_backup = json!({
+        "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdBackup",
+        "metadata": {"name": "to-abs"},
+        "spec": {"etcdEndpoints": [etcd.endpoint], "storageType": "ABS",
+                 "backupPolicy": policy, "deletionPolicy": "Delete",
+                 "abs": {"path": format!("{}/abs/etcd.backup", azurite.container), "absSecret": "abs",
+                         "endpoint": azurite.endpoint}}});
+    let api = create(&kube, &ns, gcs_backup).await;
+    create(&kube, &ns, abs_backup).await;
+
+    let gcs_store = Store::open(
+        &Location::parse(&format!("gs://{}/", gcs.bucket)).unwrap(),
+        &GcsOptions {
+            endpoint: Some(gcs.endpoint.clone()),
+            credentials: GcsCredentials::Anonymous,
+            ..GcsOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let abs_store = Store::open(
+        &Location::parse(&format!("azblob://{}/", azurite.container)).unwrap(),
+        &AzureOptions {
+            account: azurite.account.clone(),
+            endpoint: Some(azurite.endpoint.clone()),
+            credentials: AzureCredentials::SharedKey(azurite.key.clone()),
+            ..AzureOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    for (name, store, prefix) in [
+        ("to-gcs", &gcs_store, "gcs/etcd.backup_v"),
+        ("to-abs", &abs_store, "abs/etcd.backup_v"),
+    ] {
+        wait_for_runs(&api, name, 4).await;
+        let status = api.get(name).await.unwrap().status.unwrap();
+        let newest = status.last_backup.unwrap();
+        assert!(
+            newest.object_key.starts_with(if name == "to-gcs" {
+                "gs://"
+            } else {
+                "azblob://"
+            }),
+            "{}",
+            newest.object_key
+        );
+        let left: Vec<String> = keys(store, prefix)
+            .await
+            .into_iter()
+            .filter(|k| !k.ends_with(".manifest.json"))
+            .collect();
+        assert_eq!(left.len(), 2, "{name}: maxBackups 2 keeps two: {left:?}");
+        assert!(
+            left.iter().any(|k| newest.object_key.ends_with(k.as_str())),
+            "{name}: the newest is kept: {left:?}"
+        );
+        // Each kept backup has its manifest beside it.
+        for key in &left {
+            let manifest = store
+                .get_small(&backup_storage::manifest_key(key))
+                .await
+                .unwrap();
+            assert!(manifest.is_some(), "{name}: no manifest beside {key}");
+        }
+    }
+
+    for (name, store, prefix) in [
+        ("to-gcs", &gcs_store, "gcs/"),
+        ("to-abs", &abs_store, "abs/"),
+    ] {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        wait_for(&format!("{name} to go"), 60, || async {
+            api.get_opt(name).await.unwrap().is_none()
+        })
+        .await;
+        let left = keys(store, prefix).await;
+        assert!(left.is_empty(), "{name}: the Delete policy left {left:?}");
+    }
     kube.delete_namespace(&ns).await.unwrap();
 }

@@ -48,7 +48,9 @@ fn location(plan: &BackupPlan) -> Location {
 fn resolved(plan: &BackupPlan, garage: &Garage) -> Resolved {
     let secret = aws_secret(garage);
     Resolved {
-        s3: secrets::s3_options(plan.s3().unwrap(), Some(("aws", &secret)), None, false).unwrap(),
+        storage: (&secrets::s3_options(plan.s3().unwrap(), Some(("aws", &secret)), None, false)
+            .unwrap())
+            .into(),
         tls: None,
         recipients: None,
     }
@@ -187,7 +189,7 @@ async fn scheduled_runs_keep_coreos_names_and_prune_only_our_oldest() {
     ours.push(outcome.report.key);
 
     // Delete policy: only what this EtcdBackup wrote goes.
-    let deleted = delete_backups(&location(&plan), &resolved(&plan, &garage).s3, UID)
+    let deleted = delete_backups(&location(&plan), &resolved(&plan, &garage).storage, UID)
         .await
         .unwrap();
     assert_eq!(deleted.len(), 6, "{deleted:?}");
@@ -245,8 +247,9 @@ async fn failures_name_their_cause_and_leave_nothing_visible() {
         ),
     );
     let resolved = Resolved {
-        s3: secrets::s3_options(bad_key.s3().unwrap(), Some(("aws", &secret)), None, false)
-            .unwrap(),
+        storage: (&secrets::s3_options(bad_key.s3().unwrap(), Some(("aws", &secret)), None, false)
+            .unwrap())
+            .into(),
         tls: None,
         recipients: None,
     };
@@ -278,7 +281,7 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
     .unwrap();
     let plan = validate::build(&spec).unwrap();
     let resolved = || Resolved {
-        s3: Default::default(),
+        storage: Default::default(),
         tls: None,
         recipients: None,
     };
@@ -329,7 +332,7 @@ async fn local_volume_scheduled_backups_prune_and_delete_only_ours() {
     let err = execute::location(&plan, "team-b", Some(&volume)).unwrap_err();
     assert_eq!(err.reason(), "LocalVolumeUnavailable", "{err}");
 
-    let deleted = delete_backups(&location, &resolved().s3, UID)
+    let deleted = delete_backups(&location, &resolved().storage, UID)
         .await
         .unwrap();
     assert_eq!(deleted.len(), 4, "{deleted:?}");
@@ -448,7 +451,7 @@ async fn a_one_shot_never_overwrites_what_appeared_while_it_ran() {
     let plan = validate::build(&spec).unwrap();
     let location = execute::location(&plan, "backups", Some(&volume)).unwrap();
     let resolved = Resolved {
-        s3: Default::default(),
+        storage: Default::default(),
         tls: None,
         recipients: None,
     };
@@ -608,9 +611,9 @@ async fn an_sse_c_backup_is_written_with_the_secrets_key() {
     let plan = validate::build(&spec).unwrap();
     let key = BTreeMap::from([("key".to_string(), ByteString(vec![3; 32]))]);
     let mut resolved = resolved(&plan, &garage);
-    resolved.s3.server_side_encryption =
+    resolved.storage.s3.server_side_encryption =
         secrets::server_side_encryption(plan.s3().unwrap(), Some(&key)).unwrap();
-    let with_key = resolved.s3.clone();
+    let with_key = resolved.storage.s3.clone();
     run_backup(&plan, &location(&plan), resolved, UID, None)
         .await
         .unwrap();
