@@ -15,20 +15,6 @@ use serde::{Deserialize, Serialize};
 pub const AWS_SECRET_CREDENTIALS_KEY: &str = "credentials";
 /// See [`AWS_SECRET_CREDENTIALS_KEY`].
 pub const AWS_SECRET_CONFIG_KEY: &str = "config";
-/// Key of a service account key file (JSON) in a `gcs.gcpSecret`, as in coreos.
-pub const GCP_SECRET_CREDENTIALS_KEY: &str = "credentials.json";
-/// Key of an OAuth access token in a `gcs.gcpSecret`, as in coreos (not refreshed).
-pub const GCP_SECRET_ACCESS_TOKEN_KEY: &str = "access-token";
-/// Keys of an `abs.absSecret`: the storage account and its key, as in coreos, a SAS token
-/// instead of the key (new), and the cloud (`AzurePublicCloud`, `AzureChinaCloud`,
-/// `AzureUSGovernmentCloud`), which picks the endpoint's domain.
-pub const ABS_SECRET_ACCOUNT_KEY: &str = "storage-account";
-/// See [`ABS_SECRET_ACCOUNT_KEY`].
-pub const ABS_SECRET_KEY_KEY: &str = "storage-key";
-/// See [`ABS_SECRET_ACCOUNT_KEY`].
-pub const ABS_SECRET_SAS_KEY: &str = "storage-sas-token";
-/// See [`ABS_SECRET_ACCOUNT_KEY`].
-pub const ABS_SECRET_CLOUD_KEY: &str = "cloud";
 /// Key of the PEM bundle in the Secret named by `s3.caSecret`.
 pub const CA_SECRET_KEY: &str = "ca.crt";
 /// Where `local.persistentVolumeClaim` is mounted: in the backup operator's pod (its

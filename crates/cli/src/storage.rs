@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use backup_storage::compress::Compression;
+use backup_storage::coreos_secrets::{self, SecretDir, SecretProblem};
 use backup_storage::encryption::{EncryptionError, Identity, Recipients};
 use backup_storage::{
     AzureCredentials, AzureOptions, CustomerKey, GcsCredentials, GcsOptions, Location, S3Options,
@@ -76,6 +77,10 @@ pub struct GcsArgs {
     /// Send no credentials (an emulator, a public bucket).
     #[arg(long, global = true, conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file"])]
     pub gcs_anonymous: bool,
+    /// A coreos `gcpSecret` mounted as a directory: its `credentials.json`, else its
+    /// `access-token` (what the operators' restore and drill pods pass).
+    #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file", "gcs_anonymous"])]
+    pub gcs_secret_dir: Option<PathBuf>,
 }
 
 /// Azure Blob Storage (`azblob://container/key`). Credentials: `--azure-key-file`, else
@@ -106,6 +111,18 @@ pub struct AzureArgs {
         conflicts_with = "azure_key_file"
     )]
     pub azure_sas_file: Option<PathBuf>,
+    /// A coreos `absSecret` mounted as a directory: `storage-account`, `storage-key` or
+    /// `storage-sas-token`, and `cloud` (what the operators' restore and drill pods pass).
+    #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["azure_key_file", "azure_sas_file"])]
+    pub azure_secret_dir: Option<PathBuf>,
+}
+
+/// A coreos Secret directory that cannot be used, named.
+fn unusable_secret(dir: &std::path::Path, problem: SecretProblem) -> StorageError {
+    StorageError::NoCredentials {
+        service: "the store",
+        message: format!("the Secret mounted at {}: {problem}", dir.display()),
+    }
 }
 
 /// A credential read from a file, its line end trimmed.
@@ -121,13 +138,16 @@ impl GcsArgs {
     pub fn options(&self) -> backup_storage::Result<GcsOptions> {
         let credentials = match (
             self.gcs_anonymous,
+            &self.gcs_secret_dir,
             &self.gcs_credentials_file,
             &self.gcs_access_token_file,
         ) {
-            (true, _, _) => GcsCredentials::Anonymous,
-            (false, Some(file), _) => GcsCredentials::ServiceAccountKey(read_secret(file)?),
-            (false, None, Some(file)) => GcsCredentials::AccessToken(read_secret(file)?),
-            (false, None, None) => GcsCredentials::MetadataServer,
+            (true, ..) => GcsCredentials::Anonymous,
+            (false, Some(dir), ..) => coreos_secrets::gcs_credentials(&SecretDir(dir))
+                .map_err(|problem| unusable_secret(dir, problem))?,
+            (false, None, Some(file), _) => GcsCredentials::ServiceAccountKey(read_secret(file)?),
+            (false, None, None, Some(file)) => GcsCredentials::AccessToken(read_secret(file)?),
+            (false, None, None, None) => GcsCredentials::MetadataServer,
         };
         Ok(GcsOptions {
             endpoint: self.gcs_endpoint.clone(),
@@ -139,6 +159,22 @@ impl GcsArgs {
 
 impl AzureArgs {
     pub fn options(&self) -> backup_storage::Result<AzureOptions> {
+        if let Some(dir) = &self.azure_secret_dir {
+            let secret = coreos_secrets::azure_secret(&SecretDir(dir))
+                .map_err(|problem| unusable_secret(dir, problem))?;
+            return Ok(AzureOptions {
+                account: self.azure_account.clone().unwrap_or(secret.account),
+                endpoint: Some(
+                    self.azure_endpoint
+                        .clone()
+                        .unwrap_or(secret.default_endpoint),
+                ),
+                credentials: secret
+                    .credentials
+                    .unwrap_or(AzureCredentials::WorkloadIdentity),
+                ..AzureOptions::default()
+            });
+        }
         let credentials = match (&self.azure_key_file, &self.azure_sas_file) {
             (Some(file), _) => AzureCredentials::SharedKey(read_secret(file)?),
             (None, Some(file)) => AzureCredentials::Sas(read_secret(file)?),
@@ -456,6 +492,42 @@ mod tests {
             AzureCredentials::Sas(_)
         ));
         assert!(parse(&["--azure-key-file", path, "--azure-sas-file", path]).is_err());
+        // coreos Secrets mounted as directories.
+        let gcp = dir.join("gcp");
+        std::fs::create_dir_all(&gcp).unwrap();
+        std::fs::write(gcp.join("access-token"), "tok\n").unwrap();
+        let gcp = gcp.to_str().unwrap();
+        assert!(matches!(
+            gcs(&["--gcs-secret-dir", gcp]).credentials,
+            GcsCredentials::AccessToken(t) if t == "tok"
+        ));
+        let abs = dir.join("abs");
+        std::fs::create_dir_all(&abs).unwrap();
+        std::fs::write(abs.join("storage-account"), "acct").unwrap();
+        std::fs::write(abs.join("storage-key"), "a2V5").unwrap();
+        let abs_dir = abs.to_str().unwrap();
+        let from_dir = azure(&["--azure-secret-dir", abs_dir]);
+        assert_eq!(from_dir.account, "acct");
+        assert_eq!(
+            from_dir.endpoint.as_deref(),
+            Some("https://acct.blob.core.windows.net")
+        );
+        assert!(matches!(
+            from_dir.credentials,
+            AzureCredentials::SharedKey(_)
+        ));
+        std::fs::remove_file(abs.join("storage-account")).unwrap();
+        let err = parse(&["--azure-secret-dir", abs_dir])
+            .unwrap()
+            .storage
+            .azure
+            .options()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("storage-account") && err.contains(abs_dir),
+            "{err}"
+        );
         // Only the flags of the location's kind are read.
         let cli = parse(&["--gcs-credentials-file", "/nonexistent/key.json"]).unwrap();
         let s3 = Location::parse("s3://b/k").unwrap();

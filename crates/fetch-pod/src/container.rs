@@ -10,10 +10,13 @@ use k8s_openapi::api::core::v1::{
 
 use operator_runtime::volumes::secret_volume;
 
-use crate::source::{MemberSnapshot, Source};
+use crate::source::{CloudAccess, MemberSnapshot, Source};
 
 /// Where the Secrets are mounted in the containers that reach the backup.
 const AWS_DIR: &str = "/etc/etcd-backup/aws";
+/// A coreos `gcpSecret` or `absSecret`.
+const GCP_DIR: &str = "/etc/etcd-backup/gcp";
+const ABS_DIR: &str = "/etc/etcd-backup/abs";
 const CA_DIR: &str = "/etc/etcd-backup/s3-ca";
 /// The age identity of an encrypted backup (each Secret key a file).
 const IDENTITY_DIR: &str = "/etc/etcd-backup/age";
@@ -52,6 +55,20 @@ impl FetchMounts {
                 let volume = secret_volume("sse-c", &key.name, Some(PRIVATE_MODE));
                 mounts.add(volume, SSE_C_DIR, true);
             }
+        }
+        match &source.cloud {
+            Some(CloudAccess::Gcs {
+                gcp_secret: Some(secret),
+                ..
+            }) => {
+                let volume = secret_volume("gcp", secret, Some(PRIVATE_MODE));
+                mounts.add(volume, GCP_DIR, true);
+            }
+            Some(CloudAccess::Azure { abs_secret, .. }) => {
+                let volume = secret_volume("abs", abs_secret, Some(PRIVATE_MODE));
+                mounts.add(volume, ABS_DIR, true);
+            }
+            _ => {}
         }
         if let Some(secret) = source.member.as_ref().and_then(|m| m.tls_secret.as_ref()) {
             let volume = secret_volume("etcd-client-tls", secret, Some(PRIVATE_MODE));
@@ -189,6 +206,30 @@ pub fn tool_args<'a>(source: &Source, command: impl IntoIterator<Item = &'a str>
             ]);
         }
     }
+    match &source.cloud {
+        Some(CloudAccess::Gcs {
+            endpoint,
+            gcp_secret,
+            ambient,
+        }) => {
+            if let Some(endpoint) = endpoint {
+                args.extend(["--gcs-endpoint".into(), endpoint.clone()]);
+            }
+            match (gcp_secret, ambient) {
+                (Some(_), _) => args.extend(["--gcs-secret-dir".into(), GCP_DIR.into()]),
+                // Never the node's identity unless the operator lends it.
+                (None, false) => args.push("--gcs-anonymous".into()),
+                (None, true) => {}
+            }
+        }
+        Some(CloudAccess::Azure { endpoint, .. }) => {
+            args.extend(["--azure-secret-dir".into(), ABS_DIR.into()]);
+            if let Some(endpoint) = endpoint {
+                args.extend(["--azure-endpoint".into(), endpoint.clone()]);
+            }
+        }
+        None => {}
+    }
     args.extend(command.into_iter().map(str::to_string));
     args
 }
@@ -222,6 +263,52 @@ pub fn env(source: &Source) -> Vec<EnvVar> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gcs_and_azure_secrets_are_mounted_and_named_by_directory() {
+        let mut source = crate::source::from_spec(
+            &serde_saphyr::from_str(
+                "etcdCluster: {name: c}\nbackupStorageType: GCS\ngcs: {path: b/k, gcpSecret: gcp}",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let mounts = FetchMounts::of(&source);
+        assert_eq!(mounts.fetch[0].mount_path, GCP_DIR);
+        let args = tool_args(&source, ["fetch"]);
+        assert!(
+            args.windows(2).any(|w| w == ["--gcs-secret-dir", GCP_DIR]),
+            "{args:?}"
+        );
+        // No Secret: no credentials at all unless the operator lends the node's identity.
+        source.cloud = Some(CloudAccess::Gcs {
+            endpoint: None,
+            gcp_secret: None,
+            ambient: false,
+        });
+        assert!(tool_args(&source, ["fetch"]).contains(&"--gcs-anonymous".to_string()));
+        assert!(FetchMounts::of(&source).volumes.is_empty());
+        source.cloud = Some(CloudAccess::Azure {
+            endpoint: Some("http://azurite:10000/acct".into()),
+            abs_secret: "abs".into(),
+        });
+        let args = tool_args(&source, ["fetch"]);
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--azure-secret-dir", ABS_DIR]),
+            "{args:?}"
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--azure-endpoint", "http://azurite:10000/acct"])
+        );
+        let mounts = FetchMounts::of(&source);
+        assert_eq!(mounts.fetch[0].mount_path, ABS_DIR);
+        assert_eq!(
+            mounts.volumes[0].secret.as_ref().unwrap().default_mode,
+            Some(PRIVATE_MODE)
+        );
+    }
     use crate::source::S3Access;
     use backup_api::SecretKeyRef;
 
@@ -233,6 +320,7 @@ mod tests {
                 aws_secret: Some("aws".into()),
                 ..Default::default()
             }),
+            cloud: None,
             claim: None,
             identity: Some(SecretKeyRef {
                 name: "restore-key".into(),

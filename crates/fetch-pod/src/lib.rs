@@ -14,4 +14,4 @@ pub mod scratch;
 pub mod source;
 
 pub use container::{FetchMounts, fetch_container, tool_args};
-pub use source::{S3Access, Source, SourceError};
+pub use source::{CloudAccess, S3Access, Source, SourceError};

@@ -3,7 +3,8 @@
 //! drill). Pure.
 
 use backup_api::storage::{
-    LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source, StorageType,
+    AbsSource, GcsSource, LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source,
+    StorageType,
 };
 use backup_api::{
     BackupRecord, EtcdBackup, EtcdRestoreSpec, ExpectedBackup, KeySpace, PointInTime, SecretKeyRef,
@@ -13,9 +14,12 @@ use thiserror::Error;
 /// A snapshot location as the `etcd-backup` image's `fetch` takes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Source {
-    /// `s3://bucket/key` or `file:///var/lib/etcd-backup/<path>`.
+    /// `s3://bucket/key`, `gs://bucket/key`, `azblob://container/key` or
+    /// `file:///var/lib/etcd-backup/<path>`.
     pub url: String,
     pub s3: Option<S3Access>,
+    /// How to reach Google Cloud Storage or Azure Blob Storage.
+    pub cloud: Option<CloudAccess>,
     /// The claim holding a `Local` backup, mounted read-only at `/var/lib/etcd-backup`.
     pub claim: Option<String>,
     /// The Secret key with the age identity for an encrypted backup (`spec.decryption`),
@@ -45,6 +49,7 @@ pub fn from_member(client_url: String, tls_secret: Option<String>) -> Source {
     Source {
         url: client_url,
         s3: None,
+        cloud: None,
         claim: None,
         identity: None,
         expected: None,
@@ -71,14 +76,34 @@ pub struct S3Access {
     pub ambient: bool,
 }
 
+/// How to reach GCS or Azure: the endpoint and the coreos Secret the pod mounts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloudAccess {
+    Gcs {
+        endpoint: Option<String>,
+        /// Without it, the pod sends no credentials unless `ambient` (GKE workload identity
+        /// of the node), which the controller sets from its flag.
+        gcp_secret: Option<String>,
+        ambient: bool,
+    },
+    Azure {
+        endpoint: Option<String>,
+        abs_secret: String,
+    },
+}
+
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum SourceError {
-    #[error("backupStorageType {0:?} cannot be restored by this controller; use S3 or Local")]
+    #[error(
+        "backupStorageType {0:?} cannot be restored by this controller; use S3, GCS, ABS or Local"
+    )]
     Unsupported(StorageType),
     #[error("the {0} block is missing")]
     MissingBlock(&'static str),
     #[error("s3.path {0:?} is not <bucket>/<key>")]
     BadS3Path(String),
+    #[error("{field}.path {path:?} is not <bucket>/<object> (<container>/<blob> for abs)")]
+    BadObjectPath { field: &'static str, path: String },
     #[error(
         "local.persistentVolumeClaim is not set: the restore pods can only read a Local backup \
          from a claim (set the claim the backups were written to)"
@@ -88,7 +113,9 @@ pub enum SourceError {
     BadLocalPath(String),
     #[error("EtcdBackup {0} has no verified backup yet (status.lastBackup is empty)")]
     NoBackupYet(String),
-    #[error("EtcdBackup {name} recorded {url:?}, which is not an s3:// or file:// location")]
+    #[error(
+        "EtcdBackup {name} recorded {url:?}, which is not an s3://, gs://, azblob:// or file:// location"
+    )]
     BadRecordedUrl { name: String, url: String },
     #[error(
         "EtcdBackup {name} recorded {url:?}, outside {LOCAL_PVC_MOUNT_PATH} (its operator \
@@ -135,12 +162,35 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
             Ok(Source {
                 url: format!("s3://{}/{}", path.bucket, path.key),
                 s3: Some(s3_access(s3)),
+                cloud: None,
                 claim: None,
                 identity: None,
                 expected: None,
                 member: None,
                 point: None,
             })
+        }
+        StorageType::Gcs => {
+            let gcs = spec.gcs.as_ref().ok_or(SourceError::MissingBlock("gcs"))?;
+            let path = gcs.location().map_err(|_| SourceError::BadObjectPath {
+                field: "gcs",
+                path: gcs.path.clone(),
+            })?;
+            Ok(cloud_source(
+                format!("gs://{}/{}", path.bucket, path.key),
+                gcs_access(gcs),
+            ))
+        }
+        StorageType::Abs => {
+            let abs = spec.abs.as_ref().ok_or(SourceError::MissingBlock("abs"))?;
+            let path = abs.location().map_err(|_| SourceError::BadObjectPath {
+                field: "abs",
+                path: abs.path.clone(),
+            })?;
+            Ok(cloud_source(
+                format!("azblob://{}/{}", path.bucket, path.key),
+                azure_access(abs),
+            ))
         }
         StorageType::Local => {
             let local = spec
@@ -206,6 +256,7 @@ fn to_a_point(
             Source {
                 url: format!("s3://{}/{}", path.bucket, path.key),
                 s3: Some(s3_access(s3)),
+                cloud: None,
                 claim: None,
                 identity,
                 expected: None,
@@ -293,12 +344,29 @@ fn recorded_source(backup: &EtcdBackup, name: &str, url: String) -> Result<Sourc
         return Ok(Source {
             url: url.clone(),
             s3: Some(s3_access(s3)),
+            cloud: None,
             claim: None,
             identity: None,
             expected: None,
             member: None,
             point: None,
         });
+    }
+    if url.starts_with("gs://") {
+        let gcs = backup
+            .spec
+            .gcs
+            .as_ref()
+            .ok_or(SourceError::MissingBlock("gcs"))?;
+        return Ok(cloud_source(url.clone(), gcs_access(gcs)));
+    }
+    if url.starts_with("azblob://") {
+        let abs = backup
+            .spec
+            .abs
+            .as_ref()
+            .ok_or(SourceError::MissingBlock("abs"))?;
+        return Ok(cloud_source(url.clone(), azure_access(abs)));
     }
     let path = url.strip_prefix("file://").ok_or_else(bad)?;
     let local = backup
@@ -331,6 +399,36 @@ fn s3_access(s3: &S3Source) -> S3Access {
     }
 }
 
+fn gcs_access(gcs: &GcsSource) -> CloudAccess {
+    CloudAccess::Gcs {
+        endpoint: gcs.endpoint().map(str::to_string),
+        gcp_secret: gcs.gcp_secret().map(str::to_string),
+        // Set by the controller from its flag.
+        ambient: false,
+    }
+}
+
+fn azure_access(abs: &AbsSource) -> CloudAccess {
+    CloudAccess::Azure {
+        endpoint: abs.endpoint().map(str::to_string),
+        abs_secret: abs.abs_secret.clone(),
+    }
+}
+
+/// An object in GCS or Azure at `url`.
+fn cloud_source(url: String, access: CloudAccess) -> Source {
+    Source {
+        url,
+        s3: None,
+        cloud: Some(access),
+        claim: None,
+        identity: None,
+        expected: None,
+        member: None,
+        point: None,
+    }
+}
+
 fn local_source(local: &LocalSource, path: &str) -> Result<Source, SourceError> {
     let claim = local
         .persistent_volume_claim
@@ -349,6 +447,7 @@ fn claim_source(claim: &str, path: &str) -> Result<Source, SourceError> {
     Ok(Source {
         url: format!("file://{LOCAL_PVC_MOUNT_PATH}/{relative}"),
         s3: None,
+        cloud: None,
         claim: Some(claim.to_string()),
         identity: None,
         expected: None,
@@ -368,6 +467,39 @@ mod tests {
     /// A restore of `backupRef: nightly` without decryption.
     fn spec() -> EtcdRestoreSpec {
         restore("etcdCluster: {name: c}\nbackupStorageType: S3\nbackupRef: {name: nightly}")
+    }
+
+    #[test]
+    fn coreos_gcs_and_abs_restores_name_the_object_and_its_secret() {
+        let spec = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: GCS\n\
+             gcs: {path: bucket/dir/etcd.backup, gcpSecret: gcp, endpoint: 'http://fake:4443'}",
+        );
+        let source = from_spec(&spec).unwrap();
+        assert_eq!(source.url, "gs://bucket/dir/etcd.backup");
+        assert_eq!(
+            source.cloud,
+            Some(CloudAccess::Gcs {
+                endpoint: Some("http://fake:4443".into()),
+                gcp_secret: Some("gcp".into()),
+                ambient: false
+            })
+        );
+        let spec = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: ABS\nabs: {path: c/etcd.backup, absSecret: abs}",
+        );
+        let source = from_spec(&spec).unwrap();
+        assert_eq!(source.url, "azblob://c/etcd.backup");
+        assert!(
+            matches!(source.cloud, Some(CloudAccess::Azure { abs_secret, .. }) if abs_secret == "abs")
+        );
+        let bad = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: GCS\ngcs: {path: no-object, gcpSecret: gcp}",
+        );
+        assert!(matches!(
+            from_spec(&bad),
+            Err(SourceError::BadObjectPath { field: "gcs", .. })
+        ));
     }
 
     #[test]
@@ -405,11 +537,11 @@ mod tests {
             Err(SourceError::BadLocalPath(_))
         ));
         let spec = restore(
-            "etcdCluster: {name: c}\nbackupStorageType: ABS\nabs: {path: x/y, absSecret: s}",
+            "etcdCluster: {name: c}\nbackupStorageType: OSS\noss: {path: x/y, ossSecret: s}",
         );
         assert_eq!(
             from_spec(&spec),
-            Err(SourceError::Unsupported(StorageType::Abs))
+            Err(SourceError::Unsupported(StorageType::Oss))
         );
     }
 

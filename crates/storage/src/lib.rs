@@ -14,6 +14,7 @@
 mod aborts;
 mod azure;
 pub mod compress;
+pub mod coreos_secrets;
 pub mod encryption;
 mod error;
 mod gcs;

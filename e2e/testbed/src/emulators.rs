@@ -27,16 +27,24 @@ struct Server {
     args: Vec<String>,
     program: PathBuf,
     log: PathBuf,
+    address: String,
     port: u16,
 }
 
 impl Server {
-    fn spawn(program: PathBuf, args: Vec<String>, log: PathBuf, port: u16) -> Result<Server> {
+    fn spawn(
+        program: PathBuf,
+        args: Vec<String>,
+        log: PathBuf,
+        address: &str,
+        port: u16,
+    ) -> Result<Server> {
         let mut server = Server {
             child: None,
             args,
             program,
             log,
+            address: address.to_string(),
             port,
         };
         server.start()?;
@@ -68,7 +76,7 @@ impl Server {
     /// Waits until the port accepts connections.
     async fn wait_listening(&self) -> Result<()> {
         for _ in 0..300 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            if tokio::net::TcpStream::connect((self.address.as_str(), self.port))
                 .await
                 .is_ok()
             {
@@ -129,26 +137,36 @@ pub struct FakeGcs {
 
 impl FakeGcs {
     pub async fn start() -> Result<FakeGcs> {
-        FakeGcs::start_at(free_port(), None).await
+        FakeGcs::start_with("127.0.0.1", free_port(), None).await
+    }
+
+    /// A server listening on `address`, e.g. the kubelet bed's bridge address
+    /// ([`crate::cluster::host_address`]), so pods can reach it.
+    pub async fn start_on(address: &str) -> Result<FakeGcs> {
+        FakeGcs::start_with(address, free_port(), None).await
     }
 
     /// A server on `port` whose upload session URLs name `external_url` instead of itself (a
     /// proxy in front of it, so that the chunks of a resumable upload pass through the proxy).
     pub async fn start_at(port: u16, external_url: Option<&str>) -> Result<FakeGcs> {
+        FakeGcs::start_with("127.0.0.1", port, external_url).await
+    }
+
+    async fn start_with(address: &str, port: u16, external_url: Option<&str>) -> Result<FakeGcs> {
         let dir = tempfile::tempdir()?;
         // Every directory under `-data` is a bucket when the server starts.
         std::fs::create_dir_all(dir.path().join("seed").join(BUCKET))?;
-        let endpoint = format!("http://127.0.0.1:{port}");
+        let endpoint = format!("http://{address}:{port}");
         let external = external_url.unwrap_or(&endpoint).to_string();
         let args = [
             "-scheme",
             "http",
             "-host",
-            "127.0.0.1",
+            address,
             "-port",
             &port.to_string(),
             "-public-host",
-            &format!("127.0.0.1:{port}"),
+            &format!("{address}:{port}"),
             "-external-url",
             &external,
             "-backend",
@@ -163,7 +181,7 @@ impl FakeGcs {
         .map(str::to_string)
         .to_vec();
         let program = crate::kube::versions_path("fake_gcs_bin").join("fake-gcs-server");
-        let server = Server::spawn(program, args, dir.path().join("server.log"), port)?;
+        let server = Server::spawn(program, args, dir.path().join("server.log"), address, port)?;
         server.wait_listening().await?;
         Ok(FakeGcs {
             endpoint,
@@ -221,11 +239,17 @@ pub struct Azurite {
 
 impl Azurite {
     pub async fn start() -> Result<Azurite> {
+        Azurite::start_on("127.0.0.1").await
+    }
+
+    /// A server listening on `address`, e.g. the kubelet bed's bridge address
+    /// ([`crate::cluster::host_address`]), so pods can reach it.
+    pub async fn start_on(address: &str) -> Result<Azurite> {
         let dir = tempfile::tempdir()?;
         let port = free_port();
         let args = [
             "--blobHost",
-            "127.0.0.1",
+            address,
             "--blobPort",
             &port.to_string(),
             "--location",
@@ -235,10 +259,10 @@ impl Azurite {
         .map(str::to_string)
         .to_vec();
         let program = azurite_blob();
-        let server = Server::spawn(program, args, dir.path().join("server.log"), port)?;
+        let server = Server::spawn(program, args, dir.path().join("server.log"), address, port)?;
         server.wait_listening().await?;
         let azurite = Azurite {
-            endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
+            endpoint: format!("http://{address}:{port}/{AZURITE_ACCOUNT}"),
             account: AZURITE_ACCOUNT.to_string(),
             key: AZURITE_KEY.to_string(),
             container: BUCKET.to_string(),

@@ -490,3 +490,22 @@ where
     .with_context(|| format!("watching {name} for {what}"))?;
     found.with_context(|| format!("{name} is gone"))
 }
+
+/// Creates Secret `name` in `ns` with `data` (string values, as `stringData`).
+pub async fn create_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    data: &[(&str, &str)],
+) -> Result<()> {
+    let data: serde_json::Map<String, serde_json::Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+        .collect();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}))?;
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .create(&kube::api::PostParams::default(), &secret)
+        .await?;
+    Ok(())
+}

@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 
 use backup_api::client_tls;
 use backup_api::storage::{
-    ABS_SECRET_ACCOUNT_KEY, ABS_SECRET_CLOUD_KEY, ABS_SECRET_KEY_KEY, ABS_SECRET_SAS_KEY,
-    AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, AbsSource, CA_SECRET_KEY,
-    GCP_SECRET_ACCESS_TOKEN_KEY, GCP_SECRET_CREDENTIALS_KEY, GcsSource,
+    AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, AbsSource, CA_SECRET_KEY, GcsSource,
 };
 use backup_api::{S3Source, SecretKeyRef, SseMode};
+use backup_storage::coreos_secrets::{self, SecretProblem};
 use backup_storage::encryption::Recipients;
 use backup_storage::{
     AzureCredentials, AzureOptions, CustomerKey, GcsCredentials, GcsOptions, S3Credentials,
@@ -50,11 +49,10 @@ pub enum SecretError {
         key: String,
         message: String,
     },
-    #[error("Secret {secret:?} key {key:?}: {message}")]
-    Invalid {
+    #[error("Secret {secret:?}: {problem}")]
+    Unusable {
         secret: String,
-        key: &'static str,
-        message: String,
+        problem: SecretProblem,
     },
     #[error("Secret {secret:?} key {key:?} (encryption recipients): {message}")]
     Recipients {
@@ -157,19 +155,8 @@ pub fn gcs_options(
             )
             .into());
         }
-        Some((name, data)) => match (
-            text(name, data, GCP_SECRET_CREDENTIALS_KEY)?,
-            text(name, data, GCP_SECRET_ACCESS_TOKEN_KEY)?,
-        ) {
-            (Some(key), _) => GcsCredentials::ServiceAccountKey(key),
-            (None, Some(token)) => GcsCredentials::AccessToken(token),
-            (None, None) => {
-                return Err(SecretError::MissingKey {
-                    secret: name.to_string(),
-                    key: GCP_SECRET_CREDENTIALS_KEY,
-                });
-            }
-        },
+        Some((name, data)) => coreos_secrets::gcs_credentials(&values(data))
+            .map_err(|problem| unusable(name, problem))?,
     };
     Ok(GcsOptions {
         endpoint: gcs.endpoint().map(str::to_string),
@@ -186,40 +173,15 @@ pub fn azure_options(
     (name, data): (&str, &SecretData),
     allow_ambient: bool,
 ) -> Result<AzureOptions, SecretError> {
-    let account = text(name, data, ABS_SECRET_ACCOUNT_KEY)?
-        .map(|a| a.trim().to_string())
-        .ok_or_else(|| SecretError::MissingKey {
-            secret: name.to_string(),
-            key: ABS_SECRET_ACCOUNT_KEY,
-        })?;
-    let credentials = match (
-        text(name, data, ABS_SECRET_KEY_KEY)?,
-        text(name, data, ABS_SECRET_SAS_KEY)?,
-    ) {
-        (Some(key), _) => AzureCredentials::SharedKey(key),
-        (None, Some(sas)) => AzureCredentials::Sas(sas),
-        (None, None) if allow_ambient => AzureCredentials::WorkloadIdentity,
-        (None, None) => {
+    let secret =
+        coreos_secrets::azure_secret(&values(data)).map_err(|problem| unusable(name, problem))?;
+    let credentials = match secret.credentials {
+        Some(credentials) => credentials,
+        None if allow_ambient => AzureCredentials::WorkloadIdentity,
+        None => {
             return Err(SecretError::MissingKey {
                 secret: name.to_string(),
-                key: ABS_SECRET_KEY_KEY,
-            });
-        }
-    };
-    let domain = match text(name, data, ABS_SECRET_CLOUD_KEY)?
-        .as_deref()
-        .map(str::trim)
-    {
-        None | Some("") | Some("AzurePublicCloud") => "core.windows.net",
-        Some("AzureChinaCloud") => "core.chinacloudapi.cn",
-        Some("AzureUSGovernmentCloud") => "core.usgovcloudapi.net",
-        Some(other) => {
-            return Err(SecretError::Invalid {
-                secret: name.to_string(),
-                key: ABS_SECRET_CLOUD_KEY,
-                message: format!(
-                    "unknown cloud {other:?}: use AzurePublicCloud, AzureChinaCloud or AzureUSGovernmentCloud, or set abs.endpoint"
-                ),
+                key: coreos_secrets::ABS_KEY_KEY,
             });
         }
     };
@@ -227,12 +189,24 @@ pub fn azure_options(
         endpoint: Some(
             abs.endpoint()
                 .map(str::to_string)
-                .unwrap_or_else(|| format!("https://{account}.blob.{domain}")),
+                .unwrap_or(secret.default_endpoint),
         ),
-        account,
+        account: secret.account,
         credentials,
         ..AzureOptions::default()
     })
+}
+
+/// A Secret's data as [`coreos_secrets`] reads it.
+fn values(data: &SecretData) -> impl coreos_secrets::SecretValues + '_ {
+    move |key: &'static str| data.get(key).map(|v| v.0.clone())
+}
+
+fn unusable(name: &str, problem: SecretProblem) -> SecretError {
+    SecretError::Unusable {
+        secret: name.to_string(),
+        problem,
+    }
 }
 
 /// S3 options with every Secret the `s3` block names.

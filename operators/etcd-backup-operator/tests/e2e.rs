@@ -1394,22 +1394,6 @@ async fn continuous_archive_retention_keeps_what_the_kept_backups_need_and_nothi
     kube.delete_namespace(&ns).await.unwrap();
 }
 
-/// Creates Secret `name` in `ns` with `data` (string values).
-async fn create_secret(kube: &KubeTestbed, ns: &str, name: &str, data: &[(&str, &str)]) {
-    let data: serde_json::Map<String, Value> = data
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    let secret: Secret = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data}),
-    )
-    .unwrap();
-    Api::<Secret>::namespaced(kube.client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-}
-
 /// coreos' `storageType: GCS` and `ABS` manifests (with an endpoint, for the emulators): a
 /// scheduled EtcdBackup of each keeps its newest two in fake-gcs-server and Azurite, and the
 /// Delete policy removes them when the EtcdBackup goes.
@@ -1423,9 +1407,11 @@ async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
     let gcs = testbed::FakeGcs::start().await.unwrap();
     let azurite = testbed::Azurite::start().await.unwrap();
     // fake-gcs-server checks no token; the Secret is what the operator insists on.
-    create_secret(&kube, &ns, "gcp", &[("access-token", "emulator")]).await;
-    create_secret(
-        &kube,
+    testbed::kube::create_secret(&kube.client, &ns, "gcp", &[("access-token", "emulator")])
+        .await
+        .unwrap();
+    testbed::kube::create_secret(
+        &kube.client,
         &ns,
         "abs",
         &[
@@ -1433,7 +1419,8 @@ async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
             ("storage-key", &azurite.key),
         ],
     )
-    .await;
+    .await
+    .unwrap();
     let _op = Operator::start(&ns).await;
 
     let policy = json!({"backupIntervalInSecond": 2, "maxBackups": 2});

@@ -293,6 +293,39 @@ async fn resolve_source(
             identity.name
         ));
     }
+    // GCS and Azure: the coreos Secret must exist (its keys are read in the pod, from the
+    // mounted files); without a gcpSecret, only an operator that lends identities lets the pod
+    // use the node's.
+    match source.cloud.as_mut() {
+        Some(fetch_pod::CloudAccess::Gcs {
+            gcp_secret,
+            ambient,
+            ..
+        }) => {
+            *ambient = ctx.allow_ambient_credentials;
+            match gcp_secret {
+                Some(name) if secrets.get_metadata_opt(name).await?.is_none() => {
+                    return bad_source(format!("Secret {name} (gcs.gcpSecret) not found in {ns}"));
+                }
+                None if !ctx.allow_ambient_credentials => {
+                    return bad_source(
+                        "gcs.gcpSecret is not set, and the operator lends no identity (it was not started with --allow-ambient-credentials)".into(),
+                    );
+                }
+                _ => {}
+            }
+            return Ok(Ok(source));
+        }
+        Some(fetch_pod::CloudAccess::Azure { abs_secret, .. }) => {
+            if secrets.get_metadata_opt(abs_secret).await?.is_none() {
+                return bad_source(format!(
+                    "Secret {abs_secret} (abs.absSecret) not found in {ns}"
+                ));
+            }
+            return Ok(Ok(source));
+        }
+        None => {}
+    }
     let Some(s3) = source.s3.as_mut() else {
         return Ok(Ok(source));
     };

@@ -186,20 +186,25 @@ async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
     // Given back as it was: running, neither held nor paused.
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), ns);
     assert_given_back(&clusters.get(CLUSTER).await.unwrap());
+    delete_restore(&restores).await;
+    status.reason.unwrap_or_default()
+}
+
+/// Deletes the cluster's EtcdRestore and waits until it is gone: only once the operator's
+/// finalizer is off, and the next restore takes the same name.
+async fn delete_restore(restores: &Api<EtcdRestore>) {
     restores
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
-    // Gone only once the operator's finalizer is off: the next restore takes the same name.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while restores.get_opt(CLUSTER).await.unwrap().is_some() {
         assert!(
             std::time::Instant::now() < deadline,
-            "the failed restore is still there 60 s after its deletion"
+            "the restore is still there 60 s after its deletion"
         );
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    status.reason.unwrap_or_default()
 }
 
 #[tokio::test]
@@ -1427,5 +1432,130 @@ async fn a_restore_to_a_point_brings_the_cluster_back_to_before_the_damage() {
     );
     let first = etcd.get("/app/key-00", None).await.unwrap();
     assert_eq!(first.kvs()[0].value_str().unwrap(), "updated");
+    kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// Backups in Google Cloud Storage and Azure Blob Storage (fake-gcs-server and Azurite, on the
+/// bed's host address), restored in pods: from GCS by `backupRef` (the restore pods mount the
+/// EtcdBackup's `gcpSecret`), from Azure by a coreos `abs` block (its `absSecret`). Each restore
+/// succeeds only with every member serving the backup's keys and not the key written after it.
+#[tokio::test]
+async fn gcs_and_abs_backups_are_restored_in_pods() {
+    let (kube, ns, _report) = testbed::cluster::test_namespace("etcd-restore-clouds").await;
+    let gcs = testbed::FakeGcs::start_on(&host_address()).await.unwrap();
+    let azurite = testbed::Azurite::start_on(&host_address()).await.unwrap();
+    install_operators(&kube, &ns).await;
+    testbed::kube::create_secret(&kube.client, &ns, "gcp", &[("access-token", "emulator")])
+        .await
+        .unwrap();
+    testbed::kube::create_secret(
+        &kube.client,
+        &ns,
+        "abs",
+        &[
+            ("storage-account", &azurite.account),
+            ("storage-key", &azurite.key),
+        ],
+    )
+    .await
+    .unwrap();
+
+    let mut cluster = example("example-etcd-cluster.yaml");
+    cluster["spec"] = json!({"size": 1, "repository": "localhost/etcd", "version": "3.7.3",
+        "pod": {"persistentVolumeClaimSpec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "64Mi"}}}}});
+    let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
+    let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    wait_until(&clusters, CLUSTER, "1 ready member", 300, converged(1))
+        .await
+        .unwrap();
+    let mut etcd = client_of(&member_pods(&kube, &ns).await[0]).await;
+    for i in 0..200 {
+        etcd.put(format!("/registry/cloud-{i:03}"), "v", None)
+            .await
+            .unwrap();
+    }
+
+    // One-shot backups to both stores, by the EtcdBackup operator in the bed.
+    let endpoint = format!("http://{CLUSTER}-client.{ns}.svc:2379");
+    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
+    for backup in [
+        json!({"metadata": {"name": "to-gcs"}, "spec": {"etcdEndpoints": [endpoint],
+            "storageType": "GCS", "gcs": {"path": format!("{}/etcd/cloud.backup", gcs.bucket),
+            "gcpSecret": "gcp", "endpoint": gcs.endpoint}}}),
+        json!({"metadata": {"name": "to-abs"}, "spec": {"etcdEndpoints": [endpoint],
+            "storageType": "ABS", "abs": {"path": format!("{}/etcd/cloud.backup", azurite.container),
+            "absSecret": "abs", "endpoint": azurite.endpoint}}}),
+    ] {
+        let mut backup = backup;
+        backup["apiVersion"] = json!("etcd.database.coreos.com/v1beta2");
+        backup["kind"] = json!("EtcdBackup");
+        let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
+        backups
+            .create(&PostParams::default(), &backup)
+            .await
+            .unwrap();
+        let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
+        wait_until(&backups, &backup.name_any(), "the backup", 120, succeeded)
+            .await
+            .unwrap();
+    }
+    etcd.put("/registry/after-the-backups", "v", None)
+        .await
+        .unwrap();
+
+    let restores: Api<EtcdRestore> = Api::namespaced(kube.client.clone(), &ns);
+    let count_only = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    for (store, spec) in [
+        (
+            "GCS",
+            json!({"backupStorageType": "GCS", "backupRef": {"name": "to-gcs"}}),
+        ),
+        (
+            "ABS",
+            json!({"backupStorageType": "ABS", "abs": {
+                "path": format!("{}/etcd/cloud.backup", azurite.container),
+                "absSecret": "abs", "endpoint": azurite.endpoint}}),
+        ),
+    ] {
+        let mut restore = example("etcd-restore.yaml");
+        restore["spec"] = json!({"etcdCluster": {"name": CLUSTER}});
+        json_patch::merge(&mut restore["spec"], &spec);
+        let restore: EtcdRestore = serde_json::from_value(restore).unwrap();
+        restores
+            .create(&PostParams::default(), &restore)
+            .await
+            .unwrap();
+        let done = wait_until(&restores, CLUSTER, "the restore", 300, finished)
+            .await
+            .unwrap();
+        let status = done.status.unwrap();
+        assert!(status.succeeded, "{store}: {status:?}");
+        for pod in member_pods(&kube, &ns).await {
+            let mut etcd = client_of(&pod).await;
+            let keys = etcd
+                .get("/registry/cloud-", Some(count_only.clone()))
+                .await
+                .unwrap();
+            assert_eq!(keys.count(), 200, "{store}: {}", pod.name_any());
+            let after = etcd.get("/registry/after-the-backups", None).await.unwrap();
+            assert!(
+                after.kvs().is_empty(),
+                "{store}: a key written after the backup"
+            );
+        }
+        delete_restore(&restores).await;
+        // Written again, so the next restore has something to take away.
+        let mut etcd = client_of(&member_pods(&kube, &ns).await[0]).await;
+        etcd.put("/registry/after-the-backups", "v", None)
+            .await
+            .unwrap();
+    }
     kube.delete_namespace(&ns).await.unwrap();
 }

@@ -779,6 +779,7 @@ pub(crate) mod tests {
         let source = Source {
             url: "file:///var/lib/etcd-backup/b/etcd.db".into(),
             s3: None,
+            cloud: None,
             claim: Some("backups".into()),
             identity: None,
             expected: None,
