@@ -195,6 +195,11 @@ impl FakeGcs {
         self.server.port
     }
 
+    /// The server process's PID (for its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.child.as_ref().map(std::process::Child::id)
+    }
+
     /// SIGKILL, as a crash would. Data stays.
     pub fn kill(&mut self) {
         self.server.kill();
@@ -275,6 +280,11 @@ impl Azurite {
 
     pub fn port(&self) -> u16 {
         self.server.port
+    }
+
+    /// The server process's PID (for its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.child.as_ref().map(std::process::Child::id)
     }
 
     /// Stops the server as a service restart would (SIGTERM): its connections are cut. Not

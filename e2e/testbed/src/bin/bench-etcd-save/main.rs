@@ -18,6 +18,9 @@
 //! then (a), (e) and (g) again on a small database, to show that memory does not grow with
 //! snapshot size.
 //!
+//! `--clouds` measures instead `etcd-backup save` and `fetch` to Garage, fake-gcs-server and
+//! Azurite, all over plain HTTP on loopback (see [`clouds`]).
+//!
 //! `--etcd-tls` runs etcd over TLS with client certificates (as a Kubernetes control plane
 //! does); `--hold` fills etcd, prints the command of (a) with its environment and keeps the
 //! servers up, to profile (a) by hand.
@@ -31,6 +34,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use testbed::{Etcd, Garage};
 
+mod clouds;
 mod encryption;
 mod measure;
 
@@ -48,6 +52,8 @@ struct Args {
     etcd_tls: bool,
     /// Fill etcd, print the command of (a) and its environment, then wait (for profiling).
     hold: bool,
+    /// Save and fetch to S3, GCS and Azure emulators instead.
+    clouds: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -57,6 +63,7 @@ fn parse_args() -> Result<Args> {
         etcd_backup: PathBuf::from("target/release/etcd-backup"),
         etcd_tls: false,
         hold: false,
+        clouds: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -67,8 +74,9 @@ fn parse_args() -> Result<Args> {
             "--etcd-backup" => args.etcd_backup = value()?.into(),
             "--etcd-tls" => args.etcd_tls = true,
             "--hold" => args.hold = true,
+            "--clouds" => args.clouds = true,
             _ => bail!(
-                "usage: bench-etcd-save [--size-mib 1024] [--small-mib 100] [--etcd-backup PATH] [--etcd-tls] [--hold]"
+                "usage: bench-etcd-save [--size-mib 1024] [--small-mib 100] [--etcd-backup PATH] [--etcd-tls] [--hold] [--clouds]"
             ),
         }
     }
@@ -198,6 +206,9 @@ async fn main() -> Result<()> {
         format!("aws s3 cp --only-show-errors {file} {}", store.url(key))
     };
 
+    if args.clouds {
+        return clouds::run(&etcd_backup, &etcd, db_size, work.path()).await;
+    }
     if args.hold {
         let store = Store::empty(&tls).await?;
         let script = save_script(&etcd_backup, &store, &etcd, "bench/held");
