@@ -168,10 +168,10 @@ fn cases() -> Vec<Case> {
         ),
     });
     cases.push(Case {
-        message: "drills restore S3 and Local backups only",
+        message: "drills restore S3, GCS, ABS and Local backups only",
         kind: "EtcdBackup",
-        valid: with_drill("S3", s3(), json!({}), false),
-        broken: with_drill("ABS", abs(), json!({}), false),
+        valid: with_drill("ABS", abs(), json!({}), false),
+        broken: with_drill("OSS", oss(), json!({}), false),
     });
     cases.push(Case {
         message: "encrypted backups are drilled with a private key: set drill.identitySecret",

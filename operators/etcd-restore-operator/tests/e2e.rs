@@ -1480,15 +1480,17 @@ async fn gcs_and_abs_backups_are_restored_in_pods() {
             .unwrap();
     }
 
-    // One-shot backups to both stores, by the EtcdBackup operator in the bed.
+    // One-shot backups to both stores, by the EtcdBackup operator in the bed, each drilled in
+    // a pod that reads it with the same Secret.
     let endpoint = format!("http://{CLUSTER}-client.{ns}.svc:2379");
+    let drill = json!({"etcdRepository": "localhost/etcd", "timeoutInSecond": 300});
     let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), &ns);
     for backup in [
         json!({"metadata": {"name": "to-gcs"}, "spec": {"etcdEndpoints": [endpoint],
-            "storageType": "GCS", "gcs": {"path": format!("{}/etcd/cloud.backup", gcs.bucket),
+            "storageType": "GCS", "drill": drill, "gcs": {"path": format!("{}/etcd/cloud.backup", gcs.bucket),
             "gcpSecret": "gcp", "endpoint": gcs.endpoint}}}),
         json!({"metadata": {"name": "to-abs"}, "spec": {"etcdEndpoints": [endpoint],
-            "storageType": "ABS", "abs": {"path": format!("{}/etcd/cloud.backup", azurite.container),
+            "storageType": "ABS", "drill": drill, "abs": {"path": format!("{}/etcd/cloud.backup", azurite.container),
             "absSecret": "abs", "endpoint": azurite.endpoint}}}),
     ] {
         let mut backup = backup;
@@ -1499,10 +1501,24 @@ async fn gcs_and_abs_backups_are_restored_in_pods() {
             .create(&PostParams::default(), &backup)
             .await
             .unwrap();
-        let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
-        wait_until(&backups, &backup.name_any(), "the backup", 120, succeeded)
+        let drilled = |b: &EtcdBackup| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.last_drill.as_ref())
+                .is_some_and(|d| d.result != backup_api::DrillResult::Running)
+        };
+        let name = backup.name_any();
+        let done = wait_until(&backups, &name, "the backup and its drill", 300, drilled)
             .await
             .unwrap();
+        let status = done.status.unwrap();
+        assert!(status.succeeded, "{name}: {status:?}");
+        let drill = status.last_drill.unwrap();
+        assert_eq!(
+            drill.result,
+            backup_api::DrillResult::Succeeded,
+            "{name}: {drill:?}"
+        );
     }
     etcd.put("/registry/after-the-backups", "v", None)
         .await

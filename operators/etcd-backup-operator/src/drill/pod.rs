@@ -23,7 +23,7 @@ use backup_api::{BackupDrill, BackupRecord, EtcdBackup};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::drill_restore_command;
 use fetch_pod::scratch::{ScratchMember, scratch_etcd_container, scratch_restore_container};
-use fetch_pod::{FetchMounts, Source, fetch_container};
+use fetch_pod::{CloudAccess, FetchMounts, Source, fetch_container};
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Pod, PodSpec, Volume};
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -55,9 +55,9 @@ pub enum CannotDrill {
     #[error("{0}")]
     Source(#[from] fetch_pod::SourceError),
     #[error(
-        "the EtcdBackup names no s3.awsSecret: its backups are written with the operator's own \
-         identity (--allow-ambient-credentials), which a drill pod never gets; name a Secret \
-         with keys that can read the bucket in s3.awsSecret, or remove spec.drill"
+        "the EtcdBackup names no s3.awsSecret or gcs.gcpSecret: its backups are written with the \
+         operator's own identity (--allow-ambient-credentials), which a drill pod never gets; \
+         name a Secret with keys that can read the bucket, or remove spec.drill"
     )]
     NoCredentials,
 }
@@ -111,7 +111,14 @@ pub fn drill_pod(
         .as_ref()
         .ok_or(CannotDrill::NothingRecorded)?;
     // The pod reads with the EtcdBackup's own keys only; without any it could only fail.
-    if source.s3.as_ref().is_some_and(|s3| s3.aws_secret.is_none()) {
+    let no_gcp_secret = matches!(
+        source.cloud,
+        Some(CloudAccess::Gcs {
+            gcp_secret: None,
+            ..
+        })
+    );
+    if source.s3.as_ref().is_some_and(|s3| s3.aws_secret.is_none()) || no_gcp_secret {
         return Err(CannotDrill::NoCredentials);
     }
     let version_text = record.etcd_version.clone().unwrap_or_default();
