@@ -42,8 +42,8 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
     validation = Rule::new("self.backupStorageType != 'S3' || has(self.s3) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType S3 requires the s3 block (or backupRef, or fromSurvivor)"),
     validation = Rule::new("!has(self.fromSurvivor) || !(has(self.s3) || has(self.local) || has(self.backupRef) || has(self.decryption))").message("fromSurvivor takes the data from a member of the cluster: it excludes s3, local, backupRef and decryption"),
     validation = Rule::new("!has(self.pointInTime) || has(self.backupRef)").message("pointInTime replays an EtcdBackup's continuous archive: name it in backupRef"),
-    validation = Rule::new("self.backupStorageType != 'ABS' || has(self.abs)").message("backupStorageType ABS requires the abs block"),
-    validation = Rule::new("self.backupStorageType != 'GCS' || has(self.gcs)").message("backupStorageType GCS requires the gcs block"),
+    validation = Rule::new("self.backupStorageType != 'ABS' || has(self.abs) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType ABS requires the abs block (or backupRef)"),
+    validation = Rule::new("self.backupStorageType != 'GCS' || has(self.gcs) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType GCS requires the gcs block (or backupRef)"),
     validation = Rule::new("self.backupStorageType != 'OSS' || has(self.oss)").message("backupStorageType OSS requires the oss block"),
     validation = Rule::new("self.backupStorageType != 'Local' || has(self.local) || has(self.backupRef) || has(self.fromSurvivor)").message("backupStorageType Local requires the local block (or backupRef)")
 )]
