@@ -251,8 +251,16 @@ fn cases() -> Vec<Case> {
             s3(),
             "backupStorageType S3 requires the s3 block (or backupRef, or fromSurvivor)",
         ),
-        ("ABS", abs(), "backupStorageType ABS requires the abs block (or backupRef)"),
-        ("GCS", gcs(), "backupStorageType GCS requires the gcs block (or backupRef)"),
+        (
+            "ABS",
+            abs(),
+            "backupStorageType ABS requires the abs block (or backupRef)",
+        ),
+        (
+            "GCS",
+            gcs(),
+            "backupStorageType GCS requires the gcs block (or backupRef)",
+        ),
         ("OSS", oss(), "backupStorageType OSS requires the oss block"),
         (
             "Local",
