@@ -26,6 +26,10 @@ pub(crate) type Body = Full<Bytes>;
 /// connection is found by the connect timeout or the server's reset.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// How long a body may send nothing before its connection counts as dead (a half-open
+/// connection would otherwise hang a download for good).
+const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// One service endpoint's client.
 #[derive(Clone)]
 pub(crate) struct HttpClient {
@@ -96,6 +100,7 @@ impl HttpClient {
         http.enforce_http(false);
         http.set_connect_timeout(Some(Duration::from_secs(10)));
         http.set_nodelay(true);
+        http.set_keepalive(Some(Duration::from_secs(30)));
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -185,7 +190,15 @@ impl HttpClient {
     ) -> Result<Reply> {
         let (parts, mut body) = response.into_parts();
         let mut all = BytesMut::new();
-        while let Some(frame) = body.frame().await {
+        let idle = || StorageError::Unreachable {
+            service: self.service,
+            endpoint: self.endpoint.to_string(),
+            message: format!("{operation}: no data for {} s", BODY_IDLE_TIMEOUT.as_secs()),
+        };
+        while let Some(frame) = tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame())
+            .await
+            .map_err(|_| idle())?
+        {
             let frame = frame.map_err(|e| self.transport_error(operation, &e))?;
             if let Ok(data) = frame.into_data() {
                 if all.len() + data.len() > SMALL_BODY_LIMIT {
@@ -266,7 +279,11 @@ impl ResumingBody {
         let mut failures = 0;
         loop {
             let frame = match self.body.as_mut() {
-                Some(body) => body.frame().await,
+                // `Err(None)`: the body sent nothing for too long.
+                Some(body) => match tokio::time::timeout(BODY_IDLE_TIMEOUT, body.frame()).await {
+                    Ok(frame) => frame.map(|f| f.map_err(Some)),
+                    Err(_) => Some(Err(None)),
+                },
                 None => None,
             };
             let cause = match frame {
@@ -274,13 +291,25 @@ impl ResumingBody {
                     Ok(data) if data.is_empty() => continue,
                     Ok(data) => {
                         self.offset += data.len() as u64;
+                        if self.offset > self.size {
+                            return Err(StorageError::Cloud {
+                                service,
+                                operation: "download",
+                                url: url.to_string(),
+                                message: format!(
+                                    "the server sent more than the object's {} bytes",
+                                    self.size
+                                ),
+                            });
+                        }
                         return Ok(Some(data));
                     }
                     Err(_) => continue, // trailers
                 },
                 None if self.offset >= self.size => return Ok(None),
                 None => "connection closed early".to_string(),
-                Some(Err(e)) => error_chain(&e),
+                Some(Err(Some(e))) => error_chain(&e),
+                Some(Err(None)) => format!("no data for {} s", BODY_IDLE_TIMEOUT.as_secs()),
             };
             if failures >= MAX_RESUMES {
                 return Err(StorageError::Cloud {

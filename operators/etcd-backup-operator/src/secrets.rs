@@ -148,6 +148,14 @@ pub fn gcs_options(
     allow_ambient: bool,
 ) -> Result<GcsOptions, SecretError> {
     let credentials = match secret {
+        // The operator's token is a bearer credential: it goes to Google only, never to an
+        // endpoint a tenant names.
+        None if allow_ambient && gcs.endpoint().is_some() => {
+            return Err(CredentialsError::NoCredentials(
+                "no gcpSecret: the operator's own identity is never sent to a custom gcs.endpoint; name a gcpSecret".into(),
+            )
+            .into());
+        }
         None if allow_ambient => GcsCredentials::MetadataServer,
         None => {
             return Err(CredentialsError::NoCredentials(
@@ -177,6 +185,13 @@ pub fn azure_options(
         coreos_secrets::azure_secret(&values(data)).map_err(|problem| unusable(name, problem))?;
     let credentials = match secret.credentials {
         Some(credentials) => credentials,
+        // As for GCS: the operator's token never goes to an endpoint a tenant names.
+        None if allow_ambient && abs.endpoint().is_some() => {
+            return Err(CredentialsError::NoCredentials(format!(
+                "Secret {name:?} has no storage-key or storage-sas-token, and the operator's own identity is never sent to a custom abs.endpoint"
+            ))
+            .into());
+        }
         None if allow_ambient => AzureCredentials::WorkloadIdentity,
         None => {
             return Err(SecretError::MissingKey {
@@ -596,7 +611,14 @@ mod tests {
         // No Secret: the operator's own identity, only when lent.
         let err = gcs_options(&gcs, None, false).unwrap_err();
         assert!(matches!(err, SecretError::Credentials(_)), "{err}");
-        let options = gcs_options(&gcs, None, true).unwrap();
+        // Lent, but never to an endpoint the tenant names.
+        let err = gcs_options(&gcs, None, true).unwrap_err();
+        assert!(err.to_string().contains("custom gcs.endpoint"), "{err}");
+        let google = GcsSource {
+            endpoint: None,
+            ..gcs.clone()
+        };
+        let options = gcs_options(&google, None, true).unwrap();
         assert!(matches!(
             options.credentials,
             GcsCredentials::MetadataServer
@@ -657,5 +679,8 @@ mod tests {
             options.endpoint.as_deref(),
             Some("http://azurite:10000/acct")
         );
+        // The operator's identity never goes to an endpoint the tenant names.
+        let err = azure_options(&azurite, ("abs", &account_only), true).unwrap_err();
+        assert!(err.to_string().contains("custom abs.endpoint"), "{err}");
     }
 }

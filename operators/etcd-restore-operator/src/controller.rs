@@ -300,10 +300,16 @@ async fn resolve_source(
         Some(fetch_pod::CloudAccess::Gcs {
             gcp_secret,
             ambient,
-            ..
+            endpoint,
         }) => {
             *ambient = ctx.allow_ambient_credentials;
             match gcp_secret {
+                // The node's token never goes to an endpoint the tenant names.
+                None if endpoint.is_some() => {
+                    return bad_source(
+                        "gcs.gcpSecret is not set and gcs.endpoint is: an ambient identity is never sent to a custom endpoint".into(),
+                    );
+                }
                 Some(name) if secrets.get_metadata_opt(name).await?.is_none() => {
                     return bad_source(format!("Secret {name} (gcs.gcpSecret) not found in {ns}"));
                 }

@@ -164,7 +164,7 @@ impl Signer {
             return Err(StorageError::Credentials {
                 service: "Azure Blob",
                 code: format!("HTTP {}", reply.status.as_u16()),
-                message: reply.text(),
+                message: reply.text().chars().take(300).collect(),
                 check: "the workload identity's federated credential and client ID",
             });
         }

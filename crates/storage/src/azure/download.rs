@@ -59,6 +59,15 @@ async fn open(
         })
         .await?;
     let status = response.status();
+    // A resumed read must be the rest of the blob (see the GCS download).
+    if offset > 0 && status.is_success() && status != StatusCode::PARTIAL_CONTENT {
+        return Err(StorageError::Cloud {
+            service: SERVICE,
+            operation: "get blob",
+            url: store.url(key),
+            message: format!("a read from byte {offset} was answered with HTTP {status}, not 206"),
+        });
+    }
     if status.is_success() {
         let info = info_from_headers(key, response.headers());
         return Ok((info, response.into_body()));

@@ -94,6 +94,40 @@ fn set_field(path: &[String], text: String, blob: &mut Option<ObjectInfo>, page:
     }
 }
 
+/// The names of the blocks in a `Get Block List` answer, in order.
+pub(super) fn block_names(xml: &[u8]) -> Result<Vec<String>, String> {
+    let mut reader = Reader::from_reader(xml);
+    let mut path: Vec<String> = Vec::new();
+    let mut names = Vec::new();
+    let mut text = String::new();
+    let mut buf = Vec::new();
+    loop {
+        match reader
+            .read_event_into(&mut buf)
+            .map_err(|e| e.to_string())?
+        {
+            Event::Start(e) => {
+                path.push(String::from_utf8_lossy(e.name().as_ref()).into_owned());
+                text.clear();
+            }
+            Event::Text(t) => text.push_str(&t.decode().map_err(|e| e.to_string())?),
+            Event::GeneralRef(r) => text.push_str(&resolve_reference(&r)?),
+            Event::End(_) => {
+                let at_name = path.len() >= 2
+                    && path[path.len() - 1] == "Name"
+                    && path[path.len() - 2] == "Block";
+                if at_name {
+                    names.push(std::mem::take(&mut text));
+                }
+                path.pop();
+            }
+            Event::Eof => return Ok(names),
+            _ => {}
+        }
+        buf.clear();
+    }
+}
+
 /// The text of the first element named `tag` (an error document's `Code` or `Message`).
 pub(super) fn element_text(xml: &[u8], tag: &str) -> Option<String> {
     let mut reader = Reader::from_reader(xml);
@@ -144,6 +178,12 @@ mod tests {
         let page = parse(xml).unwrap();
         assert!(page.blobs.is_empty());
         assert_eq!(page.next_marker, None);
+    }
+
+    #[test]
+    fn a_block_list_gives_its_names_in_order() {
+        let xml = br#"<?xml version="1.0" encoding="utf-8"?><BlockList><CommittedBlocks><Block><Name>QQ==</Name><Size>8</Size></Block><Block><Name>Qg==</Name><Size>3</Size></Block></CommittedBlocks><UncommittedBlocks/></BlockList>"#;
+        assert_eq!(block_names(xml).unwrap(), ["QQ==", "Qg=="]);
     }
 
     #[test]

@@ -22,6 +22,8 @@ use crate::{Result, StorageError};
 
 /// Azure's limit of blocks per blob.
 const MAX_BLOCKS: i32 = 50_000;
+/// Azure's limit of one block (4000 MiB).
+const MAX_BLOCK_SIZE: usize = 4000 * 1024 * 1024;
 
 pub struct AzureUpload {
     store: AzureStore,
@@ -70,7 +72,11 @@ impl AzureUpload {
     pub async fn write(&mut self, mut data: &[u8]) -> Result<()> {
         self.refuse_if_failed()?;
         while !data.is_empty() {
-            let size = self.options.part_sizer.size_of(self.next_block);
+            let size = self
+                .options
+                .part_sizer
+                .size_of(self.next_block)
+                .min(MAX_BLOCK_SIZE);
             let take = (size - self.buffer.len()).min(data.len());
             self.buffer.extend_from_slice(&data[..take]);
             self.bytes += take as u64;
@@ -110,7 +116,11 @@ impl AzureUpload {
         while self.in_flight.len() >= self.options.max_in_flight.max(1) {
             self.join_one().await?;
         }
-        let next_size = self.options.part_sizer.size_of(self.next_block + 1);
+        let next_size = self
+            .options
+            .part_sizer
+            .size_of(self.next_block + 1)
+            .min(MAX_BLOCK_SIZE);
         let block =
             std::mem::replace(&mut self.buffer, BytesMut::with_capacity(next_size)).freeze();
         let url = format!(
@@ -192,7 +202,15 @@ impl AzureUpload {
             .call("put block list", Method::PUT, &url, &all, Bytes::from(list))
             .await?;
         if !reply.status.is_success() {
-            return Err(self.store.classify("put block list", &self.key, &reply));
+            let error = self.store.classify("put block list", &self.key, &reply);
+            // A commit whose answer was lost is sent again, and then meets its own blob: the
+            // precondition fails although the blob is this upload's. Its committed blocks say
+            // so (their IDs carry this upload's prefix).
+            if !(matches!(error, StorageError::PreconditionFailed { .. })
+                && self.committed_here().await?)
+            {
+                return Err(error);
+            }
         }
         let info = self
             .store
@@ -222,6 +240,24 @@ impl AzureUpload {
             });
         }
         Ok(info)
+    }
+
+    /// Whether the blob under the key is made of exactly this upload's blocks.
+    async fn committed_here(&self) -> Result<bool> {
+        let url = format!(
+            "{}?comp=blocklist&blocklisttype=committed",
+            self.store.blob_url(&self.key)
+        );
+        let reply = self
+            .store
+            .call("get block list", Method::GET, &url, &[], Bytes::new())
+            .await?;
+        if !reply.status.is_success() {
+            return Ok(false);
+        }
+        let committed = super::list::block_names(&reply.body).unwrap_or_default();
+        let ours: Vec<String> = (1..self.next_block).map(|n| self.block_id(n)).collect();
+        Ok(!ours.is_empty() && committed == ours)
     }
 
     /// Nothing staged is visible; the blocks are discarded by Azure (see the module docs).

@@ -106,6 +106,14 @@ impl TokenSource {
                         key.kind
                     )));
                 }
+                // The key is POSTed a signed assertion to this address: only to a TLS
+                // endpoint, never to a plain-HTTP one a key file could name.
+                if !key.token_uri.starts_with("https://") {
+                    return Err(bad_key(&format!(
+                        "its token_uri {:?} is not an https:// URL",
+                        key.token_uri
+                    )));
+                }
                 Kind::Key {
                     email: key.client_email,
                     key: rsa_key(&key.private_key)?,
@@ -183,7 +191,7 @@ impl TokenSource {
             return Err(StorageError::Credentials {
                 service: "GCS",
                 code: format!("HTTP {}", reply.status.as_u16()),
-                message: reply.text(),
+                message: reply.text().chars().take(300).collect(),
                 check: "the service account key or the workload identity binding",
             });
         }

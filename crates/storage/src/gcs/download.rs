@@ -66,6 +66,16 @@ async fn open_at(store: &GcsStore, info: &ObjectInfo, offset: u64) -> Result<Inc
         })
         .await?;
     let status = response.status();
+    // A resumed read must be the rest of the object: a server (or proxy) that ignored the
+    // range would splice the object's start in at `offset`.
+    if offset > 0 && status.is_success() && status != StatusCode::PARTIAL_CONTENT {
+        return Err(StorageError::Cloud {
+            service: SERVICE,
+            operation: "get object",
+            url: store.url(key),
+            message: format!("a read from byte {offset} was answered with HTTP {status}, not 206"),
+        });
+    }
     if status.is_success() {
         return Ok(response.into_body());
     }

@@ -248,7 +248,7 @@ impl GcsStore {
                 code: "HTTP 403".into(),
                 message,
             },
-            StatusCode::NOT_FOUND if key.is_empty() || message.contains("bucket") => {
+            StatusCode::NOT_FOUND if key.is_empty() || bucket_missing(reply) => {
                 StorageError::NoSuchBucket {
                     bucket: self.bucket.clone(),
                 }
@@ -406,7 +406,38 @@ fn error_message(reply: &Reply) -> String {
     }
 }
 
-/// A 404 about the bucket rather than the object.
+/// A 404 about the bucket rather than the object. GCS says "The specified bucket does not
+/// exist." (fake-gcs-server: "bucket not found"); a missing object is "No such object:
+/// <bucket>/<object>", which names the bucket too, so the word alone decides nothing.
 fn bucket_missing(reply: &Reply) -> bool {
-    error_message(reply).to_lowercase().contains("bucket")
+    let message = error_message(reply).to_lowercase();
+    message.contains("bucket does not exist") || message.contains("bucket not found")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_found(body: &str) -> Reply {
+        Reply {
+            status: StatusCode::NOT_FOUND,
+            headers: Default::default(),
+            body: Bytes::from(body.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_missing_object_is_not_a_missing_bucket_whatever_their_names() {
+        let object = not_found(
+            r#"{"error":{"code":404,"message":"No such object: my-bucket/etcd/bucket.backup","errors":[{"reason":"notFound"}]}}"#,
+        );
+        assert!(!bucket_missing(&object));
+        let bucket = not_found(
+            r#"{"error":{"code":404,"message":"The specified bucket does not exist.","errors":[{"reason":"notFound"}]}}"#,
+        );
+        assert!(bucket_missing(&bucket));
+        assert!(bucket_missing(&not_found(
+            r#"{"error":{"code":404,"message":"bucket not found"}}"#
+        )));
+    }
 }

@@ -347,10 +347,17 @@ async fn send_chunk(
                 Some(ChunkAnswer::Persisted(at)) if at >= end => {
                     return Ok(ChunkAnswer::Persisted(at));
                 }
-                Some(ChunkAnswer::Persisted(at)) => {
-                    // The session kept less than was sent: send the rest.
-                    from = at.max(start);
+                Some(ChunkAnswer::Persisted(at)) if at < start => {
+                    return Err(lost_data(store, key, at, start));
+                }
+                // The session kept less than was sent, but more than before: send the rest.
+                Some(ChunkAnswer::Persisted(at)) if at > from => {
+                    from = at;
                     continue;
+                }
+                // It kept nothing more: a failure like any other (counted, with backoff).
+                Some(ChunkAnswer::Persisted(at)) => {
+                    format!("the session kept nothing past byte {at}")
                 }
                 Some(created) => return Ok(created),
                 None => format!("HTTP {}", reply.status.as_u16()),
@@ -388,20 +395,25 @@ async fn send_chunk(
         {
             match chunk_answer(store, key, &reply)? {
                 Some(ChunkAnswer::Persisted(at)) if at < start => {
-                    return Err(StorageError::Cloud {
-                        service: SERVICE,
-                        operation: "upload chunk",
-                        url: store.url(key),
-                        message: format!(
-                            "the session lost data it had acknowledged (it has {at} bytes, {start} were acknowledged)"
-                        ),
-                    });
+                    return Err(lost_data(store, key, at, start));
                 }
                 Some(ChunkAnswer::Persisted(at)) => from = at.min(end),
                 Some(created) => return Ok(created),
                 None => {}
             }
         }
+    }
+}
+
+/// The session has less than it acknowledged before this chunk.
+fn lost_data(store: &GcsStore, key: &str, at: u64, start: u64) -> StorageError {
+    StorageError::Cloud {
+        service: SERVICE,
+        operation: "upload chunk",
+        url: store.url(key),
+        message: format!(
+            "the session lost data it had acknowledged (it has {at} bytes, {start} were acknowledged)"
+        ),
     }
 }
 
