@@ -78,7 +78,7 @@ async fn wrong_credentials_missing_bucket_and_unreachable_endpoints() {
 async fn usage_errors_exit_2() {
     let r = run(&["save", "--to", "/tmp/x"], &[]).await;
     assert_eq!(r.code, 2, "{}", r.stderr);
-    let r = run(&["verify", "gs://bucket/key"], &[]).await;
+    let r = run(&["verify", "wasb://container/key"], &[]).await;
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("unsupported scheme"), "{}", r.stderr);
 }
