@@ -89,19 +89,6 @@ impl Emulator {
     }
 }
 
-/// Deterministic, incompressible-looking bytes.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 async fn read_all(store: &Store, key: &str) -> Vec<u8> {
     let mut download = store.download(key).await.unwrap();
     let mut out = Vec::new();
@@ -126,7 +113,7 @@ async fn upload_all(
 
 async fn a_stream_is_invisible_until_commit_and_roundtrips(emulator: Emulator) {
     let store = emulator.open().await;
-    let data = pattern(20 * MIB + 123, 1);
+    let data = testbed::pattern(20 * MIB + 123, 1);
     let mut options = UploadOptions::default();
     options.metadata.insert("etcd-revision".into(), "42".into());
     options.content_type = Some("application/octet-stream".into());
@@ -197,7 +184,7 @@ async fn azure_a_stream_is_invisible_until_commit_and_roundtrips() {
 
 async fn abort_and_drop_leave_nothing(emulator: Emulator) {
     let store = emulator.open().await;
-    let data = pattern(9 * MIB, 2);
+    let data = testbed::pattern(9 * MIB, 2);
     let mut upload = store
         .upload("aborted", UploadOptions::default())
         .await
@@ -228,7 +215,7 @@ async fn azure_abort_and_drop_leave_nothing() {
 
 async fn a_server_killed_mid_upload_leaves_no_object(mut emulator: Emulator) {
     let store = emulator.open().await;
-    let data = pattern(17 * MIB, 3);
+    let data = testbed::pattern(17 * MIB, 3);
     let mut upload = store.upload("cut", UploadOptions::default()).await.unwrap();
     upload.write(&data[..9 * MIB]).await.unwrap();
     emulator.kill();
@@ -266,7 +253,7 @@ async fn azure_a_server_killed_mid_upload_leaves_no_object() {
 
 async fn a_download_resumes_after_the_server_restarts(mut emulator: Emulator) {
     let store = emulator.open().await;
-    let data = pattern(24 * MIB, 4);
+    let data = testbed::pattern(24 * MIB, 4);
     upload_all(&store, "resumed", &data, UploadOptions::default())
         .await
         .unwrap();
@@ -432,7 +419,7 @@ async fn gcs_a_byte_changed_on_the_way_fails_the_commit_and_leaves_no_object() {
     let store = Store::open(&Location::parse("gs://backups/x").unwrap(), &options)
         .await
         .unwrap();
-    let data = pattern(20 * MIB, 6);
+    let data = testbed::pattern(20 * MIB, 6);
     let err = upload_all(&store, "flipped", &data, UploadOptions::default())
         .await
         .expect_err("a changed byte must fail the commit");
@@ -465,7 +452,7 @@ async fn azure_a_byte_changed_in_a_block_is_refused_and_nothing_is_stored() {
     let store = Store::open(&Location::parse("azblob://backups/x").unwrap(), &options)
         .await
         .unwrap();
-    let data = pattern(20 * MIB, 7);
+    let data = testbed::pattern(20 * MIB, 7);
     let err = upload_all(&store, "flipped", &data, UploadOptions::default())
         .await
         .expect_err("a changed block must not be stored");

@@ -51,19 +51,6 @@ async fn multipart_uploads(garage: &Garage) -> usize {
     out.uploads().len()
 }
 
-/// Deterministic, incompressible-looking bytes.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 async fn read_all(store: &Store, key: &str) -> Vec<u8> {
     let mut download = store.download(key).await.unwrap();
     let mut out = Vec::new();
@@ -77,7 +64,7 @@ async fn read_all(store: &Store, key: &str) -> Vec<u8> {
 async fn multipart_upload_is_invisible_until_commit_and_roundtrips() {
     let garage = Garage::start().await.unwrap();
     let store = open(&garage).await;
-    let data = pattern(20 * MIB + 123, 1);
+    let data = testbed::pattern(20 * MIB + 123, 1);
     let mut upload = store
         .upload("big/object", UploadOptions::default())
         .await
@@ -120,7 +107,7 @@ async fn small_stream_uses_one_put_with_metadata() {
 async fn abort_and_drop_leave_nothing_behind() {
     let garage = Garage::start().await.unwrap();
     let store = open(&garage).await;
-    let data = pattern(9 * MIB, 2);
+    let data = testbed::pattern(9 * MIB, 2);
 
     let mut upload = store
         .upload("aborted", UploadOptions::default())
@@ -155,7 +142,7 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
         .await
         .unwrap();
     // Two parts sent; then the server dies.
-    upload.write(&pattern(16 * MIB, 3)).await.unwrap();
+    upload.write(&testbed::pattern(16 * MIB, 3)).await.unwrap();
     garage.kill();
     let restarted = tokio::spawn(async move {
         // Stay down long enough for the part retries (2 attempts) to give up, then come back so
@@ -167,7 +154,7 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
     let mut result = Ok(());
     // The pipeline holds 3 parts: a write fails at the latest once it must wait for one.
     for _ in 0..8 {
-        result = upload.write(&pattern(8 * MIB, 4)).await;
+        result = upload.write(&testbed::pattern(8 * MIB, 4)).await;
         if result.is_err() {
             break;
         }
@@ -180,7 +167,7 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
     let garage = restarted.await.unwrap();
     // With the server back, neither a further write nor a commit can turn the aborted upload
     // into an object (a commit would otherwise store what was left in the part buffer).
-    let again = upload.write(&pattern(MIB, 5)).await.unwrap_err();
+    let again = upload.write(&testbed::pattern(MIB, 5)).await.unwrap_err();
     assert!(
         matches!(again, StorageError::UploadFailed { .. }),
         "{again}"
@@ -207,7 +194,7 @@ async fn server_killed_mid_upload_leaves_no_object_and_no_parts() {
 /// first MiB or more it read.
 async fn download_underway(garage: &Garage, key: &str) -> (Vec<u8>, Download, Vec<u8>) {
     let store = open(garage).await;
-    let data = pattern(24 * MIB, 5);
+    let data = testbed::pattern(24 * MIB, 5);
     let mut upload = store.upload(key, UploadOptions::default()).await.unwrap();
     upload.write(&data).await.unwrap();
     upload.commit().await.unwrap();
@@ -242,7 +229,7 @@ async fn a_download_resumed_after_a_rewrite_fails_instead_of_mixing_versions() {
     store
         .put_small(
             "rewritten",
-            pattern(24 * MIB, 6).into(),
+            testbed::pattern(24 * MIB, 6).into(),
             "application/octet-stream",
         )
         .await
@@ -451,7 +438,7 @@ async fn upload_all(store: &Store, key: &str, data: &[u8]) -> Result<(), Storage
 async fn parts_carry_their_crc32c_and_the_server_keeps_the_composite() {
     let garage = Garage::start().await.unwrap();
     let store = open(&garage).await;
-    let data = pattern(20 * MIB + 5, 7);
+    let data = testbed::pattern(20 * MIB + 5, 7);
     upload_all(&store, "checked/object", &data).await.unwrap();
     let head = raw_client(&garage)
         .await
@@ -491,7 +478,7 @@ async fn a_byte_flipped_in_an_unsigned_part_is_refused_and_nothing_is_stored() {
     // A first object shows the store that Garage checks CRC32Cs: the big one goes unsigned.
     upload_all(&store, "first", b"small").await.unwrap();
 
-    let data = pattern(20 * MIB, 3);
+    let data = testbed::pattern(20 * MIB, 3);
     let err = upload_all(&store, "flipped/object", &data)
         .await
         .expect_err("a corrupted part must not be stored");
@@ -519,7 +506,7 @@ async fn a_stored_size_other_than_the_sent_one_fails_the_commit() {
         };
         let (proxy, tampered) = testbed::proxy::tampering_proxy(target.clone(), plan).await;
         let store = open_through(&garage, &proxy).await;
-        let err = upload_all(&store, key, &pattern(len, 5))
+        let err = upload_all(&store, key, &testbed::pattern(len, 5))
             .await
             .expect_err("a size mismatch must fail the commit");
         assert!(
@@ -570,7 +557,7 @@ async fn conditional_commits_send_their_precondition() {
             .collect()
     };
     for (key, len) in [("conditional/small", 1000), ("conditional/big", 17 * MIB)] {
-        let data = pattern(len, 9);
+        let data = testbed::pattern(len, 9);
         let mut upload = store
             .upload(key, conditional(Precondition::Absent))
             .await
@@ -616,7 +603,7 @@ async fn an_upload_dropped_while_the_server_starts_it_leaves_nothing() {
         .upload("dropped", UploadOptions::default())
         .await
         .unwrap();
-    let part = pattern(8 * MIB, 7);
+    let part = testbed::pattern(8 * MIB, 7);
     gate.shut();
     tokio::select! {
         written = upload.write(&part) => panic!("the write ended before the server answered: {written:?}"),

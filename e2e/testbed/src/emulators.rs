@@ -300,6 +300,15 @@ impl Azurite {
         self.server.wait_listening().await
     }
 
+    /// The data of a coreos `absSecret` for this server's account (`storage-account`,
+    /// `storage-key`).
+    pub fn coreos_secret(&self) -> [(&'static str, &str); 2] {
+        [
+            ("storage-account", &self.account),
+            ("storage-key", &self.key),
+        ]
+    }
+
     /// The flags of `etcd-backup` and `mysql-backup` for this server: the account, endpoint
     /// and a file with the key (written once, in the fixture's directory).
     pub fn cli_args(&self) -> (Vec<String>, Vec<(String, String)>) {

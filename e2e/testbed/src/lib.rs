@@ -53,6 +53,20 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Deterministic, incompressible-looking bytes (an xorshift stream seeded by `seed`), for test
+/// objects whose content must survive a round trip byte for byte.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// The documents of a multi-document YAML text (manifests, kustomize output), empty ones left
 /// out.
 pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {

@@ -1410,17 +1410,9 @@ async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
     testbed::kube::create_secret(&kube.client, &ns, "gcp", &[("access-token", "emulator")])
         .await
         .unwrap();
-    testbed::kube::create_secret(
-        &kube.client,
-        &ns,
-        "abs",
-        &[
-            ("storage-account", &azurite.account),
-            ("storage-key", &azurite.key),
-        ],
-    )
-    .await
-    .unwrap();
+    testbed::kube::create_secret(&kube.client, &ns, "abs", &azurite.coreos_secret())
+        .await
+        .unwrap();
     let _op = Operator::start(&ns).await;
 
     let policy = json!({"backupIntervalInSecond": 2, "maxBackups": 2});

@@ -1448,17 +1448,9 @@ async fn gcs_and_abs_backups_are_restored_in_pods() {
     testbed::kube::create_secret(&kube.client, &ns, "gcp", &[("access-token", "emulator")])
         .await
         .unwrap();
-    testbed::kube::create_secret(
-        &kube.client,
-        &ns,
-        "abs",
-        &[
-            ("storage-account", &azurite.account),
-            ("storage-key", &azurite.key),
-        ],
-    )
-    .await
-    .unwrap();
+    testbed::kube::create_secret(&kube.client, &ns, "abs", &azurite.coreos_secret())
+        .await
+        .unwrap();
 
     let mut cluster = example("example-etcd-cluster.yaml");
     cluster["spec"] = json!({"size": 1, "repository": "localhost/etcd", "version": "3.7.3",
