@@ -73,7 +73,7 @@ use crate::storage::{AbsSource, GcsSource, LocalSource, OssSource, S3Source, Sto
     validation = Rule::new("self.storageType != 'Local' || has(self.local)").message("storageType Local requires the local block"),
     validation = Rule::new("!has(self.drill) || self.storageType in ['S3', 'GCS', 'ABS', 'Local']").message("drills restore S3, GCS, ABS and Local backups only"),
     validation = Rule::new("!has(self.drill) || !has(self.encryption) || has(self.drill.identitySecret)").message("encrypted backups are drilled with a private key: set drill.identitySecret"),
-    validation = Rule::new("!has(self.continuous) || self.storageType in ['S3', 'Local']").message("the continuous archive writes to S3 or Local storage only"),
+    validation = Rule::new("!has(self.continuous) || self.storageType in ['S3', 'GCS', 'ABS', 'Local']").message("the continuous archive writes to S3, GCS, ABS or Local storage only"),
     validation = Rule::new("!has(self.continuous) || (has(self.backupPolicy) && (has(self.backupPolicy.schedule) || (has(self.backupPolicy.backupIntervalInSecond) && self.backupPolicy.backupIntervalInSecond > 0)))").message("the continuous archive replays changes onto scheduled backups: set backupPolicy.schedule or backupIntervalInSecond")
 )]
 #[serde(rename_all = "camelCase")]

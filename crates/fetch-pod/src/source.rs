@@ -153,45 +153,15 @@ fn identity(spec: &EtcdRestoreSpec) -> Option<SecretKeyRef> {
 }
 
 fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
+    let blocks = ObjectBlocks {
+        s3: spec.s3.as_ref(),
+        gcs: spec.gcs.as_ref(),
+        abs: spec.abs.as_ref(),
+    };
+    if let Some(source) = blocks.source(spec.backup_storage_type) {
+        return source;
+    }
     match spec.backup_storage_type {
-        StorageType::S3 => {
-            let s3 = spec.s3.as_ref().ok_or(SourceError::MissingBlock("s3"))?;
-            let path = s3
-                .location()
-                .map_err(|_| SourceError::BadS3Path(s3.path.clone()))?;
-            Ok(Source {
-                url: format!("s3://{}/{}", path.bucket, path.key),
-                s3: Some(s3_access(s3)),
-                cloud: None,
-                claim: None,
-                identity: None,
-                expected: None,
-                member: None,
-                point: None,
-            })
-        }
-        StorageType::Gcs => {
-            let gcs = spec.gcs.as_ref().ok_or(SourceError::MissingBlock("gcs"))?;
-            let path = gcs.location().map_err(|_| SourceError::BadObjectPath {
-                field: "gcs",
-                path: gcs.path.clone(),
-            })?;
-            Ok(cloud_source(
-                format!("gs://{}/{}", path.bucket, path.key),
-                gcs_access(gcs),
-            ))
-        }
-        StorageType::Abs => {
-            let abs = spec.abs.as_ref().ok_or(SourceError::MissingBlock("abs"))?;
-            let path = abs.location().map_err(|_| SourceError::BadObjectPath {
-                field: "abs",
-                path: abs.path.clone(),
-            })?;
-            Ok(cloud_source(
-                format!("azblob://{}/{}", path.bucket, path.key),
-                azure_access(abs),
-            ))
-        }
         StorageType::Local => {
             let local = spec
                 .local
@@ -200,6 +170,66 @@ fn from_storage_blocks(spec: &EtcdRestoreSpec) -> Result<Source, SourceError> {
             local_source(local, &local.path)
         }
         other => Err(SourceError::Unsupported(other)),
+    }
+}
+
+/// The object-store blocks of an EtcdRestore's or an EtcdBackup's spec.
+struct ObjectBlocks<'a> {
+    s3: Option<&'a S3Source>,
+    gcs: Option<&'a GcsSource>,
+    abs: Option<&'a AbsSource>,
+}
+
+impl ObjectBlocks<'_> {
+    /// The object its `storage_type` block names; `None` when the type is no object store.
+    fn source(&self, storage_type: StorageType) -> Option<Result<Source, SourceError>> {
+        Some(match storage_type {
+            StorageType::S3 => self.s3_source(),
+            StorageType::Gcs => self.gcs_source(),
+            StorageType::Abs => self.abs_source(),
+            _ => return None,
+        })
+    }
+
+    fn s3_source(&self) -> Result<Source, SourceError> {
+        let s3 = self.s3.ok_or(SourceError::MissingBlock("s3"))?;
+        let path = s3
+            .location()
+            .map_err(|_| SourceError::BadS3Path(s3.path.clone()))?;
+        Ok(Source {
+            url: format!("s3://{}/{}", path.bucket, path.key),
+            s3: Some(s3_access(s3)),
+            cloud: None,
+            claim: None,
+            identity: None,
+            expected: None,
+            member: None,
+            point: None,
+        })
+    }
+
+    fn gcs_source(&self) -> Result<Source, SourceError> {
+        let gcs = self.gcs.ok_or(SourceError::MissingBlock("gcs"))?;
+        let path = gcs.location().map_err(|_| SourceError::BadObjectPath {
+            field: "gcs",
+            path: gcs.path.clone(),
+        })?;
+        Ok(cloud_source(
+            format!("gs://{}/{}", path.bucket, path.key),
+            gcs_access(gcs),
+        ))
+    }
+
+    fn abs_source(&self) -> Result<Source, SourceError> {
+        let abs = self.abs.ok_or(SourceError::MissingBlock("abs"))?;
+        let path = abs.location().map_err(|_| SourceError::BadObjectPath {
+            field: "abs",
+            path: abs.path.clone(),
+        })?;
+        Ok(cloud_source(
+            format!("azblob://{}/{}", path.bucket, path.key),
+            azure_access(abs),
+        ))
     }
 }
 
@@ -217,7 +247,7 @@ pub fn from_backup(spec: &EtcdRestoreSpec, backup: &EtcdBackup) -> Result<Source
 /// backups, beside which its archive stores segments. From its newest recorded backup (the
 /// name without the scheduled suffix; a Local backup's claim and path), or, before any
 /// scheduled run is recorded (the archive takes a snapshot of its own when it starts), from
-/// its S3 block. The identity is checked the same way (the archive is encrypted like the
+/// its S3, GCS or ABS block. The identity is checked the same way (the archive is encrypted like the
 /// backups).
 fn to_a_point(
     backup: &EtcdBackup,
@@ -240,7 +270,15 @@ fn to_a_point(
                 .to_string();
             source
         }
-        (None, Some(s3)) if backup.spec.storage_type == StorageType::S3 => {
+        (None, _) => {
+            let blocks = ObjectBlocks {
+                s3: backup.spec.s3.as_ref(),
+                gcs: backup.spec.gcs.as_ref(),
+                abs: backup.spec.abs.as_ref(),
+            };
+            let Some(source) = blocks.source(backup.spec.storage_type) else {
+                return Err(SourceError::NoBackupYet(name));
+            };
             if let (Some(encryption), None) = (&backup.spec.encryption, &identity) {
                 return Err(SourceError::IdentityNeeded {
                     name,
@@ -250,21 +288,11 @@ fn to_a_point(
                     ),
                 });
             }
-            let path = s3
-                .location()
-                .map_err(|_| SourceError::BadS3Path(s3.path.clone()))?;
             Source {
-                url: format!("s3://{}/{}", path.bucket, path.key),
-                s3: Some(s3_access(s3)),
-                cloud: None,
-                claim: None,
                 identity,
-                expected: None,
-                member: None,
-                point: None,
+                ..source?
             }
         }
-        (None, _) => return Err(SourceError::NoBackupYet(name)),
     };
     // What the newest backup recorded says nothing about the point.
     source.expected = None;
@@ -715,6 +743,41 @@ mod tests {
         assert_eq!(
             scheduled_base("s3://b/etcd.backup_vX_2026-11-24-03:00:00"),
             None
+        );
+    }
+
+    #[test]
+    fn a_restore_to_a_point_of_a_gcs_or_abs_archive_reads_the_base_before_any_backup() {
+        let to_a_point = restore(
+            "etcdCluster: {name: c}\nbackupStorageType: GCS\nbackupRef: {name: nightly}\n\
+             pointInTime: {revision: 41}",
+        );
+        let backup = |blocks: &str| -> EtcdBackup {
+            serde_saphyr::from_str(&format!(
+                "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+                 metadata: {{name: nightly}}\n\
+                 spec: {{etcdEndpoints: ['http://c-client:2379'], {blocks},\n\
+                   backupPolicy: {{backupIntervalInSecond: 60}}, continuous: {{}}}}"
+            ))
+            .unwrap()
+        };
+        let gcs = backup("storageType: GCS, gcs: {path: bucket/dir/etcd.backup, gcpSecret: gcp}");
+        let source = from_backup(&to_a_point, &gcs).unwrap();
+        assert_eq!(source.url, "gs://bucket/dir/etcd.backup");
+        assert_eq!(source.point, to_a_point.point_in_time);
+        assert!(matches!(
+            source.cloud,
+            Some(CloudAccess::Gcs { gcp_secret: Some(ref s), .. }) if s == "gcp"
+        ));
+        let abs = backup("storageType: ABS, abs: {path: container/etcd.backup, absSecret: abs}");
+        let source = from_backup(&to_a_point, &abs).unwrap();
+        assert_eq!(source.url, "azblob://container/etcd.backup");
+        assert!(matches!(source.cloud, Some(CloudAccess::Azure { .. })));
+        // A Local archive without a recorded backup has no base yet.
+        let local = backup("storageType: Local, local: {path: /var/lib/etcd-backup/etcd.db}");
+        assert_eq!(
+            from_backup(&to_a_point, &local),
+            Err(SourceError::NoBackupYet("nightly".into()))
         );
     }
 }

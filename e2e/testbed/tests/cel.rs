@@ -193,10 +193,10 @@ fn cases() -> Vec<Case> {
         b
     };
     cases.push(Case {
-        message: "the continuous archive writes to S3 or Local storage only",
+        message: "the continuous archive writes to S3, GCS, ABS or Local storage only",
         kind: "EtcdBackup",
-        valid: continuous("S3", s3(), json!({"schedule": "@hourly"})),
-        broken: continuous("ABS", abs(), json!({"schedule": "@hourly"})),
+        valid: continuous("ABS", abs(), json!({"schedule": "@hourly"})),
+        broken: continuous("OSS", oss(), json!({"schedule": "@hourly"})),
     });
     cases.push(Case {
         message: "the continuous archive replays changes onto scheduled backups: set backupPolicy.schedule or backupIntervalInSecond",

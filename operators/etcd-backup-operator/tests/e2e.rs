@@ -1395,8 +1395,9 @@ async fn continuous_archive_retention_keeps_what_the_kept_backups_need_and_nothi
 }
 
 /// coreos' `storageType: GCS` and `ABS` manifests (with an endpoint, for the emulators): a
-/// scheduled EtcdBackup of each keeps its newest two in fake-gcs-server and Azurite, and the
-/// Delete policy removes them when the EtcdBackup goes.
+/// scheduled EtcdBackup of each keeps its newest two in fake-gcs-server and Azurite, archives
+/// every change beside them (`spec.continuous`), and the Delete policy removes backups and
+/// segments when the EtcdBackup goes.
 #[tokio::test]
 async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
     let kube = KubeTestbed::start().await.unwrap();
@@ -1421,6 +1422,7 @@ async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
         "metadata": {"name": "to-gcs"},
         "spec": {"etcdEndpoints": [etcd.endpoint], "storageType": "GCS",
                  "backupPolicy": policy, "deletionPolicy": "Delete",
+                 "continuous": {"segmentSeconds": 1},
                  "gcs": {"path": format!("{}/gcs/etcd.backup", gcs.bucket), "gcpSecret": "gcp",
                          "endpoint": gcs.endpoint}}});
     let abs_backup = json!({
@@ -1428,6 +1430,7 @@ async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
         "metadata": {"name": "to-abs"},
         "spec": {"etcdEndpoints": [etcd.endpoint], "storageType": "ABS",
                  "backupPolicy": policy, "deletionPolicy": "Delete",
+                 "continuous": {"segmentSeconds": 1},
                  "abs": {"path": format!("{}/abs/etcd.backup", azurite.container), "absSecret": "abs",
                          "endpoint": azurite.endpoint}}});
     let api = create(&kube, &ns, gcs_backup).await;
@@ -1488,6 +1491,37 @@ async fn gcs_and_abs_backups_are_kept_pruned_and_deleted() {
                 .unwrap();
             assert!(manifest.is_some(), "{name}: no manifest beside {key}");
         }
+    }
+
+    // The continuous archive stores every change in segments beside the backups.
+    let written = etcd
+        .client()
+        .await
+        .unwrap()
+        .put("/archived", "yes", None)
+        .await
+        .unwrap();
+    let written = written.header().unwrap().revision();
+    for (name, store, prefix) in [
+        ("to-gcs", &gcs_store, "gcs/etcd.backup.changes/"),
+        ("to-abs", &abs_store, "abs/etcd.backup.changes/"),
+    ] {
+        wait_for(
+            &format!("{name}'s archive to reach revision {written}"),
+            60,
+            || async {
+                let backup = api.get(name).await.unwrap();
+                let archiving = backup.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Archiving" && c.status == "True")
+                });
+                archiving && continuous_status(&backup).archived_through_revision >= Some(written)
+            },
+        )
+        .await;
+        let segments = keys(store, prefix).await;
+        assert!(!segments.is_empty(), "{name}: no segment under {prefix}");
     }
 
     for (name, store, prefix) in [

@@ -524,6 +524,62 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_restore_to_a_point_in_azure_reads_the_archive_with_the_abs_secret() {
+        let mut restore: EtcdRestore = serde_saphyr::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdRestore\n\
+             metadata: {name: c, namespace: ns, uid: r-uid}\n\
+             spec: {etcdCluster: {name: c}, backupStorageType: ABS, backupRef: {name: nightly}}",
+        )
+        .unwrap();
+        restore.spec.point_in_time = Some(backup_api::PointInTime {
+            revision: Some(41),
+            time: None,
+            cluster_id: None,
+        });
+        let backup: backup_api::EtcdBackup = serde_saphyr::from_str(
+            "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
+             metadata: {name: nightly}\n\
+             spec: {etcdEndpoints: ['http://c-client:2379'], storageType: ABS,\n\
+               abs: {path: container/etcd.backup, absSecret: abs, endpoint: 'http://azurite:10000'},\n\
+               backupPolicy: {backupIntervalInSecond: 60}, continuous: {}}\n\
+             status: {lastBackup: {objectKey: 'azblob://container/etcd.backup_v42_2026-11-24-03:00:00'}}",
+        )
+        .unwrap();
+        let source = fetch_pod::source::from_backup(&restore.spec, &backup).unwrap();
+        assert_eq!(source.url, "azblob://container/etcd.backup");
+        let (pod, _) = restore_pod(
+            &restore,
+            &cluster("3.6.16"),
+            "c-4",
+            &plan("3.6.16"),
+            &EtcdVersion::parse("3.6.16").unwrap(),
+            "localhost/etcd-backup:dev",
+            &source,
+            &[],
+        );
+        let pod = yaml(&pod);
+        let init = pod["spec"]["initContainers"].as_array().unwrap();
+        // Both tools that read the archive reach Azure with the Secret mounted as files.
+        for tool in [&init[0], &init[3]] {
+            let args = tool["args"].to_string();
+            assert!(
+                args.contains("\"--azure-secret-dir\",\"/etc/etcd-backup/abs\"")
+                    && args.contains("\"--azure-endpoint\",\"http://azurite:10000\""),
+                "{args}"
+            );
+            assert!(
+                tool["volumeMounts"]
+                    .to_string()
+                    .contains("/etc/etcd-backup/abs"),
+                "{}",
+                tool["volumeMounts"]
+            );
+        }
+        let volumes = pod["spec"]["volumes"].to_string();
+        assert!(volumes.contains("\"secretName\":\"abs\""), "{volumes}");
+    }
+
+    #[test]
     fn an_sse_c_backup_is_fetched_with_its_key_as_a_file() {
         let mut restore = restore();
         restore.spec.s3.as_mut().unwrap().server_side_encryption = Some(
