@@ -7,6 +7,7 @@
 #   etcd, each line            etcd, etcdctl, etcdutl (go.etcd.io/etcd/{server,etcdctl,etcdutl}/v3)
 #   containerd 2               containerd, containerd-shim-runc-v2, ctr
 #   fake-gcs-server            the GCS emulator of the storage tests (github.com/fsouza/fake-gcs-server)
+#   helm                       the chart's tests: render, lint, install, upgrade (helm.sh/helm/v3)
 #
 # Versions are in versions.sh. Each build module (a go.mod that requires the upstream module and
 # pins every module its go.mod points at a local directory, which the published zip does not
@@ -46,6 +47,7 @@ reported() {
     etcdctl) "$b" version 2>/dev/null | awk '/^etcdctl version:/ {print "etcdctl", "v" $3}' ;;
     etcdutl) "$b" version 2>/dev/null | awk '/^etcdutl version:/ {print "etcdutl", "v" $3}' ;;
     containerd) "$b" --version 2>/dev/null | awk '{print "containerd", $3}' ;;
+    helm) "$b" version --short 2>/dev/null | awk '{sub(/\+.*/, ""); print "helm", $1}' ;;
     *) [[ -x $b ]] && echo "${b##*/} present" ;;
   esac
 }
@@ -161,6 +163,16 @@ fi
 if ! warm "$fake_gcs_bin" "$fake_gcs_release" fake-gcs-server; then
   build fake-gcs-server "$fake_gcs_release" "$fake_gcs_bin" "" "" github.com/fsouza/fake-gcs-server
   warm "$fake_gcs_bin" "$fake_gcs_release" fake-gcs-server || die "fake-gcs-server is missing from $fake_gcs_bin"
+fi
+
+# helm: its command in the module's cmd/helm; the version it reports set as its release does.
+if ((repin)) || [[ ! -f $pins/helm-$helm_release/go.sum ]]; then
+  same() { echo "$2"; }
+  pin helm "$helm_release" same helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm
+fi
+if ! warm "$helm_bin" "$helm_release" helm; then
+  build helm "$helm_release" "$helm_bin" "-X helm.sh/helm/v3/internal/version.version=$helm_release" "" helm.sh/helm/v3/cmd/helm
+  warm "$helm_bin" "$helm_release" helm || die "helm in $helm_bin does not report $helm_release"
 fi
 
 echo "KUBE_TESTBED_BIN=$kube_bin"

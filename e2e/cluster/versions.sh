@@ -26,6 +26,8 @@ etcd_refused_patches=(v3.5.21 v3.6.10)
 containerd_release=v2.2.9
 # The GCS emulator the storage tests run against (fake-gcs-server's JSON API, resumable uploads).
 fake_gcs_release=v1.56.1
+# Helm, for the chart's tests (deploy/helm): render, lint, install and upgrade on the bed.
+helm_release=v3.22.0
 
 upstream_cache=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-backup-suite
 # KUBE_TESTBED_BIN (the Kubernetes binaries) and KUBE_TESTBED_CACHE keep their meaning from
@@ -38,3 +40,4 @@ etcd_bin() { echo "$upstream_cache/etcd-$1/bin"; }
 testbed_etcd_bin=$(etcd_bin "${ETCD_TESTBED_VERSION:-${etcd_releases[-1]}}")
 containerd_bin=$upstream_cache/containerd-$containerd_release/bin
 fake_gcs_bin=$upstream_cache/fake-gcs-server-$fake_gcs_release/bin
+helm_bin=$upstream_cache/helm-$helm_release/bin

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod emulators;
 mod etcd;
 mod garage;
+pub mod helm;
 pub mod host_state;
 pub mod image;
 pub mod kube;
