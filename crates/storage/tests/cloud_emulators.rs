@@ -139,6 +139,11 @@ async fn a_stream_is_invisible_until_commit_and_roundtrips(emulator: Emulator) {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].key, "etcd/big object");
     assert_eq!(listed[0].size, data.len() as u64);
+    // One ETag whichever way it is read: a manifest records the commit's, and a listing or a
+    // head must find the same, or the manifest looks written for another object.
+    assert!(info.etag.is_some(), "{info:?}");
+    assert_eq!(listed[0].etag, info.etag);
+    assert_eq!(head.etag, info.etag);
 
     // Small objects (manifests), and an empty one.
     store

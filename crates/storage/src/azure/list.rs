@@ -89,8 +89,20 @@ fn set_field(path: &[String], text: String, blob: &mut Option<ObjectInfo>, page:
                 .ok()
                 .map(|t| t.with_timezone(&Utc))
         }
-        Some("Etag") => b.etag = Some(text),
+        // The listing gives the ETag bare (`0x8D...`), the blob's headers quoted (`"0x8D..."`):
+        // one form, the headers', so that an ETag recorded at upload (a manifest's) matches the
+        // listed one, and If-Match gets what the service sent.
+        Some("Etag") => b.etag = Some(quoted_etag(text.trim())),
         _ => {}
+    }
+}
+
+/// `etag` in quotes, as the service's `ETag` headers carry it.
+fn quoted_etag(etag: &str) -> String {
+    if etag.starts_with('"') {
+        etag.to_string()
+    } else {
+        format!("\"{etag}\"")
     }
 }
 
@@ -166,7 +178,8 @@ mod tests {
         assert_eq!(page.blobs.len(), 2);
         assert_eq!(page.blobs[0].key, "etcd/a&b");
         assert_eq!(page.blobs[0].size, 42);
-        assert_eq!(page.blobs[0].etag.as_deref(), Some("0x8D1"));
+        // Quoted, as the blob's own headers give it.
+        assert_eq!(page.blobs[0].etag.as_deref(), Some("\"0x8D1\""));
         assert!(page.blobs[0].last_modified.is_some());
         assert_eq!(page.blobs[1].key, "etcd/c");
         assert_eq!(page.next_marker.as_deref(), Some("2!72!token"));
