@@ -47,8 +47,21 @@ fn without_keep(mut doc: Value) -> Value {
     doc
 }
 
+/// The chart names the namespaced operator's cluster-scoped grant after the release's namespace
+/// (`etcd-operator-nodes-etcd`); the overlay has the bare name.
+fn without_namespace_suffix(doc: Value) -> Value {
+    let text = serde_json::to_string(&doc).unwrap();
+    serde_json::from_str(&text.replace("\"etcd-operator-nodes-etcd\"", "\"etcd-operator-nodes\""))
+        .unwrap()
+}
+
 fn assert_same(helm: Vec<Value>, kustomize: Vec<Value>, what: &str) {
-    let helm = by_identity(helm.into_iter().map(without_keep).collect());
+    let helm = by_identity(
+        helm.into_iter()
+            .map(without_keep)
+            .map(without_namespace_suffix)
+            .collect(),
+    );
     let kustomize = by_identity(kustomize);
     assert_eq!(
         helm.keys().collect::<Vec<_>>(),
@@ -307,4 +320,50 @@ fn the_chart_is_versioned_with_the_workspace() {
     let chart = testbed::yaml_documents(&text).unwrap().remove(0);
     assert_eq!(chart["appVersion"], VERSION);
     assert_eq!(chart["version"], VERSION);
+}
+
+#[test]
+fn releases_in_two_namespaces_share_no_cluster_scoped_object() {
+    let cluster_scoped = |docs: Vec<Value>| -> Vec<(String, String)> {
+        docs.into_iter()
+            .filter(|d| d["metadata"]["namespace"].is_null())
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap().to_string(),
+                    d["metadata"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let first = cluster_scoped(helm::render("suite", "team-a", &[]).unwrap());
+    let second = cluster_scoped(helm::render("suite", "team-b", &["crds.install=false"]).unwrap());
+    assert!(
+        first.iter().any(|(kind, _)| kind == "ClusterRoleBinding"),
+        "{first:?}"
+    );
+    assert!(!second.is_empty(), "{second:?}");
+    for object in &second {
+        assert!(!first.contains(object), "both releases render {object:?}");
+    }
+    // The binding grants the release's own ServiceAccount.
+    let docs = helm::render("suite", "team-b", &["crds.install=false"]).unwrap();
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["metadata"]["name"], "etcd-operator-nodes-team-b");
+    assert_eq!(binding["roleRef"]["name"], "etcd-operator-nodes-team-b");
+    assert_eq!(binding["subjects"][0]["namespace"], "team-b");
+}
+
+#[test]
+fn a_misspelt_value_is_refused_not_ignored() {
+    for set in [
+        "scpoe=namespaced",
+        "backupOperator.localVolumeClam=c",
+        "etcdOperator.replica=1",
+    ] {
+        let err = helm::render("suite", "etcd", &[set]).unwrap_err();
+        assert!(format!("{err:#}").contains("additional"), "{set}: {err:#}");
+    }
 }

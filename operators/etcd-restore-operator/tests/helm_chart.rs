@@ -238,7 +238,11 @@ async fn the_helm_chart_installs_operators_that_back_up_restore_and_upgrade() {
             "upgrade",
             chart_path,
             &ns,
-            &["--set", "backupOperator.maxConcurrentBackups=2"],
+            &[
+                "--reset-then-reuse-values",
+                "--set",
+                "backupOperator.maxConcurrentBackups=2",
+            ],
         ),
         kubeconfig,
     )
