@@ -3,8 +3,8 @@
 //! drill). Pure.
 
 use backup_api::storage::{
-    AbsSource, GcsSource, LOCAL_PVC_MOUNT_PATH, LocalSource, S3ServerSideEncryption, S3Source,
-    StorageType,
+    AbsSource, GcsSource, LOCAL_PVC_MOUNT_PATH, LocalSource, S3Path, S3ServerSideEncryption,
+    S3Source, StorageType,
 };
 use backup_api::{
     BackupRecord, EtcdBackup, EtcdRestoreSpec, ExpectedBackup, KeySpace, PointInTime, SecretKeyRef,
@@ -210,27 +210,33 @@ impl ObjectBlocks<'_> {
 
     fn gcs_source(&self) -> Result<Source, SourceError> {
         let gcs = self.gcs.ok_or(SourceError::MissingBlock("gcs"))?;
-        let path = gcs.location().map_err(|_| SourceError::BadObjectPath {
-            field: "gcs",
-            path: gcs.path.clone(),
-        })?;
-        Ok(cloud_source(
-            format!("gs://{}/{}", path.bucket, path.key),
-            gcs_access(gcs),
-        ))
+        let path = gcs.location().ok();
+        object_of_block(("gcs", &gcs.path), path, "gs", gcs_access(gcs))
     }
 
     fn abs_source(&self) -> Result<Source, SourceError> {
         let abs = self.abs.ok_or(SourceError::MissingBlock("abs"))?;
-        let path = abs.location().map_err(|_| SourceError::BadObjectPath {
-            field: "abs",
-            path: abs.path.clone(),
-        })?;
-        Ok(cloud_source(
-            format!("azblob://{}/{}", path.bucket, path.key),
-            azure_access(abs),
-        ))
+        let path = abs.location().ok();
+        object_of_block(("abs", &abs.path), path, "azblob", azure_access(abs))
     }
+}
+
+/// The object a `gcs`/`abs` block's `path` names (the field and its text), reached
+/// with `access` under `scheme`; an unusable path is named with its field.
+fn object_of_block(
+    (field, text): (&'static str, &str),
+    path: Option<S3Path>,
+    scheme: &str,
+    access: CloudAccess,
+) -> Result<Source, SourceError> {
+    let path = path.ok_or_else(|| SourceError::BadObjectPath {
+        field,
+        path: text.to_string(),
+    })?;
+    Ok(cloud_source(
+        format!("{scheme}://{}/{}", path.bucket, path.key),
+        access,
+    ))
 }
 
 /// The newest verified backup of `backup` (its `status.lastBackup`), reached with the
@@ -259,8 +265,8 @@ fn to_a_point(
         return Err(SourceError::NotArchived(name));
     }
     let recorded = backup.status.as_ref().and_then(|s| s.last_backup.as_ref());
-    let mut source = match (recorded, &backup.spec.s3) {
-        (Some(_), _) => {
+    let mut source = match recorded {
+        Some(_) => {
             let mut source = newest_backup(backup, identity)?;
             source.url = scheduled_base(&source.url)
                 .ok_or_else(|| SourceError::NotScheduled {
@@ -270,7 +276,7 @@ fn to_a_point(
                 .to_string();
             source
         }
-        (None, _) => {
+        None => {
             let blocks = ObjectBlocks {
                 s3: backup.spec.s3.as_ref(),
                 gcs: backup.spec.gcs.as_ref(),
