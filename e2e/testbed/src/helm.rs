@@ -57,7 +57,8 @@ pub fn run(args: &[&str], kubeconfig: Option<&Path>) -> Result<Output> {
 }
 
 /// The documents `helm template` renders for release `release` in namespace `ns` with the
-/// `--set` values `set` (`key=value`).
+/// `--set` values `set` (`key=value`; an entry starting with `--`, such as
+/// `--set-string=key=true`, is passed as it is).
 pub fn render(release: &str, ns: &str, set: &[&str]) -> Result<Vec<Value>> {
     let chart = chart();
     let mut args = vec![
@@ -71,7 +72,11 @@ pub fn render(release: &str, ns: &str, set: &[&str]) -> Result<Vec<Value>> {
         KUBE_VERSION,
     ];
     for value in set {
-        args.extend(["--set", value]);
+        if value.starts_with("--") {
+            args.push(value);
+        } else {
+            args.extend(["--set", value]);
+        }
     }
     let output = run(&args, None)?;
     let text = String::from_utf8(output.stdout)?;

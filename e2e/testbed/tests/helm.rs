@@ -362,8 +362,94 @@ fn a_misspelt_value_is_refused_not_ignored() {
         "scpoe=namespaced",
         "backupOperator.localVolumeClam=c",
         "etcdOperator.replica=1",
+        "imagePullSecrets[0].nmae=regcred",
+        "restoreOperator.serviceAccountAnnotations.a=b",
     ] {
         let err = helm::render("suite", "etcd", &[set]).unwrap_err();
         assert!(format!("{err:#}").contains("additional"), "{set}: {err:#}");
     }
+}
+
+#[test]
+fn values_place_the_operator_pods_and_give_the_backup_operator_a_cloud_identity() {
+    let docs = helm::render(
+        "suite",
+        "team-a",
+        &[
+            "imagePullSecrets[0].name=regcred",
+            "nodeSelector.kubernetes\\.io/os=linux",
+            "tolerations[0].key=dedicated",
+            "tolerations[0].operator=Exists",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+            "backupOperator.allowAmbientCredentials=true",
+            "backupOperator.serviceAccountAnnotations.iam\\.gke\\.io/gcp-service-account=backups@p.iam.gserviceaccount.com",
+            "--set-string=backupOperator.podLabels.azure\\.workload\\.identity/use=true",
+            "restoreOperator.allowAmbientCredentials=true",
+        ],
+    )
+    .unwrap();
+    let pod_spec = |name: &str| -> Value {
+        docs.iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == name)
+            .unwrap()["spec"]["template"]
+            .clone()
+    };
+    for name in [
+        "etcd-operator",
+        "etcd-backup-operator",
+        "etcd-restore-operator",
+    ] {
+        let spec = &pod_spec(name)["spec"];
+        assert_eq!(spec["imagePullSecrets"][0]["name"], "regcred", "{name}");
+        assert_eq!(spec["nodeSelector"]["kubernetes.io/os"], "linux", "{name}");
+        assert_eq!(spec["tolerations"][0]["key"], "dedicated", "{name}");
+        assert_eq!(
+            spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+                ["weight"],
+            1,
+            "{name}"
+        );
+    }
+    for name in ["etcd-backup-operator", "etcd-restore-operator"] {
+        let (_, env) = deployment(&docs, name);
+        assert_eq!(env["ALLOW_AMBIENT_CREDENTIALS"]["value"], "true", "{name}");
+    }
+    let (_, env) = deployment(&docs, "etcd-operator");
+    assert!(!env.contains_key("ALLOW_AMBIENT_CREDENTIALS"));
+    // The pod label is added; the selector's own label stays.
+    let labels = &pod_spec("etcd-backup-operator")["metadata"]["labels"];
+    assert_eq!(labels["azure.workload.identity/use"], "true");
+    assert_eq!(labels["app.kubernetes.io/name"], "etcd-backup-operator");
+    let service_account = |name: &str| -> Value {
+        docs.iter()
+            .find(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        service_account("etcd-backup-operator")["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
+        "backups@p.iam.gserviceaccount.com"
+    );
+    assert!(service_account("etcd-restore-operator")["metadata"]["annotations"].is_null());
+    // Off by default: no ambient identity, nothing placed.
+    let docs = helm::render("suite", "etcd", &[]).unwrap();
+    for name in ["etcd-backup-operator", "etcd-restore-operator"] {
+        let (_, env) = deployment(&docs, name);
+        assert!(!env.contains_key("ALLOW_AMBIENT_CREDENTIALS"), "{name}");
+    }
+    // A label cannot take the selector's away.
+    let docs = helm::render(
+        "suite",
+        "etcd",
+        &["backupOperator.podLabels.app\\.kubernetes\\.io/name=other"],
+    )
+    .unwrap();
+    let backup = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "etcd-backup-operator")
+        .unwrap();
+    assert_eq!(
+        backup["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"],
+        "etcd-backup-operator"
+    );
 }

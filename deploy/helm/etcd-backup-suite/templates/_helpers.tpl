@@ -57,3 +57,26 @@ image: {{ include "suite.image" . }}
 imagePullPolicy: {{ . }}
 {{- end }}
 {{- end }}
+
+{{/*
+Where and from what the operator pods run: pull secrets, node selector, tolerations and affinity,
+the same for the three operators (values of the same names). Empty values render nothing.
+*/}}
+{{- define "suite.podPlacement" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
