@@ -79,7 +79,7 @@ pub struct GcsArgs {
     pub gcs_anonymous: bool,
     /// A coreos `gcpSecret` mounted as a directory: its `credentials.json`, else its
     /// `access-token` (what the operators' restore and drill pods pass).
-    #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file", "gcs_anonymous"])]
+    #[arg(long, global = true, env = "GCS_SECRET_DIR", value_name = "DIR", conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file", "gcs_anonymous"])]
     pub gcs_secret_dir: Option<PathBuf>,
 }
 
@@ -98,7 +98,7 @@ pub struct AzureArgs {
     pub azure_account: Option<String>,
     /// Blob endpoint (default: https://ACCOUNT.blob.core.windows.net; Azurite:
     /// http://127.0.0.1:10000/ACCOUNT).
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, env = "AZURE_BLOB_ENDPOINT", value_name = "URL")]
     pub azure_endpoint: Option<String>,
     /// A file holding the storage account's key (base64, coreos' `storage-key`).
     #[arg(long, global = true, value_name = "FILE")]
@@ -113,7 +113,7 @@ pub struct AzureArgs {
     pub azure_sas_file: Option<PathBuf>,
     /// A coreos `absSecret` mounted as a directory: `storage-account`, `storage-key` or
     /// `storage-sas-token`, and `cloud` (what the operators' restore and drill pods pass).
-    #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["azure_key_file", "azure_sas_file"])]
+    #[arg(long, global = true, env = "AZURE_SECRET_DIR", value_name = "DIR", conflicts_with_all = ["azure_key_file", "azure_sas_file"])]
     pub azure_secret_dir: Option<PathBuf>,
 }
 

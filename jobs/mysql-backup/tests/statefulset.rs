@@ -16,7 +16,9 @@
 //!    it clones afresh.
 //! 3. The backup CronJob, its schedule set to every minute (the one change: the test cannot
 //!    wait for 02:30), writes two encrypted backups, rows written between them, that
-//!    `mysql-backup list` shows; the example's retention keeps both.
+//!    `mysql-backup list` shows; the example's retention keeps both. Then the same CronJob's
+//!    job to Google Cloud Storage (fake-gcs-server) and Azure Blob Storage (Azurite), each
+//!    switched by the ConfigMap and Secret only, as `secrets.yaml` says.
 //! 4. Disaster, as docs/operations/mysql-disaster-recovery.md tells it: the StatefulSet and its
 //!    claims deleted (their volumes retained), the restore Job restores the newest backup into
 //!    a new claim, the StatefulSet applied again: mysql-0 has every row of the newest backup
@@ -161,14 +163,11 @@ fn doc<'a>(manifests: &'a mut [Value], kind: &str, name: &str) -> &'a mut Value 
 /// backups go, the S3 key, the recipients.
 fn site_settings(manifests: &mut [Value], garage: &Garage, prefix: &str, recipient: &str) {
     doc(manifests, "Secret", "mysql-backup")["stringData"]["token"] = json!("0a".repeat(32));
-    let storage = doc(manifests, "ConfigMap", "mysql-backup-storage");
-    storage["data"] = json!({
-        "BACKUP_PREFIX": prefix,
-        "AWS_ENDPOINT_URL": garage.endpoint,
-        "AWS_REGION": garage.region,
-        "S3_FORCE_PATH_STYLE": "true",
-    });
-    doc(manifests, "Secret", "mysql-backup-s3")["stringData"]["credentials"] = json!(format!(
+    let storage = &mut doc(manifests, "ConfigMap", "mysql-backup-storage")["data"];
+    storage["BACKUP_PREFIX"] = json!(prefix);
+    storage["AWS_ENDPOINT_URL"] = json!(garage.endpoint);
+    storage["AWS_REGION"] = json!(garage.region);
+    doc(manifests, "Secret", "mysql-backup-store")["stringData"]["credentials"] = json!(format!(
         "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
         garage.access_key, garage.secret_key
     ));
@@ -181,8 +180,19 @@ async fn list_backups(garage: &Garage, prefix: &str) -> Vec<Value> {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
     testbed::cli::without_ambient_aws(&mut command)
         .envs(garage.env())
-        .env("S3_FORCE_PATH_STYLE", "true")
-        .args(["list", prefix, "--output", "json"]);
+        .env("S3_FORCE_PATH_STYLE", "true");
+    list_with(command, prefix, &[]).await
+}
+
+/// `mysql-backup list PREFIX --output json` with `flags`, run here.
+async fn list_with(
+    mut command: tokio::process::Command,
+    prefix: &str,
+    flags: &[String],
+) -> Vec<Value> {
+    command
+        .args(["list", prefix, "--output", "json"])
+        .args(flags);
     let output = command.output().await.unwrap();
     assert!(
         output.status.success(),
@@ -228,6 +238,103 @@ async fn new_backup_succeeded(jobs: &Api<Job>, seen: &BTreeSet<String>) -> Strin
         assert!(Instant::now() < deadline, "no new backup Job succeeded");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// Waits until Job `name` has ended and asserts that it succeeded.
+async fn job_succeeded(jobs: &Api<Job>, name: &str, seconds: u64) {
+    let ended = wait_until(jobs, name, "the Job ended", seconds, |j: &Job| {
+        j.status
+            .as_ref()
+            .is_some_and(|s| s.succeeded == Some(1) || s.failed.unwrap_or(0) > 0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        ended.status.unwrap().succeeded,
+        Some(1),
+        "Job {name} failed"
+    );
+}
+
+/// Runs the CronJob's job once against fake-gcs-server and once against Azurite, each
+/// configured as the example's comments say, checks that each stored one complete encrypted
+/// backup, then puts the S3 settings of `manifests` back.
+async fn clouds_backup_in_pods(kube: &KubeTestbed, ns: &str, manifests: &[Value]) {
+    let gcs = testbed::FakeGcs::start_on(&host_address()).await.unwrap();
+    let azurite = testbed::Azurite::start_on(&host_address()).await.unwrap();
+    let store_dir = "/etc/mysql-backup-store";
+    let gcs_prefix = format!("gs://{}/mysql/nightly-", gcs.bucket);
+    let azure_prefix = format!("azblob://{}/mysql/nightly-", azurite.container);
+    let clouds = [
+        (
+            "gcs",
+            json!({"BACKUP_PREFIX": gcs_prefix, "GCS_SECRET_DIR": store_dir,
+                "STORAGE_EMULATOR_HOST": gcs.endpoint}),
+            // A coreos gcpSecret's token (fake-gcs-server checks none).
+            vec![("access-token", "emulator")],
+            gcs_prefix.clone(),
+            gcs.cli_args().0,
+        ),
+        (
+            "azure",
+            json!({"BACKUP_PREFIX": azure_prefix, "AZURE_SECRET_DIR": store_dir,
+                "AZURE_BLOB_ENDPOINT": azurite.endpoint}),
+            azurite.coreos_secret().to_vec(),
+            azure_prefix.clone(),
+            azurite.cli_args().0,
+        ),
+    ];
+    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), ns);
+    let jobs: Api<Job> = Api::namespaced(kube.client.clone(), ns);
+    let crons: Api<CronJob> = Api::namespaced(kube.client.clone(), ns);
+    let template = crons.get("mysql-backup-nightly").await.unwrap();
+    let job_spec = template.spec.unwrap().job_template.spec.unwrap();
+    for (cloud, settings, secret, prefix, flags) in clouds {
+        let mut storage = manifests
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mysql-backup-storage")
+            .unwrap()
+            .clone();
+        storage["data"] = settings;
+        kube.apply(&[storage], ns).await.unwrap();
+        secrets
+            .delete("mysql-backup-store", &DeleteParams::default())
+            .await
+            .unwrap();
+        testbed::kube::create_secret(&kube.client, ns, "mysql-backup-store", &secret)
+            .await
+            .unwrap();
+        let name = format!("mysql-backup-{cloud}");
+        let job = Job {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: Some(job_spec.clone()),
+            status: None,
+        };
+        jobs.create(&Default::default(), &job).await.unwrap();
+        job_succeeded(&jobs, &name, 300).await;
+        let command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
+        let listed = list_with(command, &prefix, &flags).await;
+        assert_eq!(listed.len(), 1, "{cloud}: {listed:?}");
+        assert_eq!(listed[0]["encrypted"], true, "{cloud}: {listed:?}");
+    }
+    // Back to S3 for the restore.
+    secrets
+        .delete("mysql-backup-store", &DeleteParams::default())
+        .await
+        .unwrap();
+    let s3: Vec<Value> = manifests
+        .iter()
+        .filter(|d| {
+            d["metadata"]["name"] == "mysql-backup-storage"
+                || d["metadata"]["name"] == "mysql-backup-store"
+        })
+        .cloned()
+        .collect();
+    assert_eq!(s3.len(), 2);
+    kube.apply(&s3, ns).await.unwrap();
 }
 
 #[tokio::test]
@@ -370,6 +477,11 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
     let listed = list_backups(&garage, &prefix).await;
     assert!(listed.len() >= 2, "the retention kept {listed:?}");
     assert!(listed.iter().all(|b| b["encrypted"] == true), "{listed:?}");
+    // The same CronJob to Google Cloud Storage and to Azure Blob Storage, switched as
+    // secrets.yaml's comments say: the ConfigMap's BACKUP_PREFIX and GCS_SECRET_DIR or
+    // AZURE_SECRET_DIR, the store Secret's keys (plus the emulators' endpoints). One Job of each,
+    // made from the CronJob as `kubectl create job --from=cronjob/...` makes it.
+    clouds_backup_in_pods(&kube, &ns, &manifests).await;
     // Written after the backups: a restore of the newest must not have them.
     insert_rows(&kube, &ns, 210, 250).await;
 
@@ -418,18 +530,7 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
     kube.apply(&[key], &ns).await.unwrap();
     let restore = testbed::kustomize::render_files_for_bed(&RESTORE, &ns, &IMAGES).unwrap();
     kube.apply(&restore, &ns).await.unwrap();
-    let restored = wait_until(&jobs, "mysql-restore", "restore done", 600, |j: &Job| {
-        j.status
-            .as_ref()
-            .is_some_and(|s| s.succeeded == Some(1) || s.failed.unwrap_or(0) > 0)
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        restored.status.unwrap().succeeded,
-        Some(1),
-        "the restore Job failed"
-    );
+    job_succeeded(&jobs, "mysql-restore", 600).await;
     let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
     secrets
         .delete("mysql-restore-key", &DeleteParams::default())
