@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Installs what the tests, the demo and the benchmark run against, on Debian 12. Idempotent:
 # installs only what is missing and says what it installed.
+#
+#   install-deps.sh          everything
+#   install-deps.sh --demo   what e2e/demo.sh needs (the bed, Garage); not the tests' MariaDB,
+#                            emulators, aws CLI, promtool, rustfmt and clippy
 set -euo pipefail
 
 sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
 installed=()
+demo=0
+[[ ${1:-} == --demo ]] && demo=1
 
 # etcd 3.4 (server, etcdctl); protoc and the well-known .proto files (libprotobuf-dev) for
 # etcd-client's build; GNU time for the benchmark.
 packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev time)
 # MariaDB server and mariadb-backup for the MySQL runner's tests (the tests start their own
 # servers on temporary data dirs; the packaged service is not used).
-packages+=(mariadb-server mariadb-backup mariadb-client)
+((demo)) || packages+=(mariadb-server mariadb-backup mariadb-client)
 # The image checks (testbed::image): chroot is in coreutils; openssl is the program that needs a
 # library distroless/cc lacks.
 packages+=(openssl)
@@ -22,12 +28,14 @@ packages+=(openssl)
 # beds' readiness checks.
 packages+=(runc containernetworking-plugins catatonit busybox-static dnsmasq-base iptables
   iproute2 conntrack umoci curl)
-# mmdebstrap makes the MariaDB and mysql-backup images' Debian trees (e2e/cluster/images.sh).
-packages+=(mmdebstrap)
-# The reference age tool: encrypted backups must open with it, and its files with ours.
-packages+=(age)
-# pip, to install the aws CLI below when it is missing.
-command -v aws >/dev/null || packages+=(python3-pip)
+if ((!demo)); then
+  # mmdebstrap makes the MariaDB and mysql-backup images' Debian trees (e2e/cluster/images.sh).
+  packages+=(mmdebstrap)
+  # The reference age tool: encrypted backups must open with it, and its files with ours.
+  packages+=(age)
+  # pip, to install the aws CLI below when it is missing.
+  command -v aws >/dev/null || packages+=(python3-pip)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -38,10 +46,24 @@ if ((${#missing[@]})); then
   installed+=("${missing[@]}")
 fi
 
-# Garage (S3 server): not packaged by Debian; building it takes ~15 minutes on 2 cores.
+# Garage (S3 server): not packaged by Debian, so built from its crate. Only what the beds use
+# (the sqlite metadata engine; no lmdb, K2V or metrics), at opt-level 1 except its hashing,
+# checksum, compression and database crates, which do the per-byte work and stay at 3: a build
+# much shorter than Garage's default release build (docs/getting-started.md has the figures).
 if ! command -v garage >/dev/null && [[ ! -x $HOME/.cargo/bin/garage ]]; then
-  cargo install garage --locked --version 2.5.0
+  hot=(blake2 crc-fast md-5 sha1 sha2 xxhash-rust zstd-sys libsqlite3-sys libsodium-sys)
+  config=(--config profile.release.opt-level=1)
+  for crate in "${hot[@]}"; do
+    config+=(--config "profile.release.package.$crate.opt-level=3")
+  done
+  cargo install garage --locked --version 2.5.0 --no-default-features \
+    --features bundled-libs,sqlite "${config[@]}"
   installed+=(garage)
+fi
+
+if ((demo)); then
+  echo "install-deps: ${installed[*]:-nothing to install}"
+  exit 0
 fi
 
 # aws CLI: the benchmark's baseline client and a handy independent S3 client in tests.

@@ -18,6 +18,10 @@
 # on 2 cores: see the README (Kubernetes is most of it). One build at a time per machine.
 #
 #   build.sh [--pin]       KUBE_VERSION=1.35 build.sh builds that Kubernetes instead of 1.37
+#   build.sh --demo        only what e2e/demo.sh runs: Kubernetes, containerd and one etcd line
+#                          (the control plane's, which the demo's cluster runs too); the other
+#                          etcd lines, fake-gcs-server and helm are the tests' (a later build.sh
+#                          adds them)
 #
 # Prints `KUBE_TESTBED_BIN=DIR` on its last line of stdout.
 set -euo pipefail
@@ -27,9 +31,12 @@ repo=$(cd "$here/../.." && pwd)
 # shellcheck source=versions.sh
 source "$here/versions.sh"
 pins=$repo/e2e/upstream
-repin=0
-[[ ${1:-} == --pin ]] && { repin=1; shift; }
-[[ $# == 0 ]] || { echo "usage: $0 [--pin]" >&2; exit 2; }
+repin=0 demo=0
+case ${1:-} in
+  --pin) repin=1; shift ;;
+  --demo) demo=1; shift ;;
+esac
+[[ $# == 0 ]] || { echo "usage: $0 [--pin | --demo]" >&2; exit 2; }
 
 log() { echo "build.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -129,7 +136,9 @@ fi
 
 # etcd: client/v2 (3.5 only) is published as v2.305.<patch>, every other module as the release.
 etcd_module_release() { if [[ $1 == */v2 ]]; then echo "v2.305.${2#v3.5.}"; else echo "$2"; fi; }
-for release in "${etcd_releases[@]}" "${etcd_refused_patches[@]}"; do
+etcd_lines=("${etcd_releases[@]}" "${etcd_refused_patches[@]}")
+((demo)) && etcd_lines=("$control_plane_etcd")
+for release in "${etcd_lines[@]}"; do
   etcd_modules="go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3"
   if ((repin)) || [[ ! -f $pins/etcd-$release/go.sum ]]; then
     pin etcd "$release" etcd_module_release "$etcd_modules" "$etcd_modules"
@@ -153,6 +162,11 @@ if ! warm "$containerd_bin" "$containerd_release" containerd containerd-shim-run
   build containerd "$containerd_release" "$containerd_bin" \
     "-X github.com/containerd/containerd/v2/version.Version=$containerd_release" "no_btrfs" "$containerd_commands"
   warm "$containerd_bin" "$containerd_release" containerd || die "containerd in $containerd_bin does not report $containerd_release"
+fi
+
+if ((demo)); then
+  echo "KUBE_TESTBED_BIN=$kube_bin"
+  exit 0
 fi
 
 # fake-gcs-server: one module, its main package at the root.

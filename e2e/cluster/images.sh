@@ -147,6 +147,8 @@ add_programs "$root" /usr/bin/etcd:/usr/local/bin/etcd /usr/bin/etcdctl:/usr/loc
 import_image etcd v3.4.23 "$root" 0 /usr/local/bin/etcd
 for release in "${etcd_releases[@]}" "${etcd_refused_patches[@]}"; do
   built=$(etcd_bin "$release")
+  # `build.sh --demo` builds one etcd line; the tests' build.sh all of them.
+  [[ -x $built/etcd ]] || { log "no etcd $release in $built: no localhost/etcd:$release image"; continue; }
   root=$work/rootfs/etcd-$release
   base_rootfs "$root"
   add_programs "$root" "$built/etcd" "$built/etcdctl" "$built/etcdutl"
@@ -171,34 +173,39 @@ done
 # ca-certificates, user nonroot (65532) and the binary. The bed makes the same from Debian 12's
 # packages with mmdebstrap (minbase, as bookworm-slim is), mariadb-* at this machine's versions
 # (the ones the tests run as processes). testbed's tests/images.rs lists what differs.
-if [[ -x $bindir/mysql-backup ]]; then
+# Without a mysql-backup binary (the demo builds none) no MySQL image is made: the two below
+# serve only the tests of mysql-backup.
+mysql_images() {
   root=$work/rootfs/mysql-backup
   debian_rootfs mysql-backup "$root" "" mariadb-backup ca-certificates
   install -D -m 0755 "$bindir/mysql-backup" "$root/usr/local/bin/mysql-backup"
   import_image mysql-backup dev "$root" 65532:65532 /usr/local/bin/mysql-backup
+
+  # mariadb-fixture: the stand-in for the official `mariadb:10.11` image that examples/mysql names
+  # (not pullable here): Debian 12's mariadb-server, client and backup tool (the official image has
+  # all three), user mysql as 999 like the official image, and fixture scripts giving the part of
+  # the official image's interface the example uses (mariadb-fixture/: initialisation from
+  # MARIADB_ROOT_PASSWORD[_FILE] and /docker-entrypoint-initdb.d, `healthcheck.sh --connect`).
+  # Listening on every address, as the official image does (Debian's default binds 127.0.0.1).
+  root=$work/rootfs/mariadb-fixture
+  debian_rootfs mariadb-fixture "$root" mysql mariadb-server mariadb-client mariadb-backup
+  install -D -m 0755 "$here/mariadb-fixture/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
+  install -D -m 0755 "$here/mariadb-fixture/healthcheck.sh" "$root/usr/local/bin/healthcheck.sh"
+  sed -i 's/^bind-address/#&/' "$root/etc/mysql/mariadb.conf.d/50-server.cnf"
+  rm -rf "$root/var/lib/mysql" && install -d -o 999 -g 999 "$root/var/lib/mysql" "$root/run/mysqld"
+  import_image mariadb-fixture 10.11 "$root" 999:999 /usr/local/bin/docker-entrypoint.sh
+
+  # ncat-clone: for the clone benchmark only (jobs/mysql-backup/tests/clone_bench.rs), the tools of
+  # the Kubernetes tutorial's replicated MySQL: `mariadb-backup --stream | ncat` on the source,
+  # `ncat | mbstream -x`, `--prepare` and the client for CHANGE MASTER on the new replica.
+  root=$work/rootfs/ncat-clone
+  debian_rootfs ncat-clone "$root" mysql mariadb-backup mariadb-client ncat
+  import_image ncat-clone bench "$root" 999:999 /bin/bash
+}
+if [[ -x $bindir/mysql-backup ]]; then
+  mysql_images
 else
-  log "no $bindir/mysql-backup: no localhost/mysql-backup:dev image"
+  log "no $bindir/mysql-backup: no MySQL images (mysql-backup, mariadb-fixture, ncat-clone)"
 fi
-
-# mariadb-fixture: the stand-in for the official `mariadb:10.11` image that examples/mysql names
-# (not pullable here): Debian 12's mariadb-server, client and backup tool (the official image has
-# all three), user mysql as 999 like the official image, and fixture scripts giving the part of
-# the official image's interface the example uses (mariadb-fixture/: initialisation from
-# MARIADB_ROOT_PASSWORD[_FILE] and /docker-entrypoint-initdb.d, `healthcheck.sh --connect`).
-# Listening on every address, as the official image does (Debian's default binds 127.0.0.1).
-root=$work/rootfs/mariadb-fixture
-debian_rootfs mariadb-fixture "$root" mysql mariadb-server mariadb-client mariadb-backup
-install -D -m 0755 "$here/mariadb-fixture/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
-install -D -m 0755 "$here/mariadb-fixture/healthcheck.sh" "$root/usr/local/bin/healthcheck.sh"
-sed -i 's/^bind-address/#&/' "$root/etc/mysql/mariadb.conf.d/50-server.cnf"
-rm -rf "$root/var/lib/mysql" && install -d -o 999 -g 999 "$root/var/lib/mysql" "$root/run/mysqld"
-import_image mariadb-fixture 10.11 "$root" 999:999 /usr/local/bin/docker-entrypoint.sh
-
-# ncat-clone: for the clone benchmark only (jobs/mysql-backup/tests/clone_bench.rs), the tools of
-# the Kubernetes tutorial's replicated MySQL: `mariadb-backup --stream | ncat` on the source,
-# `ncat | mbstream -x`, `--prepare` and the client for CHANGE MASTER on the new replica.
-root=$work/rootfs/ncat-clone
-debian_rootfs ncat-clone "$root" mysql mariadb-backup mariadb-client ncat
-import_image ncat-clone bench "$root" 999:999 /bin/bash
 rm -rf "$work/rootfs"
 log "images built and imported in $((SECONDS - started)) s"
