@@ -32,14 +32,14 @@ cores=$(nproc)
 minutes=0 missing=()
 need() { missing+=("$1"); minutes=$((minutes + $2)); }
 command -v garage >/dev/null || [[ -x $HOME/.cargo/bin/garage ]] || need Garage 9
-[[ -x $kube_bin/kube-apiserver ]] || need "Kubernetes $kube_release" 11
+[[ -x $kube_bin/kube-apiserver ]] || need "Kubernetes $kube_release" 10
 [[ -x $(etcd_bin "$control_plane_etcd")/etcd && -x $containerd_bin/containerd ]] || need "etcd and containerd" 3
-[[ -x ${CARGO_TARGET_DIR:-target}/debug/demo ]] || need "the operators and CLI" 6
-minutes=$(((minutes * 2 + cores - 1) / cores + 5))
+[[ -x ${CARGO_TARGET_DIR:-target}/debug/demo ]] || need "the operators and CLI" 5
+minutes=$(((minutes * 2 + cores - 1) / cores + 3))
 if ((${#missing[@]})); then
-  echo "demo: about $minutes minutes on this machine ($cores cores): first it builds $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g'); then about 5 minutes of demo"
+  echo "demo: about $minutes minutes on this machine ($cores cores): first it builds $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g'); then about 3 minutes of demo"
 else
-  echo "demo: about 5 minutes (everything is built; most of it is the cron schedule's two backups)"
+  echo "demo: about 3 minutes (everything is built; most of it is the cron schedule's two backups)"
 fi
 # One line per stage: time since the start, what is done, what comes next.
 stage() {

@@ -49,7 +49,7 @@ fi
 # Garage (S3 server): not packaged by Debian, so built from its crate. Only what the beds use
 # (the sqlite metadata engine; no lmdb, K2V or metrics), at opt-level 1 except its hashing,
 # checksum, compression and database crates, which do the per-byte work and stay at 3: a build
-# much shorter than Garage's default release build (docs/getting-started.md has the figures).
+# 8 min 52 s cold on 2 cores, against 14.5 min for its default release build
 if ! command -v garage >/dev/null && [[ ! -x $HOME/.cargo/bin/garage ]]; then
   hot=(blake2 crc-fast md-5 sha1 sha2 xxhash-rust zstd-sys libsqlite3-sys libsodium-sys)
   config=(--config profile.release.opt-level=1)
