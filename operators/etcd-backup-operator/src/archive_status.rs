@@ -12,7 +12,6 @@ use backup_api::{
 };
 use chrono::{DateTime, Utc};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 
 use crate::archive::{ArchiveState, Start};
@@ -117,16 +116,7 @@ pub async fn reconcile(
             .archive_gap_revisions
             .get_or_create(&labels)
             .inc_by(lost as u64);
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "ArchiveGap".into(),
-            note: Some(format!(
-                "the cluster compacted changes before the archive stored them: no point after revision {} up to {} can be restored; the archive goes on after the backup at {}",
-                gap.archived_through, gap.resumed_after, gap.resumed_after
-            )),
-            action: "Archive".into(),
-            secondary: None,
-        };
+        let event = crate::events::archive_gap(gap.archived_through, gap.resumed_after);
         publish(ctx, &event, &backup.object_ref(&())).await;
     }
     ctx.archives

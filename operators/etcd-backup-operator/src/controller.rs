@@ -13,12 +13,13 @@ use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::Event;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::context::{Context, Error, MANAGER, publish};
+use crate::events::{self, backups_kept};
 use crate::execute::{self, Outcome};
-use crate::finalizer::{backups_kept, finalize, has_finalizer, set_finalizer};
+use crate::finalizer::{finalize, has_finalizer, set_finalizer};
 use crate::in_flight::RunGuard;
 use crate::metrics::{InFlight, Metrics, ObjectLabels, ResultLabels};
 use crate::schedule::{self, Due, History};
@@ -104,13 +105,7 @@ async fn reconcile_backup(backup: &EtcdBackup, ctx: &Arc<Context>) -> Result<Act
         Err(e) => {
             tracing::warn!(name = %backup.name_any(), error = %e, "restore drill step failed; retried");
             ctx.metrics.reconcile_errors.inc("DrillStepFailed");
-            let event = Event {
-                type_: EventType::Warning,
-                reason: "DrillStepFailed".into(),
-                note: Some(format!("the restore drill could not go on (retried): {e}")),
-                action: "Drill".into(),
-                secondary: None,
-            };
+            let event = events::drill_step_failed(&e);
             publish(ctx, &event, &backup.object_ref(&())).await;
             Some(DRILL_RETRY)
         }
@@ -229,20 +224,9 @@ async fn give_up_interrupted(
         now,
     );
     apply_status(api, &backup.name_any(), &failed).await?;
-    let event = failure_event(INTERRUPTED, message);
+    let event = events::backup_failed(INTERRUPTED, message);
     publish(ctx, &event, &backup.object_ref(&())).await;
     Ok(Some(STALE_CACHE_RECHECK))
-}
-
-/// The Warning for a failed run: its reason, then the cause.
-fn failure_event(reason: &str, message: &str) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: "BackupFailed".into(),
-        note: Some(format!("{reason}: {message}")),
-        action: "Backup".into(),
-        secondary: None,
-    }
 }
 
 /// One backup, in its own task: waits for a global slot, reads the Secrets, snapshots, prunes,
@@ -357,7 +341,7 @@ async fn run(
                     next,
                     now,
                 ),
-                failure_event(e.reason(), &e.to_string()),
+                events::backup_failed(e.reason(), &e.to_string()),
             )
         }
     };
@@ -373,14 +357,7 @@ async fn run(
     drop(guard);
     publish(&ctx, &event, &backup.object_ref(&())).await;
     if let Ok(Outcome { pruned: Err(e), .. }) = &result {
-        let warning = Event {
-            type_: EventType::Warning,
-            reason: "PruneFailed".into(),
-            note: Some(format!("removing old backups failed: {e}")),
-            action: "Prune".into(),
-            secondary: None,
-        };
-        publish(&ctx, &warning, &backup.object_ref(&())).await;
+        publish(&ctx, &events::prune_failed(e), &backup.object_ref(&())).await;
     }
 }
 
@@ -473,20 +450,13 @@ fn record_success(metrics: &Metrics, labels: &ObjectLabels, outcome: &Outcome) {
 
 fn success_event(outcome: &Outcome) -> Event {
     let m = &outcome.report.manifest;
-    Event {
-        type_: EventType::Normal,
-        reason: "BackupSucceeded".into(),
-        note: Some(format!(
-            "{} ({} bytes, revision {}, {}) in {:.1} s",
-            outcome.report.url,
-            m.stored_bytes,
-            m.etcd_revision,
-            m.stored_checksum(),
-            m.duration_seconds
-        )),
-        action: "Backup".into(),
-        secondary: None,
-    }
+    events::backup_succeeded(
+        &outcome.report.url,
+        m.stored_bytes,
+        m.etcd_revision,
+        &m.stored_checksum().to_string(),
+        m.duration_seconds,
+    )
 }
 
 async fn report_invalid_spec(
@@ -501,13 +471,7 @@ async fn report_invalid_spec(
     let new = status::invalid(prev, generation, error.reason(), &error.to_string(), now);
     if !same_status(prev, &new) {
         apply_status(api, &backup.name_any(), &new).await?;
-        let event = Event {
-            type_: EventType::Warning,
-            reason: error.reason().into(),
-            note: Some(error.to_string()),
-            action: "Validate".into(),
-            secondary: None,
-        };
+        let event = events::invalid_spec(error.reason(), error.to_string());
         publish(ctx, &event, &backup.object_ref(&())).await;
     }
     Ok(Action::await_change())
@@ -556,14 +520,7 @@ async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result
     );
     let api: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &namespace);
     apply_status(&api, &name, &new).await?;
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "InvalidObject".into(),
-        note: Some(message),
-        action: "Validate".into(),
-        secondary: None,
-    };
-    publish(ctx, &event, &reference).await;
+    publish(ctx, &events::invalid_object(message), &reference).await;
     Ok(Action::await_change())
 }
 

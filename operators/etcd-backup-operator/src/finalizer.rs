@@ -10,10 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::context::{Context, Error, publish};
+use crate::events::{self, backups_kept};
 use crate::execute::{self, RunError};
 use crate::secrets::SecretError;
 use crate::validate::{BackupPlan, InvalidSpec};
@@ -71,14 +71,7 @@ pub(crate) async fn finalize(
                     publish(ctx, &backups_kept(&cause), &reference).await;
                 }
                 Err(e) => {
-                    let event = Event {
-                        type_: EventType::Warning,
-                        reason: "DeleteBackupsFailed".into(),
-                        note: Some(e.to_string()),
-                        action: "Delete".into(),
-                        secondary: None,
-                    };
-                    publish(ctx, &event, &reference).await;
+                    publish(ctx, &events::delete_backups_failed(&e), &reference).await;
                     return Err(Error::Cleanup(e));
                 }
             }
@@ -103,22 +96,6 @@ pub(crate) fn deleting_for(backup: &EtcdBackup, now: DateTime<Utc>) -> Duration 
     since
         .and_then(|t| (now - t).to_std().ok())
         .unwrap_or_default()
-}
-
-/// The finalizer is released without deleting anything when the spec cannot say where the
-/// backups are, or the S3 Secret has been gone too long: keeping data is the safe side, and
-/// blocking the deletion forever would help nobody. The event says so, so nobody believes the
-/// backups are gone.
-pub(crate) fn backups_kept(cause: &str) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: "BackupsKept".into(),
-        note: Some(format!(
-            "deletionPolicy Delete was not applied, the stored backups were kept: {cause}"
-        )),
-        action: "Delete".into(),
-        secondary: None,
-    }
 }
 
 pub(crate) fn has_finalizer(meta: &ObjectMeta) -> bool {

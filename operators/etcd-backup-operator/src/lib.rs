@@ -12,6 +12,7 @@ pub mod archive_status;
 pub mod context;
 pub mod controller;
 pub mod drill;
+pub mod events;
 pub mod execute;
 pub mod finalizer;
 pub mod in_flight;

@@ -24,7 +24,6 @@ use backup_api::{DrillRecord, DrillResult, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::context::{Context, Error};
@@ -306,26 +305,13 @@ async fn finish(
             .set(now.timestamp() as f64);
     }
     tracing::info!(namespace = %labels.namespace, name = %labels.name, object = %record.object_key, reason = %verdict.reason, "restore drill finished");
-    let event = Event {
-        type_: if succeeded {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
-        reason: if succeeded {
-            "DrillSucceeded"
-        } else {
-            "DrillFailed"
-        }
-        .into(),
-        note: Some(format!(
-            "{}: {}: {}",
-            record.object_key, verdict.reason, verdict.message
-        )),
-        action: "Drill".into(),
-        secondary: None,
-    };
-    ctx.events.send(&event, &backup.object_ref(&())).await;
+    let event = crate::events::drill_finished(
+        succeeded,
+        &record.object_key,
+        &verdict.reason,
+        &verdict.message,
+    );
+    crate::context::publish(ctx, &event, &backup.object_ref(&())).await;
     Ok(())
 }
 
