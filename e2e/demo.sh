@@ -33,7 +33,8 @@ minutes=0 missing=()
 need() { missing+=("$1"); minutes=$((minutes + $2)); }
 command -v garage >/dev/null || [[ -x $HOME/.cargo/bin/garage ]] || need Garage 9
 [[ -x $kube_bin/kube-apiserver ]] || need "Kubernetes $kube_release" 10
-[[ -x $(etcd_bin "$control_plane_etcd")/etcd && -x $containerd_bin/containerd ]] || need "etcd and containerd" 3
+[[ -x $(etcd_bin "$control_plane_etcd")/etcd && -x $(etcd_bin "$demo_etcd_release")/etcd &&
+  -x $containerd_bin/containerd ]] || need "etcd and containerd" 3
 [[ -x ${CARGO_TARGET_DIR:-target}/debug/demo ]] || need "the operators and CLI" 5
 minutes=$(((minutes * 2 + cores - 1) / cores + 3))
 if ((${#missing[@]})); then
@@ -57,6 +58,8 @@ cargo build --locked -p etcd-backup -p etcd-backup-operator -p etcd-operator \
   -p etcd-restore-operator -p testbed --bin etcd-backup --bin etcd-backup-operator \
   --bin etcd-operator --bin etcd-restore-operator --bin demo --bin bed-agent
 stage "next: the demo (bed, operators, cluster, backups, disaster, restore)"
+# The bed's MySQL images need MariaDB's packages, which the demo does not install.
+export BED_MYSQL_IMAGES=0
 status=0
 "${CARGO_TARGET_DIR:-target}"/debug/demo "$@" || status=$?
 if [[ $status == 3 ]]; then

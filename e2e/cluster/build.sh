@@ -18,8 +18,8 @@
 # on 2 cores: see the README (Kubernetes is most of it). One build at a time per machine.
 #
 #   build.sh [--pin]       KUBE_VERSION=1.35 build.sh builds that Kubernetes instead of 1.37
-#   build.sh --demo        only what e2e/demo.sh runs: Kubernetes, containerd and one etcd line
-#                          (the control plane's, which the demo's cluster runs too); the other
+#   build.sh --demo        only what e2e/demo.sh runs: Kubernetes, containerd and the etcd of
+#                          the control plane and of the demo's cluster (one line on 1.37); the other
 #                          etcd lines, fake-gcs-server and helm are the tests' (a later build.sh
 #                          adds them)
 #
@@ -137,7 +137,7 @@ fi
 # etcd: client/v2 (3.5 only) is published as v2.305.<patch>, every other module as the release.
 etcd_module_release() { if [[ $1 == */v2 ]]; then echo "v2.305.${2#v3.5.}"; else echo "$2"; fi; }
 etcd_lines=("${etcd_releases[@]}" "${etcd_refused_patches[@]}")
-((demo)) && etcd_lines=("$control_plane_etcd")
+((demo)) && mapfile -t etcd_lines < <(printf '%s\n' "$control_plane_etcd" "$demo_etcd_release" | sort -u)
 for release in "${etcd_lines[@]}"; do
   etcd_modules="go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3"
   if ((repin)) || [[ ! -f $pins/etcd-$release/go.sum ]]; then

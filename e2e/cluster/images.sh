@@ -12,6 +12,8 @@
 #                                        etcd-operator, etcd-backup-operator, etcd-restore-operator,
 #                                        etcd-backup (distroless/cc's file set, as the Dockerfile)
 #   localhost/mysql-backup:dev           the Dockerfile's mysql-backup target, from Debian 12's packages
+#                                        (this and the two below: only with a mysql-backup binary
+#                                        in BINDIR and BED_MYSQL_IMAGES not 0; the demo sets 0)
 #   localhost/mariadb-fixture:10.11      a test fixture standing in for the official mariadb:10.11
 #                                        image (Debian 12's MariaDB, mariadb-fixture/ scripts)
 #   localhost/ncat-clone:bench           the tutorial's clone tools (mariadb-backup, ncat), for
@@ -173,8 +175,8 @@ done
 # ca-certificates, user nonroot (65532) and the binary. The bed makes the same from Debian 12's
 # packages with mmdebstrap (minbase, as bookworm-slim is), mariadb-* at this machine's versions
 # (the ones the tests run as processes). testbed's tests/images.rs lists what differs.
-# Without a mysql-backup binary (the demo builds none) no MySQL image is made: the two below
-# serve only the tests of mysql-backup.
+# Without a mysql-backup binary, or with BED_MYSQL_IMAGES=0 (the demo, which installs neither
+# MariaDB's packages nor mmdebstrap), no MySQL image is made: they serve only mysql-backup's tests.
 mysql_images() {
   root=$work/rootfs/mysql-backup
   debian_rootfs mysql-backup "$root" "" mariadb-backup ca-certificates
@@ -202,7 +204,9 @@ mysql_images() {
   debian_rootfs ncat-clone "$root" mysql mariadb-backup mariadb-client ncat
   import_image ncat-clone bench "$root" 999:999 /bin/bash
 }
-if [[ -x $bindir/mysql-backup ]]; then
+if [[ ${BED_MYSQL_IMAGES:-1} == 0 ]]; then
+  log "BED_MYSQL_IMAGES=0: no MySQL images (mysql-backup, mariadb-fixture, ncat-clone)"
+elif [[ -x $bindir/mysql-backup ]]; then
   mysql_images
 else
   log "no $bindir/mysql-backup: no MySQL images (mysql-backup, mariadb-fixture, ncat-clone)"

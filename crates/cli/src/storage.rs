@@ -78,8 +78,11 @@ pub struct GcsArgs {
     #[arg(long, global = true, conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file"])]
     pub gcs_anonymous: bool,
     /// A coreos `gcpSecret` mounted as a directory: its `credentials.json`, else its
-    /// `access-token` (what the operators' restore and drill pods pass).
-    #[arg(long, global = true, env = "GCS_SECRET_DIR", value_name = "DIR", conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file", "gcs_anonymous"])]
+    /// `access-token` (what the operators' restore and drill pods pass). Without any GCS
+    /// credential (flag or GOOGLE_APPLICATION_CREDENTIALS): GCS_SECRET_DIR, if set.
+    // The variable is read by `options`, not by clap: clap would refuse it beside another
+    // credential as a conflict, and could not let a flag win over it.
+    #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["gcs_credentials_file", "gcs_access_token_file", "gcs_anonymous"])]
     pub gcs_secret_dir: Option<PathBuf>,
 }
 
@@ -113,7 +116,9 @@ pub struct AzureArgs {
     pub azure_sas_file: Option<PathBuf>,
     /// A coreos `absSecret` mounted as a directory: `storage-account`, `storage-key` or
     /// `storage-sas-token`, and `cloud` (what the operators' restore and drill pods pass).
-    #[arg(long, global = true, env = "AZURE_SECRET_DIR", value_name = "DIR", conflicts_with_all = ["azure_key_file", "azure_sas_file"])]
+    /// Without any Azure credential flag: AZURE_SECRET_DIR, if set.
+    // Read by `options`, as GCS_SECRET_DIR is.
+    #[arg(long, global = true, value_name = "DIR", conflicts_with_all = ["azure_key_file", "azure_sas_file"])]
     pub azure_secret_dir: Option<PathBuf>,
 }
 
@@ -134,11 +139,30 @@ fn read_secret(path: &PathBuf) -> backup_storage::Result<String> {
     Ok(text.trim().to_string())
 }
 
+/// Reads an environment variable (the process's, or a test's).
+type Env<'a> = &'a dyn Fn(&str) -> Option<std::ffi::OsString>;
+
+/// The directory in environment variable `name`, if set and not empty.
+fn dir_from_env(env: Env<'_>, name: &str) -> Option<PathBuf> {
+    env(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
 impl GcsArgs {
     pub fn options(&self) -> backup_storage::Result<GcsOptions> {
+        self.options_in(&|name| std::env::var_os(name))
+    }
+
+    fn options_in(&self, env: Env<'_>) -> backup_storage::Result<GcsOptions> {
+        let no_flag = !self.gcs_anonymous
+            && self.gcs_secret_dir.is_none()
+            && self.gcs_credentials_file.is_none()
+            && self.gcs_access_token_file.is_none();
+        let from_env = no_flag
+            .then(|| dir_from_env(env, "GCS_SECRET_DIR"))
+            .flatten();
         let credentials = match (
             self.gcs_anonymous,
-            &self.gcs_secret_dir,
+            self.gcs_secret_dir.as_ref().or(from_env.as_ref()),
             &self.gcs_credentials_file,
             &self.gcs_access_token_file,
         ) {
@@ -159,7 +183,17 @@ impl GcsArgs {
 
 impl AzureArgs {
     pub fn options(&self) -> backup_storage::Result<AzureOptions> {
-        if let Some(dir) = &self.azure_secret_dir {
+        self.options_in(&|name| std::env::var_os(name))
+    }
+
+    fn options_in(&self, env: Env<'_>) -> backup_storage::Result<AzureOptions> {
+        let no_flag = self.azure_secret_dir.is_none()
+            && self.azure_key_file.is_none()
+            && self.azure_sas_file.is_none();
+        let from_env = no_flag
+            .then(|| dir_from_env(env, "AZURE_SECRET_DIR"))
+            .flatten();
+        if let Some(dir) = self.azure_secret_dir.as_ref().or(from_env.as_ref()) {
             let secret = coreos_secrets::azure_secret(&SecretDir(dir))
                 .map_err(|problem| unusable_secret(dir, problem))?;
             return Ok(AzureOptions {
@@ -528,6 +562,38 @@ mod tests {
             err.contains("storage-account") && err.contains(abs_dir),
             "{err}"
         );
+        // GCS_SECRET_DIR and AZURE_SECRET_DIR from the environment: used without a credential
+        // flag, and a flag wins over them (not a conflict).
+        let env_gcp = gcp.to_string();
+        let env_abs = abs_dir.to_string();
+        std::fs::write(abs.join("storage-account"), "acct").unwrap();
+        let env = move |name: &str| match name {
+            "GCS_SECRET_DIR" => Some(env_gcp.clone().into()),
+            "AZURE_SECRET_DIR" => Some(env_abs.clone().into()),
+            _ => None,
+        };
+        let gcs_in = |args: &[&str]| parse(args).unwrap().storage.gcs.options_in(&env).unwrap();
+        assert!(matches!(
+            gcs_in(&[]).credentials,
+            GcsCredentials::AccessToken(t) if t == "tok"
+        ));
+        assert!(matches!(
+            gcs_in(&["--gcs-credentials-file", path]).credentials,
+            GcsCredentials::ServiceAccountKey(_)
+        ));
+        assert!(matches!(
+            gcs_in(&["--gcs-anonymous"]).credentials,
+            GcsCredentials::Anonymous
+        ));
+        let azure_in = |args: &[&str]| parse(args).unwrap().storage.azure.options_in(&env).unwrap();
+        assert!(matches!(
+            azure_in(&[]).credentials,
+            AzureCredentials::SharedKey(k) if k == "a2V5"
+        ));
+        assert!(matches!(
+            azure_in(&["--azure-sas-file", path]).credentials,
+            AzureCredentials::Sas(_)
+        ));
         // Only the flags of the location's kind are read.
         let cli = parse(&["--gcs-credentials-file", "/nonexistent/key.json"]).unwrap();
         let s3 = Location::parse("s3://b/k").unwrap();
