@@ -100,6 +100,33 @@ pub enum Command {
         identity: IdentityArgs,
         #[command(flatten)]
         prepare: PrepareArgs,
+        #[command(flatten)]
+        point: PointArgs,
+    },
+    /// Sidecar of the primary: copy the server's binary logs into an archive as they are
+    /// written (pieces ending between transactions, each with a manifest), for restores to a
+    /// point. Resumes from what the archive holds.
+    ArchiveBinlogs {
+        /// The archive's prefix: s3://bucket/prefix/ (gs://, azure://, file:///dir/ too).
+        #[arg(long)]
+        to: String,
+        /// The server's data directory (its binlog files and index), as mounted here.
+        #[arg(long, env = "MYSQL_BACKUP_DATADIR")]
+        datadir: PathBuf,
+        /// The binlog index file, when the data dir holds more than one.
+        #[arg(long)]
+        binlog_index: Option<PathBuf>,
+        /// Seconds between looks at the active file.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        interval: u64,
+        /// Largest piece in MiB (a piece is held in memory while it is stored).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+        max_piece_mib: u64,
+        /// Archive what is there, then exit (a job, or a test).
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// The complete backups under a prefix (object and manifest), newest first.
     List {
@@ -222,6 +249,23 @@ pub struct RemoteArgs {
     /// Fail when the source sends nothing for this many seconds.
     #[arg(long, default_value_t = 600)]
     pub stall_timeout: u64,
+}
+
+/// Restore to a point: the newest backup under --from before the point, then the archived
+/// binary logs up to (not including) the point.
+#[derive(Args, Debug, Clone)]
+pub struct PointArgs {
+    /// The binlog archive's prefix (what archive-binlogs writes to).
+    #[arg(long, requires = "point")]
+    pub binlogs: Option<String>,
+    /// Stop before the first transaction at or after this time (RFC 3339, e.g.
+    /// 2026-11-30T10:15:00Z).
+    #[arg(long, group = "point", requires = "binlogs", conflicts_with_all = ["newest", "force"])]
+    pub until: Option<String>,
+    /// Stop before this transaction (MariaDB GTID, e.g. 0-100-5123): everything committed
+    /// before it is restored, it and what follows are not.
+    #[arg(long, group = "point", requires = "binlogs", conflicts_with_all = ["newest", "force"])]
+    pub until_gtid: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -5,7 +5,10 @@
 //! with a manifest. A backup is committed only when the tool exited 0 and the stream ended
 //! cleanly; everything else aborts the upload.
 
+pub mod archiver;
 pub mod backup;
+pub mod binlog;
+pub mod binlog_archive;
 pub mod catalog;
 pub use backup_storage::compress;
 pub mod credentials;
@@ -15,9 +18,11 @@ pub mod extract;
 pub mod ingest;
 pub mod manifest;
 pub mod metadata;
+pub mod point_in_time;
 pub mod profile;
 pub mod protocol;
 pub mod remote;
+pub mod replay;
 pub mod replication;
 pub mod restore;
 pub mod serve;

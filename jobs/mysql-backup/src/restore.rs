@@ -13,7 +13,9 @@ use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
 use crate::manifest::{Manifest, manifest_key};
 use crate::metadata::BackupMetadata;
+use crate::point_in_time::{Point, ReplayPlan};
 use crate::profile::ToolProfile;
+use crate::replay::Applied;
 use crate::tool::Tool;
 use crate::xbstream::StreamSummary;
 use crate::{Error, Result};
@@ -26,6 +28,13 @@ pub struct PrepareOptions {
     pub parallel: Option<u32>,
 }
 
+/// Binary logs to apply after the backup is prepared, before it is installed.
+pub struct Replay<'a> {
+    pub store: &'a Store,
+    pub plan: &'a ReplayPlan,
+    pub point: Point,
+}
+
 /// Runs `--prepare` in the staging dir, then moves the result into the data dir. On any error
 /// the staging dir is discarded.
 pub async fn prepare_and_install(
@@ -34,6 +43,19 @@ pub async fn prepare_and_install(
     options: &PrepareOptions,
     metadata: &BackupMetadata,
 ) -> Result<()> {
+    prepare_replay_install(profile, staging, options, metadata, None, None).await?;
+    Ok(())
+}
+
+/// [`prepare_and_install`], with archived binlogs replayed between prepare and install.
+pub async fn prepare_replay_install(
+    profile: &ToolProfile,
+    staging: Staging,
+    options: &PrepareOptions,
+    metadata: &BackupMetadata,
+    replay: Option<Replay<'_>>,
+    identity: Option<&Identity>,
+) -> Result<Option<Applied>> {
     let args = profile.prepare_args(&staging.dir, options.use_memory.as_deref());
     let prepared = async {
         let mut tool = Tool::spawn(&profile.backup_tool, &args, false, profile.package())?;
@@ -48,8 +70,30 @@ pub async fn prepare_and_install(
         staging.discard();
         return Err(e);
     }
+    let applied = match replay {
+        None => None,
+        Some(r) => {
+            let replayed = crate::replay::replay(
+                r.store,
+                r.plan,
+                r.point,
+                identity,
+                &staging.dir,
+                options.use_memory.as_deref(),
+            )
+            .await;
+            match replayed {
+                Ok(applied) => Some(applied),
+                Err(e) => {
+                    staging.discard();
+                    return Err(e);
+                }
+            }
+        }
+    };
     let json = serde_json::to_vec_pretty(metadata).expect("metadata serializes");
-    staging.install(&json)
+    staging.install(&json)?;
+    Ok(applied)
 }
 
 /// Checks that `datadir` may receive a restore.
@@ -97,6 +141,23 @@ pub async fn restore(
     force: bool,
     identity: Option<&Identity>,
 ) -> Result<StreamSummary> {
+    let (summary, _) =
+        restore_then_replay(profile, store, key, datadir, options, force, identity, None).await?;
+    Ok(summary)
+}
+
+/// [`restore`], then the binlogs of `replay` applied before the data dir receives anything.
+#[allow(clippy::too_many_arguments)]
+pub async fn restore_then_replay(
+    profile: &ToolProfile,
+    store: &Store,
+    key: &str,
+    datadir: &Path,
+    options: &PrepareOptions,
+    force: bool,
+    identity: Option<&Identity>,
+    replay: Option<Replay<'_>>,
+) -> Result<(StreamSummary, Option<Applied>)> {
     let url = store.location(key).to_string();
     check_empty(datadir)?;
     let manifest = load_manifest(store, key, &url, force).await?;
@@ -171,8 +232,9 @@ pub async fn restore(
         }
     };
     let metadata = BackupMetadata::from_files(&summary.metadata);
-    prepare_and_install(profile, staging, options, &metadata).await?;
-    Ok(summary)
+    let applied =
+        prepare_replay_install(profile, staging, options, &metadata, replay, identity).await?;
+    Ok((summary, applied))
 }
 
 /// A storage error while streaming means the download broke off (the S3 layer has already

@@ -101,6 +101,19 @@ impl Tool {
         tail.iter().cloned().collect::<Vec<_>>().join("\n")
     }
 
+    /// The exit status if the process has exited.
+    pub fn try_exited(&mut self) -> Result<Option<ExitStatus>> {
+        self.child.try_wait().map_err(|e| Error::io(&self.name, e))
+    }
+
+    /// Asks the process to stop (SIGTERM), e.g. a server's clean shutdown.
+    pub fn terminate(&self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child's pid; failure (already gone) is harmless.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+
     pub async fn kill(&mut self) {
         let _ = self.child.kill().await;
     }

@@ -1,0 +1,225 @@
+//! Restore to a point: which full backup to start from and which archived binlog files carry
+//! the transactions from it to the point. Pure: decided from the catalog and the archive's
+//! manifests before the data dir is touched, so a point the archive cannot reach is refused
+//! first, naming why.
+//!
+//! Rules, in order:
+//! 1. **Base**: a complete backup whose binlog position is before the point (for a GTID, its
+//!    recorded state does not hold it; for a time, it completed at or before it). The newest
+//!    first; an older one only when rules 2-4 refuse every newer one (its file was never
+//!    archived, say), and then the refusal named is the newest's.
+//! 2. **Start file**: the archived file of that name, created before the backup completed, that
+//!    reaches the backup's position (the newest such: a restored server starts its own
+//!    `bin.000001`).
+//! 3. **Chain**: a complete file is followed by the file whose recorded start state is its end
+//!    state (no file in between: a gap).
+//! 4. **Reached**: the chain holds the point: the GTID's transaction began in it, or an event at
+//!    or after the time was archived.
+
+use chrono::{DateTime, Utc};
+
+use crate::binlog::{Gtid, GtidState};
+use crate::binlog_archive::{Archive, ArchivedFile};
+use crate::catalog::Backup;
+use crate::metadata::BinlogPosition;
+
+/// Where a replay stops: before this transaction, or before the first transaction at or after
+/// this time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    BeforeGtid(Gtid),
+    BeforeTime(DateTime<Utc>),
+}
+
+impl std::fmt::Display for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Point::BeforeGtid(g) => write!(f, "just before transaction {g}"),
+            Point::BeforeTime(t) => write!(f, "just before {}", t.to_rfc3339()),
+        }
+    }
+}
+
+/// The full backup and the archived files to replay after it.
+#[derive(Debug, Clone)]
+pub struct ReplayPlan {
+    pub base: Backup,
+    pub base_state: GtidState,
+    /// The backup's binlog position in `files[0]`.
+    pub start_position: u64,
+    pub files: Vec<ArchivedFile>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Unreachable {
+    #[error("no complete backup with binlog coordinates was taken before the point{oldest}")]
+    NoBackupBefore { oldest: String },
+    #[error(
+        "the archive holds no file {file} reaching position {position} (the backup {backup}'s \
+         binlog position): was the archiver running when it was taken?"
+    )]
+    NoStartFile {
+        file: String,
+        position: u64,
+        backup: String,
+    },
+    #[error(
+        "the archive ends before the point: its last transaction is {last_gtid} at {last_time}{gap}"
+    )]
+    ArchiveEnds {
+        last_gtid: String,
+        last_time: String,
+        gap: String,
+    },
+}
+
+pub fn plan(
+    backups: &[Backup],
+    archive: &Archive,
+    point: Point,
+) -> Result<ReplayPlan, Unreachable> {
+    let candidates = bases_before(backups, point)?;
+    let mut first_refusal = None;
+    for (base, base_state, position) in candidates {
+        let planned = find_start_file(archive, &base, &position.file, position.position)
+            .map(|start| follow_chain(archive, start))
+            .and_then(|files| check_reached(&files, point).map(|()| files));
+        match planned {
+            Ok(files) => {
+                return Ok(ReplayPlan {
+                    start_position: position.position,
+                    base,
+                    base_state,
+                    files,
+                });
+            }
+            Err(e) => {
+                first_refusal.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_refusal.unwrap_or(Unreachable::NoBackupBefore {
+        oldest: " (there is none)".into(),
+    }))
+}
+
+/// Rule 1: the bases, newest first. `backups` are newest first (as the catalog gives them).
+fn bases_before(
+    backups: &[Backup],
+    point: Point,
+) -> Result<Vec<(Backup, GtidState, BinlogPosition)>, Unreachable> {
+    let mut bases = Vec::new();
+    for backup in backups {
+        let Some(binlog) = &backup.manifest.backup.binlog else {
+            continue;
+        };
+        let state = GtidState::parse(binlog.gtid.as_deref().unwrap_or("")).unwrap_or_default();
+        let before = match point {
+            Point::BeforeGtid(g) => !state.includes(g),
+            Point::BeforeTime(t) => backup.manifest.completion_time <= t,
+        };
+        if before {
+            bases.push((backup.clone(), state, binlog.clone()));
+        }
+    }
+    if !bases.is_empty() {
+        return Ok(bases);
+    }
+    let oldest = backups
+        .last()
+        .map(|b| {
+            format!(
+                " (the oldest, {}, completed {})",
+                b.key,
+                b.manifest.completion_time.to_rfc3339()
+            )
+        })
+        .unwrap_or_else(|| " (there is none)".into());
+    Err(Unreachable::NoBackupBefore { oldest })
+}
+
+/// Rule 2.
+fn find_start_file<'a>(
+    archive: &'a Archive,
+    base: &Backup,
+    file: &str,
+    position: u64,
+) -> Result<&'a ArchivedFile, Unreachable> {
+    archive
+        .files
+        .iter()
+        .rev()
+        .find(|f| {
+            f.name() == file && f.created() <= base.manifest.completion_time && f.end() >= position
+        })
+        .ok_or_else(|| Unreachable::NoStartFile {
+            file: file.to_string(),
+            position,
+            backup: base.key.clone(),
+        })
+}
+
+/// Rule 3.
+fn follow_chain(archive: &Archive, start: &ArchivedFile) -> Vec<ArchivedFile> {
+    let mut chain = vec![start.clone()];
+    loop {
+        let current = &chain[chain.len() - 1];
+        if !current.complete() {
+            return chain;
+        }
+        let end_state = current.state_at_end();
+        let next = archive.files.iter().find(|f| {
+            f.created() >= current.created()
+                && f.dir != current.dir
+                && f.state_at_start() == end_state
+        });
+        match next {
+            Some(next) => chain.push(next.clone()),
+            None => return chain,
+        }
+    }
+}
+
+/// Rule 4.
+fn check_reached(chain: &[ArchivedFile], point: Point) -> Result<(), Unreachable> {
+    let last = &chain[chain.len() - 1];
+    let reached = match point {
+        Point::BeforeGtid(g) => last.state_at_end().includes(g),
+        Point::BeforeTime(t) => chain
+            .iter()
+            .filter_map(|f| f.last_event_time())
+            .any(|e| e >= t),
+    };
+    if reached {
+        return Ok(());
+    }
+    let last_gtid = chain
+        .iter()
+        .rev()
+        .find_map(|f| f.last_gtid())
+        .unwrap_or("(none)")
+        .to_string();
+    let last_time = chain
+        .iter()
+        .rev()
+        .find_map(|f| f.last_event_time())
+        .map_or_else(|| "(no event)".to_string(), |t| t.to_rfc3339());
+    let gap = if last.complete() {
+        format!(
+            "; {} is complete but no archived file continues from its end state {} (a gap: \
+             binlogs purged before they were archived, or the archiver stopped)",
+            last.name(),
+            last.state_at_end()
+        )
+    } else {
+        format!(" ({} is still being archived)", last.name())
+    };
+    Err(Unreachable::ArchiveEnds {
+        last_gtid,
+        last_time,
+        gap,
+    })
+}
+
+#[cfg(test)]
+mod tests;
