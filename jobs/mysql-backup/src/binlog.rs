@@ -88,6 +88,13 @@ impl GtidState {
             .max()
     }
 
+    /// The domains this state has a GTID in.
+    pub fn domains(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut domains: Vec<u32> = self.0.keys().map(|(d, _)| *d).collect();
+        domains.dedup();
+        domains.into_iter()
+    }
+
     pub fn parse(text: &str) -> Result<GtidState, String> {
         let mut state = GtidState::default();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {

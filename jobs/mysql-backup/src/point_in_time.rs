@@ -8,9 +8,11 @@
 //!    recorded state does not hold it; for a time, it completed at or before it). The newest
 //!    first; an older one only when rules 2-4 refuse every newer one (its file was never
 //!    archived, say), and then the refusal named is the newest's.
-//! 2. **Start file**: the archived file of that name, created before the backup completed, that
-//!    reaches the backup's position (the newest such: a restored server starts its own
-//!    `bin.000001`).
+//! 2. **Start file**: the archived file whose GTID range holds the backup's GTID state (its
+//!    start state is at or before it, its end state at or after it, in every domain): by GTIDs,
+//!    not by the backup's binlog file name, so a backup taken on a replica (whose binlog
+//!    coordinates are its own) continues in the primary's archive. When several do (a restored
+//!    server repeats sequence numbers), the newest created before the backup completed.
 //! 3. **Chain**: a complete file is followed by the file whose recorded start state is its end
 //!    state (no file in between: a gap).
 //! 4. **Reached**: the chain holds the point: the GTID's transaction began in it, or an event at
@@ -45,8 +47,6 @@ impl std::fmt::Display for Point {
 pub struct ReplayPlan {
     pub base: Backup,
     pub base_state: GtidState,
-    /// The backup's binlog position in `files[0]`.
-    pub start_position: u64,
     pub files: Vec<ArchivedFile>,
 }
 
@@ -55,14 +55,10 @@ pub enum Unreachable {
     #[error("no complete backup with binlog coordinates was taken before the point{oldest}")]
     NoBackupBefore { oldest: String },
     #[error(
-        "the archive holds no file {file} reaching position {position} (the backup {backup}'s \
-         binlog position): was the archiver running when it was taken?"
+        "no archived binlog file holds the backup {backup}'s position {position}: was the \
+         archiver running when it was taken?"
     )]
-    NoStartFile {
-        file: String,
-        position: u64,
-        backup: String,
-    },
+    NoStartFile { position: String, backup: String },
     #[error(
         "the archive ends before the point: its last transaction is {last_gtid} at {last_time}{gap}"
     )]
@@ -81,13 +77,13 @@ pub fn plan(
     let candidates = bases_before(backups, point)?;
     let mut first_refusal = None;
     for (base, base_state, position) in candidates {
-        let planned = find_start_file(archive, &base, &position.file, position.position)
+        let position = format!("{} {} ({})", position.file, position.position, base_state);
+        let planned = find_start_file(archive, &base, &base_state, &position)
             .map(|start| follow_chain(archive, start))
             .and_then(|files| check_reached(&files, point).map(|()| files));
         match planned {
             Ok(files) => {
                 return Ok(ReplayPlan {
-                    start_position: position.position,
                     base,
                     base_state,
                     files,
@@ -142,19 +138,23 @@ fn bases_before(
 fn find_start_file<'a>(
     archive: &'a Archive,
     base: &Backup,
-    file: &str,
-    position: u64,
+    base_state: &GtidState,
+    position: &str,
 ) -> Result<&'a ArchivedFile, Unreachable> {
+    let holds_base = |f: &ArchivedFile| {
+        let (start, end) = (f.state_at_start(), f.state_at_end());
+        base_state.domains().all(|domain| {
+            let at = base_state.last_seq(domain).unwrap_or(0);
+            start.last_seq(domain).unwrap_or(0) <= at && end.last_seq(domain).unwrap_or(0) >= at
+        })
+    };
     archive
         .files
         .iter()
         .rev()
-        .find(|f| {
-            f.name() == file && f.created() <= base.manifest.completion_time && f.end() >= position
-        })
+        .find(|f| f.created() <= base.manifest.completion_time && holds_base(f))
         .ok_or_else(|| Unreachable::NoStartFile {
-            file: file.to_string(),
-            position,
+            position: position.to_string(),
             backup: base.key.clone(),
         })
 }

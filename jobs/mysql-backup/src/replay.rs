@@ -1,4 +1,5 @@
-//! Applies archived binlogs to a prepared (not yet installed) restore: a private server on the
+//! Applies archived binlogs to a prepared (not yet installed) restore: the transactions after
+//! the backup's GTID state (those it holds are skipped), through a private server on the
 //! staging dir (no network, no grant checks: nobody else can reach it), fed by
 //! `mariadb-binlog` reading the verified pieces from its stdin, stopped exactly before the
 //! point by this code (which frames the events itself), then shut down cleanly. Replayed
@@ -57,12 +58,8 @@ pub async fn replay(
             .await
             .map_err(|e| Error::io("mariadb", e))?;
         let mut feed = Feed::new(point, plan);
-        for (i, file) in plan.files.iter().enumerate() {
-            let from = if i == 0 { plan.start_position } else { 0 };
-            if !feed
-                .file(store, &file.pieces, from, identity, &mut sql)
-                .await?
-            {
+        for file in &plan.files {
+            if !feed.file(store, &file.pieces, identity, &mut sql).await? {
                 break;
             }
         }
@@ -108,12 +105,12 @@ impl<'a> Feed<'a> {
         }
     }
 
-    /// Replays one file from `from`; false once the point is reached.
+    /// Replays one file's transactions the backup does not hold; false once the point is
+    /// reached.
     async fn file(
         &mut self,
         store: &Store,
         pieces: &[Piece],
-        from: u64,
         identity: Option<&Identity>,
         sql: &mut ChildStdin,
     ) -> Result<bool> {
@@ -126,9 +123,7 @@ impl<'a> Feed<'a> {
                 .map_err(|e| Error::io("mariadb (the replay's SQL session)", e))
         };
         let forward = async {
-            let result = self
-                .forward(store, pieces, from, identity, &mut decoder_in)
-                .await;
+            let result = self.forward(store, pieces, identity, &mut decoder_in).await;
             drop(decoder_in);
             result
         };
@@ -150,17 +145,16 @@ impl<'a> Feed<'a> {
         &mut self,
         store: &Store,
         pieces: &[Piece],
-        from: u64,
         identity: Option<&Identity>,
         out: &mut ChildStdin,
     ) -> Result<()> {
         let mut framer = Framer::default();
         let mut tx = Transactions::default();
-        let mut checked_base = from == 0;
+        // Within the open transaction: whether it is skipped (the backup holds it).
+        let mut skipping = false;
         for piece in pieces {
             let m = &piece.manifest;
             let bytes = fetch_piece(store, piece, identity).await?;
-            let name = format!("{} at {}", m.file, m.start);
             let bad = |detail: String| Error::Corrupted {
                 url: store.location(&piece.key).to_string(),
                 detail,
@@ -178,32 +172,35 @@ impl<'a> Feed<'a> {
                 .next(&bytes[at..], m.start + at as u64)
                 .map_err(|e| bad(e.to_string()))?
             {
-                let offset = m.start + at as u64;
                 let event = f.event;
-                if offset >= from && !checked_base {
-                    self.check_base(&tx, offset, from, &name)?;
-                    checked_base = true;
-                }
+                let whole = &bytes[at..at + f.len];
+                at += f.len;
+                let inside = !tx.between();
                 let started = tx.observe(&event);
-                if let Some(gtid) = started
-                    && offset >= from
-                    && self.stops_before(gtid, event.time())?
-                {
-                    self.applied.stopped_before = Some(gtid);
-                    self.done = true;
-                    return Ok(());
+                if event.is_format_description() {
+                    write(out, whole).await?;
+                    continue;
                 }
-                if event.is_format_description() || offset >= from {
-                    write(out, &bytes[at..at + f.len]).await?;
-                    if let Some(gtid) = started
-                        && !event.is_format_description()
-                    {
+                if let Some(gtid) = started {
+                    skipping = self.plan.base_state.last_seq(gtid.domain) >= Some(gtid.seq);
+                    if !skipping {
+                        self.check_continues(gtid)?;
+                        if self.stops_before(gtid, event.time())? {
+                            self.applied.stopped_before = Some(gtid);
+                            self.done = true;
+                            return Ok(());
+                        }
                         self.applied.transactions += 1;
                         self.applied.last_gtid = Some(gtid);
                     }
+                } else if !inside {
+                    // Between transactions (Gtid_list, checkpoints, Rotate): no data.
+                    continue;
+                }
+                if !skipping {
+                    write(out, whole).await?;
                     self.applied.last_event_time = Some(event.time());
                 }
-                at += f.len;
             }
             if at != bytes.len() {
                 return Err(bad(format!(
@@ -215,34 +212,21 @@ impl<'a> Feed<'a> {
         Ok(())
     }
 
-    /// The archived file must be the one the backup was taken from: at its position, the
-    /// state holds every GTID the backup recorded.
-    fn check_base(&self, tx: &Transactions, offset: u64, from: u64, name: &str) -> Result<()> {
-        if offset != from || !tx.between() {
-            return Err(Error::Config(format!(
-                "{name}: no transaction boundary at the backup's position {from}: this archived \
-                 file is not the one the backup {} was taken from",
-                self.plan.base.key
-            )));
+    /// Sequence numbers of a domain follow one another: a transaction after the backup's (or
+    /// the last applied) that is not the next one means transactions are missing.
+    fn check_continues(&self, gtid: Gtid) -> Result<()> {
+        let previous = match self.applied.last_gtid {
+            Some(last) if last.domain == gtid.domain => Some(last.seq),
+            _ => self.plan.base_state.last_seq(gtid.domain),
+        };
+        match previous {
+            Some(seq) if gtid.seq != seq + 1 => Err(Error::Config(format!(
+                "the archived history does not continue: after sequence number {seq} of domain \
+                 {} comes {gtid} (transactions missing between the backup {} and the archive)",
+                gtid.domain, self.plan.base.key
+            ))),
+            _ => Ok(()),
         }
-        let missing: Vec<String> = self
-            .plan
-            .base_state
-            .to_string()
-            .split(',')
-            .filter(|g| !g.is_empty())
-            .filter_map(|g| g.parse::<Gtid>().ok())
-            .filter(|g| !tx.state.includes(*g))
-            .map(|g| g.to_string())
-            .collect();
-        if !missing.is_empty() {
-            return Err(Error::Config(format!(
-                "{name}: at the backup's position the archived log has state {}, the backup \
-                 {} recorded {}: not the same history",
-                tx.state, self.plan.base.key, self.plan.base_state
-            )));
-        }
-        Ok(())
     }
 
     fn stops_before(&self, gtid: Gtid, time: DateTime<Utc>) -> Result<bool> {

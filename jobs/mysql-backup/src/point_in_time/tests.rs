@@ -119,7 +119,6 @@ fn when_the_point_is_after_the_newest_backup_then_it_is_the_base() {
     let (backups, archive) = world();
     let plan = plan(&backups, &archive, gtid("0-7-25")).unwrap();
     assert_eq!(plan.base.key, "full-2");
-    assert_eq!(plan.start_position, 900);
     assert_eq!(plan.base_state.to_string(), "0-7-20");
     assert_eq!(plan.files.len(), 1);
 }
@@ -200,7 +199,7 @@ fn when_the_archive_does_not_reach_the_backups_position_then_it_is_refused() {
     );
     let err = plan(&backups[..1], &archive, gtid("0-7-25")).unwrap_err();
     assert!(
-        matches!(err, Unreachable::NoStartFile { position: 900, .. }),
+        matches!(&err, Unreachable::NoStartFile { backup, .. } if backup == "full-2"),
         "{err}"
     );
 }
@@ -246,15 +245,25 @@ fn when_no_archived_file_continues_a_complete_one_then_the_gap_is_named() {
 #[test]
 fn when_the_newest_bases_file_was_never_archived_then_an_older_base_that_reaches_is_taken() {
     let (mut backups, archive) = world();
-    // full-2 was taken on a replica, whose binlogs are not archived.
-    backups[0] = backup("full-2", "02:00", "relay-bin.000004", 900, Some("0-7-20"));
+    // full-2 holds transactions of a domain the archive never saw (another primary's).
+    backups[0] = backup("full-2", "02:00", "bin.000002", 900, Some("0-7-20,1-9-5"));
     let plan = plan(&backups, &archive, gtid("0-7-25")).unwrap();
     assert_eq!(plan.base.key, "full-1");
     assert_eq!(plan.files.len(), 2);
     // When none reaches, the newest base's refusal is the one named.
     let err = super::plan(&backups, &archive, gtid("0-7-31")).unwrap_err();
     assert!(
-        matches!(err, Unreachable::NoStartFile { position: 900, .. }),
+        matches!(&err, Unreachable::NoStartFile { backup, .. } if backup == "full-2"),
         "{err}"
     );
+}
+
+#[test]
+fn when_the_backup_was_taken_on_a_replica_then_its_gtid_state_finds_the_primarys_file() {
+    let (mut backups, archive) = world();
+    // The replica's own binlog coordinates name a file the primary's archive does not have.
+    backups[0] = backup("full-r", "02:00", "bin.000009", 123, Some("0-7-22"));
+    let plan = plan(&backups, &archive, gtid("0-7-25")).unwrap();
+    assert_eq!(plan.base.key, "full-r");
+    assert_eq!(plan.files[0].name(), "bin.000002");
 }
