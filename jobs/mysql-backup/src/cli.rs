@@ -128,6 +128,14 @@ pub enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// The binlog archive under a prefix: each file (oldest first), how far it is archived,
+    /// its GTID states, last transaction and event time, and whether the server finished it.
+    ListBinlogs {
+        /// s3://bucket/prefix/ or file:///dir/ (what archive-binlogs writes to).
+        prefix: String,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// The complete backups under a prefix (object and manifest), newest first.
     List {
         /// s3://bucket/prefix or file:///dir/prefix.

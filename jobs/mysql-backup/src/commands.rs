@@ -22,7 +22,7 @@ use crate::cli::{
     AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PointArgs, PrepareArgs, RemoteArgs,
     StorageArgs, StoreArgs, ToolArg,
 };
-use crate::list_output::print_list;
+use crate::list_output::{print_binlogs, print_list};
 
 /// 3 marks "the data is bad" as opposed to "something was unreachable" (1); 4 an identity
 /// that cannot decrypt the backup ("the key is wrong").
@@ -243,6 +243,11 @@ pub async fn run(cli: Cli) -> Result<()> {
                 )
                 .await?;
             }
+        }
+        Command::ListBinlogs { prefix, output } => {
+            let (storage, location) = open(&prefix, &cli.storage).await?;
+            let archive = Archive::read(&storage, &location.key()).await?;
+            print_binlogs(&storage, &archive, output);
         }
         Command::List { prefix, output } => {
             let (storage, location) = open(&prefix, &cli.storage).await?;

@@ -1,7 +1,8 @@
-//! What `list` prints: the complete backups under a prefix, newest first, as a table or as one
-//! JSON array.
+//! What `list` and `list-binlogs` print: the complete backups under a prefix, newest first, and
+//! the binlog archive's files, as a table or as one JSON array.
 
 use backup_storage::Store;
+use mysql_backup::binlog_archive::Archive;
 use mysql_backup::catalog::Backup;
 use serde_json::json;
 
@@ -44,6 +45,54 @@ pub fn print_list(storage: &Store, backups: &[Backup], output: Output) {
                     m.completion_time.to_rfc3339(),
                     m.compression.as_str(),
                     if m.encryption.is_some() { "yes" } else { "no" },
+                )
+            }
+        }
+    }
+}
+
+/// What `list-binlogs` prints: each archived file (oldest first), how far it is archived, its
+/// GTID states and last transaction, and whether the server finished it.
+pub fn print_binlogs(storage: &Store, archive: &Archive, output: Output) {
+    match output {
+        Output::Json => {
+            let rows: Vec<_> = archive
+                .files
+                .iter()
+                .map(|f| {
+                    json!({
+                        "url": storage.location(&f.dir).to_string(),
+                        "file": f.name(),
+                        "serverId": f.pieces[0].manifest.server_id,
+                        "created": f.created(),
+                        "archivedBytes": f.end(),
+                        "pieces": f.pieces.len(),
+                        "complete": f.complete(),
+                        "stateAtStart": f.state_at_start().to_string(),
+                        "stateAtEnd": f.state_at_end().to_string(),
+                        "lastGtid": f.last_gtid(),
+                        "lastEventTime": f.last_event_time(),
+                    })
+                })
+                .collect();
+            println!("{}", json!(rows));
+        }
+        Output::Text => {
+            println!(
+                "{:<16} {:>6} {:<25} {:>12} {:<8} {:<20} {:<25}",
+                "FILE", "SERVER", "CREATED", "BYTES", "COMPLETE", "LAST GTID", "LAST EVENT"
+            );
+            for f in &archive.files {
+                println!(
+                    "{:<16} {:>6} {:<25} {:>12} {:<8} {:<20} {:<25}",
+                    f.name(),
+                    f.pieces[0].manifest.server_id,
+                    f.created().to_rfc3339(),
+                    f.end(),
+                    if f.complete() { "yes" } else { "no" },
+                    f.last_gtid().unwrap_or("-"),
+                    f.last_event_time()
+                        .map_or_else(|| "-".to_string(), |t| t.to_rfc3339()),
                 )
             }
         }

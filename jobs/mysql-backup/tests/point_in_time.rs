@@ -189,6 +189,21 @@ async fn a_dropped_table_comes_back_as_it_was_one_transaction_before() {
         assert_eq!(*end, len, "{file} not archived to its end");
     }
     assert!(next_start.len() >= 2, "the rotation made a second file");
+    let listed = run(
+        &args(&["list-binlogs", &archive.binlogs, "--output", "json"]),
+        &[],
+    )
+    .await
+    .ok()
+    .json();
+    let files = listed.as_array().unwrap();
+    assert_eq!(files.len(), next_start.len(), "{listed}");
+    assert_eq!(files[0]["complete"], true, "rotated: {listed}");
+    assert_eq!(
+        files[files.len() - 1]["complete"],
+        false,
+        "still written: {listed}"
+    );
 
     // Just before the DROP: every order, notes up to 20, no table created after it.
     let (restored, target) = archive.restore(&["--until-gtid", &drop_gtid]).await;
