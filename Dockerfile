@@ -47,10 +47,12 @@ USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/etcd-restore-operator"]
 
-# mysql-backup runs mariadb-backup, so its image carries that tool (no distroless variant).
+# mysql-backup runs mariadb-backup, so its image carries that tool (no distroless variant); a
+# restore to a point in time replays binary logs with mariadb-binlog (mariadb-client) into a
+# private server (mariadbd, mariadb-server-core) on the restored data.
 FROM debian:bookworm-slim AS mysql-backup
 RUN apt-get update \
- && apt-get install -y --no-install-recommends mariadb-backup ca-certificates \
+ && apt-get install -y --no-install-recommends mariadb-backup mariadb-server-core mariadb-client ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nonroot

@@ -171,15 +171,16 @@ for binary in etcd-operator etcd-backup-operator etcd-restore-operator etcd-back
   import_image "$binary" dev "$root" 65532:65532 "/usr/local/bin/$binary"
 done
 
-# mysql-backup: the Dockerfile's target is debian:bookworm-slim plus mariadb-backup and
-# ca-certificates, user nonroot (65532) and the binary. The bed makes the same from Debian 12's
+# mysql-backup: the Dockerfile's target is debian:bookworm-slim plus mariadb-backup,
+# mariadb-server-core and mariadb-client (a restore to a point replays binlogs through a private
+# server) and ca-certificates, user nonroot (65532) and the binary. The bed makes the same from Debian 12's
 # packages with mmdebstrap (minbase, as bookworm-slim is), mariadb-* at this machine's versions
 # (the ones the tests run as processes). testbed's tests/images.rs lists what differs.
 # Without a mysql-backup binary, or with BED_MYSQL_IMAGES=0 (the demo, which installs neither
 # MariaDB's packages nor mmdebstrap), no MySQL image is made: they serve only mysql-backup's tests.
 mysql_images() {
   root=$work/rootfs/mysql-backup
-  debian_rootfs mysql-backup "$root" "" mariadb-backup ca-certificates
+  debian_rootfs mysql-backup "$root" "" mariadb-backup mariadb-server-core mariadb-client ca-certificates
   install -D -m 0755 "$bindir/mysql-backup" "$root/usr/local/bin/mysql-backup"
   import_image mysql-backup dev "$root" 65532:65532 /usr/local/bin/mysql-backup
 

@@ -8,6 +8,7 @@
 //! most `max_piece` bytes that end between transactions, each stored, then its manifest. A
 //! restart resumes from the store, so there is neither gap nor duplicate.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,9 +20,10 @@ use backup_storage::stored_checksum::{ChecksumKind, StoredHasher};
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::binlog::{BinlogError, Framer, GtidState, MAGIC, Transactions};
+use crate::binlog::{BinlogError, Framer, Gtid, GtidState, MAGIC, Transactions};
 use crate::binlog_archive::{
-    Archive, PIECE_FORMAT, Piece, PieceManifest, file_dir, piece_key, piece_manifest_key,
+    Archive, OpenTransaction, PIECE_FORMAT, Piece, PieceManifest, file_dir, piece_key,
+    piece_manifest_key,
 };
 use crate::compress::Compression;
 use crate::{Error, Result};
@@ -44,22 +46,77 @@ pub struct PassSummary {
     pub binlog_bytes: u64,
 }
 
-/// Archives until stopped, a pass every `interval`; a failed pass is logged and retried.
+/// Archives until stopped, a pass every `interval`. What the archive holds is read from the
+/// store at the start and after a failed pass (the store is the truth); in between, this
+/// process remembers what it stored, so a pass costs no listing.
 pub async fn archive_forever(
     store: &Store,
     prefix: &str,
     options: &ArchiveOptions,
     interval: Duration,
 ) -> Result<()> {
+    let mut progress: Option<Progress> = None;
     loop {
-        match archive_pass(store, prefix, options).await {
-            Ok(s) if s.pieces > 0 => {
-                tracing::info!(pieces = s.pieces, bytes = s.binlog_bytes, "archived")
+        if progress.is_none() {
+            match Progress::read(store, prefix).await {
+                Ok(p) => progress = Some(p),
+                Err(e) => tracing::warn!("cannot read the archive, retrying: {e}"),
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!("archive pass failed, retrying: {e}"),
+        }
+        if let Some(p) = progress.as_mut() {
+            match archive_pass(store, prefix, options, p).await {
+                Ok(s) if s.pieces > 0 => {
+                    tracing::info!(pieces = s.pieces, bytes = s.binlog_bytes, "archived")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("archive pass failed, retrying: {e}");
+                    progress = None;
+                }
+            }
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+/// How far each file is archived (by its key directory).
+#[derive(Debug, Default)]
+pub struct Progress {
+    files: BTreeMap<String, FileProgress>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct FileProgress {
+    end: u64,
+    state: GtidState,
+    open: Option<(Gtid, u8)>,
+    complete: bool,
+    last: Option<Piece>,
+}
+
+impl Progress {
+    /// What the archive under `prefix` holds.
+    pub async fn read(store: &Store, prefix: &str) -> Result<Progress> {
+        let archive = Archive::read(store, prefix).await?;
+        let files = archive
+            .files
+            .into_iter()
+            .map(|f| {
+                let last = f.pieces.last().cloned();
+                let progress = FileProgress {
+                    end: f.end(),
+                    state: f.state_at_end(),
+                    open: last
+                        .as_ref()
+                        .and_then(|p| p.manifest.open_transaction.as_ref())
+                        .and_then(|o| o.parsed()),
+                    complete: f.complete(),
+                    last,
+                };
+                (f.dir, progress)
+            })
+            .collect();
+        Ok(Progress { files })
     }
 }
 
@@ -68,9 +125,9 @@ pub async fn archive_pass(
     store: &Store,
     prefix: &str,
     options: &ArchiveOptions,
+    progress: &mut Progress,
 ) -> Result<PassSummary> {
     let files = binlog_files(&options.datadir, options.index.as_deref())?;
-    let archive = Archive::read(store, prefix).await?;
     let mut summary = PassSummary::default();
     for (i, path) in files.iter().enumerate() {
         let later_file_exists = i + 1 < files.len();
@@ -78,31 +135,41 @@ pub async fn archive_pass(
             continue; // just created, its header not written yet
         };
         let dir = file_dir(prefix, head.created, head.server_id, &head.name);
-        let (mut offset, mut state) = match archive.file_at(&dir) {
-            Some(f) if f.complete() => continue,
-            Some(f) => (f.end(), f.state_at_end()),
-            None => (0, GtidState::default()),
-        };
-        loop {
-            let piece = read_piece(path, &head, offset, state.clone(), options.max_piece)?;
-            let Some(piece) = piece else { break };
-            let at_eof = piece.end == file_len(path)?;
-            let complete = piece.ends_file || (later_file_exists && at_eof);
-            if piece.end == offset {
-                // Nothing new; a file that ended without a Rotate event (a crash) is
-                // complete once a later file exists.
-                if complete && let Some(last) = archive.file_at(&dir).and_then(|f| f.pieces.last())
-                {
-                    mark_complete(store, last).await?;
+        let file = progress.files.entry(dir.clone()).or_default();
+        while !file.complete {
+            let Some(piece) = read_piece(path, &head, file, options.max_piece)? else {
+                break;
+            };
+            let len = file_len(path)?;
+            if piece.end == file.end {
+                // Nothing more can be cut. A later file means the server ended this one: after
+                // a crash it may end in a transaction that never committed, which is dropped.
+                if later_file_exists && let Some(last) = &file.last {
+                    if len > file.end {
+                        tracing::warn!(
+                            file = head.name,
+                            bytes = len - file.end,
+                            "the file ends in an unfinished transaction (the server stopped mid-write); it is not archived"
+                        );
+                    }
+                    file.last = Some(mark_complete(store, last).await?);
+                    file.complete = true;
                 }
                 break;
             }
-            store_piece(store, &dir, &head, &piece, complete, options).await?;
+            let at_eof = piece.end == len;
+            let complete = piece.ends_file || (later_file_exists && at_eof);
+            let stored = store_piece(store, &dir, &head, &piece, complete, options).await?;
             summary.pieces += 1;
-            summary.binlog_bytes += piece.end - offset;
-            offset = piece.end;
-            state = piece.state_at_end.clone();
-            if complete || at_eof {
+            summary.binlog_bytes += piece.end - file.end;
+            *file = FileProgress {
+                end: piece.end,
+                state: piece.state_at_end,
+                open: piece.open_at_end,
+                complete,
+                last: Some(stored),
+            };
+            if at_eof {
                 break;
             }
         }
@@ -225,18 +292,23 @@ struct ReadPiece {
     last_time: Option<DateTime<Utc>>,
     events: u64,
     ends_in_transaction: bool,
+    open_at_end: Option<(Gtid, u8)>,
     ends_file: bool,
 }
+
+/// The largest event a server writes (`max_allowed_packet` is at most 1 GiB), with room for
+/// its headers: a length beyond it is a damaged header, not an event to read into memory.
+const MAX_EVENT: usize = (1 << 30) + (1 << 20);
 
 /// Reads from `offset` at most `max` bytes and cuts after the last transaction that ended
 /// in them (or, when one transaction is larger than `max`, after the last whole event).
 fn read_piece(
     path: &Path,
     head: &FileHead,
-    offset: u64,
-    state: GtidState,
+    from: &FileProgress,
     max: usize,
 ) -> Result<Option<ReadPiece>> {
+    let offset = from.end;
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     file.seek(SeekFrom::Start(offset))
         .map_err(|e| Error::io(path, e))?;
@@ -258,15 +330,25 @@ fn read_piece(
         0
     };
     // One event larger than a piece (a big row): the piece holds that event whole.
-    if let Some(len) = event_len_at(&bytes, at)
+    if n == max
+        && let Some(len) = event_len_at(&bytes, at)
         && at + len > max
     {
+        if len > MAX_EVENT {
+            return Err(binlog_error(
+                path,
+                BinlogError::BadEvent {
+                    offset: offset + at as u64,
+                    detail: format!("length {len} is larger than any event a server writes"),
+                },
+            ));
+        }
         bytes.resize(at + len, 0);
         let more = read_up_to(&mut file, &mut bytes[max..]).map_err(|e| Error::io(path, e))?;
         bytes.truncate(max + more);
     }
-    let mut state_at_start = state.clone();
-    let mut tx = Transactions::starting_with(state);
+    let mut state_at_start = from.state.clone();
+    let mut tx = Transactions::resuming(from.state.clone(), from.open);
     let mut cut = CutPoint::default();
     let mut last_event_end = 0;
     let mut seen = Seen::default();
@@ -295,6 +377,7 @@ fn read_piece(
                 state: tx.state.clone(),
                 seen: seen.clone(),
                 ends_file: f.event.ends_file(),
+                open: None,
             };
         }
     }
@@ -305,6 +388,7 @@ fn read_piece(
             state: tx.state.clone(),
             seen,
             ends_file: false,
+            open: tx.open(),
         };
     }
     bytes.truncate(cut.at);
@@ -319,6 +403,7 @@ fn read_piece(
         last_time: cut.seen.last_time,
         events: cut.seen.events,
         ends_in_transaction,
+        open_at_end: cut.open,
         ends_file: cut.ends_file,
     }))
 }
@@ -344,9 +429,11 @@ struct CutPoint {
     state: GtidState,
     seen: Seen,
     ends_file: bool,
+    open: Option<(Gtid, u8)>,
 }
 
-async fn mark_complete(store: &Store, piece: &Piece) -> Result<()> {
+/// Rewrites a piece's manifest (never its object) to say the file ends with it.
+async fn mark_complete(store: &Store, piece: &Piece) -> Result<Piece> {
     let manifest = PieceManifest {
         file_complete: true,
         ..piece.manifest.clone()
@@ -358,7 +445,10 @@ async fn mark_complete(store: &Store, piece: &Piece) -> Result<()> {
             "application/json",
         )
         .await?;
-    Ok(())
+    Ok(Piece {
+        key: piece.key.clone(),
+        manifest,
+    })
 }
 
 async fn store_piece(
@@ -368,7 +458,7 @@ async fn store_piece(
     piece: &ReadPiece,
     complete: bool,
     options: &ArchiveOptions,
-) -> Result<()> {
+) -> Result<Piece> {
     let encrypted = options.recipients.is_some();
     let mut encoder = LayerEncoder::new(
         options.compression,
@@ -398,6 +488,7 @@ async fn store_piece(
         last_event_time: piece.last_time,
         events: piece.events,
         ends_in_transaction: piece.ends_in_transaction,
+        open_transaction: piece.open_at_end.map(OpenTransaction::new),
         file_complete: complete,
         binlog_sha256: hex::encode(Sha256::digest(&piece.bytes)),
         stored_bytes: stored.len() as u64,
@@ -419,5 +510,8 @@ async fn store_piece(
         )
         .await?;
     tracing::debug!(key, start, end = piece.end, complete, "piece stored");
-    Ok(())
+    Ok(Piece { key, manifest })
 }
+
+#[cfg(test)]
+mod tests;

@@ -79,6 +79,20 @@ impl GtidState {
             .is_some_and(|&seq| seq >= gtid.seq)
     }
 
+    /// The same place in every domain's history: equal newest sequence numbers (the server ids
+    /// a state lists beside them may differ after a failover).
+    pub fn same_position(&self, other: &GtidState) -> bool {
+        self.domains()
+            .chain(other.domains())
+            .all(|d| self.last_seq(d) == other.last_seq(d))
+    }
+
+    /// True when this state holds `gtid`'s domain up to its sequence number.
+    pub fn reaches(&self, gtid: Gtid) -> bool {
+        self.last_seq(gtid.domain)
+            .is_some_and(|seq| seq >= gtid.seq)
+    }
+
     /// The newest sequence number in `domain`.
     pub fn last_seq(&self, domain: u32) -> Option<u64> {
         self.0
@@ -321,6 +335,16 @@ impl Transactions {
         Transactions { open: None, state }
     }
 
+    /// Resumes in the middle of a file: `open` is the transaction a previous piece ended in.
+    pub fn resuming(state: GtidState, open: Option<(Gtid, u8)>) -> Transactions {
+        Transactions { open, state }
+    }
+
+    /// The transaction the last event left open.
+    pub fn open(&self) -> Option<(Gtid, u8)> {
+        self.open
+    }
+
     /// Takes one event; returns the GTID of a transaction it starts.
     pub fn observe(&mut self, event: &Event) -> Option<Gtid> {
         if let Some(list) = event.gtid_list() {
@@ -352,5 +376,7 @@ impl Transactions {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 
-use crate::binlog::GtidState;
+use crate::binlog::{Gtid, GtidState};
 use crate::compress::Compression;
 use crate::error::Result;
 
@@ -50,6 +50,9 @@ pub struct PieceManifest {
     pub events: u64,
     /// Set only when one transaction is larger than a piece may be.
     pub ends_in_transaction: bool,
+    /// That transaction (its GTID and GTID event flags): the next piece continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_transaction: Option<OpenTransaction>,
     /// The server writes nothing more to this file (it rotated, stopped, or a later file
     /// exists and this piece reached the file's end).
     pub file_complete: bool,
@@ -65,6 +68,27 @@ pub struct PieceManifest {
     pub encryption: Option<Encryption>,
     pub archived_at: DateTime<Utc>,
     pub runner: String,
+}
+
+/// A transaction a piece ends inside of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenTransaction {
+    pub gtid: String,
+    pub flags: u8,
+}
+
+impl OpenTransaction {
+    pub fn new((gtid, flags): (Gtid, u8)) -> OpenTransaction {
+        OpenTransaction {
+            gtid: gtid.to_string(),
+            flags,
+        }
+    }
+
+    pub fn parsed(&self) -> Option<(Gtid, u8)> {
+        Some((self.gtid.parse().ok()?, self.flags))
+    }
 }
 
 impl PieceManifest {

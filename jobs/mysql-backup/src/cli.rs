@@ -116,8 +116,9 @@ pub enum Command {
         /// The binlog index file, when the data dir holds more than one.
         #[arg(long)]
         binlog_index: Option<PathBuf>,
-        /// Seconds between looks at the active file.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        /// Seconds between looks at the active file: how far the archive may lag behind the
+        /// server, and (under constant writes) one piece per interval to store and to read back.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
         interval: u64,
         /// Largest piece in MiB (a piece is held in memory while it is stored).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]

@@ -228,7 +228,9 @@ pub async fn run(cli: Cli) -> Result<()> {
             };
             let prefix = location.key();
             if once {
-                let pass = archiver::archive_pass(&storage, &prefix, &options).await?;
+                let mut progress = archiver::Progress::read(&storage, &prefix).await?;
+                let pass =
+                    archiver::archive_pass(&storage, &prefix, &options, &mut progress).await?;
                 println!(
                     "{}",
                     json!({"archive": to, "pieces": pass.pieces, "binlogBytes": pass.binlog_bytes})

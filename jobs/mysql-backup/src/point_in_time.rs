@@ -4,8 +4,8 @@
 //! first, naming why.
 //!
 //! Rules, in order:
-//! 1. **Base**: a complete backup whose binlog position is before the point (for a GTID, its
-//!    recorded state does not hold it; for a time, it completed at or before it). The newest
+//! 1. **Base**: a complete backup with a GTID state, before the point (for a GTID, its state
+//!    has not reached it in its domain; for a time, it completed at or before it). The newest
 //!    first; an older one only when rules 2-4 refuse every newer one (its file was never
 //!    archived, say), and then the refusal named is the newest's.
 //! 2. **Start file**: the archived file whose GTID range holds the backup's GTID state (its
@@ -13,8 +13,8 @@
 //!    not by the backup's binlog file name, so a backup taken on a replica (whose binlog
 //!    coordinates are its own) continues in the primary's archive. When several do (a restored
 //!    server repeats sequence numbers), the newest created before the backup completed.
-//! 3. **Chain**: a complete file is followed by the file whose recorded start state is its end
-//!    state (no file in between: a gap).
+//! 3. **Chain**: a complete file is followed by the first later file whose recorded start
+//!    state is its end state (per domain; none: a gap).
 //! 4. **Reached**: the chain holds the point: the GTID's transaction began in it, or an event at
 //!    or after the time was archived.
 
@@ -106,12 +106,15 @@ fn bases_before(
 ) -> Result<Vec<(Backup, GtidState, BinlogPosition)>, Unreachable> {
     let mut bases = Vec::new();
     for backup in backups {
+        // Without a GTID state nothing says which transactions the backup holds.
         let Some(binlog) = &backup.manifest.backup.binlog else {
             continue;
         };
-        let state = GtidState::parse(binlog.gtid.as_deref().unwrap_or("")).unwrap_or_default();
+        let Some(Ok(state)) = binlog.gtid.as_deref().map(GtidState::parse) else {
+            continue;
+        };
         let before = match point {
-            Point::BeforeGtid(g) => !state.includes(g),
+            Point::BeforeGtid(g) => !state.reaches(g),
             Point::BeforeTime(t) => backup.manifest.completion_time <= t,
         };
         if before {
@@ -159,32 +162,32 @@ fn find_start_file<'a>(
         })
 }
 
-/// Rule 3.
+/// Rule 3. Files are in creation order; the next is searched after the current one only.
 fn follow_chain(archive: &Archive, start: &ArchivedFile) -> Vec<ArchivedFile> {
     let mut chain = vec![start.clone()];
-    loop {
-        let current = &chain[chain.len() - 1];
+    let mut at = archive.files.iter().position(|f| f.dir == start.dir);
+    while let Some(index) = at {
+        let current = &archive.files[index];
         if !current.complete() {
-            return chain;
+            break;
         }
         let end_state = current.state_at_end();
-        let next = archive.files.iter().find(|f| {
-            f.created() >= current.created()
-                && f.dir != current.dir
-                && f.state_at_start() == end_state
-        });
-        match next {
-            Some(next) => chain.push(next.clone()),
-            None => return chain,
+        at = archive.files[index + 1..]
+            .iter()
+            .position(|f| f.state_at_start().same_position(&end_state))
+            .map(|offset| index + 1 + offset);
+        if let Some(next) = at {
+            chain.push(archive.files[next].clone());
         }
     }
+    chain
 }
 
 /// Rule 4.
 fn check_reached(chain: &[ArchivedFile], point: Point) -> Result<(), Unreachable> {
     let last = &chain[chain.len() - 1];
     let reached = match point {
-        Point::BeforeGtid(g) => last.state_at_end().includes(g),
+        Point::BeforeGtid(g) => last.state_at_end().reaches(g),
         Point::BeforeTime(t) => chain
             .iter()
             .filter_map(|f| f.last_event_time())

@@ -6,6 +6,7 @@
 //! transactions keep their GTIDs and are written to the restored server's own binlog, which
 //! starts from the backup's GTID state, so the server continues the history it restores.
 
+use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -49,27 +50,40 @@ pub async fn replay(
     let applied = async {
         let mut client = Tool::spawn("mariadb", &server.client_args(), true, "mariadb-client")?;
         let mut sql = client.stdin();
-        // The session keeps every privilege; the binlog restarts from the backup's state.
-        let setup = format!(
-            "FLUSH LOCAL PRIVILEGES;\nRESET MASTER;\nSET GLOBAL gtid_binlog_state = '{}';\n",
-            plan.base_state
-        );
-        sql.write_all(setup.as_bytes())
-            .await
-            .map_err(|e| Error::io("mariadb", e))?;
+        // Replayed statements may print results (ANALYZE TABLE, say): read and dropped, so
+        // the client never blocks on a full pipe.
+        let mut printed = client.stdout();
+        let drain = tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut printed, &mut tokio::io::sink()).await;
+        });
         let mut feed = Feed::new(point, plan);
-        for file in &plan.files {
-            if !feed.file(store, &file.pieces, identity, &mut sql).await? {
-                break;
+        let fed = async {
+            // The session keeps every privilege; the binlog restarts from the backup's state.
+            let setup = format!(
+                "FLUSH LOCAL PRIVILEGES;\nRESET MASTER;\nSET GLOBAL gtid_binlog_state = '{}';\n",
+                plan.base_state
+            );
+            write(&mut sql, setup.as_bytes()).await?;
+            for file in &plan.files {
+                if !feed.file(store, &file.pieces, identity, &mut sql).await? {
+                    break;
+                }
             }
+            feed.check_reached()
         }
+        .await;
         drop(sql);
         let (status, tail) = client.wait().await?;
+        let _ = drain.await;
+        // A statement that failed ends the client first: its error is the cause, the broken
+        // pipe that followed is not.
         if !status.success() {
             return Err(Error::Config(format!(
-                "replaying the binary logs failed ({status}): {tail}"
+                "replaying the binary logs failed: a replayed statement was refused \
+                 ({status}): {tail}"
             )));
         }
+        fed?;
         Ok(feed.applied)
     }
     .await;
@@ -92,6 +106,8 @@ struct Feed<'a> {
     point: Point,
     plan: &'a ReplayPlan,
     applied: Applied,
+    /// The last applied sequence number of each domain.
+    applied_seq: BTreeMap<u32, u64>,
     done: bool,
 }
 
@@ -101,6 +117,7 @@ impl<'a> Feed<'a> {
             point,
             plan,
             applied: Applied::default(),
+            applied_seq: BTreeMap::new(),
             done: false,
         }
     }
@@ -132,12 +149,14 @@ impl<'a> Feed<'a> {
         let joined = tokio::try_join!(copy, forward);
         drop(decoded);
         let (status, tail) = decoder.wait().await?;
-        joined?;
+        // The decoder's own failure explains a broken pipe; a failed SQL session is reported
+        // by the caller, which waits for it.
         if !status.success() {
             return Err(Error::Config(format!(
                 "mariadb-binlog failed ({status}): {tail}"
             )));
         }
+        joined?;
         Ok(!self.done)
     }
 
@@ -182,7 +201,7 @@ impl<'a> Feed<'a> {
                     continue;
                 }
                 if let Some(gtid) = started {
-                    skipping = self.plan.base_state.last_seq(gtid.domain) >= Some(gtid.seq);
+                    skipping = self.plan.base_state.reaches(gtid);
                     if !skipping {
                         self.check_continues(gtid)?;
                         if self.stops_before(gtid, event.time())? {
@@ -192,6 +211,7 @@ impl<'a> Feed<'a> {
                         }
                         self.applied.transactions += 1;
                         self.applied.last_gtid = Some(gtid);
+                        self.applied_seq.insert(gtid.domain, gtid.seq);
                     }
                 } else if !inside {
                     // Between transactions (Gtid_list, checkpoints, Rotate): no data.
@@ -213,12 +233,14 @@ impl<'a> Feed<'a> {
     }
 
     /// Sequence numbers of a domain follow one another: a transaction after the backup's (or
-    /// the last applied) that is not the next one means transactions are missing.
+    /// the last applied one of its domain) that is not the next one means transactions are
+    /// missing.
     fn check_continues(&self, gtid: Gtid) -> Result<()> {
-        let previous = match self.applied.last_gtid {
-            Some(last) if last.domain == gtid.domain => Some(last.seq),
-            _ => self.plan.base_state.last_seq(gtid.domain),
-        };
+        let previous = self
+            .applied_seq
+            .get(&gtid.domain)
+            .copied()
+            .or_else(|| self.plan.base_state.last_seq(gtid.domain));
         match previous {
             Some(seq) if gtid.seq != seq + 1 => Err(Error::Config(format!(
                 "the archived history does not continue: after sequence number {seq} of domain \
@@ -229,11 +251,27 @@ impl<'a> Feed<'a> {
         }
     }
 
+    /// A GTID point the replay never met was not reached, whatever the plan expected.
+    fn check_reached(&self) -> Result<()> {
+        match self.point {
+            Point::BeforeGtid(g) if !self.done => Err(Error::Config(format!(
+                "the archive ended before transaction {g}: the last applied is {}; nothing \
+                 was installed",
+                self.applied
+                    .last_gtid
+                    .map_or("none".to_string(), |l| l.to_string())
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn stops_before(&self, gtid: Gtid, time: DateTime<Utc>) -> Result<bool> {
         match self.point {
             Point::BeforeTime(t) => Ok(time >= t),
             Point::BeforeGtid(g) if g == gtid => Ok(true),
-            Point::BeforeGtid(g) if g.domain == gtid.domain && gtid.seq > g.seq => {
+            // The point's place in its domain holds another transaction (another server id),
+            // or was passed: the point names no transaction of this history.
+            Point::BeforeGtid(g) if g.domain == gtid.domain && gtid.seq >= g.seq => {
                 Err(Error::Config(format!(
                     "the archive has no transaction {g}: it went from {} to {gtid}",
                     self.applied

@@ -117,6 +117,7 @@ fn examples_parse_and_use_real_subcommands_and_flags() {
     }
     assert!(files >= 3, "examples missing in {DIR}");
     let expected: BTreeSet<String> = [
+        "archive-binlogs",
         "clone",
         "configure-replication",
         "prune",

@@ -19,6 +19,10 @@
 //!    `mysql-backup list` shows; the example's retention keeps both. Then the same CronJob's
 //!    job to Google Cloud Storage (fake-gcs-server) and Azure Blob Storage (Azurite), each
 //!    switched by the ConfigMap and Secret only, as `secrets.yaml` says.
+//!    Restore to a point: the primary's pod deleted while its `binlogs` sidecar archives, rows
+//!    written, a `DROP TABLE`; the restore Job, with `--newest` replaced by `--binlogs` and
+//!    `--until-gtid` of the drop, fills a claim of its own, and a server on it has every row
+//!    committed before the drop (the backup's and the archive's).
 //! 4. Disaster, as docs/operations/mysql-disaster-recovery.md tells it: the StatefulSet and its
 //!    claims deleted (their volumes retained), the restore Job restores the newest backup into
 //!    a new claim, the StatefulSet applied again: mysql-0 has every row of the newest backup
@@ -27,7 +31,11 @@
 //!    mysql-2's `serve` (which holds the old token), the pod stays in init with the reason in
 //!    its log, and its data dir stays empty.
 
+#[path = "statefulset/clouds.rs"]
+mod clouds;
 mod common;
+#[path = "statefulset/point_in_time.rs"]
+mod point_in_time;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -165,6 +173,7 @@ fn site_settings(manifests: &mut [Value], garage: &Garage, prefix: &str, recipie
     doc(manifests, "Secret", "mysql-backup")["stringData"]["token"] = json!("0a".repeat(32));
     let storage = &mut doc(manifests, "ConfigMap", "mysql-backup-storage")["data"];
     storage["BACKUP_PREFIX"] = json!(prefix);
+    storage["BINLOG_PREFIX"] = json!(binlog_prefix(garage));
     storage["AWS_ENDPOINT_URL"] = json!(garage.endpoint);
     storage["AWS_REGION"] = json!(garage.region);
     doc(manifests, "Secret", "mysql-backup-store")["stringData"]["credentials"] = json!(format!(
@@ -173,6 +182,11 @@ fn site_settings(manifests: &mut [Value], garage: &Garage, prefix: &str, recipie
     ));
     doc(manifests, "Secret", "mysql-backup-recipients")["stringData"]["recipients.txt"] =
         json!(format!("{recipient}\n"));
+}
+
+/// Where the primary's sidecar archives its binary logs.
+fn binlog_prefix(garage: &Garage) -> String {
+    format!("s3://{}/mysql/binlogs/", garage.bucket)
 }
 
 /// `mysql-backup list PREFIX --output json`, run here against the same bucket.
@@ -254,87 +268,6 @@ async fn job_succeeded(jobs: &Api<Job>, name: &str, seconds: u64) {
         Some(1),
         "Job {name} failed"
     );
-}
-
-/// Runs the CronJob's job once against fake-gcs-server and once against Azurite, each
-/// configured as the example's comments say, checks that each stored one complete encrypted
-/// backup, then puts the S3 settings of `manifests` back.
-async fn clouds_backup_in_pods(kube: &KubeTestbed, ns: &str, manifests: &[Value]) {
-    let gcs = testbed::FakeGcs::start_on(&host_address()).await.unwrap();
-    let azurite = testbed::Azurite::start_on(&host_address()).await.unwrap();
-    let store_dir = "/etc/mysql-backup-store";
-    let gcs_prefix = format!("gs://{}/mysql/nightly-", gcs.bucket);
-    let azure_prefix = format!("azblob://{}/mysql/nightly-", azurite.container);
-    let clouds = [
-        (
-            "gcs",
-            json!({"BACKUP_PREFIX": gcs_prefix, "GCS_SECRET_DIR": store_dir,
-                "STORAGE_EMULATOR_HOST": gcs.endpoint}),
-            // A coreos gcpSecret's token (fake-gcs-server checks none).
-            vec![("access-token", "emulator")],
-            gcs_prefix.clone(),
-            gcs.cli_args().0,
-        ),
-        (
-            "azure",
-            json!({"BACKUP_PREFIX": azure_prefix, "AZURE_SECRET_DIR": store_dir,
-                "AZURE_BLOB_ENDPOINT": azurite.endpoint}),
-            azurite.coreos_secret().to_vec(),
-            azure_prefix.clone(),
-            azurite.cli_args().0,
-        ),
-    ];
-    let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), ns);
-    let jobs: Api<Job> = Api::namespaced(kube.client.clone(), ns);
-    let crons: Api<CronJob> = Api::namespaced(kube.client.clone(), ns);
-    let template = crons.get("mysql-backup-nightly").await.unwrap();
-    let job_spec = template.spec.unwrap().job_template.spec.unwrap();
-    for (cloud, settings, secret, prefix, flags) in clouds {
-        let mut storage = manifests
-            .iter()
-            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "mysql-backup-storage")
-            .unwrap()
-            .clone();
-        storage["data"] = settings;
-        kube.apply(&[storage], ns).await.unwrap();
-        secrets
-            .delete("mysql-backup-store", &DeleteParams::default())
-            .await
-            .unwrap();
-        testbed::kube::create_secret(&kube.client, ns, "mysql-backup-store", &secret)
-            .await
-            .unwrap();
-        let name = format!("mysql-backup-{cloud}");
-        let job = Job {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            spec: Some(job_spec.clone()),
-            status: None,
-        };
-        jobs.create(&Default::default(), &job).await.unwrap();
-        job_succeeded(&jobs, &name, 300).await;
-        let command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
-        let listed = list_with(command, &prefix, &flags).await;
-        assert_eq!(listed.len(), 1, "{cloud}: {listed:?}");
-        assert_eq!(listed[0]["encrypted"], true, "{cloud}: {listed:?}");
-    }
-    // Back to S3 for the restore.
-    secrets
-        .delete("mysql-backup-store", &DeleteParams::default())
-        .await
-        .unwrap();
-    let s3: Vec<Value> = manifests
-        .iter()
-        .filter(|d| {
-            d["metadata"]["name"] == "mysql-backup-storage"
-                || d["metadata"]["name"] == "mysql-backup-store"
-        })
-        .cloned()
-        .collect();
-    assert_eq!(s3.len(), 2);
-    kube.apply(&s3, ns).await.unwrap();
 }
 
 #[tokio::test]
@@ -481,9 +414,31 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
     // secrets.yaml's comments say: the ConfigMap's BACKUP_PREFIX and GCS_SECRET_DIR or
     // AZURE_SECRET_DIR, the store Secret's keys (plus the emulators' endpoints). One Job of each,
     // made from the CronJob as `kubectl create job --from=cronjob/...` makes it.
-    clouds_backup_in_pods(&kube, &ns, &manifests).await;
+    clouds::clouds_backup_in_pods(&kube, &ns, &manifests).await;
     // Written after the backups: a restore of the newest must not have them.
     insert_rows(&kube, &ns, 210, 250).await;
+
+    // 3b. Restore to a point (docs/operations/mysql-point-in-time-restore.md). The primary's
+    // pod deleted while its sidecar archives (server and archiver killed): both come back, the
+    // server in a new binlog file. Rows after it, then the incident: a DROP TABLE.
+    let old = pods.get("mysql-0").await.unwrap().metadata.uid.unwrap();
+    pods.delete("mysql-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    recreated_ready(&pods, "mysql-0", old).await;
+    insert_rows(&kube, &ns, 250, 260).await;
+    let drop_gtid = sql(
+        &kube,
+        &ns,
+        "mysql-0",
+        "",
+        "DROP TABLE demo.t; SELECT @@gtid_binlog_pos",
+    )
+    .await
+    .unwrap();
+    point_in_time::archived_through(&garage, &binlog_prefix(&garage), &drop_gtid).await;
+    // Every row committed before the DROP, those after the newest backup too.
+    point_in_time::restore_to_point(&kube, &ns, &identity, &drop_gtid, "260").await;
 
     // 4. Disaster: the StatefulSet and every claim gone (their volumes kept, as the runbook
     // says), then the restore Job and the StatefulSet again.

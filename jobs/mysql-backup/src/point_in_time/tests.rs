@@ -72,6 +72,7 @@ fn file(
                 last_event_time: Some(time(last_event)),
                 events: 1,
                 ends_in_transaction: false,
+                open_transaction: None,
                 file_complete: complete,
                 binlog_sha256: String::new(),
                 stored_bytes: 1,
@@ -266,4 +267,74 @@ fn when_the_backup_was_taken_on_a_replica_then_its_gtid_state_finds_the_primarys
     let plan = plan(&backups, &archive, gtid("0-7-25")).unwrap();
     assert_eq!(plan.base.key, "full-r");
     assert_eq!(plan.files[0].name(), "bin.000002");
+}
+
+#[test]
+fn when_files_hold_no_transactions_then_the_chain_still_only_moves_forward() {
+    let (backups, mut archive) = world();
+    // bin.000002 complete, then two files without a transaction in the same second.
+    archive.files[1] = file(
+        "bin.000002",
+        "01:30",
+        2000,
+        ("0-7-15", "0-7-30"),
+        "02:30",
+        true,
+    );
+    archive.files.push(file(
+        "bin.000003",
+        "02:40",
+        400,
+        ("0-7-30", "0-7-30"),
+        "02:40",
+        true,
+    ));
+    archive.files.push(file(
+        "bin.000004",
+        "02:40",
+        400,
+        ("0-7-30", "0-7-30"),
+        "02:40",
+        false,
+    ));
+    let err = plan(&backups, &archive, gtid("0-7-31"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bin.000004 is still being archived"), "{err}");
+}
+
+#[test]
+fn when_a_backups_gtid_cannot_be_read_then_it_is_never_the_base() {
+    let (mut backups, archive) = world();
+    // A MySQL GTID set: not a MariaDB state, nothing says what the backup holds.
+    backups.insert(
+        0,
+        backup(
+            "mysql",
+            "02:10",
+            "bin.000002",
+            950,
+            Some("3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5"),
+        ),
+    );
+    assert_eq!(
+        plan(&backups, &archive, gtid("0-7-25")).unwrap().base.key,
+        "full-2"
+    );
+}
+
+#[test]
+fn when_the_point_has_another_server_id_then_its_domain_and_sequence_decide() {
+    let (backups, archive) = world();
+    // After a failover 0-9-25 follows 0-7-24 in domain 0: full-2 (0-7-20) is before it.
+    let plan = plan(&backups, &archive, gtid("0-9-25")).unwrap();
+    assert_eq!(plan.base.key, "full-2");
+    // full-2 reached 0-9-18 (sequence 18 of domain 0), so full-1 is the base for it.
+    assert_eq!(
+        super::plan(&backups, &archive, gtid("0-9-18"))
+            .unwrap()
+            .base
+            .key,
+        "full-1"
+    );
 }
