@@ -473,7 +473,7 @@ async fn store_piece(
     let checksum = hasher.finish();
     let start = piece.end - piece.bytes.len() as u64;
     let key = piece_key(dir, start);
-    let manifest = PieceManifest {
+    let mut manifest = PieceManifest {
         format: PIECE_FORMAT.into(),
         file: head.name.clone(),
         server_id: head.server_id,
@@ -502,6 +502,8 @@ async fn store_piece(
     store
         .put_small(&key, stored.into(), "application/octet-stream")
         .await?;
+    // When the piece was stored: what the archive's lag is measured by.
+    manifest.archived_at = Utc::now();
     store
         .put_small(
             &piece_manifest_key(&key),

@@ -66,6 +66,7 @@ pub struct PieceManifest {
     pub compression: Compression,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
+    /// When the piece's object was stored (its manifest follows).
     pub archived_at: DateTime<Utc>,
     pub runner: String,
 }

@@ -13,8 +13,10 @@
 //!    not by the backup's binlog file name, so a backup taken on a replica (whose binlog
 //!    coordinates are its own) continues in the primary's archive. When several do (a restored
 //!    server repeats sequence numbers), the newest created before the backup completed.
-//! 3. **Chain**: a complete file is followed by the first later file whose recorded start
-//!    state is its end state (per domain; none: a gap).
+//! 3. **Chain**: a file is followed by the first later file whose recorded start state is its
+//!    end state (per domain), else (a failover: the new primary's files) by the first later file
+//!    that starts at or before it and holds transactions after it; none: the archive ends (a
+//!    gap if the file was complete). The replay checks that each transaction is the next one.
 //! 4. **Reached**: the chain holds the point: the GTID's transaction began in it, or an event at
 //!    or after the time was archived.
 
@@ -167,20 +169,31 @@ fn follow_chain(archive: &Archive, start: &ArchivedFile) -> Vec<ArchivedFile> {
     let mut chain = vec![start.clone()];
     let mut at = archive.files.iter().position(|f| f.dir == start.dir);
     while let Some(index) = at {
-        let current = &archive.files[index];
-        if !current.complete() {
-            break;
-        }
-        let end_state = current.state_at_end();
-        at = archive.files[index + 1..]
+        let end_state = archive.files[index].state_at_end();
+        let later = &archive.files[index + 1..];
+        // The same server's next file starts exactly where this one ended; after a failover,
+        // the new primary's first file starts at or before it and goes beyond.
+        at = later
             .iter()
             .position(|f| f.state_at_start().same_position(&end_state))
+            .or_else(|| later.iter().position(|f| continues(f, &end_state)))
             .map(|offset| index + 1 + offset);
         if let Some(next) = at {
             chain.push(archive.files[next].clone());
         }
     }
     chain
+}
+
+/// `file` starts at or before `end` in every domain and holds a transaction after it.
+fn continues(file: &ArchivedFile, end: &GtidState) -> bool {
+    let (start, file_end) = (file.state_at_start(), file.state_at_end());
+    let seq = |state: &GtidState, domain| state.last_seq(domain).unwrap_or(0);
+    let starts_before = start
+        .domains()
+        .chain(end.domains())
+        .all(|d| seq(&start, d) <= seq(end, d));
+    starts_before && file_end.domains().any(|d| seq(&file_end, d) > seq(end, d))
 }
 
 /// Rule 4.

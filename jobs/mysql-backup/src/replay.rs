@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 
-use crate::binlog::{Framer, Gtid, Transactions};
+use crate::binlog::{Framer, Gtid, GtidState, Transactions};
 use crate::binlog_archive::Piece;
 use crate::point_in_time::{Point, ReplayPlan};
 use crate::tool::Tool;
@@ -108,6 +108,8 @@ struct Feed<'a> {
     applied: Applied,
     /// The last applied sequence number of each domain.
     applied_seq: BTreeMap<u32, u64>,
+    /// The last applied GTID of each (domain, server).
+    applied_state: GtidState,
     done: bool,
 }
 
@@ -118,6 +120,7 @@ impl<'a> Feed<'a> {
             plan,
             applied: Applied::default(),
             applied_seq: BTreeMap::new(),
+            applied_state: GtidState::default(),
             done: false,
         }
     }
@@ -201,7 +204,10 @@ impl<'a> Feed<'a> {
                     continue;
                 }
                 if let Some(gtid) = started {
-                    skipping = self.plan.base_state.reaches(gtid);
+                    // The backup holds it, or a file before this one did (a promoted replica's file
+                    // repeats what it had replicated).
+                    skipping =
+                        self.plan.base_state.reaches(gtid) || self.applied_state.includes(gtid);
                     if !skipping {
                         self.check_continues(gtid)?;
                         if self.stops_before(gtid, event.time())? {
@@ -212,6 +218,7 @@ impl<'a> Feed<'a> {
                         self.applied.transactions += 1;
                         self.applied.last_gtid = Some(gtid);
                         self.applied_seq.insert(gtid.domain, gtid.seq);
+                        self.applied_state.record(gtid);
                     }
                 } else if !inside {
                     // Between transactions (Gtid_list, checkpoints, Rotate): no data.
@@ -244,7 +251,9 @@ impl<'a> Feed<'a> {
         match previous {
             Some(seq) if gtid.seq != seq + 1 => Err(Error::Config(format!(
                 "the archived history does not continue: after sequence number {seq} of domain \
-                 {} comes {gtid} (transactions missing between the backup {} and the archive)",
+                 {} comes {gtid} (transactions missing between the backup {} and the archive, \
+                 or two histories: a failover that lost transactions); restore to a point \
+                 before it",
                 gtid.domain, self.plan.base.key
             ))),
             _ => Ok(()),

@@ -338,3 +338,23 @@ fn when_the_point_has_another_server_id_then_its_domain_and_sequence_decide() {
         "full-1"
     );
 }
+
+#[test]
+fn when_a_replica_became_the_primary_then_its_files_continue_the_history() {
+    let (backups, mut archive) = world();
+    // The old primary (server 7) died in bin.000002 at 0-7-30; the promoted replica (server 8)
+    // had received up to 0-7-28 and writes on from there in its own file.
+    let mut promoted = file(
+        "mysql-1-bin.000005",
+        "02:35",
+        900,
+        ("0-7-28", "0-8-45"),
+        "03:00",
+        false,
+    );
+    promoted.pieces[0].manifest.server_id = 8;
+    archive.files.push(promoted);
+    let plan = plan(&backups, &archive, gtid("0-8-40")).unwrap();
+    let names: Vec<&str> = plan.files.iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["bin.000002", "mysql-1-bin.000005"]);
+}

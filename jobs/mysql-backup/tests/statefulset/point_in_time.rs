@@ -60,9 +60,10 @@ pub async fn restore_to_point(
         "stringData": {"identity.txt": identity}});
     kube.apply(&[key], ns).await.unwrap();
     let mut restore = testbed::kustomize::render_files_for_bed(&RESTORE, ns, &IMAGES).unwrap();
-    // A claim of its own: the StatefulSet still runs on data-mysql-0.
-    doc(&mut restore, "PersistentVolumeClaim", "data-mysql-0")["metadata"]["name"] =
-        json!("mysql-pitr");
+    // A claim of its own, not the StatefulSet's (which still runs on data-mysql-0).
+    let claim = &mut doc(&mut restore, "PersistentVolumeClaim", "data-mysql-0")["metadata"];
+    claim["name"] = json!("mysql-pitr");
+    claim["labels"] = json!({});
     let job = doc(&mut restore, "Job", "mysql-restore");
     job["metadata"]["name"] = json!("mysql-restore-pitr");
     let spec = &mut job["spec"]["template"]["spec"];
@@ -137,4 +138,8 @@ pub async fn restore_to_point(
         .delete("mysql-pitr", &DeleteParams::default())
         .await
         .unwrap();
+    while claims.get_opt("mysql-pitr").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "mysql-pitr's claim not deleted");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
