@@ -95,25 +95,22 @@ struct FileProgress {
 }
 
 impl Progress {
-    /// What the archive under `prefix` holds.
+    /// How far the archive under `prefix` holds each file: one manifest read per file.
     pub async fn read(store: &Store, prefix: &str) -> Result<Progress> {
-        let archive = Archive::read(store, prefix).await?;
-        let files = archive
-            .files
+        let files = Archive::read_last_pieces(store, prefix)
+            .await?
             .into_iter()
-            .map(|f| {
-                let last = f.pieces.last().cloned();
+            .filter_map(|last| {
+                let (dir, _) = last.key.rsplit_once('/')?;
+                let m = &last.manifest;
                 let progress = FileProgress {
-                    end: f.end(),
-                    state: f.state_at_end(),
-                    open: last
-                        .as_ref()
-                        .and_then(|p| p.manifest.open_transaction.as_ref())
-                        .and_then(|o| o.parsed()),
-                    complete: f.complete(),
-                    last,
+                    end: m.end,
+                    state: m.state_at_end(),
+                    open: m.open_transaction.as_ref().and_then(|o| o.parsed()),
+                    complete: m.file_complete,
+                    last: Some(last.clone()),
                 };
-                (f.dir, progress)
+                Some((format!("{dir}/"), progress))
             })
             .collect();
         Ok(Progress { files })
@@ -137,14 +134,37 @@ pub async fn archive_pass(
         let dir = file_dir(prefix, head.created, head.server_id, &head.name);
         let file = progress.files.entry(dir.clone()).or_default();
         while !file.complete {
-            let Some(piece) = read_piece(path, &head, file, options.max_piece)? else {
-                break;
-            };
             let len = file_len(path)?;
+            if len < file.end {
+                tracing::warn!(
+                    file = head.name,
+                    archived = file.end,
+                    now = len,
+                    "the server's file is shorter than the archive's copy: the server lost transactions the archive holds (a crash with sync_binlog=0: set sync_binlog=1); restores will not cross this point"
+                );
+                finish(store, file).await?;
+                break;
+            }
+            let piece = match read_piece(path, &head, file, options.max_piece) {
+                Ok(Some(piece)) => piece,
+                Ok(None) => break,
+                // A damaged tail of a file the server has left (a crash): the file ends where it
+                // can be read, and a restore across it reports the gap.
+                Err(e) if later_file_exists => {
+                    tracing::warn!(
+                        file = head.name,
+                        "the rest of the file cannot be read ({e}); it is archived up to byte {}",
+                        file.end
+                    );
+                    finish(store, file).await?;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             if piece.end == file.end {
                 // Nothing more can be cut. A later file means the server ended this one: after
                 // a crash it may end in a transaction that never committed, which is dropped.
-                if later_file_exists && let Some(last) = &file.last {
+                if later_file_exists {
                     if len > file.end {
                         tracing::warn!(
                             file = head.name,
@@ -152,8 +172,7 @@ pub async fn archive_pass(
                             "the file ends in an unfinished transaction (the server stopped mid-write); it is not archived"
                         );
                     }
-                    file.last = Some(mark_complete(store, last).await?);
-                    file.complete = true;
+                    finish(store, file).await?;
                 }
                 break;
             }
@@ -352,10 +371,14 @@ fn read_piece(
     let mut cut = CutPoint::default();
     let mut last_event_end = 0;
     let mut seen = Seen::default();
-    while let Some(f) = framer
-        .next(&bytes[at..], offset + at as u64)
-        .map_err(|e| binlog_error(path, e))?
-    {
+    loop {
+        let f = match framer.next(&bytes[at..], offset + at as u64) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            // What comes before an unreadable event is stored; the next read starts at it.
+            Err(_) if cut.at > 0 => break,
+            Err(e) => return Err(binlog_error(path, e)),
+        };
         // A file's start state is its Gtid_list event's (the server's binlog state then).
         if offset == 0
             && let Some(list) = f.event.gtid_list()
@@ -430,6 +453,15 @@ struct CutPoint {
     seen: Seen,
     ends_file: bool,
     open: Option<(Gtid, u8)>,
+}
+
+/// The server writes no more to this file: its last stored piece says so.
+async fn finish(store: &Store, file: &mut FileProgress) -> Result<()> {
+    if let Some(last) = &file.last {
+        file.last = Some(mark_complete(store, last).await?);
+    }
+    file.complete = true;
+    Ok(())
 }
 
 /// Rewrites a piece's manifest (never its object) to say the file ends with it.

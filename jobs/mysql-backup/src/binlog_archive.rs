@@ -167,6 +167,10 @@ impl ArchivedFile {
         &self.first().file
     }
 
+    pub fn server_id(&self) -> u32 {
+        self.first().server_id
+    }
+
     pub fn created(&self) -> DateTime<Utc> {
         self.first().file_created
     }
@@ -270,6 +274,43 @@ impl Archive {
             .collect();
         files.sort_by(|a, b| (a.created(), &a.dir).cmp(&(b.created(), &b.dir)));
         Archive { files }
+    }
+
+    /// Each file's last stored piece (with its manifest), reading one manifest per file: what
+    /// the archiver resumes from. The archiver stores a file's pieces one after another, each
+    /// manifest before the next piece, so only the newest piece can lack its manifest, and the
+    /// newest with one ends the file's contiguous run.
+    pub async fn read_last_pieces(store: &Store, prefix: &str) -> Result<Vec<Piece>> {
+        let objects = store.list(prefix).await?;
+        let sizes: BTreeMap<&str, u64> = objects.iter().map(|o| (o.key.as_str(), o.size)).collect();
+        let mut by_dir: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for object in &objects {
+            if let Some(piece) = object.key.strip_suffix(MANIFEST_SUFFIX)
+                && let Some((dir, _)) = piece.rsplit_once('/')
+            {
+                by_dir.entry(dir).or_default().push(piece);
+            }
+        }
+        let mut last = Vec::new();
+        for (_, mut pieces) in by_dir {
+            pieces.sort();
+            for key in pieces.into_iter().rev() {
+                let Some(bytes) = store.get_small(&manifest_key(key)).await? else {
+                    continue;
+                };
+                match PieceManifest::parse(&bytes) {
+                    Ok(m) if sizes.get(key) == Some(&m.stored_bytes) => {
+                        last.push(Piece {
+                            key: key.to_string(),
+                            manifest: m,
+                        });
+                        break;
+                    }
+                    _ => tracing::warn!(key, "not a complete piece; looking at the one before"),
+                }
+            }
+        }
+        Ok(last)
     }
 
     pub fn file_at(&self, dir: &str) -> Option<&ArchivedFile> {

@@ -14,9 +14,11 @@
 //!    coordinates are its own) continues in the primary's archive. When several do (a restored
 //!    server repeats sequence numbers), the newest created before the backup completed.
 //! 3. **Chain**: a file is followed by the first later file whose recorded start state is its
-//!    end state (per domain), else (a failover: the new primary's files) by the first later file
-//!    that starts at or before it and holds transactions after it; none: the archive ends (a
-//!    gap if the file was complete). The replay checks that each transaction is the next one.
+//!    end state (per domain), else (a failover: the new primary's files) by another server's
+//!    file that starts at or before it and holds transactions after it; never by a file of the
+//!    same server that starts before its end (a fork: the server was restored, or lost
+//!    transactions in a crash); none: the archive ends (a gap if the file was complete). The
+//!    replay checks that each transaction is the next one.
 //! 4. **Reached**: the chain holds the point: the GTID's transaction began in it, or an event at
 //!    or after the time was archived.
 
@@ -164,20 +166,30 @@ fn find_start_file<'a>(
         })
 }
 
-/// Rule 3. Files are in creation order; the next is searched after the current one only.
+/// Rule 3.
 fn follow_chain(archive: &Archive, start: &ArchivedFile) -> Vec<ArchivedFile> {
     let mut chain = vec![start.clone()];
+    let mut visited = std::collections::BTreeSet::new();
     let mut at = archive.files.iter().position(|f| f.dir == start.dir);
     while let Some(index) = at {
-        let end_state = archive.files[index].state_at_end();
-        let later = &archive.files[index + 1..];
-        // The same server's next file starts exactly where this one ended; after a failover,
-        // the new primary's first file starts at or before it and goes beyond.
-        at = later
+        visited.insert(index);
+        let current = &archive.files[index];
+        let end_state = current.state_at_end();
+        // The same server's next file starts exactly where this one ended. Otherwise, after a
+        // failover, another server's file (the promoted replica's, possibly older than this
+        // one) starts at or before it and goes beyond. Never the same server's file that starts
+        // before: that is a fork (the server restored, or it lost transactions in a crash).
+        at = archive.files[index + 1..]
             .iter()
             .position(|f| f.state_at_start().same_position(&end_state))
-            .or_else(|| later.iter().position(|f| continues(f, &end_state)))
-            .map(|offset| index + 1 + offset);
+            .map(|offset| index + 1 + offset)
+            .or_else(|| {
+                archive.files.iter().enumerate().position(|(i, f)| {
+                    !visited.contains(&i)
+                        && f.server_id() != current.server_id()
+                        && continues(f, &end_state)
+                })
+            });
         if let Some(next) = at {
             chain.push(archive.files[next].clone());
         }

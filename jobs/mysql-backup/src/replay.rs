@@ -206,8 +206,18 @@ impl<'a> Feed<'a> {
                 if let Some(gtid) = started {
                     // The backup holds it, or a file before this one did (a promoted replica's file
                     // repeats what it had replicated).
-                    skipping =
-                        self.plan.base_state.reaches(gtid) || self.applied_state.includes(gtid);
+                    let repeated = self.applied_state.includes(gtid);
+                    // A file repeating its own server's applied transaction is another history
+                    // (the planner never chains one; this guards the replay all the same).
+                    if repeated && gtid.server == m.server_id {
+                        return Err(Error::Config(format!(
+                            "{} repeats transaction {gtid} of its own server: two histories \
+                             (the server was restored, or lost transactions in a crash); \
+                             restore to a point before it, or from a backup taken after it",
+                            m.file
+                        )));
+                    }
+                    skipping = self.plan.base_state.reaches(gtid) || repeated;
                     if !skipping {
                         self.check_continues(gtid)?;
                         if self.stops_before(gtid, event.time())? {
@@ -366,6 +376,9 @@ impl PrivateServer {
             format!("--log-bin={basename}").into(),
             format!("--server-id={server_id}").into(),
             format!("--innodb-buffer-pool-size={}", use_memory.unwrap_or("128M")).into(),
+            // mariadb-binlog writes a row event group as one statement: as large as the
+            // primary allowed (at most 1 GiB).
+            "--max-allowed-packet=1G".into(),
         ];
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
@@ -386,6 +399,7 @@ impl PrivateServer {
             format!("--socket={}", self.dir.path().join("s.sock").display()).into(),
             "--user=root".into(),
             "--binary-mode".into(),
+            "--max-allowed-packet=1G".into(),
         ]
     }
 

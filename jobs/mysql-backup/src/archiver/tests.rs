@@ -144,3 +144,51 @@ async fn when_a_pass_runs_again_then_nothing_is_stored_twice_and_new_bytes_follo
         "the server may still write to it"
     );
 }
+
+#[tokio::test]
+async fn when_the_servers_file_became_shorter_than_the_archive_then_the_file_is_finished_and_kept()
+{
+    let mut events = vec![gtid_list(&[])];
+    events.extend(transaction(1));
+    events.extend(transaction(2));
+    let world = World::new(&[("bin.000001", file(&events))], 1 << 20).await;
+    world.pass().await;
+    let archived = world.archive().await.files[0].end();
+    // A crash with sync_binlog=0 took transaction 2 back; the server went on in a new file.
+    events.truncate(1 + 4);
+    let data = &world.options.datadir;
+    std::fs::write(data.join("bin.000001"), file(&events)).unwrap();
+    let mut next = vec![gtid_list(&[(0, 7, 1)])];
+    next.extend(transaction(2));
+    std::fs::write(data.join("bin.000002"), file(&next)).unwrap();
+    std::fs::write(data.join("bin.index"), "./bin.000001\n./bin.000002\n").unwrap();
+    world.pass().await;
+    let archive = world.archive().await;
+    assert!(archive.files[0].complete());
+    assert_eq!(archive.files[0].end(), archived, "what was archived stays");
+    assert_eq!(archive.files.len(), 2);
+}
+
+#[tokio::test]
+async fn when_a_left_files_tail_is_damaged_then_it_ends_where_it_can_be_read() {
+    let mut first = vec![gtid_list(&[])];
+    first.extend(transaction(1));
+    let readable = file(&first).len() as u64;
+    let mut damaged = rows(40);
+    let at = damaged.len() - 6;
+    damaged[at] ^= 0xff;
+    first.push(damaged);
+    let mut second = vec![gtid_list(&[(0, 7, 1)])];
+    second.extend(transaction(2));
+    let files = [("bin.000001", file(&first)), ("bin.000002", file(&second))];
+    let world = World::new(&files, 1 << 20).await;
+    world.pass().await;
+    let archive = world.archive().await;
+    assert!(archive.files[0].complete());
+    assert_eq!(archive.files[0].end(), readable);
+    assert_eq!(
+        archive.files[1].state_at_end().to_string(),
+        "0-7-2",
+        "the next file is archived"
+    );
+}

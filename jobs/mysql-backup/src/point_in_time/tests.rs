@@ -358,3 +358,30 @@ fn when_a_replica_became_the_primary_then_its_files_continue_the_history() {
     let names: Vec<&str> = plan.files.iter().map(|f| f.name()).collect();
     assert_eq!(names, ["bin.000002", "mysql-1-bin.000005"]);
 }
+
+#[test]
+fn when_the_same_server_starts_a_file_before_an_earlier_ones_end_then_the_chain_never_crosses_the_fork()
+ {
+    let (mut backups, mut archive) = world();
+    // The server was restored at 03:00 to 0-7-25: its own new file repeats sequence numbers
+    // 26 to 30, which bin.000002 holds as other transactions.
+    archive.files.push(file(
+        "bin.000001",
+        "03:00",
+        700,
+        ("0-7-25", "0-7-40"),
+        "04:30",
+        false,
+    ));
+    let err = plan(&backups, &archive, gtid("0-7-35")).unwrap_err();
+    assert!(matches!(err, Unreachable::ArchiveEnds { .. }), "{err}");
+    // A backup taken after the restore reaches into the new history.
+    backups.insert(
+        0,
+        backup("full-3", "04:00", "bin.000001", 600, Some("0-7-33")),
+    );
+    let plan = plan(&backups, &archive, gtid("0-7-35")).unwrap();
+    assert_eq!(plan.base.key, "full-3");
+    assert_eq!(plan.files.len(), 1);
+    assert_eq!(plan.files[0].created(), time("03:00"));
+}
