@@ -313,6 +313,29 @@ impl Archive {
         Ok(last)
     }
 
+    /// What `prune --binlogs` deletes once the oldest kept backup holds `kept_state` and
+    /// completed at `kept_completed`: every piece (object, then manifest) of each file the
+    /// server finished, created before that backup, that holds no transaction after its state
+    /// in any domain. A restore to any point since the oldest kept backup needs none of them;
+    /// files of another history created after it (a restored server's) are kept.
+    pub fn select_for_deletion(
+        &self,
+        kept_state: &GtidState,
+        kept_completed: DateTime<Utc>,
+    ) -> Vec<String> {
+        let seq = |state: &GtidState, domain| state.last_seq(domain).unwrap_or(0);
+        let mut delete = Vec::new();
+        for file in &self.files {
+            let end = file.state_at_end();
+            let before = end.domains().all(|d| seq(&end, d) <= seq(kept_state, d));
+            if file.complete() && file.created() < kept_completed && before {
+                delete.extend(file.pieces.iter().map(|p| p.key.clone()));
+                delete.extend(file.pieces.iter().map(|p| manifest_key(&p.key)));
+            }
+        }
+        delete
+    }
+
     pub fn file_at(&self, dir: &str) -> Option<&ArchivedFile> {
         self.files.iter().find(|f| f.dir == dir)
     }
@@ -322,3 +345,6 @@ impl Archive {
 pub fn piece_manifest_key(key: &str) -> String {
     manifest_key(key)
 }
+
+#[cfg(test)]
+mod tests;

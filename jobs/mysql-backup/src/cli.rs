@@ -146,7 +146,8 @@ pub enum Command {
     },
     /// Delete the complete backups under a prefix beyond the newest --keep (the newest is never
     /// deleted), each object before its manifest, and manifests left without their object.
-    /// Objects without a manifest (unfinished, or not mysql-backup's) are left alone.
+    /// Objects without a manifest (unfinished, or not mysql-backup's) are left alone. With
+    /// --binlogs, then the archived binary logs older than the oldest kept backup.
     Prune {
         /// s3://bucket/prefix or file:///dir/prefix.
         prefix: String,
@@ -156,6 +157,10 @@ pub enum Command {
         /// Show what would be deleted without deleting.
         #[arg(long)]
         dry_run: bool,
+        /// Also delete the archived binary logs (archive-binlogs' prefix) that no restore to a
+        /// point since the oldest kept backup needs: the finished files it holds entirely.
+        #[arg(long)]
+        binlogs: Option<String>,
     },
     /// Abort the unfinished multipart uploads under a prefix that runners killed outright
     /// (SIGKILL, a lost node) left behind, started more than --older-than seconds ago. Objects

@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use backup_storage::{Location, PartSizer, Store, UploadOptions};
 use mysql_backup::archiver::{self, ArchiveOptions};
+use mysql_backup::binlog::GtidState;
 use mysql_backup::binlog_archive::Archive;
 use mysql_backup::catalog::Catalog;
 use mysql_backup::credentials::DbConnection;
@@ -260,6 +261,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             prefix,
             keep,
             dry_run,
+            binlogs,
         } => {
             let (storage, location) = open(&prefix, &cli.storage).await?;
             let catalog = Catalog::read(&storage, &location.key()).await?;
@@ -273,10 +275,16 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .iter()
                 .map(|k| storage.location(k).to_string())
                 .collect();
-            println!(
-                "{}",
-                json!({"prefix": prefix, "keep": keep, "dryRun": dry_run, "deleted": urls})
-            );
+            let mut report =
+                json!({"prefix": prefix, "keep": keep, "dryRun": dry_run, "deleted": urls});
+            if let Some(binlogs) = binlogs {
+                // The oldest backup kept (the catalog lists them newest first).
+                let backups = catalog.backups();
+                let kept = backups.iter().take(keep.max(1) as usize).next_back();
+                report["deletedBinlogs"] =
+                    json!(prune_binlogs(&cli.storage, &binlogs, kept, dry_run).await?);
+            }
+            println!("{report}");
         }
         Command::CleanUploads { prefix, older_than } => {
             let (storage, location) = open(&prefix, &cli.storage).await?;
@@ -327,6 +335,35 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Deletes the archived binlogs no restore since `oldest_kept` needs; returns their URLs.
+async fn prune_binlogs(
+    storage_args: &StorageArgs,
+    binlogs: &str,
+    oldest_kept: Option<&mysql_backup::catalog::Backup>,
+    dry_run: bool,
+) -> Result<Vec<String>> {
+    let state = oldest_kept.and_then(|b| {
+        let gtid = b.manifest.backup.binlog.as_ref()?.gtid.as_deref()?;
+        GtidState::parse(gtid).ok()
+    });
+    let (Some(kept), Some(state)) = (oldest_kept, state) else {
+        tracing::warn!("no kept backup with a MariaDB GTID state: no binary log is deleted");
+        return Ok(Vec::new());
+    };
+    let (store, location) = open(binlogs, storage_args).await?;
+    let archive = Archive::read(&store, &location.key()).await?;
+    let delete = archive.select_for_deletion(&state, kept.manifest.completion_time);
+    if !dry_run {
+        for key in &delete {
+            store.delete(key).await?;
+        }
+    }
+    Ok(delete
+        .iter()
+        .map(|k| store.location(k).to_string())
+        .collect())
 }
 
 async fn restore_to_point(

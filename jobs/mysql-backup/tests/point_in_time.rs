@@ -247,6 +247,43 @@ async fn a_dropped_table_comes_back_as_it_was_one_transaction_before() {
         refused.stderr
     );
     assert!(!target.path().join("restored").exists());
+
+    // Pruned to a newer backup: the finished files it holds entirely go, the backup before it
+    // too, and a restore to a point after it still works from what is left.
+    source.sql("FLUSH BINARY LOGS;");
+    let a = source.backup_to(&format!("{}full-2", archive.backups), &[]);
+    run(&a, &[]).await.ok();
+    insert_rows(&source, "shop.notes", 25..30);
+    source.sql("INSERT INTO shop.notes VALUES (99, 'marker');");
+    let marker = source.sql("SELECT @@gtid_binlog_pos");
+    archive.archive_once(&source).await;
+    let prune = args(&[
+        "prune",
+        &archive.backups,
+        "--keep",
+        "1",
+        "--binlogs",
+        &archive.binlogs,
+    ]);
+    let pruned = run(&prune, &[]).await.ok().json();
+    assert_eq!(pruned["deleted"].as_array().unwrap().len(), 2, "{pruned}");
+    let deleted = pruned["deletedBinlogs"].as_array().unwrap();
+    assert!(
+        deleted
+            .iter()
+            .any(|k| k.as_str().unwrap().contains("-bin.000001/")),
+        "{pruned}"
+    );
+    assert!(
+        !deleted
+            .iter()
+            .any(|k| k.as_str().unwrap().contains("-bin.000003/")),
+        "{pruned}"
+    );
+    let (restored, target) = archive.restore(&["--until-gtid", &marker]).await;
+    assert_eq!(restored.ok().json()["stoppedBefore"], marker.as_str());
+    let server = Mariadb::start_on(&target.path().join("restored"), 7);
+    assert_eq!(rows(&server, "shop.notes"), (0..30).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

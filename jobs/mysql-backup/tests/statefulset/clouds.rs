@@ -23,6 +23,7 @@ pub async fn clouds_backup_in_pods(kube: &KubeTestbed, ns: &str, manifests: &[Va
         (
             "gcs",
             json!({"BACKUP_PREFIX": gcs_prefix, "GCS_SECRET_DIR": store_dir,
+                "BINLOG_PREFIX": format!("gs://{}/mysql/binlogs/", gcs.bucket),
                 "STORAGE_EMULATOR_HOST": gcs.endpoint}),
             // A coreos gcpSecret's token (fake-gcs-server checks none).
             vec![("access-token", "emulator")],
@@ -32,6 +33,7 @@ pub async fn clouds_backup_in_pods(kube: &KubeTestbed, ns: &str, manifests: &[Va
         (
             "azure",
             json!({"BACKUP_PREFIX": azure_prefix, "AZURE_SECRET_DIR": store_dir,
+                "BINLOG_PREFIX": format!("azblob://{}/mysql/binlogs/", azurite.container),
                 "AZURE_BLOB_ENDPOINT": azurite.endpoint}),
             azurite.coreos_secret().to_vec(),
             azure_prefix.clone(),
