@@ -348,3 +348,44 @@ pub fn piece_manifest_key(key: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A piece manifest of `file` (server 7) for tests: bytes `start..end`, the GTID states
+    /// before and after, its file's creation time, whether the file ends with it.
+    pub fn manifest(
+        file: &str,
+        created: DateTime<Utc>,
+        (start, end): (u64, u64),
+        (state_at_start, state_at_end): (&str, &str),
+        complete: bool,
+    ) -> PieceManifest {
+        PieceManifest {
+            format: PIECE_FORMAT.into(),
+            file: file.into(),
+            server_id: 7,
+            file_created: created,
+            start,
+            end,
+            state_at_start: state_at_start.into(),
+            state_at_end: state_at_end.into(),
+            first_gtid: None,
+            last_gtid: None,
+            first_event_time: None,
+            last_event_time: None,
+            events: 1,
+            ends_in_transaction: false,
+            open_transaction: None,
+            file_complete: complete,
+            binlog_sha256: String::new(),
+            stored_bytes: 1,
+            stored_sha256: Some(String::new()),
+            stored_crc32c: None,
+            compression: Default::default(),
+            encryption: None,
+            archived_at: created,
+            runner: String::new(),
+        }
+    }
+}

@@ -8,35 +8,10 @@ fn piece(
     created: &str,
     complete: bool,
 ) -> Piece {
-    let created: DateTime<Utc> = format!("2026-11-30T{created}:00Z").parse().unwrap();
+    let file = dir.trim_end_matches('/').rsplit('-').next().unwrap();
     Piece {
         key: format!("{dir}{start:012}"),
-        manifest: PieceManifest {
-            format: PIECE_FORMAT.into(),
-            file: dir.trim_end_matches('/').rsplit('-').next().unwrap().into(),
-            server_id: 7,
-            file_created: created,
-            start,
-            end,
-            state_at_start: states.0.into(),
-            state_at_end: states.1.into(),
-            first_gtid: None,
-            last_gtid: None,
-            first_event_time: None,
-            last_event_time: None,
-            events: 1,
-            ends_in_transaction: false,
-            open_transaction: None,
-            file_complete: complete,
-            binlog_sha256: String::new(),
-            stored_bytes: 1,
-            stored_sha256: Some(String::new()),
-            stored_crc32c: None,
-            compression: Default::default(),
-            encryption: None,
-            archived_at: created,
-            runner: String::new(),
-        },
+        manifest: testing::manifest(file, time(created), (start, end), states, complete),
     }
 }
 

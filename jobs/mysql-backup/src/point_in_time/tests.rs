@@ -1,7 +1,7 @@
 use chrono::{DateTime, Utc};
 
 use super::*;
-use crate::binlog_archive::{PIECE_FORMAT, Piece, PieceManifest};
+use crate::binlog_archive::{Piece, PieceManifest};
 use crate::manifest::{FORMAT, Manifest};
 use crate::metadata::BackupMetadata;
 
@@ -58,30 +58,15 @@ fn file(
         pieces: vec![Piece {
             key: format!("{dir}000000000000"),
             manifest: PieceManifest {
-                format: PIECE_FORMAT.into(),
-                file: name.into(),
-                server_id: 7,
-                file_created: time(created),
-                start: 0,
-                end,
-                state_at_start: start_state.into(),
-                state_at_end: end_state.into(),
-                first_gtid: None,
                 last_gtid: end_state.split(',').next_back().map(String::from),
-                first_event_time: None,
                 last_event_time: Some(time(last_event)),
-                events: 1,
-                ends_in_transaction: false,
-                open_transaction: None,
-                file_complete: complete,
-                binlog_sha256: String::new(),
-                stored_bytes: 1,
-                stored_sha256: Some(String::new()),
-                stored_crc32c: None,
-                compression: Default::default(),
-                encryption: None,
-                archived_at: time(last_event),
-                runner: String::new(),
+                ..crate::binlog_archive::testing::manifest(
+                    name,
+                    time(created),
+                    (0, end),
+                    (start_state, end_state),
+                    complete,
+                )
             },
         }],
         dir,
