@@ -97,8 +97,8 @@ struct FileProgress {
 impl Progress {
     /// How far the archive under `prefix` holds each file: one manifest read per file.
     pub async fn read(store: &Store, prefix: &str) -> Result<Progress> {
-        let files = Archive::read_last_pieces(store, prefix)
-            .await?
+        let (last_pieces, pruned) = Archive::read_last_pieces(store, prefix).await?;
+        let mut files: BTreeMap<String, FileProgress> = last_pieces
             .into_iter()
             .filter_map(|last| {
                 let (dir, _) = last.key.rsplit_once('/')?;
@@ -113,6 +113,16 @@ impl Progress {
                 Some((format!("{dir}/"), progress))
             })
             .collect();
+        // Pruned files are done: never stored again, though the server may still list them.
+        for dir in pruned {
+            files.insert(
+                dir,
+                FileProgress {
+                    complete: true,
+                    ..FileProgress::default()
+                },
+            );
+        }
         Ok(Progress { files })
     }
 }
@@ -149,8 +159,9 @@ pub async fn archive_pass(
                 Ok(Some(piece)) => piece,
                 Ok(None) => break,
                 // A damaged tail of a file the server has left (a crash): the file ends where it
-                // can be read, and a restore across it reports the gap.
-                Err(e) if later_file_exists => {
+                // can be read, and a restore across it reports the gap. (An I/O error is
+                // passed up: the pass is retried.)
+                Err(e @ Error::Binlog { .. }) if later_file_exists => {
                     tracing::warn!(
                         file = head.name,
                         "the rest of the file cannot be read ({e}); it is archived up to byte {}",
@@ -285,7 +296,10 @@ impl FileHead {
 }
 
 fn binlog_error(path: &Path, e: BinlogError) -> Error {
-    Error::Config(format!("{}: {e}", path.display()))
+    Error::Binlog {
+        path: path.to_path_buf(),
+        source: e,
+    }
 }
 
 fn read_up_to(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -7,7 +7,7 @@
 //! the file's format description time (`%Y%m%dT%H%M%SZ`): two servers' `bin.000001` (a
 //! restored primary starts its own) never share a key, and keys sort by file creation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use backup_storage::encryption::Encryption;
 use backup_storage::stored_checksum::StoredChecksum;
@@ -140,6 +140,27 @@ pub fn piece_key(file_dir: &str, start: u64) -> String {
     format!("{file_dir}{start:012}")
 }
 
+/// Left in a file's directory by `prune` before its pieces are deleted: the archiver then
+/// never stores that file again (the server may still list it), and readers skip the rest.
+pub const PRUNED: &str = "pruned";
+
+/// A file `prune` deletes: its marker, written first, then its pieces' keys in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunedFile {
+    pub marker: String,
+    pub keys: Vec<String>,
+}
+
+/// The directories under a listing that `prune` marked.
+fn pruned_dirs(objects: &[backup_storage::ObjectInfo]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|o| o.key.strip_suffix(PRUNED))
+        .filter(|dir| dir.ends_with('/'))
+        .map(String::from)
+        .collect()
+}
+
 /// One stored piece.
 #[derive(Debug, Clone)]
 pub struct Piece {
@@ -217,8 +238,13 @@ impl Archive {
     pub async fn read(store: &Store, prefix: &str) -> Result<Archive> {
         let objects = store.list(prefix).await?;
         let sizes: BTreeMap<&str, u64> = objects.iter().map(|o| (o.key.as_str(), o.size)).collect();
+        let pruned = pruned_dirs(&objects);
         let fetches = objects.iter().filter_map(|object| {
             let described = object.key.strip_suffix(MANIFEST_SUFFIX)?.to_string();
+            let (dir, _) = described.rsplit_once('/')?;
+            if pruned.contains(&format!("{dir}/")) {
+                return None;
+            }
             Some(async move {
                 let bytes = store.get_small(&object.key).await?;
                 Ok::<_, backup_storage::StorageError>((described, bytes))
@@ -280,13 +306,18 @@ impl Archive {
     /// the archiver resumes from. The archiver stores a file's pieces one after another, each
     /// manifest before the next piece, so only the newest piece can lack its manifest, and the
     /// newest with one ends the file's contiguous run.
-    pub async fn read_last_pieces(store: &Store, prefix: &str) -> Result<Vec<Piece>> {
+    pub async fn read_last_pieces(
+        store: &Store,
+        prefix: &str,
+    ) -> Result<(Vec<Piece>, BTreeSet<String>)> {
         let objects = store.list(prefix).await?;
+        let pruned = pruned_dirs(&objects);
         let sizes: BTreeMap<&str, u64> = objects.iter().map(|o| (o.key.as_str(), o.size)).collect();
         let mut by_dir: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for object in &objects {
             if let Some(piece) = object.key.strip_suffix(MANIFEST_SUFFIX)
                 && let Some((dir, _)) = piece.rsplit_once('/')
+                && !pruned.contains(&format!("{dir}/"))
             {
                 by_dir.entry(dir).or_default().push(piece);
             }
@@ -310,30 +341,42 @@ impl Archive {
                 }
             }
         }
-        Ok(last)
+        Ok((last, pruned))
     }
 
     /// What `prune --binlogs` deletes once the oldest kept backup holds `kept_state` and
-    /// completed at `kept_completed`: every piece (object, then manifest) of each file the
-    /// server finished, created before that backup, that holds no transaction after its state
-    /// in any domain. A restore to any point since the oldest kept backup needs none of them;
-    /// files of another history created after it (a restored server's) are kept.
+    /// completed at `kept_completed`: the files the server finished, created before that
+    /// backup, whose every transaction the backup holds and that end strictly before its state
+    /// in one of its domains (a file ending exactly at it may be where a restore from it
+    /// starts). A restore to any point since the oldest kept backup needs none of them; files of
+    /// another history created after it (a restored server's) are kept.
     pub fn select_for_deletion(
         &self,
         kept_state: &GtidState,
         kept_completed: DateTime<Utc>,
-    ) -> Vec<String> {
+    ) -> Vec<PrunedFile> {
         let seq = |state: &GtidState, domain| state.last_seq(domain).unwrap_or(0);
-        let mut delete = Vec::new();
-        for file in &self.files {
-            let end = file.state_at_end();
-            let before = end.domains().all(|d| seq(&end, d) <= seq(kept_state, d));
-            if file.complete() && file.created() < kept_completed && before {
-                delete.extend(file.pieces.iter().map(|p| p.key.clone()));
-                delete.extend(file.pieces.iter().map(|p| manifest_key(&p.key)));
-            }
-        }
-        delete
+        self.files
+            .iter()
+            .filter(|file| {
+                let end = file.state_at_end();
+                let all_held = end.domains().all(|d| seq(&end, d) <= seq(kept_state, d));
+                let behind = kept_state
+                    .domains()
+                    .any(|d| seq(&end, d) < seq(kept_state, d));
+                file.complete() && file.created() < kept_completed && all_held && behind
+            })
+            .map(|file| PrunedFile {
+                marker: format!("{}{PRUNED}", file.dir),
+                // Objects first: a manifest without its object is not a piece.
+                keys: file
+                    .pieces
+                    .iter()
+                    .map(|p| p.key.clone())
+                    .chain(file.pieces.iter().map(|p| manifest_key(&p.key)))
+                    .collect(),
+            })
+            .collect()
     }
 
     pub fn file_at(&self, dir: &str) -> Option<&ArchivedFile> {

@@ -355,15 +355,22 @@ async fn prune_binlogs(
     let (store, location) = open(binlogs, storage_args).await?;
     let archive = Archive::read(&store, &location.key()).await?;
     let delete = archive.select_for_deletion(&state, kept.manifest.completion_time);
-    if !dry_run {
-        for key in &delete {
-            store.delete(key).await?;
+    let mut urls = Vec::new();
+    for file in &delete {
+        if !dry_run {
+            // The marker first: an archiver never stores this file again, even if the prune
+            // stops halfway.
+            let note = json!({"prunedAt": chrono::Utc::now(), "oldestKeptBackup": kept.key});
+            store
+                .put_small(&file.marker, note.to_string().into(), "application/json")
+                .await?;
+            for key in &file.keys {
+                store.delete(key).await?;
+            }
         }
+        urls.extend(file.keys.iter().map(|k| store.location(k).to_string()));
     }
-    Ok(delete
-        .iter()
-        .map(|k| store.location(k).to_string())
-        .collect())
+    Ok(urls)
 }
 
 async fn restore_to_point(

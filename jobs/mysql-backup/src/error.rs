@@ -34,6 +34,12 @@ pub enum Error {
     #[error("the backup stream is invalid: {0}")]
     Stream(#[from] crate::xbstream::StreamError),
 
+    #[error("the binary log {path} cannot be read: {source}")]
+    Binlog {
+        path: PathBuf,
+        source: crate::binlog::BinlogError,
+    },
+
     #[error("the backup stream is incomplete: {0}")]
     Incomplete(String),
 

@@ -14,8 +14,9 @@
 //!    coordinates are its own) continues in the primary's archive. When several do (a restored
 //!    server repeats sequence numbers), the newest created before the backup completed.
 //! 3. **Chain**: a file is followed by the first later file whose recorded start state is its
-//!    end state (per domain), else (a failover: the new primary's files) by another server's
-//!    file that starts at or before it and holds transactions after it; never by a file of the
+//!    end state (per domain), else (a failover: the new primary's files) by the newest other
+//!    server's file, not older than the chain's start, that starts at or before it and holds
+//!    transactions after it, written later than its last; never by a file of the
 //!    same server that starts before its end (a fork: the server was restored, or lost
 //!    transactions in a crash); none: the archive ends (a gap if the file was complete). The
 //!    replay checks that each transaction is the next one.
@@ -184,11 +185,22 @@ fn follow_chain(archive: &Archive, start: &ArchivedFile) -> Vec<ArchivedFile> {
             .position(|f| f.state_at_start().same_position(&end_state))
             .map(|offset| index + 1 + offset)
             .or_else(|| {
-                archive.files.iter().enumerate().position(|(i, f)| {
-                    !visited.contains(&i)
-                        && f.server_id() != current.server_id()
-                        && continues(f, &end_state)
-                })
+                // The newest such file whose last transaction is later than this file's, and
+                // none older than the chain's start: an earlier history's files (before a
+                // restore) reuse the sequence numbers, but not the times.
+                archive
+                    .files
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, f)| {
+                        !visited.contains(i)
+                            && f.server_id() != current.server_id()
+                            && f.created() >= start.created()
+                            && f.last_event_time() > current.last_event_time()
+                            && continues(f, &end_state)
+                    })
+                    .max_by_key(|(i, f)| (f.created(), *i))
+                    .map(|(i, _)| i)
             });
         if let Some(next) = at {
             chain.push(archive.files[next].clone());

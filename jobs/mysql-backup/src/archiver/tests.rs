@@ -192,3 +192,31 @@ async fn when_a_left_files_tail_is_damaged_then_it_ends_where_it_can_be_read() {
         "the next file is archived"
     );
 }
+
+#[tokio::test]
+async fn when_a_file_was_pruned_then_it_is_never_stored_again() {
+    let mut first = vec![gtid_list(&[])];
+    first.extend(transaction(1));
+    let mut second = vec![gtid_list(&[(0, 7, 1)])];
+    second.extend(transaction(2));
+    let files = [("bin.000001", file(&first)), ("bin.000002", file(&second))];
+    let world = World::new(&files, 1 << 20).await;
+    world.pass().await;
+    let archive = world.archive().await;
+    let pruned = archive.select_for_deletion(
+        &GtidState::parse("0-7-2").unwrap(),
+        Utc::now() + chrono::Duration::days(1),
+    );
+    assert_eq!(pruned.len(), 1, "{pruned:?}");
+    world
+        .store
+        .put_small(&pruned[0].marker, b"{}".to_vec().into(), "")
+        .await
+        .unwrap();
+    for key in &pruned[0].keys {
+        world.store.delete(key).await.unwrap();
+    }
+    // The server still lists bin.000001; the archive does not take it again.
+    assert_eq!(world.pass().await.pieces, 0);
+    assert_eq!(world.archive().await.files.len(), 1);
+}

@@ -370,3 +370,21 @@ fn when_the_same_server_starts_a_file_before_an_earlier_ones_end_then_the_chain_
     assert_eq!(plan.files.len(), 1);
     assert_eq!(plan.files[0].created(), time("03:00"));
 }
+
+#[test]
+fn when_another_servers_file_is_older_than_the_chains_start_then_it_never_continues_it() {
+    let (backups, mut archive) = world();
+    // A replica's file of an earlier history (before a restore) that spans bin.000002's end.
+    let mut earlier = file(
+        "bin.000009",
+        "00:30",
+        900,
+        ("0-7-25", "0-9-50"),
+        "01:00",
+        true,
+    );
+    earlier.pieces[0].manifest.server_id = 9;
+    archive.files.insert(0, earlier);
+    let err = plan(&backups, &archive, gtid("0-9-40")).unwrap_err();
+    assert!(matches!(err, Unreachable::ArchiveEnds { .. }), "{err}");
+}
