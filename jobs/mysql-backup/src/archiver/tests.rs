@@ -56,17 +56,22 @@ fn transaction(seq: u64) -> Vec<Vec<u8>> {
     vec![gtid_event(seq, 0), query("BEGIN"), rows(40), xid()]
 }
 
+/// bin.000001 with transaction 1 and then `tail`, rotated into bin.000002 with transaction 2.
+fn two_files(tail: Vec<Vec<u8>>) -> [(&'static str, Vec<u8>); 2] {
+    let mut first = vec![gtid_list(&[])];
+    first.extend(transaction(1));
+    first.extend(tail);
+    let mut second = vec![gtid_list(&[(0, 7, 1)])];
+    second.extend(transaction(2));
+    [("bin.000001", file(&first)), ("bin.000002", file(&second))]
+}
+
 #[tokio::test]
 async fn when_a_crash_left_a_transaction_unfinished_and_a_later_file_exists_then_the_file_is_complete_without_it()
  {
-    let mut first = vec![gtid_list(&[])];
-    first.extend(transaction(1));
-    let committed = file(&first).len() as u64;
+    let committed = two_files(Vec::new())[0].1.len() as u64;
     // The server died while writing transaction 2: its BEGIN is there, its XID is not.
-    first.extend([gtid_event(2, 0), query("BEGIN")]);
-    let mut second = vec![gtid_list(&[(0, 7, 1)])];
-    second.extend(transaction(2));
-    let files = [("bin.000001", file(&first)), ("bin.000002", file(&second))];
+    let files = two_files(vec![gtid_event(2, 0), query("BEGIN")]);
     let world = World::new(&files, 1 << 20).await;
     world.pass().await;
     let archive = world.archive().await;
@@ -171,16 +176,11 @@ async fn when_the_servers_file_became_shorter_than_the_archive_then_the_file_is_
 
 #[tokio::test]
 async fn when_a_left_files_tail_is_damaged_then_it_ends_where_it_can_be_read() {
-    let mut first = vec![gtid_list(&[])];
-    first.extend(transaction(1));
-    let readable = file(&first).len() as u64;
+    let readable = two_files(Vec::new())[0].1.len() as u64;
     let mut damaged = rows(40);
     let at = damaged.len() - 6;
     damaged[at] ^= 0xff;
-    first.push(damaged);
-    let mut second = vec![gtid_list(&[(0, 7, 1)])];
-    second.extend(transaction(2));
-    let files = [("bin.000001", file(&first)), ("bin.000002", file(&second))];
+    let files = two_files(vec![damaged]);
     let world = World::new(&files, 1 << 20).await;
     world.pass().await;
     let archive = world.archive().await;
@@ -195,12 +195,7 @@ async fn when_a_left_files_tail_is_damaged_then_it_ends_where_it_can_be_read() {
 
 #[tokio::test]
 async fn when_a_file_was_pruned_then_it_is_never_stored_again() {
-    let mut first = vec![gtid_list(&[])];
-    first.extend(transaction(1));
-    let mut second = vec![gtid_list(&[(0, 7, 1)])];
-    second.extend(transaction(2));
-    let files = [("bin.000001", file(&first)), ("bin.000002", file(&second))];
-    let world = World::new(&files, 1 << 20).await;
+    let world = World::new(&two_files(Vec::new()), 1 << 20).await;
     world.pass().await;
     let archive = world.archive().await;
     let pruned = archive.select_for_deletion(
