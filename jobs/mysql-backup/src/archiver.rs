@@ -13,17 +13,16 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use backup_storage::Store;
 use backup_storage::encryption::{Encryption, Recipients};
 use backup_storage::layers::LayerEncoder;
 use backup_storage::stored_checksum::{ChecksumKind, StoredHasher};
+use backup_storage::{Store, manifest_key};
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use crate::binlog::{BinlogError, Framer, Gtid, GtidState, MAGIC, Transactions};
 use crate::binlog_archive::{
     Archive, OpenTransaction, PIECE_FORMAT, Piece, PieceManifest, file_dir, piece_key,
-    piece_manifest_key,
 };
 use crate::compress::Compression;
 use crate::{Error, Result};
@@ -486,7 +485,7 @@ async fn mark_complete(store: &Store, piece: &Piece) -> Result<Piece> {
     };
     store
         .put_small(
-            &piece_manifest_key(&piece.key),
+            &manifest_key(&piece.key),
             manifest.to_json().into(),
             "application/json",
         )
@@ -552,7 +551,7 @@ async fn store_piece(
     manifest.archived_at = Utc::now();
     store
         .put_small(
-            &piece_manifest_key(&key),
+            &manifest_key(&key),
             manifest.to_json().into(),
             "application/json",
         )

@@ -331,10 +331,6 @@ pub struct Transactions {
 }
 
 impl Transactions {
-    pub fn starting_with(state: GtidState) -> Transactions {
-        Transactions { open: None, state }
-    }
-
     /// Resumes in the middle of a file: `open` is the transaction a previous piece ended in.
     pub fn resuming(state: GtidState, open: Option<(Gtid, u8)>) -> Transactions {
         Transactions { open, state }

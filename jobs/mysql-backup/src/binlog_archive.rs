@@ -384,11 +384,6 @@ impl Archive {
     }
 }
 
-/// The pieces' manifest key (beside the piece).
-pub fn piece_manifest_key(key: &str) -> String {
-    manifest_key(key)
-}
-
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
