@@ -3,8 +3,10 @@
 use backup_storage::Store;
 use tokio::io::AsyncReadExt;
 
+use crate::chain::{self, Base, FullBecause, IncrementalRequest, Taken};
 use crate::credentials::DbConnection;
-use crate::ingest::{Ingest, IngestOptions};
+use crate::ingest::{Ingest, IngestOptions, Origin};
+use crate::lineage::Lineage;
 use crate::manifest::Manifest;
 use crate::profile::{BackupToolOptions, ToolProfile};
 use crate::tool::Tool;
@@ -59,7 +61,70 @@ impl BackupProcess {
     }
 }
 
-/// Backs up to `key`; commits only when the tool exited 0 and the stream parsed to its end.
+/// The data dir's lineage, when the data dir is known and its lineage file can be read or
+/// written (a backup without one is still good, it only cannot be the base of an incremental).
+pub fn source_lineage(tool_options: &BackupToolOptions) -> Option<Lineage> {
+    let datadir = tool_options.datadir.as_ref()?;
+    match Lineage::of_datadir(datadir) {
+        Ok(lineage) => Some(lineage),
+        Err(e) => {
+            tracing::warn!("no data dir lineage (this backup cannot be built on): {e}");
+            None
+        }
+    }
+}
+
+/// What the source takes for `request`, and the tool options that take it.
+pub fn take(
+    tool_options: &BackupToolOptions,
+    request: Option<&IncrementalRequest>,
+    lineage: Option<&Lineage>,
+) -> (BackupToolOptions, Taken) {
+    let taken = chain::decide_at_source(request, lineage);
+    let mut options = tool_options.clone();
+    options.incremental_lsn = match &taken {
+        Taken::Incremental { from_lsn } => Some(*from_lsn),
+        Taken::Full(_) => None,
+    };
+    (options, taken)
+}
+
+/// A backup beside the server: full, or (`choice`, when an incremental was asked for) an
+/// incremental on the client's chosen base when this data dir is the base's. Returns the
+/// manifest, and why a full backup was taken when an incremental was asked for.
+pub async fn backup_choosing(
+    profile: &ToolProfile,
+    db: &DbConnection,
+    tool_options: &BackupToolOptions,
+    store: &Store,
+    key: &str,
+    options: &IngestOptions,
+    choice: Option<std::result::Result<Base, FullBecause>>,
+) -> Result<(Manifest, Option<FullBecause>)> {
+    let lineage = source_lineage(tool_options);
+    let (base, mut full_because) = chain::split(choice);
+    let request = base.as_ref().map(Base::request);
+    let (tool_options, taken) = take(tool_options, request.as_ref(), lineage.as_ref());
+    let origin = Origin {
+        source: "local".into(),
+        lineage,
+        base: match taken {
+            Taken::Incremental { .. } => base,
+            Taken::Full(because) => {
+                full_because = full_because.or(because);
+                None
+            }
+        },
+    };
+    if let Some(because) = &full_because {
+        tracing::warn!("taking a full backup, not an incremental: {because}");
+    }
+    let manifest = backup(profile, db, &tool_options, store, key, options, &origin).await?;
+    Ok((manifest, full_because))
+}
+
+/// Backs up to `key`; commits only when the tool exited 0 and the stream parsed to its end (and
+/// is what `origin` says was taken).
 pub async fn backup(
     profile: &ToolProfile,
     db: &DbConnection,
@@ -67,6 +132,7 @@ pub async fn backup(
     store: &Store,
     key: &str,
     options: &IngestOptions,
+    origin: &Origin,
 ) -> Result<Manifest> {
     let mut process = BackupProcess::start(profile, db, tool_options)?;
     let mut ingest = Ingest::start(store, key, options).await?;
@@ -101,5 +167,5 @@ pub async fn backup(
         bytes = finished.stored_bytes(),
         "stream complete, committing"
     );
-    finished.commit(store, key, profile.family, "local").await
+    finished.commit(store, key, profile.family, origin).await
 }

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use backup_storage::{MANIFEST_SUFFIX, ObjectInfo, Store};
 use futures::{StreamExt, TryStreamExt, stream};
 
+use crate::chain;
 use crate::error::Result;
 use crate::manifest::{Manifest, manifest_key};
 
@@ -59,14 +60,62 @@ impl Catalog {
         backups
     }
 
-    /// What `prune --keep keep` deletes, in order: each backup older than the newest `keep`
-    /// (at least 1: the newest is never deleted), its object first and then its manifest (a
-    /// manifest whose object is gone is not a backup, so an interrupted prune leaves nothing
-    /// that looks restorable), and manifests left without their object. Objects without a
-    /// manifest are never deleted: they may be another tool's.
+    /// The complete backups whose chain can be restored (every link holds), newest first: what
+    /// `restore --newest` and a restore to a point choose from. The others are logged.
+    pub fn restorable(&self) -> Vec<Backup> {
+        let backups = self.backups();
+        backups
+            .iter()
+            .filter(|b| match chain::resolve(b, &backups) {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::warn!(backup = b.key, "not restorable: {e}");
+                    false
+                }
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// What `prune --keep keep` keeps, newest first: the newest `keep` backups (at least 1: the
+    /// newest is never deleted) and every backup their chains build on, so that no kept
+    /// incremental loses its base. `keep` counts restore points, full or incremental.
+    pub fn kept(&self, keep: usize) -> Vec<Backup> {
+        let backups = self.backups();
+        let mut kept: BTreeSet<&str> = BTreeSet::new();
+        for backup in backups.iter().take(keep.max(1)) {
+            let mut current = Some(backup);
+            while let Some(b) = current {
+                if !kept.insert(b.key.as_str()) {
+                    break;
+                }
+                current = b
+                    .manifest
+                    .incremental
+                    .as_ref()
+                    .and_then(|i| backups.iter().find(|base| base.key == i.base));
+            }
+        }
+        backups
+            .iter()
+            .filter(|b| kept.contains(b.key.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// What `prune --keep keep` deletes, in order: each backup not [`Catalog::kept`], newest
+    /// first (an incremental before its base, so an interrupted prune never leaves an
+    /// incremental without its base), its object first and then its manifest (a manifest whose
+    /// object is gone is not a backup, so an interrupted prune leaves nothing that looks
+    /// restorable), and manifests left without their object. Objects without a manifest are
+    /// never deleted: they may be another tool's.
     pub fn select_for_deletion(&self, keep: usize) -> Vec<String> {
+        let kept: BTreeSet<String> = self.kept(keep).into_iter().map(|b| b.key).collect();
         let mut delete = Vec::new();
-        for old in self.backups().into_iter().skip(keep.max(1)) {
+        for old in self.backups() {
+            if kept.contains(&old.key) {
+                continue;
+            }
             let manifest = manifest_key(&old.key);
             delete.push(old.key);
             delete.push(manifest);
@@ -136,6 +185,8 @@ mod tests {
             tool_family: crate::profile::Family::Mariadb,
             backup: Default::default(),
             source: "local".into(),
+            lineage: None,
+            incremental: None,
             start_time: time,
             completion_time: time,
             duration_seconds: 0.0,
@@ -262,5 +313,59 @@ mod tests {
             ]
         );
         assert_eq!(c.select_for_deletion(3), ["m/gone.manifest.json"]);
+    }
+
+    /// full1 <- inc1a <- inc1b, then full2 <- inc2a (newest). Keeping 2 keeps inc2a and full2;
+    /// keeping 3 keeps inc1b, which needs inc1a and full1: a chain is never cut.
+    #[test]
+    fn prune_keeps_every_base_a_kept_incremental_needs_and_deletes_incrementals_first() {
+        let incremental = |base: &str, completed: &str| Manifest {
+            format: crate::manifest::FORMAT_INCREMENTAL.into(),
+            incremental: Some(crate::manifest::IncrementalOf {
+                base: base.into(),
+                base_to_lsn: 0,
+            }),
+            ..manifest(10, completed)
+        };
+        let mut manifests = HashMap::new();
+        manifests.insert("m/full1".to_string(), manifest(10, "2026-11-24T02:30:00Z"));
+        manifests.insert(
+            "m/inc1a".to_string(),
+            incremental("m/full1", "2026-11-25T02:30:00Z"),
+        );
+        manifests.insert(
+            "m/inc1b".to_string(),
+            incremental("m/inc1a", "2026-11-26T02:30:00Z"),
+        );
+        manifests.insert("m/full2".to_string(), manifest(10, "2026-11-27T02:30:00Z"));
+        manifests.insert(
+            "m/inc2a".to_string(),
+            incremental("m/full2", "2026-11-28T02:30:00Z"),
+        );
+        let mut objects = Vec::new();
+        for key in manifests.keys() {
+            objects.push(object(key, 10));
+            objects.push(object(&manifest_key(key), 1));
+        }
+        let c = Catalog { objects, manifests };
+        let keys = |backups: Vec<Backup>| backups.into_iter().map(|b| b.key).collect::<Vec<_>>();
+        assert_eq!(keys(c.kept(1)), ["m/inc2a", "m/full2"]);
+        assert_eq!(keys(c.kept(2)), ["m/inc2a", "m/full2"]);
+        assert_eq!(
+            c.select_for_deletion(2),
+            [
+                "m/inc1b",
+                "m/inc1b.manifest.json",
+                "m/inc1a",
+                "m/inc1a.manifest.json",
+                "m/full1",
+                "m/full1.manifest.json"
+            ]
+        );
+        assert_eq!(
+            keys(c.kept(3)),
+            ["m/inc2a", "m/full2", "m/inc1b", "m/inc1a", "m/full1"]
+        );
+        assert!(c.select_for_deletion(3).is_empty());
     }
 }

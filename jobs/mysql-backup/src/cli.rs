@@ -42,6 +42,8 @@ pub enum Command {
         tool: BackupToolArgs,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        incremental: IncrementalArgs,
     },
     /// Sidecar: stream a fresh backup to one authenticated client at a time.
     Serve {
@@ -68,6 +70,8 @@ pub enum Command {
         remote: RemoteArgs,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        incremental: IncrementalArgs,
     },
     /// Init container of a new replica: receive from `serve`, extract, prepare. Skips an
     /// initialised data dir; wipes what an interrupted earlier attempt left.
@@ -247,6 +251,20 @@ pub struct StoreArgs {
     pub parts_in_flight: u64,
     #[command(flatten)]
     pub encrypt: EncryptArgs,
+}
+
+/// Incremental backups: only the pages changed since the newest backup under a prefix.
+#[derive(Args, Debug, Clone)]
+pub struct IncrementalArgs {
+    /// Back up only the pages changed since the newest backup under this prefix (in the same
+    /// bucket as --to), building a chain on it. A full backup is taken instead, and the output
+    /// says why, when there is none yet, its chain is broken or already holds
+    /// --max-incrementals, or the source's data dir is not the one the chain was taken from.
+    #[arg(long, value_name = "PREFIX")]
+    pub incremental: Option<String>,
+    /// Incrementals after a full backup before the next full one (a restore applies them all).
+    #[arg(long, default_value_t = 6, requires = "incremental", value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub max_incrementals: u64,
 }
 
 #[derive(Args, Debug, Clone)]

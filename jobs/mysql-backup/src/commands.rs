@@ -8,6 +8,7 @@ use mysql_backup::archiver::{self, ArchiveOptions};
 use mysql_backup::binlog::GtidState;
 use mysql_backup::binlog_archive::Archive;
 use mysql_backup::catalog::Catalog;
+use mysql_backup::chain::{self, Base, FullBecause};
 use mysql_backup::credentials::DbConnection;
 use mysql_backup::ingest::IngestOptions;
 use mysql_backup::manifest::Manifest;
@@ -20,8 +21,8 @@ use mysql_backup::serve::{self, ServeConfig};
 use serde_json::json;
 
 use crate::cli::{
-    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, PointArgs, PrepareArgs, RemoteArgs,
-    StorageArgs, StoreArgs, ToolArg,
+    AuthArgs, BackupToolArgs, Cli, Command, DbArgs, IncrementalArgs, PointArgs, PrepareArgs,
+    RemoteArgs, StorageArgs, StoreArgs, ToolArg,
 };
 use crate::list_output::{print_binlogs, print_list};
 
@@ -71,18 +72,26 @@ pub async fn run(cli: Cli) -> Result<()> {
             db,
             tool,
             store,
+            incremental,
         } => {
             let (storage, location) = open(&to, &cli.storage).await?;
-            let manifest = mysql_backup::backup::backup(
+            let choice = choose_base(&storage, &location, &incremental).await?;
+            let (manifest, full_because) = mysql_backup::backup::backup_choosing(
                 &profile,
                 &db_connection(&db)?,
                 &tool_options(&tool),
                 &storage,
                 &location.key(),
                 &ingest_options(&store)?,
+                choice,
             )
             .await?;
-            print_manifest(&storage.location(&location.key()).to_string(), &manifest);
+            let because = full_because.map(|b| b.to_string());
+            print_manifest(
+                &storage.location(&location.key()).to_string(),
+                &manifest,
+                because.as_deref(),
+            );
         }
         Command::Serve {
             listen,
@@ -107,9 +116,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             auth,
             remote,
             store,
+            incremental,
         } => {
             let (storage, location) = open(&to, &cli.storage).await?;
-            let manifest = remote::pull(
+            let choice = choose_base(&storage, &location, &incremental).await?;
+            let (manifest, full_because) = remote::pull(
                 &from,
                 &token(&auth)?,
                 &remote_options(&remote),
@@ -117,9 +128,14 @@ pub async fn run(cli: Cli) -> Result<()> {
                 &storage,
                 &location.key(),
                 &ingest_options(&store)?,
+                choice,
             )
             .await?;
-            print_manifest(&storage.location(&location.key()).to_string(), &manifest);
+            print_manifest(
+                &storage.location(&location.key()).to_string(),
+                &manifest,
+                full_because.as_deref(),
+            );
         }
         Command::Clone {
             from,
@@ -180,9 +196,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             let identity = identity.load()?;
             let (storage, location) = open(&from, &cli.storage).await?;
             let key = if newest {
-                let backups = Catalog::read(&storage, &location.key()).await?.backups();
+                let backups = Catalog::read(&storage, &location.key()).await?.restorable();
                 let Some(newest) = backups.into_iter().next() else {
-                    bail!("no complete backup (object and manifest) under {from}");
+                    bail!(
+                        "no complete backup (object and manifest, and its chain for an incremental) under {from}"
+                    );
                 };
                 tracing::info!(
                     backup = %storage.location(&newest.key),
@@ -194,7 +212,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 location.key()
             };
             let from = storage.location(&key).to_string();
-            let s = restore::restore(
+            let restored = restore::restore(
                 &profile,
                 &storage,
                 &key,
@@ -206,7 +224,13 @@ pub async fn run(cli: Cli) -> Result<()> {
             .await?;
             println!(
                 "{}",
-                json!({"restored": from, "datadir": datadir, "files": s.files, "streamBytes": s.stream_bytes})
+                json!({
+                    "restored": from,
+                    "datadir": datadir,
+                    "chain": restored.keys.iter().map(|k| storage.location(k).to_string()).collect::<Vec<_>>(),
+                    "files": restored.files(),
+                    "streamBytes": restored.stream_bytes(),
+                })
             );
         }
         Command::ArchiveBinlogs {
@@ -278,9 +302,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             let mut report =
                 json!({"prefix": prefix, "keep": keep, "dryRun": dry_run, "deleted": urls});
             if let Some(binlogs) = binlogs {
-                // The oldest backup kept (the catalog lists them newest first).
-                let backups = catalog.backups();
-                let kept = backups.iter().take(keep.max(1) as usize).next_back();
+                // The oldest backup kept (newest first; a kept chain's full backup is older
+                // than its incrementals).
+                let kept = catalog.kept(keep as usize);
+                let kept = kept.last();
                 report["deletedBinlogs"] =
                     json!(prune_binlogs(&cli.storage, &binlogs, kept, dry_run).await?);
             }
@@ -399,7 +424,7 @@ async fn restore_to_point(
     let (archive_store, archive_location) = open(binlogs_url, storage_args).await?;
     // Refused here, before the data dir is touched, when the point is out of reach.
     restore::check_empty(datadir)?;
-    let backups = Catalog::read(&storage, &location.key()).await?.backups();
+    let backups = Catalog::read(&storage, &location.key()).await?.restorable();
     let archive = Archive::read(&archive_store, &archive_location.key()).await?;
     let plan = point_in_time::plan(&backups, &archive, point)
         .with_context(|| format!("cannot restore to {point}"))?;
@@ -413,7 +438,7 @@ async fn restore_to_point(
         plan: &plan,
         point,
     };
-    let (summary, applied) = restore::restore_then_replay(
+    let (restored, applied) = restore::restore_then_replay(
         profile,
         &storage,
         &plan.base.key,
@@ -430,7 +455,8 @@ async fn restore_to_point(
         json!({
             "restored": storage.location(&plan.base.key).to_string(),
             "datadir": datadir,
-            "files": summary.files,
+            "chain": restored.keys.iter().map(|k| storage.location(k).to_string()).collect::<Vec<_>>(),
+            "files": restored.files(),
             "backupGtid": plan.base_state.to_string(),
             "binlogFiles": plan.files.iter().map(|f| f.name().to_string()).collect::<Vec<_>>(),
             "transactionsApplied": applied.transactions,
@@ -442,9 +468,37 @@ async fn restore_to_point(
     Ok(())
 }
 
-fn print_manifest(url: &str, m: &Manifest) {
+/// With `--incremental PREFIX`: the base the catalog under PREFIX offers, or why a full backup.
+async fn choose_base(
+    storage: &Store,
+    to: &Location,
+    args: &IncrementalArgs,
+) -> Result<Option<std::result::Result<Base, FullBecause>>> {
+    let Some(prefix) = &args.incremental else {
+        return Ok(None);
+    };
+    let chain_location = Location::parse(prefix)?;
+    // A manifest names its base by key: the chain lives in one bucket.
+    if chain_location.with_key("") != to.with_key("") {
+        bail!("--incremental {prefix} must be in the same bucket (or directory tree) as --to");
+    }
+    let backups = Catalog::read(storage, &chain_location.key())
+        .await?
+        .backups();
+    Ok(Some(chain::choose_base(
+        &backups,
+        args.max_incrementals as usize,
+    )))
+}
+
+/// The manifest as JSON, with the object's URL, the peak memory and, when an incremental was
+/// asked for, why a full backup was taken.
+fn print_manifest(url: &str, m: &Manifest, full_because: Option<&str>) {
     let mut value = serde_json::to_value(m).expect("manifest serializes");
     value["object"] = json!(url);
+    if let Some(because) = full_because {
+        value["fullBecause"] = json!(because);
+    }
     value["peakRssMiB"] = json!(peak_rss_mib());
     println!("{value}");
 }
@@ -536,6 +590,7 @@ fn tool_options(args: &BackupToolArgs) -> BackupToolOptions {
         datadir: args.datadir.clone(),
         parallel: args.parallel,
         replica_info: args.replica_info,
+        incremental_lsn: None,
         extra_args: args.tool_args.clone(),
     }
 }

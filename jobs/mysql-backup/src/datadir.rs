@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::{Error, Result};
 
 pub const STAGING: &str = ".mysql-backup-staging";
+/// Where an incremental backup of a chain is extracted, one at a time, to be applied to staging.
+pub const INCREMENTAL: &str = ".mysql-backup-incremental";
 pub const INCOMPLETE: &str = ".mysql-backup-incomplete";
 /// Backup metadata of the restored data (read by `configure-replication`).
 pub const RESTORED: &str = ".mysql-backup-restored.json";
@@ -49,7 +51,10 @@ pub fn state(datadir: &Path) -> Result<State> {
     }
     // A staging dir without the marker cannot come from us after the marker was written, but
     // a crash between mkdir and marker write could leave one: it is not data.
-    if names.iter().all(|n| ignorable(n) || n == STAGING) {
+    if names
+        .iter()
+        .all(|n| ignorable(n) || n == STAGING || n == INCREMENTAL)
+    {
         Ok(State::Empty)
     } else {
         Ok(State::Initialised)
@@ -97,9 +102,20 @@ impl Staging {
         })
     }
 
-    /// Moves the prepared files into the data dir, then removes the marker (last).
+    /// An empty directory for the next incremental of a chain (what the previous one left is
+    /// removed first).
+    pub fn incremental_dir(&self) -> Result<PathBuf> {
+        let dir = self.datadir.join(INCREMENTAL);
+        remove_dir_if_present(&dir)?;
+        std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+        Ok(dir)
+    }
+
+    /// Moves the prepared files into the data dir, gives it a new lineage (its LSN history
+    /// departs from the backup's source from here on), then removes the marker (last).
     pub fn install(mut self, restored_json: &[u8]) -> Result<()> {
         self.settled = true;
+        remove_dir_if_present(&self.datadir.join(INCREMENTAL))?;
         for name in entries(&self.dir)? {
             let from = self.dir.join(&name);
             let to = self.datadir.join(&name);
@@ -107,6 +123,7 @@ impl Staging {
         }
         let info = self.datadir.join(RESTORED);
         std::fs::write(&info, restored_json).map_err(|e| Error::io(&info, e))?;
+        crate::lineage::Lineage::renew(&self.datadir)?;
         std::fs::remove_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         sync_dir(&self.datadir)?;
         let marker = self.datadir.join(INCOMPLETE);
@@ -123,6 +140,10 @@ impl Staging {
 
     fn undo(&mut self) {
         self.settled = true;
+        if let Err(e) = remove_dir_if_present(&self.datadir.join(INCREMENTAL)) {
+            tracing::warn!("{e}; the data dir stays marked incomplete");
+            return;
+        }
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!(
                 "could not remove {}: {e}; the data dir stays marked incomplete",
@@ -166,6 +187,14 @@ fn wipe(datadir: &Path) -> Result<()> {
         removed.map_err(|e| Error::io(&path, e))?;
     }
     Ok(())
+}
+
+fn remove_dir_if_present(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
@@ -222,12 +251,38 @@ mod tests {
         assert_eq!(state(dir.path()).unwrap(), State::Incomplete);
     }
 
+    /// A backup tool that copied the source's lineage file into the backup must not make the
+    /// restored data dir look like the source: install gives it a lineage of its own. An
+    /// incremental's scratch dir does not count as data and is gone after install.
+    #[test]
+    fn an_installed_data_dir_has_a_lineage_of_its_own() {
+        use crate::lineage::{LINEAGE_FILE, Lineage};
+        let dir = tempfile::tempdir().unwrap();
+        let source = Lineage::new_random();
+        let staging = Staging::begin(dir.path()).unwrap();
+        std::fs::write(staging.dir.join(LINEAGE_FILE), source.as_str()).unwrap();
+        std::fs::write(staging.dir.join("ibdata1"), b"x").unwrap();
+        std::fs::write(
+            staging.incremental_dir().unwrap().join("ibdata1.delta"),
+            b"x",
+        )
+        .unwrap();
+        staging.install(b"{}").unwrap();
+        assert_ne!(Lineage::of_datadir(dir.path()).unwrap(), source);
+        assert!(!dir.path().join(INCREMENTAL).exists());
+    }
+
     #[test]
     fn discard_leaves_the_dir_as_it_was() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("lost+found")).unwrap();
         let staging = Staging::begin(dir.path()).unwrap();
         std::fs::write(staging.dir.join("ibdata1"), b"x").unwrap();
+        std::fs::write(
+            staging.incremental_dir().unwrap().join("ibdata1.delta"),
+            b"x",
+        )
+        .unwrap();
         staging.discard();
         assert_eq!(entries(dir.path()).unwrap(), ["lost+found"]);
 

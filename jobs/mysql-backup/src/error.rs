@@ -40,6 +40,12 @@ pub enum Error {
         source: crate::binlog::BinlogError,
     },
 
+    #[error("incremental backup refused: {0}")]
+    Incremental(String),
+
+    #[error("the backup chain cannot be restored: {0}")]
+    ChainBroken(#[from] crate::chain::ChainError),
+
     #[error("the backup stream is incomplete: {0}")]
     Incomplete(String),
 
@@ -135,6 +141,7 @@ impl Error {
                 | Error::Incomplete(_)
                 | Error::Corrupted { .. }
                 | Error::NoManifest { .. }
+                | Error::ChainBroken(_)
         )
     }
 

@@ -12,8 +12,10 @@ use backup_storage::{Store, Upload, UploadOptions};
 use chrono::Utc;
 use sha2::{Digest, Sha256};
 
+use crate::chain::{self, Base, Taken};
 use crate::compress::Compression;
-use crate::manifest::{FORMAT, Manifest, manifest_key};
+use crate::lineage::Lineage;
+use crate::manifest::{FORMAT, FORMAT_INCREMENTAL, IncrementalOf, Manifest, manifest_key};
 use crate::metadata::BackupMetadata;
 use crate::profile::Family;
 use crate::xbstream::{Parser, StreamSummary};
@@ -55,6 +57,36 @@ pub struct Ingest {
     encryption: Option<Encryption>,
     started: Instant,
     start_time: chrono::DateTime<Utc>,
+}
+
+/// Where a backup comes from, recorded in its manifest.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// `local`, or `serve HOST:PORT`.
+    pub source: String,
+    /// The source data dir's lineage, when known.
+    pub lineage: Option<Lineage>,
+    /// Set when the source took an incremental on this base.
+    pub base: Option<Base>,
+}
+
+impl Origin {
+    pub fn full(source: impl Into<String>, lineage: Option<Lineage>) -> Origin {
+        Origin {
+            source: source.into(),
+            lineage,
+            base: None,
+        }
+    }
+
+    fn taken(&self) -> Taken {
+        match &self.base {
+            Some(base) => Taken::Incremental {
+                from_lsn: base.to_lsn,
+            },
+            None => Taken::Full(None),
+        }
+    }
 }
 
 /// A stream that parsed cleanly, fully uploaded but not yet committed.
@@ -184,17 +216,27 @@ impl Finished {
 
     /// Commits the object, then writes its manifest beside it. If the manifest cannot be
     /// written, the object stays (its bytes are complete) but the command fails with
-    /// [`Error::ManifestNotWritten`]: it must never look like a finished backup.
+    /// [`Error::ManifestNotWritten`]: it must never look like a finished backup. A stream that
+    /// is not what was taken (a full backup for an incremental, another start LSN) is aborted.
     pub async fn commit(
         self,
         store: &Store,
         key: &str,
         family: Family,
-        source: &str,
+        origin: &Origin,
     ) -> Result<Manifest> {
+        if let Err(e) = chain::check_stream(&origin.taken(), &self.metadata) {
+            abort(self.upload).await;
+            return Err(Error::Incremental(e));
+        }
         let info = self.upload.commit().await?;
         let manifest = Manifest {
-            format: FORMAT.into(),
+            format: if origin.base.is_some() {
+                FORMAT_INCREMENTAL
+            } else {
+                FORMAT
+            }
+            .into(),
             stored_bytes: info.size,
             stored_sha256: self.stored.sha256(),
             stored_crc32c: self.stored.crc32c(),
@@ -207,7 +249,12 @@ impl Finished {
             file_count: self.summary.files,
             tool_family: family,
             backup: self.metadata,
-            source: source.to_string(),
+            source: origin.source.clone(),
+            lineage: origin.lineage.as_ref().map(|l| l.to_string()),
+            incremental: origin.base.as_ref().map(|b| IncrementalOf {
+                base: b.key.clone(),
+                base_to_lsn: b.to_lsn,
+            }),
             start_time: self.start_time,
             completion_time: Utc::now(),
             duration_seconds: self.started.elapsed().as_secs_f64(),

@@ -4,12 +4,14 @@
 use backup_storage::Store;
 use mysql_backup::binlog_archive::Archive;
 use mysql_backup::catalog::Backup;
+use mysql_backup::manifest::Manifest;
 use serde_json::json;
 
 use crate::cli::Output;
 
-/// One row a backup: its URL, stored size, completion time, compression and whether it is
-/// encrypted (the JSON rows also carry the binlog position, server version and source).
+/// One row a backup: its URL, whether it is full or incremental (and on which base), stored
+/// size, completion time, compression and whether it is encrypted (the JSON rows also carry
+/// the LSNs, data dir lineage, binlog position, server version and source).
 pub fn print_list(storage: &Store, backups: &[Backup], output: Output) {
     match output {
         Output::Json => {
@@ -19,6 +21,11 @@ pub fn print_list(storage: &Store, backups: &[Backup], output: Output) {
                     let m = &b.manifest;
                     json!({
                         "url": storage.location(&b.key).to_string(),
+                        "type": kind(m),
+                        "base": m.incremental.as_ref().map(|i| storage.location(&i.base).to_string()),
+                        "fromLsn": m.backup.from_lsn,
+                        "toLsn": m.backup.to_lsn,
+                        "lineage": m.lineage,
                         "storedBytes": m.stored_bytes,
                         "completionTime": m.completion_time,
                         "compression": m.compression.as_str(),
@@ -33,21 +40,34 @@ pub fn print_list(storage: &Store, backups: &[Backup], output: Output) {
         }
         Output::Text => {
             println!(
-                "{:<70} {:>12} {:<25} {:<6} {:<4}",
-                "BACKUP", "BYTES", "COMPLETED", "COMPR", "AGE"
+                "{:<70} {:<11} {:>12} {:<25} {:<6} {:<4} BASE",
+                "BACKUP", "TYPE", "BYTES", "COMPLETED", "COMPR", "AGE"
             );
             for b in backups {
                 let m = &b.manifest;
                 println!(
-                    "{:<70} {:>12} {:<25} {:<6} {:<4}",
+                    "{:<70} {:<11} {:>12} {:<25} {:<6} {:<4} {}",
                     storage.location(&b.key).to_string(),
+                    kind(m),
                     m.stored_bytes,
                     m.completion_time.to_rfc3339(),
                     m.compression.as_str(),
                     if m.encryption.is_some() { "yes" } else { "no" },
+                    m.incremental.as_ref().map_or_else(
+                        || "-".to_string(),
+                        |i| storage.location(&i.base).to_string()
+                    ),
                 )
             }
         }
+    }
+}
+
+fn kind(m: &Manifest) -> &'static str {
+    if m.is_incremental() {
+        "incremental"
+    } else {
+        "full"
     }
 }
 

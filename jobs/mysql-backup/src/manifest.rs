@@ -12,6 +12,19 @@ use crate::profile::Family;
 
 pub use backup_storage::{MANIFEST_SUFFIX, manifest_key};
 pub const FORMAT: &str = "mysql-backup/v1";
+/// An incremental backup's manifest: a format of its own, so that a version of mysql-backup that
+/// knows only full backups never lists, restores or counts one as a full backup.
+pub const FORMAT_INCREMENTAL: &str = "mysql-backup/v1-incremental";
+
+/// What an incremental backup builds on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IncrementalOf {
+    /// The base backup's key in the same store (a full backup or an earlier incremental).
+    pub base: String,
+    /// The base's `to_lsn`, which is this backup's `from_lsn`.
+    pub base_to_lsn: u64,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -47,6 +60,12 @@ pub struct Manifest {
     pub backup: BackupMetadata,
     /// `local` or the `serve` peer it was pulled from.
     pub source: String,
+    /// The data dir it was taken from (`crate::lineage`); recorded since incremental backups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<String>,
+    /// Present on an incremental backup (format [`FORMAT_INCREMENTAL`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalOf>,
     pub start_time: DateTime<Utc>,
     pub completion_time: DateTime<Utc>,
     pub duration_seconds: f64,
@@ -56,8 +75,17 @@ pub struct Manifest {
 impl Manifest {
     pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
         let m: Manifest = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        if m.format != FORMAT {
-            return Err(format!("unknown format {:?} (expected {FORMAT})", m.format));
+        match (m.format.as_str(), &m.incremental) {
+            (FORMAT, None) | (FORMAT_INCREMENTAL, Some(_)) => {}
+            (FORMAT, Some(_)) => return Err("a full backup's manifest names a base".into()),
+            (FORMAT_INCREMENTAL, None) => {
+                return Err("an incremental backup's manifest names no base".into());
+            }
+            (other, _) => {
+                return Err(format!(
+                    "unknown format {other:?} (expected {FORMAT} or {FORMAT_INCREMENTAL})"
+                ));
+            }
         }
         m.recorded_checksum()?;
         Ok(m)
@@ -75,6 +103,10 @@ impl Manifest {
     pub fn stored_checksum(&self) -> StoredChecksum {
         self.recorded_checksum()
             .expect("a manifest that parsed, or one this version wrote, follows the checksum rules")
+    }
+
+    pub fn is_incremental(&self) -> bool {
+        self.incremental.is_some()
     }
 
     pub fn to_json(&self) -> Vec<u8> {

@@ -28,6 +28,22 @@ pub struct ToolProfile {
     pub client: String,
 }
 
+/// Where a `--prepare` stands in a chain: the full backup (no incremental dir) or one of its
+/// incrementals, and whether more follow.
+#[derive(Debug, Clone, Copy)]
+pub struct PrepareStep<'a> {
+    pub incremental_dir: Option<&'a Path>,
+    pub last: bool,
+}
+
+impl PrepareStep<'_> {
+    /// A full backup restored alone (or cloned).
+    pub const ALONE: PrepareStep<'static> = PrepareStep {
+        incremental_dir: None,
+        last: true,
+    };
+}
+
 /// What a backup run needs besides credentials.
 #[derive(Debug, Clone, Default)]
 pub struct BackupToolOptions {
@@ -37,6 +53,8 @@ pub struct BackupToolOptions {
     pub parallel: Option<u32>,
     /// Write `xtrabackup_slave_info` (backing up a replica).
     pub replica_info: bool,
+    /// Copy only the pages changed since this LSN (`--incremental-lsn`).
+    pub incremental_lsn: Option<u64>,
     /// Passed through verbatim, after ours.
     pub extra_args: Vec<String>,
 }
@@ -97,20 +115,37 @@ impl ToolProfile {
         if o.replica_info {
             args.push("--slave-info".into());
         }
+        if let Some(lsn) = o.incremental_lsn {
+            args.push(format!("--incremental-lsn={lsn}").into());
+        }
         args.extend(o.extra_args.iter().map(OsString::from));
         args
     }
 
     /// `--no-defaults` keeps the machine's my.cnf out: the prepared files must only depend on
-    /// the backup's own `backup-my.cnf`.
-    pub fn prepare_args(&self, target_dir: &Path, use_memory: Option<&str>) -> Vec<OsString> {
+    /// the backup's own `backup-my.cnf`. `step` says where in a chain this prepare is.
+    pub fn prepare_args(
+        &self,
+        target_dir: &Path,
+        use_memory: Option<&str>,
+        step: PrepareStep<'_>,
+    ) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "--no-defaults".into(),
             "--prepare".into(),
             flag("--target-dir=", target_dir),
         ];
+        if let Some(dir) = step.incremental_dir {
+            args.push(flag("--incremental-dir=", dir));
+        }
         if let Some(mem) = use_memory {
             args.push(format!("--use-memory={mem}").into());
+        }
+        if self.family == Family::Percona && !step.last {
+            // XtraBackup must not roll back uncommitted transactions before the last
+            // incremental is applied; mariadb-backup (10.2+) needs no such flag.
+            args.push("--apply-log-only".into());
+            return args;
         }
         if self.family == Family::Percona {
             // Prepared-but-uncommitted XA transactions would otherwise block the server start.

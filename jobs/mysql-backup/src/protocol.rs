@@ -7,7 +7,8 @@
 //!    protocol version. Each side learns that the other holds the token: the client's message
 //!    is sealed under it, the server's answer too, and the token never crosses the wire. Fresh ephemeral keys give each connection its
 //!    own session keys, so nothing recorded from one connection works in another.
-//! 2. client: the request `BACKUP`, the first sealed message. Only the client that made the
+//! 2. client: the request `BACKUP` (a full backup) or `BACKUP INCREMENTAL <lineage> <lsn>` (the
+//!    pages changed since `lsn`, if the source's data dir has that lineage), the first sealed message. Only the client that made the
 //!    handshake can seal it, so a handshake message replayed by someone else starts nothing.
 //! 3. server: `OK`, or `BUSY` when a backup is already running.
 //! 4. after `OK`, frames: tag byte, u32 big-endian length, payload. `D` carries stream bytes;
@@ -22,6 +23,9 @@ use sha2::{Digest, Sha256};
 use snow::{HandshakeState, TransportState};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::chain::IncrementalRequest;
+use crate::lineage::Lineage;
+
 const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_SHA256";
 const PROLOGUE: &[u8] = b"MYSQL-BACKUP/2";
 /// Largest Noise message, and the plaintext that fits in one with its 16-byte tag.
@@ -29,7 +33,51 @@ const MAX_MESSAGE: usize = 65535;
 const MAX_PLAINTEXT: usize = MAX_MESSAGE - 16;
 
 pub const MAX_FRAME: u32 = 4 << 20;
-pub const REQUEST: &[u8] = b"BACKUP";
+pub const REQUEST: &str = "BACKUP";
+
+/// What the client asks the source for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Full,
+    Incremental(IncrementalRequest),
+}
+
+impl Request {
+    fn encode(&self) -> String {
+        match self {
+            Request::Full => REQUEST.into(),
+            Request::Incremental(r) => {
+                format!("{REQUEST} INCREMENTAL {} {}", r.lineage, r.from_lsn)
+            }
+        }
+    }
+
+    fn decode(plain: &[u8]) -> Option<Request> {
+        let text = std::str::from_utf8(plain).ok()?;
+        let mut words = text.split(' ');
+        if words.next()? != REQUEST {
+            return None;
+        }
+        let request = match (words.next(), words.next(), words.next()) {
+            (None, _, _) => Request::Full,
+            (Some("INCREMENTAL"), Some(lineage), Some(lsn)) => {
+                Request::Incremental(IncrementalRequest {
+                    lineage: Lineage::parse(lineage)?,
+                    from_lsn: lsn.parse().ok()?,
+                })
+            }
+            _ => return None,
+        };
+        words.next().is_none().then_some(request)
+    }
+
+    pub fn incremental(&self) -> Option<&IncrementalRequest> {
+        match self {
+            Request::Full => None,
+            Request::Incremental(r) => Some(r),
+        }
+    }
+}
 
 pub const TAG_DATA: u8 = b'D';
 pub const TAG_SUCCESS: u8 = b'S';
@@ -85,6 +133,7 @@ async fn read_message<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> Res
 pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &[u8],
+    request: &Request,
 ) -> Result<Receiver> {
     let mut handshake = noise(token, true);
     let mut message = vec![0u8; MAX_MESSAGE];
@@ -109,7 +158,7 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         .into_transport_mode()
         .map_err(|_| ChannelError::Handshake)?;
     let n = transport
-        .write_message(REQUEST, &mut message)
+        .write_message(request.encode().as_bytes(), &mut message)
         .map_err(|_| ChannelError::Handshake)?;
     write_message(stream, &message[..n]).await?;
     Ok(Receiver {
@@ -123,7 +172,7 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
 pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &[u8],
-) -> Result<Sender> {
+) -> Result<(Sender, Request)> {
     let mut handshake = noise(token, false);
     let mut message = Vec::new();
     let mut plain = vec![0u8; MAX_MESSAGE];
@@ -143,13 +192,16 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     let n = transport
         .read_message(&message, &mut plain)
         .map_err(|_| ChannelError::Handshake)?;
-    if &plain[..n] != REQUEST {
+    let Some(request) = Request::decode(&plain[..n]) else {
         return Err(ChannelError::Protocol("unknown request".into()));
-    }
-    Ok(Sender {
-        transport,
-        message: vec![0u8; MAX_MESSAGE],
-    })
+    };
+    Ok((
+        Sender {
+            transport,
+            message: vec![0u8; MAX_MESSAGE],
+        },
+        request,
+    ))
 }
 
 /// Seals what the server sends.
@@ -248,13 +300,31 @@ mod tests {
         Result<(Receiver, tokio::io::DuplexStream)>,
         Result<(Sender, tokio::io::DuplexStream)>,
     ) {
+        let (client, server) = pair_asking(client_token, server_token, &Request::Full).await;
+        (
+            client,
+            server.map(|(sender, request, io)| {
+                assert_eq!(request, Request::Full);
+                (sender, io)
+            }),
+        )
+    }
+
+    async fn pair_asking(
+        client_token: &[u8],
+        server_token: &[u8],
+        request: &Request,
+    ) -> (
+        Result<(Receiver, tokio::io::DuplexStream)>,
+        Result<(Sender, Request, tokio::io::DuplexStream)>,
+    ) {
         let (mut client, mut server) = tokio::io::duplex(1 << 20);
         let (client_token, server_token) = (client_token.to_vec(), server_token.to_vec());
         let server = tokio::spawn(async move {
-            let sender = accept(&mut server, &server_token).await?;
-            Ok((sender, server))
+            let (sender, request) = accept(&mut server, &server_token).await?;
+            Ok((sender, request, server))
         });
-        let client = connect(&mut client, &client_token)
+        let client = connect(&mut client, &client_token, request)
             .await
             .map(|r| (r, client));
         (client, server.await.unwrap())
@@ -282,6 +352,27 @@ mod tests {
             receiver.frame(&mut client, &mut buf).await.unwrap().0,
             TAG_SUCCESS
         );
+    }
+
+    #[tokio::test]
+    async fn an_incremental_request_arrives_as_sent_and_garbage_is_refused() {
+        let request = Request::Incremental(IncrementalRequest {
+            lineage: Lineage::parse("0123456789abcdef0123456789abcdef").unwrap(),
+            from_lsn: 44848,
+        });
+        let (client, server) =
+            pair_asking(b"token-0123456789", b"token-0123456789", &request).await;
+        assert!(client.is_ok());
+        assert_eq!(server.unwrap().1, request);
+        for garbage in [
+            "BACKUP INCREMENTAL",
+            "BACKUP INCREMENTAL nothex 5",
+            "BACKUP INCREMENTAL 0123456789abcdef0123456789abcdef -1",
+            "BACKUP INCREMENTAL 0123456789abcdef0123456789abcdef 5 more",
+            "BACKUPS",
+        ] {
+            assert_eq!(Request::decode(garbage.as_bytes()), None, "{garbage}");
+        }
     }
 
     #[tokio::test]

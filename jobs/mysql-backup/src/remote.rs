@@ -7,14 +7,17 @@ use backup_storage::Store;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
+use crate::chain::{self, Base, FullBecause};
 use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
-use crate::ingest::{Ingest, IngestOptions};
+use crate::ingest::{Ingest, IngestOptions, Origin};
+use crate::lineage::Lineage;
 use crate::manifest::Manifest;
 use crate::metadata::BackupMetadata;
 use crate::profile::ToolProfile;
-use crate::protocol::{self, TAG_DATA, TAG_FAILURE, TAG_SUCCESS};
+use crate::protocol::{self, Request, TAG_DATA, TAG_FAILURE, TAG_SUCCESS};
 use crate::restore::{PrepareOptions, prepare_and_install};
+use crate::serve::Summary;
 use crate::xbstream::StreamSummary;
 use crate::{Error, Result};
 
@@ -45,8 +48,8 @@ pub struct RemoteStream {
 
 pub enum Next<'a> {
     Data(&'a [u8]),
-    /// The source's tool exited 0 and its stream was complete.
-    Success,
+    /// The source's tool exited 0 and its stream was complete; its summary (JSON).
+    Success(&'a [u8]),
 }
 
 impl RemoteStream {
@@ -54,6 +57,7 @@ impl RemoteStream {
         addr: &str,
         token: &[u8],
         options: &RemoteOptions,
+        request: &Request,
     ) -> Result<RemoteStream> {
         let peer_err = |detail: String| Error::Peer {
             peer: addr.to_string(),
@@ -67,7 +71,7 @@ impl RemoteStream {
         // Reads of whole sealed messages, not a syscall per length prefix.
         let mut socket = BufReader::with_capacity(1 << 20, socket);
         let handshake = async {
-            let mut receiver = protocol::connect(&mut socket, token).await?;
+            let mut receiver = protocol::connect(&mut socket, token, request).await?;
             let answer = receiver.answer(&mut socket).await?;
             Ok::<_, protocol::ChannelError>((receiver, answer))
         };
@@ -112,7 +116,7 @@ impl RemoteStream {
         })?;
         match tag {
             TAG_DATA => Ok(Next::Data(&self.buf)),
-            TAG_SUCCESS => Ok(Next::Success),
+            TAG_SUCCESS => Ok(Next::Success(&self.buf)),
             TAG_FAILURE => Err(Error::RemoteFailure(
                 String::from_utf8_lossy(&self.buf).into_owned(),
             )),
@@ -121,7 +125,11 @@ impl RemoteStream {
     }
 }
 
-/// `pull`: stores the stream; commits only after the success frame and a clean parse.
+/// `pull`: stores the stream; commits only after the success frame and a clean parse. With
+/// `choice` (an incremental asked for), the source is asked for an incremental on the chosen
+/// base; it takes a full backup when its data dir is not the base's. Returns the manifest and
+/// why a full backup was taken when an incremental was asked for.
+#[allow(clippy::too_many_arguments)]
 pub async fn pull(
     addr: &str,
     token: &[u8],
@@ -130,26 +138,65 @@ pub async fn pull(
     store: &Store,
     key: &str,
     options: &IngestOptions,
-) -> Result<Manifest> {
-    let mut stream = RemoteStream::connect(addr, token, remote).await?;
+    choice: Option<std::result::Result<Base, FullBecause>>,
+) -> Result<(Manifest, Option<String>)> {
+    let (base, client_because) = chain::split(choice);
+    let client_because = client_because.map(|b| b.to_string());
+    let request = match &base {
+        Some(b) => Request::Incremental(b.request()),
+        None => Request::Full,
+    };
+    let mut stream = RemoteStream::connect(addr, token, remote, &request).await?;
     let mut ingest = Ingest::start(store, key, options).await?;
-    let received: Result<()> = async {
+    let received: Result<Summary> = async {
         loop {
             match stream.next().await? {
                 Next::Data(data) => ingest.write(data).await?,
-                Next::Success => return Ok(()),
+                Next::Success(summary) => {
+                    return serde_json::from_slice(summary).map_err(|e| Error::Peer {
+                        peer: addr.to_string(),
+                        detail: format!("unreadable success summary: {e}"),
+                    });
+                }
             }
         }
     }
     .await;
-    if let Err(e) = received {
-        ingest.abort().await;
-        return Err(e);
+    let summary = match received {
+        Ok(summary) => summary,
+        Err(e) => {
+            ingest.abort().await;
+            return Err(e);
+        }
+    };
+    let origin = Origin {
+        source: format!("serve {addr}"),
+        lineage: summary.lineage.as_deref().and_then(Lineage::parse),
+        // What the source says it took; the commit checks the stream says the same.
+        base: match summary.incremental_from_lsn {
+            Some(from) if base.as_ref().is_some_and(|b| b.to_lsn == from) => base,
+            Some(from) => {
+                ingest.abort().await;
+                return Err(Error::Peer {
+                    peer: addr.to_string(),
+                    detail: format!("sent an incremental from LSN {from}, which was not asked for"),
+                });
+            }
+            None => None,
+        },
+    };
+    let full_because = match (&request, &origin.base) {
+        (Request::Incremental(_), None) => Some(summary.full_because.unwrap_or_else(|| {
+            format!("{addr} does not take incremental backups (an older mysql-backup)")
+        })),
+        _ => client_because,
+    };
+    if let Some(because) = &full_because {
+        tracing::warn!("took a full backup, not an incremental: {because}");
     }
     let finished = ingest.finish().await?;
-    finished
-        .commit(store, key, profile.family, &format!("serve {addr}"))
-        .await
+    let manifest = finished.commit(store, key, profile.family, &origin).await?;
+    Ok((manifest, full_because))
 }
 
 pub enum CloneOutcome {
@@ -171,7 +218,7 @@ pub async fn clone(
         tracing::info!("{} is already initialised; not cloning", datadir.display());
         return Ok(CloneOutcome::Skipped);
     }
-    let mut stream = RemoteStream::connect(addr, token, remote).await?;
+    let mut stream = RemoteStream::connect(addr, token, remote, &Request::Full).await?;
     let staging = Staging::begin(datadir)?;
     let received = async {
         let mut extraction = Extraction::start(profile, &staging.dir, options.parallel)?;
@@ -179,7 +226,7 @@ pub async fn clone(
             loop {
                 match stream.next().await? {
                     Next::Data(data) => extraction.write(data).await?,
-                    Next::Success => return Ok(()),
+                    Next::Success(_) => return Ok(()),
                 }
             }
         }

@@ -8,13 +8,15 @@ use backup_storage::layers::{Declared, ObjectReader, ReadError, identity_needed}
 use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum};
 use sha2::{Digest, Sha256};
 
+use crate::catalog::Backup;
+use crate::chain;
 use crate::compress::Compression;
 use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
 use crate::manifest::{Manifest, manifest_key};
 use crate::metadata::BackupMetadata;
 use crate::point_in_time::{Point, ReplayPlan};
-use crate::profile::ToolProfile;
+use crate::profile::{PrepareStep, ToolProfile};
 use crate::replay::Applied;
 use crate::tool::Tool;
 use crate::xbstream::StreamSummary;
@@ -43,33 +45,38 @@ pub async fn prepare_and_install(
     options: &PrepareOptions,
     metadata: &BackupMetadata,
 ) -> Result<()> {
-    prepare_replay_install(profile, staging, options, metadata, None, None).await?;
+    if let Err(e) = prepare(profile, &staging.dir, options, PrepareStep::ALONE).await {
+        staging.discard();
+        return Err(e);
+    }
+    replay_and_install(staging, options, metadata, None, None).await?;
     Ok(())
 }
 
-/// [`prepare_and_install`], with archived binlogs replayed between prepare and install.
-pub async fn prepare_replay_install(
+/// One `--prepare` of the staging dir (with an incremental dir, when a chain is applied).
+async fn prepare(
     profile: &ToolProfile,
+    target: &Path,
+    options: &PrepareOptions,
+    step: PrepareStep<'_>,
+) -> Result<()> {
+    let args = profile.prepare_args(target, options.use_memory.as_deref(), step);
+    let mut tool = Tool::spawn(&profile.backup_tool, &args, false, profile.package())?;
+    let (status, tail) = tool.wait().await?;
+    if !status.success() {
+        return Err(profile.classify_failure(&tool.name, &status.to_string(), &tail));
+    }
+    Ok(())
+}
+
+/// Archived binlogs replayed on the prepared staging dir (when asked), then the install.
+async fn replay_and_install(
     staging: Staging,
     options: &PrepareOptions,
     metadata: &BackupMetadata,
     replay: Option<Replay<'_>>,
     identity: Option<&Identity>,
 ) -> Result<Option<Applied>> {
-    let args = profile.prepare_args(&staging.dir, options.use_memory.as_deref());
-    let prepared = async {
-        let mut tool = Tool::spawn(&profile.backup_tool, &args, false, profile.package())?;
-        let (status, tail) = tool.wait().await?;
-        if !status.success() {
-            return Err(profile.classify_failure(&tool.name, &status.to_string(), &tail));
-        }
-        Ok(())
-    }
-    .await;
-    if let Err(e) = prepared {
-        staging.discard();
-        return Err(e);
-    }
     let applied = match replay {
         None => None,
         Some(r) => {
@@ -132,6 +139,23 @@ async fn load_manifest(
     }
 }
 
+/// What a restore installed: the backups applied (full backup first) and their streams.
+#[derive(Debug)]
+pub struct Restored {
+    pub keys: Vec<String>,
+    pub summaries: Vec<StreamSummary>,
+}
+
+impl Restored {
+    pub fn files(&self) -> u64 {
+        self.summaries.iter().map(|s| s.files).sum()
+    }
+
+    pub fn stream_bytes(&self) -> u64 {
+        self.summaries.iter().map(|s| s.stream_bytes).sum()
+    }
+}
+
 pub async fn restore(
     profile: &ToolProfile,
     store: &Store,
@@ -140,13 +164,77 @@ pub async fn restore(
     options: &PrepareOptions,
     force: bool,
     identity: Option<&Identity>,
-) -> Result<StreamSummary> {
-    let (summary, _) =
+) -> Result<Restored> {
+    let (restored, _) =
         restore_then_replay(profile, store, key, datadir, options, force, identity, None).await?;
-    Ok(summary)
+    Ok(restored)
 }
 
-/// [`restore`], then the binlogs of `replay` applied before the data dir receives anything.
+/// One backup of the chain being restored.
+struct Part {
+    key: String,
+    url: String,
+    /// None only for an object restored with --force.
+    manifest: Option<Manifest>,
+}
+
+/// The chain that restores `key` (full backup first): every link checked by the chain's rules
+/// and every object present with its recorded size, before the data dir is touched.
+async fn load_chain(store: &Store, key: &str, manifest: Option<Manifest>) -> Result<Vec<Part>> {
+    let Some(manifest) = manifest else {
+        return Ok(vec![Part {
+            key: key.to_string(),
+            url: store.location(key).to_string(),
+            manifest: None,
+        }]);
+    };
+    let mut chain = vec![Backup {
+        key: key.to_string(),
+        manifest,
+    }];
+    while let Some(incremental) = chain.last().and_then(|b| b.manifest.incremental.clone()) {
+        let base = match store.get_small(&manifest_key(&incremental.base)).await? {
+            Some(bytes) => Manifest::parse(&bytes).ok().map(|manifest| Backup {
+                key: incremental.base.clone(),
+                manifest,
+            }),
+            None => None,
+        };
+        let current = chain
+            .last()
+            .expect("the chain starts with the backup asked for");
+        let base = chain::check_link(current, base.as_ref())?.clone();
+        chain.push(base);
+    }
+    chain.reverse();
+    let mut parts = Vec::with_capacity(chain.len());
+    for backup in chain {
+        let url = store.location(&backup.key).to_string();
+        let size = store.head(&backup.key).await?.map(|info| info.size);
+        if size != Some(backup.manifest.stored_bytes) {
+            return Err(Error::Corrupted {
+                url,
+                detail: match size {
+                    None => "the object is missing".into(),
+                    Some(size) => format!(
+                        "{size} bytes stored, the manifest says {}",
+                        backup.manifest.stored_bytes
+                    ),
+                },
+            });
+        }
+        parts.push(Part {
+            key: backup.key,
+            url,
+            manifest: Some(backup.manifest),
+        });
+    }
+    Ok(parts)
+}
+
+/// [`restore`], then the binlogs of `replay` applied before the data dir receives anything. An
+/// incremental backup is restored with its chain: the full backup extracted and prepared in the
+/// staging dir, then each incremental extracted beside it and applied in order.
 #[allow(clippy::too_many_arguments)]
 pub async fn restore_then_replay(
     profile: &ToolProfile,
@@ -157,16 +245,99 @@ pub async fn restore_then_replay(
     force: bool,
     identity: Option<&Identity>,
     replay: Option<Replay<'_>>,
-) -> Result<(StreamSummary, Option<Applied>)> {
+) -> Result<(Restored, Option<Applied>)> {
     let url = store.location(key).to_string();
     check_empty(datadir)?;
     let manifest = load_manifest(store, key, &url, force).await?;
+    let chain = load_chain(store, key, manifest).await?;
+    if chain.len() > 1 {
+        tracing::info!(
+            chain = ?chain.iter().map(|p| p.url.as_str()).collect::<Vec<_>>(),
+            "restoring an incremental backup with its chain"
+        );
+    }
+    // The first object is opened before the data dir is touched: a missing identity, or one
+    // that is not a recipient, fails here.
+    let first = open_verified(store, &chain[0], identity).await?;
+    let staging = Staging::begin(datadir)?;
+    let result = async {
+        let mut summaries = Vec::with_capacity(chain.len());
+        let summary = extract_verified(profile, first, &chain[0], &staging.dir, options).await?;
+        let metadata = BackupMetadata::from_files(&summary.metadata);
+        if metadata.backup_type.as_deref() == Some(chain::INCREMENTAL_TYPE) {
+            return Err(Error::Corrupted {
+                url: chain[0].url.clone(),
+                detail: "it is an incremental backup, restorable only with its manifest and chain (not with --force)".into(),
+            });
+        }
+        summaries.push(summary);
+        let mut metadata = metadata;
+        prepare(
+            profile,
+            &staging.dir,
+            options,
+            PrepareStep {
+                incremental_dir: None,
+                last: chain.len() == 1,
+            },
+        )
+        .await?;
+        for (i, part) in chain.iter().enumerate().skip(1) {
+            let reader = open_verified(store, part, identity).await?;
+            let dir = staging.incremental_dir()?;
+            let summary = extract_verified(profile, reader, part, &dir, options).await?;
+            let next = BackupMetadata::from_files(&summary.metadata);
+            // The stream matched its manifest's checksum; its own checkpoints must agree.
+            if next.backup_type.as_deref() != Some(chain::INCREMENTAL_TYPE)
+                || next.from_lsn != metadata.to_lsn
+            {
+                return Err(Error::Corrupted {
+                    url: part.url.clone(),
+                    detail: format!(
+                        "its checkpoints say {:?} from LSN {:?}, the chain needs an incremental from {:?}",
+                        next.backup_type, next.from_lsn, metadata.to_lsn
+                    ),
+                });
+            }
+            let step = PrepareStep {
+                incremental_dir: Some(&dir),
+                last: i + 1 == chain.len(),
+            };
+            prepare(profile, &staging.dir, options, step).await?;
+            summaries.push(summary);
+            metadata = next;
+        }
+        Ok((summaries, metadata))
+    }
+    .await;
+    let (summaries, metadata) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            staging.discard();
+            return Err(explain_download_failure(store, key, &url, e).await);
+        }
+    };
+    let applied = replay_and_install(staging, options, &metadata, replay, identity).await?;
+    let restored = Restored {
+        keys: chain.into_iter().map(|p| p.key).collect(),
+        summaries,
+    };
+    Ok((restored, applied))
+}
+
+/// Downloads a part, checks its size and ETag against the manifest and opens its layers.
+async fn open_verified(
+    store: &Store,
+    part: &Part,
+    identity: Option<&Identity>,
+) -> Result<ObjectReader> {
     let corrupted = |detail: String| Error::Corrupted {
-        url: url.clone(),
+        url: part.url.clone(),
         detail,
     };
-    let download = store.download(key).await?;
-    if let Some(m) = &manifest {
+    let manifest = part.manifest.as_ref();
+    let download = store.download(&part.key).await?;
+    if let Some(m) = manifest {
         let stored = download.info();
         if stored.size != m.stored_bytes {
             return Err(corrupted(format!(
@@ -179,62 +350,63 @@ pub async fn restore_then_replay(
             && recorded != found
         {
             tracing::warn!(
-                "{url}: ETag {found}, the manifest recorded {recorded} (copied, or rewritten); checking the content against the manifest's checksums"
+                "{}: ETag {found}, the manifest recorded {recorded} (copied, or rewritten); checking the content against the manifest's checksums",
+                part.url
             );
         }
     }
-    // The layers are opened before the data dir is touched: a missing identity, or one that
-    // is not a recipient, fails here.
     let declared = Declared {
-        compression: manifest.as_ref().map(|m| m.compression),
-        encrypted: manifest.as_ref().map(|m| m.encryption.is_some()),
+        compression: manifest.map(|m| m.compression),
+        encrypted: manifest.map(|m| m.encryption.is_some()),
         recipients: manifest
-            .as_ref()
             .and_then(|m| m.encryption.as_ref())
             .map(|e| e.recipients.clone()),
-        stored_checksum: manifest.as_ref().map(|m| m.stored_checksum().kind),
+        stored_checksum: manifest.map(|m| m.stored_checksum().kind),
     };
-    let mut reader = ObjectReader::open(download, &declared, identity, &url)
+    let reader = ObjectReader::open(download, &declared, identity, &part.url)
         .await
         .map_err(|e| read_error(e, &corrupted))?;
     if !reader.content_readable() {
-        return Err(read_error(identity_needed(&url, &declared), &corrupted));
+        return Err(read_error(
+            identity_needed(&part.url, &declared),
+            &corrupted,
+        ));
     }
-    let staging = Staging::begin(datadir)?;
-    let result = async {
-        let mut extraction = Extraction::start(profile, &staging.dir, options.parallel)?;
-        let streamed =
-            stream_into(&mut reader, &mut extraction, manifest.as_ref(), &corrupted).await;
-        if let Err(e) = streamed {
-            extraction.abort().await;
-            return Err(e);
-        }
-        let summary = extraction.finish().await.map_err(|e| match e {
-            Error::Stream(s) => corrupted(s.to_string()),
-            other => other,
-        })?;
-        if let Some(m) = &manifest
-            && m.file_count != summary.files
-        {
-            return Err(corrupted(format!(
-                "{} files, the manifest says {}",
-                summary.files, m.file_count
-            )));
-        }
-        Ok(summary)
-    }
-    .await;
-    let summary = match result {
-        Ok(s) => s,
-        Err(e) => {
-            staging.discard();
-            return Err(explain_download_failure(store, key, &url, e).await);
-        }
+    Ok(reader)
+}
+
+/// Extracts a part into `dir`, checking its checksums and file count against the manifest.
+async fn extract_verified(
+    profile: &ToolProfile,
+    mut reader: ObjectReader,
+    part: &Part,
+    dir: &Path,
+    options: &PrepareOptions,
+) -> Result<StreamSummary> {
+    let corrupted = |detail: String| Error::Corrupted {
+        url: part.url.clone(),
+        detail,
     };
-    let metadata = BackupMetadata::from_files(&summary.metadata);
-    let applied =
-        prepare_replay_install(profile, staging, options, &metadata, replay, identity).await?;
-    Ok((summary, applied))
+    let manifest = part.manifest.as_ref();
+    let mut extraction = Extraction::start(profile, dir, options.parallel)?;
+    let streamed = stream_into(&mut reader, &mut extraction, manifest, &corrupted).await;
+    if let Err(e) = streamed {
+        extraction.abort().await;
+        return Err(e);
+    }
+    let summary = extraction.finish().await.map_err(|e| match e {
+        Error::Stream(s) => corrupted(s.to_string()),
+        other => other,
+    })?;
+    if let Some(m) = manifest
+        && m.file_count != summary.files
+    {
+        return Err(corrupted(format!(
+            "{} files, the manifest says {}",
+            summary.files, m.file_count
+        )));
+    }
+    Ok(summary)
 }
 
 /// A storage error while streaming means the download broke off (the S3 layer has already

@@ -8,7 +8,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::backup::{BackupProcess, READ_BUFFER};
+use crate::backup::{BackupProcess, READ_BUFFER, source_lineage, take};
+use crate::chain::{self, Taken};
 use crate::credentials::DbConnection;
 use crate::metadata::BackupMetadata;
 use crate::profile::{BackupToolOptions, ToolProfile};
@@ -17,6 +18,23 @@ use crate::xbstream::Parser;
 use crate::{Error, Result};
 
 const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The success frame's payload.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub files: u64,
+    pub stream_bytes: u64,
+    /// The source data dir's lineage (absent from sources before incremental backups).
+    #[serde(default)]
+    pub lineage: Option<String>,
+    /// Set when the source took an incremental from this LSN.
+    #[serde(default)]
+    pub incremental_from_lsn: Option<u64>,
+    /// Why an incremental asked for was taken as a full backup.
+    #[serde(default)]
+    pub full_because: Option<String>,
+}
 
 pub struct ServeConfig {
     pub profile: ToolProfile,
@@ -48,7 +66,7 @@ async fn handle(mut socket: TcpStream, config: &ServeConfig, busy: &Arc<Semaphor
     let _ = socket.set_nodelay(true);
     let io = |e: std::io::Error| Error::io("client connection", e);
     // Nothing is sent before the client proved, in a sealed request, that it holds the token.
-    let mut sender =
+    let (mut sender, request) =
         tokio::time::timeout(AUTH_TIMEOUT, protocol::accept(&mut socket, &config.token))
             .await
             .map_err(|_| Error::Config("client did not authenticate in time".into()))?
@@ -61,7 +79,7 @@ async fn handle(mut socket: TcpStream, config: &ServeConfig, busy: &Arc<Semaphor
         ));
     };
     sender.answer(write, "OK").await.map_err(channel)?;
-    let verdict = stream_backup(config, &mut sender, write).await;
+    let verdict = stream_backup(config, request.incremental(), &mut sender, write).await;
     match verdict {
         Ok(summary) => {
             sender
@@ -98,13 +116,21 @@ fn channel(e: protocol::ChannelError) -> Error {
     }
 }
 
-/// Streams one backup; checks it as `backup` does before declaring success.
+/// Streams one backup, incremental when asked for and this data dir is the base's; checks it
+/// as `backup` does before declaring success. The success frame's summary says what was taken
+/// and the data dir's lineage (the client records both in the manifest).
 async fn stream_backup(
     config: &ServeConfig,
+    incremental: Option<&chain::IncrementalRequest>,
     sender: &mut protocol::Sender,
     write: &mut TcpStream,
 ) -> std::result::Result<String, StreamEnd> {
-    let mut process = BackupProcess::start(&config.profile, &config.db, &config.tool_options)
+    let lineage = source_lineage(&config.tool_options);
+    let (tool_options, taken) = take(&config.tool_options, incremental, lineage.as_ref());
+    if let Taken::Full(Some(because)) = &taken {
+        tracing::warn!("taking a full backup, not the incremental asked for: {because}");
+    }
+    let mut process = BackupProcess::start(&config.profile, &config.db, &tool_options)
         .map_err(StreamEnd::Failed)?;
     let mut parser = Parser::new();
     let mut buf = vec![0u8; READ_BUFFER];
@@ -134,8 +160,20 @@ async fn stream_backup(
             missing.join(", ")
         ))));
     }
-    Ok(
-        serde_json::json!({ "files": summary.files, "streamBytes": summary.stream_bytes })
-            .to_string(),
-    )
+    let metadata = BackupMetadata::from_files(&summary.metadata);
+    chain::check_stream(&taken, &metadata).map_err(|e| StreamEnd::Failed(Error::Incremental(e)))?;
+    Ok(serde_json::to_string(&Summary {
+        files: summary.files,
+        stream_bytes: summary.stream_bytes,
+        lineage: lineage.map(|l| l.to_string()),
+        incremental_from_lsn: match taken {
+            Taken::Incremental { from_lsn } => Some(from_lsn),
+            Taken::Full(_) => None,
+        },
+        full_because: match taken {
+            Taken::Full(Some(because)) => Some(because.to_string()),
+            _ => None,
+        },
+    })
+    .expect("a summary serializes"))
 }

@@ -59,7 +59,12 @@ async fn a_client_without_the_token_gets_nothing() {
     let (_serve, addr) = serve(&source, &[]);
     wait_listening(&addr).await;
     let mut socket = TcpStream::connect(&addr).await.unwrap();
-    let refused = protocol::connect(&mut socket, b"not-the-token-0123456789").await;
+    let refused = protocol::connect(
+        &mut socket,
+        b"not-the-token-0123456789",
+        &protocol::Request::Full,
+    )
+    .await;
     assert!(
         matches!(refused, Err(protocol::ChannelError::Handshake)),
         "{:?}",

@@ -36,6 +36,8 @@ fn backup(key: &str, completed: &str, file: &str, position: u64, gtid: Option<&s
                 ..Default::default()
             },
             source: "local".into(),
+            lineage: None,
+            incremental: None,
             start_time: t,
             completion_time: t,
             duration_seconds: 0.0,

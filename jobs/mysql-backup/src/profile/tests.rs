@@ -13,6 +13,7 @@ fn percona_backup_arguments_put_the_defaults_file_first() {
         datadir: Some(PathBuf::from("/var/lib/mysql")),
         parallel: Some(4),
         replica_info: true,
+        incremental_lsn: Some(44848),
         extra_args: vec!["--compress=zstd".into()],
     };
     let args = strings(p.backup_args(Path::new("/run/x/creds.cnf"), Path::new("/tmp/t"), &o));
@@ -26,6 +27,7 @@ fn percona_backup_arguments_put_the_defaults_file_first() {
             "--datadir=/var/lib/mysql",
             "--parallel=4",
             "--slave-info",
+            "--incremental-lsn=44848",
             "--compress=zstd",
         ]
     );
@@ -43,13 +45,79 @@ fn percona_backup_arguments_put_the_defaults_file_first() {
     );
 }
 
+/// A chain: XtraBackup keeps uncommitted transactions (--apply-log-only) until the last step;
+/// mariadb-backup takes each incremental dir as it is.
+#[test]
+fn prepare_arguments_along_a_chain() {
+    let percona = ToolProfile::new(Family::Percona);
+    let mariadb = ToolProfile::new(Family::Mariadb);
+    let dir = Path::new("/d/s");
+    let inc = Path::new("/d/i");
+    let first = PrepareStep {
+        incremental_dir: None,
+        last: false,
+    };
+    let middle = PrepareStep {
+        incremental_dir: Some(inc),
+        last: false,
+    };
+    let last = PrepareStep {
+        incremental_dir: Some(inc),
+        last: true,
+    };
+    assert_eq!(
+        strings(percona.prepare_args(dir, None, first)),
+        [
+            "--no-defaults",
+            "--prepare",
+            "--target-dir=/d/s",
+            "--apply-log-only"
+        ]
+    );
+    assert_eq!(
+        strings(percona.prepare_args(dir, None, middle)),
+        [
+            "--no-defaults",
+            "--prepare",
+            "--target-dir=/d/s",
+            "--incremental-dir=/d/i",
+            "--apply-log-only"
+        ]
+    );
+    assert_eq!(
+        strings(percona.prepare_args(dir, None, last)),
+        [
+            "--no-defaults",
+            "--prepare",
+            "--target-dir=/d/s",
+            "--incremental-dir=/d/i",
+            "--rollback-prepared-trx"
+        ]
+    );
+    for step in [first, middle] {
+        assert!(
+            !strings(mariadb.prepare_args(dir, None, step))
+                .contains(&"--apply-log-only".to_string())
+        );
+    }
+    assert_eq!(
+        strings(mariadb.prepare_args(dir, None, last)),
+        [
+            "--no-defaults",
+            "--prepare",
+            "--target-dir=/d/s",
+            "--incremental-dir=/d/i"
+        ]
+    );
+}
+
 #[test]
 fn prepare_and_extract_arguments_per_family() {
     let percona = ToolProfile::new(Family::Percona);
     let mariadb = ToolProfile::new(Family::Mariadb);
     let dir = Path::new("/data/.mysql-backup-staging");
     assert_eq!(
-        strings(percona.prepare_args(dir, Some("1G"))),
+        strings(percona.prepare_args(dir, Some("1G"), PrepareStep::ALONE)),
         [
             "--no-defaults",
             "--prepare",
@@ -59,7 +127,7 @@ fn prepare_and_extract_arguments_per_family() {
         ]
     );
     assert_eq!(
-        strings(mariadb.prepare_args(dir, None)),
+        strings(mariadb.prepare_args(dir, None, PrepareStep::ALONE)),
         [
             "--no-defaults",
             "--prepare",

@@ -1,0 +1,221 @@
+//! The chain rules as specifications: "when X, then Y".
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::*;
+use crate::manifest::{FORMAT, FORMAT_INCREMENTAL, IncrementalOf, Manifest};
+
+const DIR_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const DIR_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+fn at(hour: i64) -> DateTime<Utc> {
+    "2026-11-30T00:00:00Z".parse::<DateTime<Utc>>().unwrap() + Duration::hours(hour)
+}
+
+/// A backup completed at `hour` (started half an hour before), from data dir `lineage`,
+/// covering LSNs `from..to`, built on `base` when given.
+fn backup(key: &str, hour: i64, lineage: &str, lsns: (u64, u64), base: Option<&str>) -> Backup {
+    let mut manifest = Manifest::parse(
+        &serde_json::to_vec(&serde_json::json!({
+            "format": FORMAT, "storedBytes": 1, "storedSha256": "", "compression": "none",
+            "streamBytes": 1, "payloadBytes": 1, "fileCount": 1, "toolFamily": "mariadb",
+            "source": "local", "startTime": at(hour) - Duration::minutes(30),
+            "completionTime": at(hour), "durationSeconds": 1.0, "runner": "test",
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    manifest.lineage = Some(lineage.to_string());
+    manifest.backup.from_lsn = Some(lsns.0);
+    manifest.backup.to_lsn = Some(lsns.1);
+    if let Some(base) = base {
+        manifest.format = FORMAT_INCREMENTAL.into();
+        manifest.backup.backup_type = Some(INCREMENTAL_TYPE.into());
+        manifest.incremental = Some(IncrementalOf {
+            base: base.into(),
+            base_to_lsn: lsns.0,
+        });
+    }
+    Backup {
+        key: key.into(),
+        manifest,
+    }
+}
+
+/// full (0..100) <- inc1 (100..150) <- inc2 (150..180), newest first.
+fn chain_of_two() -> Vec<Backup> {
+    vec![
+        backup("inc2", 3, DIR_A, (150, 180), Some("inc1")),
+        backup("inc1", 2, DIR_A, (100, 150), Some("full")),
+        backup("full", 1, DIR_A, (0, 100), None),
+    ]
+}
+
+fn keys(chain: &[&Backup]) -> Vec<String> {
+    chain.iter().map(|b| b.key.clone()).collect()
+}
+
+#[test]
+fn when_every_link_holds_then_the_chain_is_the_full_backup_and_its_incrementals_in_order() {
+    let backups = chain_of_two();
+    assert_eq!(
+        keys(&resolve(&backups[0], &backups).unwrap()),
+        ["full", "inc1", "inc2"]
+    );
+    assert_eq!(keys(&resolve(&backups[2], &backups).unwrap()), ["full"]);
+}
+
+#[test]
+fn when_a_base_is_gone_then_the_chain_names_the_missing_link() {
+    let mut backups = chain_of_two();
+    backups.remove(1);
+    let e = resolve(&backups[0], &backups).unwrap_err();
+    assert!(
+        matches!(&e, ChainError::MissingBase { backup, base } if backup == "inc2" && base == "inc1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn when_a_link_crosses_data_dirs_then_it_is_refused_even_with_matching_lsns() {
+    let mut backups = chain_of_two();
+    backups[0].manifest.lineage = Some(DIR_B.into());
+    let e = resolve(&backups[0], &backups).unwrap_err();
+    assert!(matches!(e, ChainError::OtherDataDir { .. }), "{e}");
+    // A base without a recorded lineage cannot prove it either.
+    let mut backups = chain_of_two();
+    backups[1].manifest.lineage = None;
+    assert!(matches!(
+        resolve(&backups[0], &backups).unwrap_err(),
+        ChainError::OtherDataDir { .. }
+    ));
+}
+
+#[test]
+fn when_the_lsns_do_not_continue_then_the_link_is_refused() {
+    let mut backups = chain_of_two();
+    backups[0].manifest.backup.from_lsn = Some(151);
+    assert!(matches!(
+        resolve(&backups[0], &backups).unwrap_err(),
+        ChainError::LsnGap { .. }
+    ));
+    // The stream and the manifest's record of the base must agree too.
+    let mut backups = chain_of_two();
+    backups[0]
+        .manifest
+        .incremental
+        .as_mut()
+        .unwrap()
+        .base_to_lsn = 149;
+    assert!(matches!(
+        resolve(&backups[0], &backups).unwrap_err(),
+        ChainError::LsnGap { .. }
+    ));
+}
+
+#[test]
+fn when_a_base_completed_after_its_incremental_started_then_the_link_is_refused() {
+    let mut backups = chain_of_two();
+    backups[1].manifest.completion_time = at(3);
+    assert!(matches!(
+        resolve(&backups[0], &backups).unwrap_err(),
+        ChainError::BaseNotOlder { .. }
+    ));
+}
+
+#[test]
+fn when_there_is_no_backup_yet_then_a_full_one() {
+    assert_eq!(choose_base(&[], 6), Err(FullBecause::NoBackupYet));
+}
+
+#[test]
+fn when_the_newest_backup_records_no_lineage_or_end_lsn_then_a_full_one() {
+    let mut backups = chain_of_two();
+    backups[0].manifest.lineage = None;
+    assert!(matches!(
+        choose_base(&backups, 6),
+        Err(FullBecause::NewestUntraceable { .. })
+    ));
+    let mut backups = chain_of_two();
+    backups[0].manifest.backup.to_lsn = None;
+    assert!(matches!(
+        choose_base(&backups, 6),
+        Err(FullBecause::NewestUntraceable { .. })
+    ));
+}
+
+#[test]
+fn when_the_newest_chain_is_broken_then_a_full_one_rather_than_an_unrestorable_incremental() {
+    let mut backups = chain_of_two();
+    backups.remove(2);
+    assert!(matches!(
+        choose_base(&backups, 6),
+        Err(FullBecause::NewestChainBroken(
+            ChainError::MissingBase { .. }
+        ))
+    ));
+}
+
+#[test]
+fn when_the_chain_holds_max_incrementals_then_a_full_one_else_the_newest_is_the_base() {
+    let backups = chain_of_two();
+    assert_eq!(
+        choose_base(&backups, 2),
+        Err(FullBecause::ChainComplete {
+            key: "inc2".into(),
+            incrementals: 2
+        })
+    );
+    assert_eq!(
+        choose_base(&backups, 3),
+        Ok(Base {
+            key: "inc2".into(),
+            lineage: Lineage::parse(DIR_A).unwrap(),
+            to_lsn: 180
+        })
+    );
+    // A full backup is a chain of none: the first incremental builds on it.
+    assert_eq!(choose_base(&backups[2..], 1).unwrap().key, "full");
+}
+
+#[test]
+fn the_source_takes_an_incremental_only_from_the_data_dir_of_the_chain() {
+    let a = Lineage::parse(DIR_A).unwrap();
+    let b = Lineage::parse(DIR_B).unwrap();
+    let request = IncrementalRequest {
+        lineage: a.clone(),
+        from_lsn: 180,
+    };
+    assert_eq!(decide_at_source(None, Some(&a)), Taken::Full(None));
+    assert_eq!(
+        decide_at_source(Some(&request), Some(&a)),
+        Taken::Incremental { from_lsn: 180 }
+    );
+    assert_eq!(
+        decide_at_source(Some(&request), None),
+        Taken::Full(Some(FullBecause::SourceLineageUnknown))
+    );
+    assert!(matches!(
+        decide_at_source(Some(&request), Some(&b)),
+        Taken::Full(Some(FullBecause::OtherDataDir { .. }))
+    ));
+}
+
+#[test]
+fn the_stream_must_be_what_was_taken() {
+    let metadata = |kind: &str, from: u64, to: u64| BackupMetadata {
+        backup_type: Some(kind.into()),
+        from_lsn: Some(from),
+        to_lsn: Some(to),
+        ..Default::default()
+    };
+    let full = Taken::Full(None);
+    let incremental = Taken::Incremental { from_lsn: 180 };
+    assert!(check_stream(&full, &metadata("full-backuped", 0, 100)).is_ok());
+    assert!(check_stream(&full, &metadata(INCREMENTAL_TYPE, 100, 180)).is_err());
+    assert!(check_stream(&incremental, &metadata(INCREMENTAL_TYPE, 180, 180)).is_ok());
+    assert!(check_stream(&incremental, &metadata("full-backuped", 0, 200)).is_err());
+    assert!(check_stream(&incremental, &metadata(INCREMENTAL_TYPE, 100, 200)).is_err());
+    let behind = check_stream(&incremental, &metadata(INCREMENTAL_TYPE, 180, 120)).unwrap_err();
+    assert!(behind.contains("behind the chain"), "{behind}");
+}
