@@ -16,16 +16,19 @@
 //!    it clones afresh.
 //! 3. The backup CronJob, its schedule set to every minute (the one change: the test cannot
 //!    wait for 02:30), writes two encrypted backups, rows written between them, that
-//!    `mysql-backup list` shows; the example's retention keeps both. Then the same CronJob's
+//!    `mysql-backup list` shows: a full backup, then an incremental on it; the example's
+//!    retention keeps both. Then the same CronJob's
 //!    job to Google Cloud Storage (fake-gcs-server) and Azure Blob Storage (Azurite), each
 //!    switched by the ConfigMap and Secret only, as `secrets.yaml` says.
 //!    Restore to a point: the primary's pod deleted while its `binlogs` sidecar archives, rows
 //!    written, a `DROP TABLE`; the restore Job, with `--newest` replaced by `--binlogs` and
 //!    `--until-gtid` of the drop, fills a claim of its own, and a server on it has every row
-//!    committed before the drop (the backup's and the archive's).
+//!    committed before the drop (the backup's and the archive's), starting from the
+//!    incremental backup with its chain.
 //! 4. Disaster, as docs/operations/mysql-disaster-recovery.md tells it: the StatefulSet and its
 //!    claims deleted (their volumes retained), the restore Job restores the newest backup into
-//!    a new claim, the StatefulSet applied again: mysql-0 has every row of the newest backup
+//!    a new claim (the newest backup is an incremental: its chain is applied), the StatefulSet
+//!    applied again: mysql-0 has every row of the newest backup
 //!    (and none written after it), the replicas clone from it and replicate.
 //! 5. The token in the Secret replaced, then scale to 4: mysql-3's clone is refused by
 //!    mysql-2's `serve` (which holds the old token), the pod stays in init with the reason in
@@ -410,6 +413,11 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
     let listed = list_backups(&garage, &prefix).await;
     assert!(listed.len() >= 2, "the retention kept {listed:?}");
     assert!(listed.iter().all(|b| b["encrypted"] == true), "{listed:?}");
+    // The CronJob's first run is a full backup, the next ones incrementals on it (mysql-1's data
+    // dir is the same); the newest builds on the one before.
+    assert_eq!(listed.last().unwrap()["type"], "full", "{listed:?}");
+    assert_eq!(listed[0]["type"], "incremental", "{listed:?}");
+    assert_eq!(listed[0]["base"], listed[1]["url"], "{listed:?}");
     // The same CronJob to Google Cloud Storage and to Azure Blob Storage, switched as
     // secrets.yaml's comments say: the ConfigMap's BACKUP_PREFIX and GCS_SECRET_DIR or
     // AZURE_SECRET_DIR, the store Secret's keys (plus the emulators' endpoints). One Job of each,

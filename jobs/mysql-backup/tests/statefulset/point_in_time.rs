@@ -95,6 +95,8 @@ pub async fn restore_to_point(
     let report: Value = serde_json::from_str(log.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("the restore's last line is not its report ({e}): {log}"));
     assert_eq!(report["stoppedBefore"], gtid, "{report}");
+    // The newest backup before the point is the CronJob's incremental: applied with its chain.
+    assert!(report["chain"].as_array().unwrap().len() >= 2, "{report}");
 
     // A server on the restored claim, as the StatefulSet's primary would start on it.
     let server = json!({"apiVersion": "v1", "kind": "Pod",
