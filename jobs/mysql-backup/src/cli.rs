@@ -256,8 +256,8 @@ pub struct StoreArgs {
 /// Incremental backups: only the pages changed since the newest backup under a prefix.
 #[derive(Args, Debug, Clone)]
 pub struct IncrementalArgs {
-    /// Back up only the pages changed since the newest backup under this prefix (in the same
-    /// bucket as --to), building a chain on it. A full backup is taken instead, and the output
+    /// Back up only the pages changed since the newest backup under this prefix (--to must be
+    /// under it too), building a chain on it. A full backup is taken instead, and the output
     /// says why, when there is none yet, its chain is broken or already holds
     /// --max-incrementals, or the source's data dir is not the one the chain was taken from.
     #[arg(long, value_name = "PREFIX")]

@@ -478,9 +478,12 @@ async fn choose_base(
         return Ok(None);
     };
     let chain_location = Location::parse(prefix)?;
-    // A manifest names its base by key: the chain lives in one bucket.
-    if chain_location.with_key("") != to.with_key("") {
-        bail!("--incremental {prefix} must be in the same bucket (or directory tree) as --to");
+    // A manifest names its base by key, and `list`, `prune` and `restore --newest` see one
+    // prefix: the whole chain lives under it (a base elsewhere could be pruned from under it).
+    if chain_location.with_key("") != to.with_key("")
+        || !to.key().starts_with(&chain_location.key())
+    {
+        bail!("--to must be under the --incremental prefix {prefix}, where the chain lives");
     }
     let backups = Catalog::read(storage, &chain_location.key())
         .await?

@@ -45,6 +45,13 @@ async fn a_chain_of_incrementals_restores_each_moment_row_by_row() {
         run(&a, &[]).await.ok().json()
     };
 
+    // A chain lives under one prefix: a backup elsewhere cannot build on it.
+    let elsewhere = format!("file://{}/elsewhere/1", work.path().display());
+    let a = source.backup_to(&elsewhere, &["--incremental", &prefix]);
+    run(&a, &[])
+        .await
+        .assert_one_error_line("--to must be under the --incremental prefix");
+
     // No backup yet: a full one, and the output says why.
     let full = backup(&source, "1-full").await;
     assert_eq!(full["format"], "mysql-backup/v1", "{full}");
