@@ -41,6 +41,22 @@ pub enum ChainError {
     },
     #[error("{backup} completed before its base {base}")]
     BaseNotOlder { backup: String, base: String },
+    #[error("the chain of {backup} is longer than {MAX_CHAIN} backups (its manifests loop)")]
+    TooLong { backup: String },
+}
+
+/// More links than any chain `--max-incrementals` allows: manifests (edited, or with equal
+/// times) that loop.
+pub const MAX_CHAIN: usize = 1000;
+
+/// Guards a walk down a chain (newest first so far) against manifests that loop.
+pub fn check_length(walked: &[Backup]) -> Result<(), ChainError> {
+    match walked.first() {
+        Some(first) if walked.len() > MAX_CHAIN => Err(ChainError::TooLong {
+            backup: first.key.clone(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn lsn(value: Option<u64>) -> String {
@@ -127,6 +143,11 @@ pub fn resolve<'a>(
         let found = backups.iter().find(|b| b.key == incremental.base);
         current = check_link(current, found)?;
         chain.push(current);
+        if chain.len() > MAX_CHAIN {
+            return Err(ChainError::TooLong {
+                backup: backup.key.clone(),
+            });
+        }
     }
     chain.reverse();
     Ok(chain)
@@ -172,7 +193,7 @@ pub enum FullBecause {
         key: String,
         incrementals: usize,
     },
-    /// The source cannot tell its data dir's lineage (`serve` without `--datadir`).
+    /// The source cannot tell its data dir's lineage (no `--datadir`, or not writable).
     SourceLineageUnknown,
     /// The source's data dir is not the one the chain was taken from.
     OtherDataDir {
@@ -198,7 +219,7 @@ impl fmt::Display for FullBecause {
             ),
             FullBecause::SourceLineageUnknown => write!(
                 f,
-                "the source does not know its data dir's lineage (give serve --datadir)"
+                "the source does not know its data dir's lineage (give `backup` or `serve` --datadir, writable)"
             ),
             FullBecause::OtherDataDir { chain, source } => write!(
                 f,

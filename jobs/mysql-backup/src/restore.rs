@@ -188,11 +188,12 @@ async fn load_chain(store: &Store, key: &str, manifest: Option<Manifest>) -> Res
             manifest: None,
         }]);
     };
-    let mut chain = vec![Backup {
+    let mut chain = Vec::new();
+    let mut current = Backup {
         key: key.to_string(),
         manifest,
-    }];
-    while let Some(incremental) = chain.last().and_then(|b| b.manifest.incremental.clone()) {
+    };
+    while let Some(incremental) = current.manifest.incremental.clone() {
         let base = match store.get_small(&manifest_key(&incremental.base)).await? {
             Some(bytes) => Manifest::parse(&bytes).ok().map(|manifest| Backup {
                 key: incremental.base.clone(),
@@ -200,12 +201,11 @@ async fn load_chain(store: &Store, key: &str, manifest: Option<Manifest>) -> Res
             }),
             None => None,
         };
-        let current = chain
-            .last()
-            .expect("the chain starts with the backup asked for");
-        let base = chain::check_link(current, base.as_ref())?.clone();
-        chain.push(base);
+        let base = chain::check_link(&current, base.as_ref())?.clone();
+        chain.push(std::mem::replace(&mut current, base));
+        chain::check_length(&chain)?;
     }
+    chain.push(current);
     chain.reverse();
     let mut parts = Vec::with_capacity(chain.len());
     for backup in chain {

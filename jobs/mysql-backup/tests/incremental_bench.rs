@@ -51,7 +51,7 @@ async fn incremental_against_full() {
     let loading = Instant::now();
     server.sql(&format!(
         "CREATE DATABASE bench; CREATE TABLE bench.t (id BIGINT PRIMARY KEY, v VARBINARY(1024)) ENGINE=InnoDB;
-         INSERT INTO bench.t SELECT seq, RANDOM_BYTES(1000) FROM seq_1_to_{rows};"
+         INSERT INTO bench.t SELECT seq, RANDOM_BYTES(1000) FROM bench.seq_1_to_{rows};"
     ));
     flushed(&server);
     eprintln!("loaded {rows} rows ({mib} MiB) in {:?}", loading.elapsed());

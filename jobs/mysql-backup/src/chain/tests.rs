@@ -219,3 +219,20 @@ fn the_stream_must_be_what_was_taken() {
     let behind = check_stream(&incremental, &metadata(INCREMENTAL_TYPE, 180, 120)).unwrap_err();
     assert!(behind.contains("behind the chain"), "{behind}");
 }
+
+#[test]
+fn when_manifests_loop_then_the_walk_stops_with_an_error() {
+    // Two incrementals naming each other, all times equal (base_older cannot tell them apart).
+    let mut a = backup("a", 1, DIR_A, (100, 100), Some("b"));
+    let mut b = backup("b", 1, DIR_A, (100, 100), Some("a"));
+    for m in [&mut a.manifest, &mut b.manifest] {
+        m.start_time = at(1);
+    }
+    let backups = vec![a, b];
+    assert!(matches!(
+        resolve(&backups[0], &backups).unwrap_err(),
+        ChainError::TooLong { .. }
+    ));
+    assert!(check_length(&vec![backups[0].clone(); MAX_CHAIN + 1]).is_err());
+    assert!(check_length(&vec![backups[0].clone(); MAX_CHAIN]).is_ok());
+}
