@@ -3,10 +3,10 @@
 use backup_storage::Store;
 use tokio::io::AsyncReadExt;
 
-use crate::chain::{self, Base, FullBecause, IncrementalRequest, Taken};
+use crate::chain::{self, Base, FullBecause, IncrementalRequest, SourceDataDir, Taken};
 use crate::credentials::DbConnection;
 use crate::ingest::{Ingest, IngestOptions, Origin};
-use crate::lineage::Lineage;
+use crate::lineage;
 use crate::manifest::Manifest;
 use crate::profile::{BackupToolOptions, ToolProfile};
 use crate::tool::Tool;
@@ -61,12 +61,15 @@ impl BackupProcess {
     }
 }
 
-/// The data dir's lineage, when the data dir is known and its lineage file can be read or
-/// written (a backup without one is still good, it only cannot be the base of an incremental).
-pub fn source_lineage(tool_options: &BackupToolOptions) -> Option<Lineage> {
+/// The data dir's lineage and backup ends, when the data dir is known and its lineage file can
+/// be read or written (a backup without one is still good, it only cannot be built on).
+pub fn source_data_dir(tool_options: &BackupToolOptions) -> Option<SourceDataDir> {
     let datadir = tool_options.datadir.as_ref()?;
-    match Lineage::of_datadir(datadir) {
-        Ok(lineage) => Some(lineage),
+    match lineage::read(datadir) {
+        Ok((lineage, backup_ends)) => Some(SourceDataDir {
+            lineage,
+            backup_ends,
+        }),
         Err(e) => {
             tracing::warn!("no data dir lineage (this backup cannot be built on): {e}");
             None
@@ -74,13 +77,28 @@ pub fn source_lineage(tool_options: &BackupToolOptions) -> Option<Lineage> {
     }
 }
 
+/// Records in the data dir that a backup of it ended at `to_lsn` (an incremental may start
+/// there); a failure only means the next backup cannot build on this one.
+pub fn record_backup_end(
+    tool_options: &BackupToolOptions,
+    here: Option<&SourceDataDir>,
+    to_lsn: Option<u64>,
+) {
+    let (Some(datadir), Some(here), Some(lsn)) = (&tool_options.datadir, here, to_lsn) else {
+        return;
+    };
+    if let Err(e) = lineage::record_end(datadir, &here.lineage, lsn) {
+        tracing::warn!("could not record the backup's end LSN (the next backup will be full): {e}");
+    }
+}
+
 /// What the source takes for `request`, and the tool options that take it.
 pub fn take(
     tool_options: &BackupToolOptions,
     request: Option<&IncrementalRequest>,
-    lineage: Option<&Lineage>,
+    here: Option<&SourceDataDir>,
 ) -> (BackupToolOptions, Taken) {
-    let taken = chain::decide_at_source(request, lineage);
+    let taken = chain::decide_at_source(request, here);
     let mut options = tool_options.clone();
     options.incremental_lsn = match &taken {
         Taken::Incremental { from_lsn } => Some(*from_lsn),
@@ -101,13 +119,13 @@ pub async fn backup_choosing(
     options: &IngestOptions,
     choice: Option<std::result::Result<Base, FullBecause>>,
 ) -> Result<(Manifest, Option<FullBecause>)> {
-    let lineage = source_lineage(tool_options);
+    let here = source_data_dir(tool_options);
     let (base, mut full_because) = chain::split(choice);
     let request = base.as_ref().map(Base::request);
-    let (tool_options, taken) = take(tool_options, request.as_ref(), lineage.as_ref());
+    let (taking, taken) = take(tool_options, request.as_ref(), here.as_ref());
     let origin = Origin {
         source: "local".into(),
-        lineage,
+        lineage: here.as_ref().map(|h| h.lineage.clone()),
         base: match taken {
             Taken::Incremental { .. } => base,
             Taken::Full(because) => {
@@ -119,7 +137,8 @@ pub async fn backup_choosing(
     if let Some(because) = &full_because {
         tracing::warn!("taking a full backup, not an incremental: {because}");
     }
-    let manifest = backup(profile, db, &tool_options, store, key, options, &origin).await?;
+    let manifest = backup(profile, db, &taking, store, key, options, &origin).await?;
+    record_backup_end(tool_options, here.as_ref(), manifest.backup.to_lsn);
     Ok((manifest, full_because))
 }
 

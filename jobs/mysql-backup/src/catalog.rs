@@ -91,9 +91,8 @@ impl Catalog {
                 }
                 current = b
                     .manifest
-                    .incremental
-                    .as_ref()
-                    .and_then(|i| backups.iter().find(|base| base.key == i.base));
+                    .base_key(&b.key)
+                    .and_then(|key| backups.iter().find(|base| base.key == key));
             }
         }
         backups
@@ -331,16 +330,16 @@ mod tests {
         manifests.insert("m/full1".to_string(), manifest(10, "2026-11-24T02:30:00Z"));
         manifests.insert(
             "m/inc1a".to_string(),
-            incremental("m/full1", "2026-11-25T02:30:00Z"),
+            incremental("full1", "2026-11-25T02:30:00Z"),
         );
         manifests.insert(
             "m/inc1b".to_string(),
-            incremental("m/inc1a", "2026-11-26T02:30:00Z"),
+            incremental("inc1a", "2026-11-26T02:30:00Z"),
         );
         manifests.insert("m/full2".to_string(), manifest(10, "2026-11-27T02:30:00Z"));
         manifests.insert(
             "m/inc2a".to_string(),
-            incremental("m/full2", "2026-11-28T02:30:00Z"),
+            incremental("full2", "2026-11-28T02:30:00Z"),
         );
         let mut objects = Vec::new();
         for key in manifests.keys() {

@@ -10,8 +10,10 @@
 
 use std::fmt;
 
+use crate::binlog::GtidState;
 use crate::catalog::Backup;
 use crate::lineage::Lineage;
+use crate::manifest::IncrementalOf;
 use crate::metadata::BackupMetadata;
 
 /// What the checkpoints file says of an incremental backup.
@@ -119,12 +121,8 @@ fn base_older(backup: &Backup, base: &Backup) -> Result<(), ChainError> {
 
 /// Checks the link from an incremental to the backup its manifest names (`None`: not found).
 pub fn check_link<'a>(backup: &Backup, base: Option<&'a Backup>) -> Result<&'a Backup, ChainError> {
-    let base_key = backup
-        .manifest
-        .incremental
-        .as_ref()
-        .map_or("", |i| i.base.as_str());
-    let base = base_present(backup, base_key, base)?;
+    let base_key = backup.manifest.base_key(&backup.key).unwrap_or_default();
+    let base = base_present(backup, &base_key, base)?;
     same_data_dir(backup, base)?;
     lsn_continues(backup, base)?;
     base_older(backup, base)?;
@@ -139,8 +137,8 @@ pub fn resolve<'a>(
 ) -> Result<Vec<&'a Backup>, ChainError> {
     let mut chain = vec![backup];
     let mut current = backup;
-    while let Some(incremental) = &current.manifest.incremental {
-        let found = backups.iter().find(|b| b.key == incremental.base);
+    while let Some(base_key) = current.manifest.base_key(&current.key) {
+        let found = backups.iter().find(|b| b.key == base_key);
         current = check_link(current, found)?;
         chain.push(current);
         if chain.len() > MAX_CHAIN {
@@ -159,6 +157,8 @@ pub struct Base {
     pub key: String,
     pub lineage: Lineage,
     pub to_lsn: u64,
+    /// Its binlog GTID state, when it recorded one: the incremental's must continue it.
+    pub gtid: Option<String>,
 }
 
 impl Base {
@@ -193,12 +193,22 @@ pub enum FullBecause {
         key: String,
         incrementals: usize,
     },
+    /// The new backup's key is not in the newest backup's directory (a manifest names its base
+    /// by its name beside it).
+    OtherDirectory {
+        key: String,
+    },
     /// The source cannot tell its data dir's lineage (no `--datadir`, or not writable).
     SourceLineageUnknown,
     /// The source's data dir is not the one the chain was taken from.
     OtherDataDir {
         chain: String,
         source: String,
+    },
+    /// The source's data dir has the chain's lineage but never ended a backup at the chain's
+    /// LSN: it was rewound to an older copy of itself (a volume snapshot restored).
+    NotAnEndHere {
+        lsn: u64,
     },
 }
 
@@ -221,6 +231,14 @@ impl fmt::Display for FullBecause {
                 f,
                 "the source does not know its data dir's lineage (give `backup` or `serve` --datadir, writable)"
             ),
+            FullBecause::OtherDirectory { key } => write!(
+                f,
+                "the newest backup {key} is in another directory than the new backup's key"
+            ),
+            FullBecause::NotAnEndHere { lsn } => write!(
+                f,
+                "the source's data dir never ended a backup at the chain's LSN {lsn}: it was rewound (a volume snapshot restored?)"
+            ),
             FullBecause::OtherDataDir { chain, source } => write!(
                 f,
                 "the source's data dir (lineage {source}) is not the one the chain was taken from (lineage {chain}): re-cloned, restored, or another server"
@@ -229,13 +247,23 @@ impl fmt::Display for FullBecause {
     }
 }
 
-/// The client's choice: build on the newest complete backup under the prefix, unless a rule
-/// says a full backup, in this order: none yet; its manifest cannot be traced; its chain is
-/// broken; its chain already holds `max_incrementals`.
-pub fn choose_base(newest_first: &[Backup], max_incrementals: usize) -> Result<Base, FullBecause> {
+/// The client's choice for a backup to be stored under `new_key`: build on the newest complete
+/// backup under the prefix, unless a rule says a full backup, in this order: none yet; it is
+/// not beside `new_key`; its manifest cannot be traced; its chain is broken; its chain already
+/// holds `max_incrementals`.
+pub fn choose_base(
+    newest_first: &[Backup],
+    max_incrementals: usize,
+    new_key: &str,
+) -> Result<Base, FullBecause> {
     let Some(newest) = newest_first.first() else {
         return Err(FullBecause::NoBackupYet);
     };
+    if IncrementalOf::name_beside(new_key, &newest.key).is_none() {
+        return Err(FullBecause::OtherDirectory {
+            key: newest.key.clone(),
+        });
+    }
     let m = &newest.manifest;
     let (Some(lineage), Some(to_lsn)) = (
         m.lineage.as_deref().and_then(Lineage::parse),
@@ -257,6 +285,7 @@ pub fn choose_base(newest_first: &[Backup], max_incrementals: usize) -> Result<B
         key: newest.key.clone(),
         lineage,
         to_lsn,
+        gtid: m.backup.binlog.as_ref().and_then(|b| b.gtid.clone()),
     })
 }
 
@@ -274,20 +303,62 @@ pub enum Taken {
     Incremental { from_lsn: u64 },
 }
 
-/// The source's decision: an incremental only when its data dir is the base's.
-pub fn decide_at_source(request: Option<&IncrementalRequest>, here: Option<&Lineage>) -> Taken {
+/// What the source knows of its data dir: its lineage and the end LSNs of its last backups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceDataDir {
+    pub lineage: Lineage,
+    pub backup_ends: Vec<u64>,
+}
+
+/// The source's decision: an incremental only when its data dir is the base's (its lineage)
+/// and ended a backup at the base's LSN (not rewound since).
+pub fn decide_at_source(
+    request: Option<&IncrementalRequest>,
+    here: Option<&SourceDataDir>,
+) -> Taken {
     let Some(request) = request else {
         return Taken::Full(None);
     };
     match here {
         None => Taken::Full(Some(FullBecause::SourceLineageUnknown)),
-        Some(here) if *here != request.lineage => Taken::Full(Some(FullBecause::OtherDataDir {
-            chain: request.lineage.to_string(),
-            source: here.to_string(),
-        })),
+        Some(here) if here.lineage != request.lineage => {
+            Taken::Full(Some(FullBecause::OtherDataDir {
+                chain: request.lineage.to_string(),
+                source: here.lineage.to_string(),
+            }))
+        }
+        Some(here) if !here.backup_ends.contains(&request.from_lsn) => {
+            Taken::Full(Some(FullBecause::NotAnEndHere {
+                lsn: request.from_lsn,
+            }))
+        }
         Some(_) => Taken::Incremental {
             from_lsn: request.from_lsn,
         },
+    }
+}
+
+/// An incremental's binlog GTID state must continue its base's: every domain at least as far.
+/// Checked when the base recorded one in MariaDB's form; a data dir re-initialised under an old
+/// lineage file starts its GTIDs again and fails here.
+pub fn gtid_continues(base: Option<&str>, incremental: Option<&str>) -> Result<(), String> {
+    let Some(base_state) = base.and_then(|g| GtidState::parse(g).ok()) else {
+        return Ok(());
+    };
+    let state = incremental.and_then(|g| GtidState::parse(g).ok());
+    let behind: Vec<u32> = base_state
+        .domains()
+        .filter(|d| state.as_ref().and_then(|s| s.last_seq(*d)) < base_state.last_seq(*d))
+        .collect();
+    if behind.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the source's binlog GTID state {} does not continue the base's {} (domains {behind:?}): its data dir is not the base's history (re-initialised?); remove its {} and take a full backup",
+            incremental.unwrap_or("(none)"),
+            base.unwrap_or_default(),
+            crate::lineage::LINEAGE_FILE
+        ))
     }
 }
 

@@ -11,7 +11,7 @@ use mysql_backup::catalog::Catalog;
 use mysql_backup::chain::{self, Base, FullBecause};
 use mysql_backup::credentials::DbConnection;
 use mysql_backup::ingest::IngestOptions;
-use mysql_backup::manifest::Manifest;
+use mysql_backup::manifest::{Manifest, manifest_key};
 use mysql_backup::point_in_time::{self, Point};
 use mysql_backup::profile::{BackupToolOptions, Family, ToolProfile};
 use mysql_backup::remote::{self, CloneOutcome, RemoteOptions};
@@ -485,12 +485,22 @@ async fn choose_base(
     {
         bail!("--to must be under the --incremental prefix {prefix}, where the chain lives");
     }
-    let backups = Catalog::read(storage, &chain_location.key())
-        .await?
-        .backups();
+    let catalog = Catalog::read(storage, &chain_location.key()).await?;
+    let key = to.key();
+    if catalog
+        .objects
+        .iter()
+        .any(|o| o.key == key || o.key == manifest_key(&key))
+    {
+        bail!(
+            "{} already exists: a backup never replaces another (a chain's base would be lost)",
+            storage.location(&key)
+        );
+    }
     Ok(Some(chain::choose_base(
-        &backups,
+        &catalog.backups(),
         args.max_incrementals as usize,
+        &key,
     )))
 }
 

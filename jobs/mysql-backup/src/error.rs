@@ -81,6 +81,11 @@ pub enum Error {
     )]
     AuthRejected { peer: String },
 
+    #[error(
+        "peer {peer} closed the connection on the request: a mysql-backup serve older than this client, which takes only full backups"
+    )]
+    RequestRefused { peer: String },
+
     #[error("peer {peer} is busy with another backup; retry later")]
     Busy { peer: String },
 

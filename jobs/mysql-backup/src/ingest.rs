@@ -203,6 +203,42 @@ impl Ingest {
     }
 }
 
+/// Before an incremental is committed: it comes from its base's data dir, continues its base's
+/// GTIDs, can name its base beside itself, and the base is still there (a prune running at the
+/// same time could have deleted it while this backup ran).
+async fn check_base(
+    store: &Store,
+    key: &str,
+    origin: &Origin,
+    metadata: &BackupMetadata,
+) -> std::result::Result<(), String> {
+    let Some(base) = &origin.base else {
+        return Ok(());
+    };
+    if origin.lineage.as_ref() != Some(&base.lineage) {
+        return Err(format!(
+            "the source's data dir lineage {:?} is not the base's {}",
+            origin.lineage.as_ref().map(|l| l.to_string()),
+            base.lineage
+        ));
+    }
+    chain::gtid_continues(
+        base.gtid.as_deref(),
+        metadata.binlog.as_ref().and_then(|b| b.gtid.as_deref()),
+    )?;
+    if IncrementalOf::name_beside(key, &base.key).is_none() {
+        return Err(format!("the base {} is not beside {key}", base.key));
+    }
+    for needed in [base.key.clone(), manifest_key(&base.key)] {
+        match store.head(&needed).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(format!("its base {needed} was deleted while it ran")),
+            Err(e) => return Err(format!("cannot check its base {needed}: {e}")),
+        }
+    }
+    Ok(())
+}
+
 async fn abort(upload: Upload) {
     if let Err(e) = upload.abort().await {
         tracing::warn!("could not abort the upload (it stays invisible; prune cleans it): {e}");
@@ -225,7 +261,11 @@ impl Finished {
         family: Family,
         origin: &Origin,
     ) -> Result<Manifest> {
-        if let Err(e) = chain::check_stream(&origin.taken(), &self.metadata) {
+        let checked = match chain::check_stream(&origin.taken(), &self.metadata) {
+            Ok(()) => check_base(store, key, origin, &self.metadata).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
             abort(self.upload).await;
             return Err(Error::Incremental(e));
         }
@@ -252,7 +292,7 @@ impl Finished {
             source: origin.source.clone(),
             lineage: origin.lineage.as_ref().map(|l| l.to_string()),
             incremental: origin.base.as_ref().map(|b| IncrementalOf {
-                base: b.key.clone(),
+                base: IncrementalOf::name_beside(key, &b.key).unwrap_or_default(),
                 base_to_lsn: b.to_lsn,
             }),
             start_time: self.start_time,

@@ -22,7 +22,7 @@ pub fn print_list(storage: &Store, backups: &[Backup], output: Output) {
                     json!({
                         "url": storage.location(&b.key).to_string(),
                         "type": kind(m),
-                        "base": m.incremental.as_ref().map(|i| storage.location(&i.base).to_string()),
+                        "base": m.base_key(&b.key).map(|k| storage.location(&k).to_string()),
                         "fromLsn": m.backup.from_lsn,
                         "toLsn": m.backup.to_lsn,
                         "lineage": m.lineage,
@@ -53,10 +53,8 @@ pub fn print_list(storage: &Store, backups: &[Backup], output: Output) {
                     m.completion_time.to_rfc3339(),
                     m.compression.as_str(),
                     if m.encryption.is_some() { "yes" } else { "no" },
-                    m.incremental.as_ref().map_or_else(
-                        || "-".to_string(),
-                        |i| storage.location(&i.base).to_string()
-                    ),
+                    m.base_key(&b.key)
+                        .map_or_else(|| "-".to_string(), |k| storage.location(&k).to_string()),
                 )
             }
         }

@@ -20,7 +20,9 @@ pub const FORMAT_INCREMENTAL: &str = "mysql-backup/v1-incremental";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IncrementalOf {
-    /// The base backup's key in the same store (a full backup or an earlier incremental).
+    /// The base backup (a full backup or an earlier incremental) by its name beside this one:
+    /// its key relative to this backup's "directory" (the key up to its last `/`), so a chain
+    /// copied or moved to another prefix or bucket stays whole. See [`IncrementalOf::base_key`].
     pub base: String,
     /// The base's `to_lsn`, which is this backup's `from_lsn`.
     pub base_to_lsn: u64,
@@ -72,7 +74,31 @@ pub struct Manifest {
     pub runner: String,
 }
 
+/// The "directory" of a key: everything up to and including its last `/` (empty without one).
+pub fn key_directory(key: &str) -> &str {
+    key.rfind('/').map_or("", |i| &key[..=i])
+}
+
+impl IncrementalOf {
+    /// The base's key, for an incremental stored under `own_key`.
+    pub fn base_key(&self, own_key: &str) -> String {
+        format!("{}{}", key_directory(own_key), self.base)
+    }
+
+    /// How an incremental stored under `own_key` names `base_key`: only a base in the same
+    /// directory can be named (None otherwise).
+    pub fn name_beside(own_key: &str, base_key: &str) -> Option<String> {
+        let directory = key_directory(own_key);
+        (key_directory(base_key) == directory).then(|| base_key[directory.len()..].to_string())
+    }
+}
+
 impl Manifest {
+    /// The key of the backup this one builds on, when it is an incremental stored under `own_key`.
+    pub fn base_key(&self, own_key: &str) -> Option<String> {
+        self.incremental.as_ref().map(|i| i.base_key(own_key))
+    }
+
     pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
         let m: Manifest = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         match (m.format.as_str(), &m.incremental) {

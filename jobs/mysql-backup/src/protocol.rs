@@ -173,6 +173,32 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     token: &[u8],
 ) -> Result<(Sender, Request)> {
+    let (sender, plain) = accept_request(stream, token).await?;
+    let Some(request) = Request::decode(&plain) else {
+        return Err(ChannelError::Protocol("unknown request".into()));
+    };
+    Ok((sender, request))
+}
+
+/// A serve from before incremental backups: it took exactly `BACKUP` and hung up on anything
+/// else (what a new client meets when the StatefulSet's image is older than the CronJob's).
+#[cfg(test)]
+pub(crate) async fn accept_as_before_incrementals<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    token: &[u8],
+) -> Result<Sender> {
+    let (sender, plain) = accept_request(stream, token).await?;
+    if plain != REQUEST.as_bytes() {
+        return Err(ChannelError::Protocol("unknown request".into()));
+    }
+    Ok(sender)
+}
+
+/// The handshake, then the sealed request's bytes.
+async fn accept_request<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    token: &[u8],
+) -> Result<(Sender, Vec<u8>)> {
     let mut handshake = noise(token, false);
     let mut message = Vec::new();
     let mut plain = vec![0u8; MAX_MESSAGE];
@@ -192,15 +218,12 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     let n = transport
         .read_message(&message, &mut plain)
         .map_err(|_| ChannelError::Handshake)?;
-    let Some(request) = Request::decode(&plain[..n]) else {
-        return Err(ChannelError::Protocol("unknown request".into()));
-    };
     Ok((
         Sender {
             transport,
             message: vec![0u8; MAX_MESSAGE],
         },
-        request,
+        plain[..n].to_vec(),
     ))
 }
 

@@ -7,6 +7,8 @@ use backup_storage::Store;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
+#[cfg(test)]
+use crate::chain::IncrementalRequest;
 use crate::chain::{self, Base, FullBecause};
 use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
@@ -82,6 +84,14 @@ impl RemoteStream {
             })?
             .map_err(|e| match e {
                 protocol::ChannelError::Handshake => Error::AuthRejected { peer: addr.into() },
+                // The handshake held, the request was sealed, and the peer hung up without an
+                // answer: an older serve that knows only `BACKUP`.
+                protocol::ChannelError::Io(io)
+                    if io.kind() == std::io::ErrorKind::UnexpectedEof
+                        && !matches!(request, Request::Full) =>
+                {
+                    Error::RequestRefused { peer: addr.into() }
+                }
                 other => peer_err(other.to_string()),
             })?;
         match answer.as_str() {
@@ -146,7 +156,13 @@ pub async fn pull(
         Some(b) => Request::Incremental(b.request()),
         None => Request::Full,
     };
-    let mut stream = RemoteStream::connect(addr, token, remote, &request).await?;
+    let (mut stream, refused) = match RemoteStream::connect(addr, token, remote, &request).await {
+        Err(Error::RequestRefused { .. }) => {
+            let stream = RemoteStream::connect(addr, token, remote, &Request::Full).await?;
+            (stream, true)
+        }
+        connected => (connected?, false),
+    };
     let mut ingest = Ingest::start(store, key, options).await?;
     let received: Result<Summary> = async {
         loop {
@@ -171,6 +187,7 @@ pub async fn pull(
     };
     let origin = Origin {
         source: format!("serve {addr}"),
+        // Checked against the base's before an incremental is committed.
         lineage: summary.lineage.as_deref().and_then(Lineage::parse),
         // What the source says it took; the commit checks the stream says the same.
         base: match summary.incremental_from_lsn {
@@ -186,9 +203,14 @@ pub async fn pull(
         },
     };
     let full_because = match (&request, &origin.base) {
-        (Request::Incremental(_), None) => Some(summary.full_because.unwrap_or_else(|| {
-            format!("{addr} does not take incremental backups (an older mysql-backup)")
-        })),
+        _ if refused => Some(format!(
+            "{addr} refused the incremental request (a mysql-backup serve older than this client)"
+        )),
+        (Request::Incremental(_), None) => Some(
+            summary
+                .full_because
+                .unwrap_or_else(|| format!("{addr} did not say why it took a full backup")),
+        ),
         _ => client_because,
     };
     if let Some(because) = &full_because {
@@ -248,4 +270,46 @@ pub async fn clone(
     let metadata = BackupMetadata::from_files(&summary.metadata);
     prepare_and_install(profile, staging, options, &metadata).await?;
     Ok(CloneOutcome::Cloned(summary))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A serve from before incremental backups hangs up on the incremental request: the client
+    /// tells that apart (and `pull` then asks it for a full backup), while a full request is
+    /// answered.
+    #[tokio::test]
+    async fn an_older_serve_refusing_the_incremental_request_is_told_apart() {
+        let token = b"token-0123456789".to_vec();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server_token = token.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                if let Ok(mut sender) =
+                    protocol::accept_as_before_incrementals(&mut socket, &server_token).await
+                {
+                    sender.answer(&mut socket, "OK").await.unwrap();
+                }
+            }
+        });
+        let incremental = Request::Incremental(IncrementalRequest {
+            lineage: Lineage::new_random(),
+            from_lsn: 5,
+        });
+        let options = RemoteOptions::default();
+        let refused = RemoteStream::connect(&addr, &token, &options, &incremental).await;
+        assert!(
+            matches!(refused, Err(Error::RequestRefused { .. })),
+            "{:?}",
+            refused.err()
+        );
+        assert!(
+            RemoteStream::connect(&addr, &token, &options, &Request::Full)
+                .await
+                .is_ok()
+        );
+    }
 }

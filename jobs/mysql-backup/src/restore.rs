@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use backup_storage::Store;
-use backup_storage::encryption::Identity;
+use backup_storage::encryption::{EncryptionError, Identity};
 use backup_storage::layers::{Declared, ObjectReader, ReadError, identity_needed};
 use backup_storage::stored_checksum::{ChecksumKind, StoredChecksum};
 use sha2::{Digest, Sha256};
@@ -193,10 +193,10 @@ async fn load_chain(store: &Store, key: &str, manifest: Option<Manifest>) -> Res
         key: key.to_string(),
         manifest,
     };
-    while let Some(incremental) = current.manifest.incremental.clone() {
-        let base = match store.get_small(&manifest_key(&incremental.base)).await? {
+    while let Some(base_key) = current.manifest.base_key(&current.key) {
+        let base = match store.get_small(&manifest_key(&base_key)).await? {
             Some(bytes) => Manifest::parse(&bytes).ok().map(|manifest| Backup {
-                key: incremental.base.clone(),
+                key: base_key.clone(),
                 manifest,
             }),
             None => None,
@@ -256,8 +256,11 @@ pub async fn restore_then_replay(
             "restoring an incremental backup with its chain"
         );
     }
-    // The first object is opened before the data dir is touched: a missing identity, or one
-    // that is not a recipient, fails here.
+    // Before the data dir is touched: the identity must open every part (by the recipients
+    // their manifests record; the first is opened too, which checks its header).
+    for part in &chain[1..] {
+        check_recipient(part, identity)?;
+    }
     let first = open_verified(store, &chain[0], identity).await?;
     let staging = Staging::begin(datadir)?;
     let result = async {
@@ -323,6 +326,28 @@ pub async fn restore_then_replay(
         summaries,
     };
     Ok((restored, applied))
+}
+
+/// An encrypted part needs an identity among the recipients its manifest records.
+fn check_recipient(part: &Part, identity: Option<&Identity>) -> Result<()> {
+    let Some(encryption) = part.manifest.as_ref().and_then(|m| m.encryption.as_ref()) else {
+        return Ok(());
+    };
+    let recipients = &encryption.recipients;
+    match identity {
+        Some(identity) if identity.matches_any(recipients) => Ok(()),
+        Some(identity) => Err(EncryptionError::NotARecipient {
+            what: part.url.clone(),
+            given: identity.public_keys().join(", "),
+            recipients: format!(" ({})", recipients.join(", ")),
+        }
+        .into()),
+        None => Err(EncryptionError::IdentityNeeded {
+            what: part.url.clone(),
+            recipients: format!(" ({})", recipients.join(", ")),
+        }
+        .into()),
+    }
 }
 
 /// Downloads a part, checks its size and ETag against the manifest and opens its layers.
@@ -496,4 +521,49 @@ async fn stream_into(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A later part of a chain encrypted to other keys, or with no identity given, is refused
+    /// before anything is downloaded (by its manifest's recipients).
+    #[test]
+    fn every_part_of_a_chain_must_open_with_the_identity() {
+        let (secret, public) = Identity::generate();
+        let identity = Identity::parse(&secret, "test").unwrap();
+        let (_, other) = Identity::generate();
+        let part = |recipient: &str| Part {
+            key: "inc".into(),
+            url: "file:///b/inc".into(),
+            manifest: Some(
+                Manifest::parse(
+                    &serde_json::to_vec(&serde_json::json!({
+                        "format": crate::manifest::FORMAT, "storedBytes": 1,
+                        "storedCrc32c": "00000000", "compression": "none",
+                        "encryption": {"scheme": "age", "recipients": [recipient]},
+                        "streamBytes": 1, "payloadBytes": 1, "fileCount": 1,
+                        "toolFamily": "mariadb", "source": "local",
+                        "startTime": "2026-11-30T00:00:00Z",
+                        "completionTime": "2026-11-30T00:00:00Z",
+                        "durationSeconds": 1.0, "runner": "test",
+                    }))
+                    .unwrap(),
+                )
+                .unwrap(),
+            ),
+        };
+        assert!(check_recipient(&part(&public), Some(&identity)).is_ok());
+        let e = check_recipient(&part(&other), Some(&identity)).unwrap_err();
+        assert!(
+            e.is_identity_problem() && e.to_string().contains("other keys"),
+            "{e}"
+        );
+        let e = check_recipient(&part(&public), None).unwrap_err();
+        assert!(
+            e.is_identity_problem() && e.to_string().contains("no identity"),
+            "{e}"
+        );
+    }
 }

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::backup::{BackupProcess, READ_BUFFER, source_lineage, take};
+use crate::backup::{BackupProcess, READ_BUFFER, record_backup_end, source_data_dir, take};
 use crate::chain::{self, Taken};
 use crate::credentials::DbConnection;
 use crate::metadata::BackupMetadata;
@@ -125,8 +125,8 @@ async fn stream_backup(
     sender: &mut protocol::Sender,
     write: &mut TcpStream,
 ) -> std::result::Result<String, StreamEnd> {
-    let lineage = source_lineage(&config.tool_options);
-    let (tool_options, taken) = take(&config.tool_options, incremental, lineage.as_ref());
+    let here = source_data_dir(&config.tool_options);
+    let (tool_options, taken) = take(&config.tool_options, incremental, here.as_ref());
     if let Taken::Full(Some(because)) = &taken {
         tracing::warn!("taking a full backup, not the incremental asked for: {because}");
     }
@@ -162,10 +162,13 @@ async fn stream_backup(
     }
     let metadata = BackupMetadata::from_files(&summary.metadata);
     chain::check_stream(&taken, &metadata).map_err(|e| StreamEnd::Failed(Error::Incremental(e)))?;
+    // Recorded before the client commits: an end recorded for a backup that is then not
+    // stored is harmless (no chain names it).
+    record_backup_end(&config.tool_options, here.as_ref(), metadata.to_lsn);
     Ok(serde_json::to_string(&Summary {
         files: summary.files,
         stream_bytes: summary.stream_bytes,
-        lineage: lineage.map(|l| l.to_string()),
+        lineage: here.map(|h| h.lineage.to_string()),
         incremental_from_lsn: match taken {
             Taken::Incremental { from_lsn } => Some(from_lsn),
             Taken::Full(_) => None,

@@ -61,6 +61,9 @@ async fn a_chain_of_incrementals_restores_each_moment_row_by_row() {
     );
     assert!(full["lineage"].as_str().is_some(), "{full}");
     let at_full = orders(&source);
+    // A backup never replaces another (here the base the next one would build on).
+    let a = source.backup_to(&key("1-full"), &["--incremental", &prefix]);
+    run(&a, &[]).await.assert_one_error_line("already exists");
 
     // A few pages change (100 neighbouring rows), two rows are added: an incremental on the full backup.
     source.sql("UPDATE shop.orders SET item = CONCAT(item, '-changed') WHERE id < 100;");
@@ -70,12 +73,8 @@ async fn a_chain_of_incrementals_restores_each_moment_row_by_row() {
     let first = backup(&source, "2-incremental").await;
     assert_eq!(first["format"], "mysql-backup/v1-incremental", "{first}");
     assert_eq!(
-        first["incremental"]["base"],
-        full["object"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("file:///"),
-        "{first}"
+        first["incremental"]["base"], "1-full",
+        "named beside it, so a copied prefix stays whole: {first}"
     );
     assert_eq!(first["fromLsn"], full["toLsn"]);
     assert_eq!(first["lineage"], full["lineage"]);
@@ -143,6 +142,23 @@ async fn a_chain_of_incrementals_restores_each_moment_row_by_row() {
     let (restored_server, _) =
         restored(&args(&["restore", "--from", &key("1-full")]), work.path()).await;
     assert_eq!(orders(&restored_server), at_full);
+
+    // The chain copied to another prefix (a copy off site, say) restores there as it is.
+    let copy = work.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for entry in std::fs::read_dir(work.path().join("chain")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+    }
+    let copied = format!("file://{}/", copy.display());
+    let (server, report) = restored(
+        &args(&["restore", "--from", &copied, "--newest"]),
+        work.path(),
+    )
+    .await;
+    assert_eq!(report["chain"].as_array().unwrap().len(), 3, "{report}");
+    assert_eq!(orders(&server), at_second);
+    drop(server);
 
     // A data dir made by a restore has a history of its own: asked for an incremental on the
     // chain, it takes a full backup and says why.

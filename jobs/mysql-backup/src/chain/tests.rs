@@ -125,7 +125,7 @@ fn when_a_base_completed_after_its_incremental_started_then_the_link_is_refused(
 
 #[test]
 fn when_there_is_no_backup_yet_then_a_full_one() {
-    assert_eq!(choose_base(&[], 6), Err(FullBecause::NoBackupYet));
+    assert_eq!(choose_base(&[], 6, "new"), Err(FullBecause::NoBackupYet));
 }
 
 #[test]
@@ -133,13 +133,13 @@ fn when_the_newest_backup_records_no_lineage_or_end_lsn_then_a_full_one() {
     let mut backups = chain_of_two();
     backups[0].manifest.lineage = None;
     assert!(matches!(
-        choose_base(&backups, 6),
+        choose_base(&backups, 6, "new"),
         Err(FullBecause::NewestUntraceable { .. })
     ));
     let mut backups = chain_of_two();
     backups[0].manifest.backup.to_lsn = None;
     assert!(matches!(
-        choose_base(&backups, 6),
+        choose_base(&backups, 6, "new"),
         Err(FullBecause::NewestUntraceable { .. })
     ));
 }
@@ -149,7 +149,7 @@ fn when_the_newest_chain_is_broken_then_a_full_one_rather_than_an_unrestorable_i
     let mut backups = chain_of_two();
     backups.remove(2);
     assert!(matches!(
-        choose_base(&backups, 6),
+        choose_base(&backups, 6, "new"),
         Err(FullBecause::NewestChainBroken(
             ChainError::MissingBase { .. }
         ))
@@ -160,32 +160,46 @@ fn when_the_newest_chain_is_broken_then_a_full_one_rather_than_an_unrestorable_i
 fn when_the_chain_holds_max_incrementals_then_a_full_one_else_the_newest_is_the_base() {
     let backups = chain_of_two();
     assert_eq!(
-        choose_base(&backups, 2),
+        choose_base(&backups, 2, "new"),
         Err(FullBecause::ChainComplete {
             key: "inc2".into(),
             incrementals: 2
         })
     );
     assert_eq!(
-        choose_base(&backups, 3),
+        choose_base(&backups, 3, "new"),
         Ok(Base {
             key: "inc2".into(),
             lineage: Lineage::parse(DIR_A).unwrap(),
-            to_lsn: 180
+            to_lsn: 180,
+            gtid: None,
         })
     );
     // A full backup is a chain of none: the first incremental builds on it.
-    assert_eq!(choose_base(&backups[2..], 1).unwrap().key, "full");
+    assert_eq!(choose_base(&backups[2..], 1, "new").unwrap().key, "full");
 }
 
 #[test]
-fn the_source_takes_an_incremental_only_from_the_data_dir_of_the_chain() {
-    let a = Lineage::parse(DIR_A).unwrap();
-    let b = Lineage::parse(DIR_B).unwrap();
+fn when_the_new_backup_is_not_beside_the_newest_then_a_full_one() {
+    let backups = chain_of_two();
+    assert_eq!(choose_base(&backups, 6, "new").unwrap().key, "inc2");
+    assert_eq!(
+        choose_base(&backups, 6, "elsewhere/new"),
+        Err(FullBecause::OtherDirectory { key: "inc2".into() })
+    );
+}
+
+#[test]
+fn the_source_takes_an_incremental_only_from_the_data_dir_of_the_chain_at_one_of_its_ends() {
+    let here = |lineage: &str, ends: &[u64]| SourceDataDir {
+        lineage: Lineage::parse(lineage).unwrap(),
+        backup_ends: ends.to_vec(),
+    };
     let request = IncrementalRequest {
-        lineage: a.clone(),
+        lineage: Lineage::parse(DIR_A).unwrap(),
         from_lsn: 180,
     };
+    let a = here(DIR_A, &[100, 150, 180]);
     assert_eq!(decide_at_source(None, Some(&a)), Taken::Full(None));
     assert_eq!(
         decide_at_source(Some(&request), Some(&a)),
@@ -196,9 +210,28 @@ fn the_source_takes_an_incremental_only_from_the_data_dir_of_the_chain() {
         Taken::Full(Some(FullBecause::SourceLineageUnknown))
     );
     assert!(matches!(
-        decide_at_source(Some(&request), Some(&b)),
+        decide_at_source(Some(&request), Some(&here(DIR_B, &[180]))),
         Taken::Full(Some(FullBecause::OtherDataDir { .. }))
     ));
+    // Rewound to a copy from before the chain's newest backup: the file came back without it.
+    assert_eq!(
+        decide_at_source(Some(&request), Some(&here(DIR_A, &[100, 150]))),
+        Taken::Full(Some(FullBecause::NotAnEndHere { lsn: 180 }))
+    );
+}
+
+#[test]
+fn an_incremental_must_continue_its_bases_gtids() {
+    assert!(gtid_continues(Some("0-1-50"), Some("0-1-60")).is_ok());
+    assert!(gtid_continues(Some("0-1-50"), Some("0-1-50")).is_ok());
+    // Another server id in the domain continues it too (a promoted replica's writes).
+    assert!(gtid_continues(Some("0-1-50"), Some("0-2-51")).is_ok());
+    let restarted = gtid_continues(Some("0-1-50,1-1-7"), Some("0-1-60,1-1-3")).unwrap_err();
+    assert!(restarted.contains("[1]"), "{restarted}");
+    assert!(gtid_continues(Some("0-1-50"), None).is_err());
+    // A base without a MariaDB GTID state cannot be checked.
+    assert!(gtid_continues(None, Some("0-1-1")).is_ok());
+    assert!(gtid_continues(Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-23"), None).is_ok());
 }
 
 #[test]
