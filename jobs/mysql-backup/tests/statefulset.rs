@@ -17,19 +17,20 @@
 //! 3. The backup CronJob, its schedule set to every minute (the one change: the test cannot
 //!    wait for 02:30), writes two encrypted backups, rows written between them, that
 //!    `mysql-backup list` shows: a full backup, then an incremental on it; the example's
-//!    retention keeps both. Then the same CronJob's
-//!    job to Google Cloud Storage (fake-gcs-server) and Azure Blob Storage (Azurite), each
-//!    switched by the ConfigMap and Secret only, as `secrets.yaml` says.
-//!    Restore to a point: the primary's pod deleted while its `binlogs` sidecar archives, rows
-//!    written, a `DROP TABLE`; the restore Job, with `--newest` replaced by `--binlogs` and
-//!    `--until-gtid` of the drop, fills a claim of its own, and a server on it has every row
-//!    committed before the drop (the backup's and the archive's), starting from the
-//!    incremental backup with its chain.
-//! 4. Disaster, as docs/operations/mysql-disaster-recovery.md tells it: the StatefulSet and its
-//!    claims deleted (their volumes retained), the restore Job restores the newest backup into
-//!    a new claim (the newest backup is an incremental: its chain is applied), the StatefulSet
-//!    applied again: mysql-0 has every row of the newest backup
-//!    (and none written after it), the replicas clone from it and replicate.
+//!    retention keeps both. Then the same CronJob's job to Google Cloud Storage
+//!    (fake-gcs-server) and Azure Blob Storage (Azurite), each switched by the ConfigMap and
+//!    Secret only, as `secrets.yaml` says.
+//!    The incident: the primary's pod deleted while its `binlogs` sidecar archives, rows
+//!    written, the sidecar's archiver SIGKILLed, more rows, a `DROP TABLE`, archived. The
+//!    restore Job as shipped (`--newest`) fills a claim of its own beside the running
+//!    StatefulSet: a server on it has the newest backup's rows, row by row (the newest backup is
+//!    the incremental: its chain is applied).
+//! 4. Disaster and restore to a point, as docs/operations/mysql-point-in-time-restore.md tells
+//!    it (docs/operations/mysql-disaster-recovery.md with the restore Job's `--newest` replaced
+//!    by `--binlogs` and `--until-gtid` of the drop): the StatefulSet and its claims deleted
+//!    (their volumes retained), the Job restores the incremental's chain and replays the
+//!    archive into a new claim, the StatefulSet applied again: mysql-0 has, row by row, every
+//!    row committed before the drop (and the table), the replicas clone from it and replicate.
 //! 5. The token in the Secret replaced, then scale to 4: mysql-3's clone is refused by
 //!    mysql-2's `serve` (which holds the old token), the pod stays in init with the reason in
 //!    its log, and its data dir stays empty.
@@ -161,6 +162,16 @@ async fn insert_rows(kube: &KubeTestbed, ns: &str, from: u32, to: u32) {
 }
 
 const COUNT: &str = "SELECT COUNT(*) FROM demo.t";
+/// Every row of demo.t, in order: what `rows_before` must equal, row by row.
+const ROWS: &str = "SELECT GROUP_CONCAT(CONCAT(id, ':', v) ORDER BY id) FROM demo.t";
+
+/// The rows `insert_rows` wrote with ids below `end`, as [`ROWS`] prints them.
+fn rows_before(end: u32) -> String {
+    (0..end)
+        .map(|i| format!("{i}:row {i}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
 
 /// The document of `kind` named `name` among `manifests`.
 fn doc<'a>(manifests: &'a mut [Value], kind: &str, name: &str) -> &'a mut Value {
@@ -434,7 +445,10 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
         .await
         .unwrap();
     recreated_ready(&pods, "mysql-0", old).await;
-    insert_rows(&kube, &ns, 250, 260).await;
+    insert_rows(&kube, &ns, 250, 255).await;
+    // The sidecar's archiver SIGKILLed between two transactions: restarted, it resumes.
+    point_in_time::kill_archiver(&pods).await;
+    insert_rows(&kube, &ns, 255, 260).await;
     let drop_gtid = sql(
         &kube,
         &ns,
@@ -445,8 +459,8 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
     .await
     .unwrap();
     point_in_time::archived_through(&garage, &binlog_prefix(&garage), &drop_gtid).await;
-    // Every row committed before the DROP, those after the newest backup too.
-    point_in_time::restore_to_point(&kube, &ns, &identity, &drop_gtid, "260").await;
+    // The restore Job as shipped, into a claim of its own: the newest backup's rows.
+    point_in_time::restore_newest_into_own_claim(&kube, &ns, &identity, 210).await;
 
     // 4. Disaster: the StatefulSet and every claim gone (their volumes kept, as the runbook
     // says), then the restore Job and the StatefulSet again.
@@ -491,9 +505,15 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
         "metadata": {"name": "mysql-restore-key"},
         "stringData": {"identity.txt": identity}});
     kube.apply(&[key], &ns).await.unwrap();
-    let restore = testbed::kustomize::render_files_for_bed(&RESTORE, &ns, &IMAGES).unwrap();
+    // Restored to the transaction before the DROP, as the point-in-time runbook says: the
+    // disaster runbook with the restore Job's `--newest` replaced by the point.
+    let mut restore = testbed::kustomize::render_files_for_bed(&RESTORE, &ns, &IMAGES).unwrap();
+    point_in_time::to_the_point(&mut restore, &drop_gtid);
     kube.apply(&restore, &ns).await.unwrap();
     job_succeeded(&jobs, "mysql-restore", 600).await;
+    let report = point_in_time::job_report(&kube, &ns, "mysql-restore").await;
+    assert_eq!(report["stoppedBefore"], drop_gtid, "{report}");
+    assert!(report["chain"].as_array().unwrap().len() >= 2, "{report}");
     let secrets: Api<Secret> = Api::namespaced(kube.client.clone(), &ns);
     secrets
         .delete("mysql-restore-key", &DeleteParams::default())
@@ -503,15 +523,21 @@ async fn the_example_statefulset_clones_replicates_heals_is_backed_up_restored_a
         testbed::kustomize::render_files_for_bed(&[STATEFULSET], &ns, &IMAGES).unwrap();
     kube.apply(&statefulset, &ns).await.unwrap();
     ready(&sets, 3).await;
-    assert_eq!(sql(&kube, &ns, "mysql-0", "", COUNT).await.unwrap(), "210");
+    // Row by row: every row committed before the DROP (the backup's and the archive's), and
+    // the table itself.
+    assert_eq!(
+        sql(&kube, &ns, "mysql-0", "", ROWS).await.unwrap(),
+        rows_before(260)
+    );
     assert!(
         clone_log(&pods, "mysql-1")
             .await
             .contains("receiving backup")
     );
-    insert_rows(&kube, &ns, 210, 220).await;
+    // The replicas cloned from the restored primary and follow its new history.
+    insert_rows(&kube, &ns, 260, 270).await;
     for replica in ["mysql-1", "mysql-2"] {
-        eventually(&kube, &ns, replica, COUNT, "220").await;
+        eventually(&kube, &ns, replica, ROWS, &rows_before(270)).await;
     }
 
     // 5. Another token in the Secret; mysql-2's serve holds the one it started with.
