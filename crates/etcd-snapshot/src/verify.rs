@@ -290,12 +290,11 @@ fn expect(what: &'static str, expected: String, found: String) -> Result<()> {
 /// declares, and the rest sniffed from its first bytes.
 fn declared_layers(manifest: Option<&Manifest>, info: &backup_storage::ObjectInfo) -> Declared {
     match manifest {
-        Some(m) => Declared {
-            compression: Some(m.compression),
-            encrypted: Some(m.encryption.is_some()),
-            recipients: m.encryption.as_ref().map(|e| e.recipients.clone()),
-            stored_checksum: Some(m.stored_checksum().kind),
-        },
+        Some(m) => Declared::recorded(
+            m.compression,
+            m.encryption.as_ref(),
+            Some(m.stored_checksum().kind),
+        ),
         None => Declared {
             compression: info
                 .metadata

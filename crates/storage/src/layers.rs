@@ -98,6 +98,21 @@ pub struct Declared {
 }
 
 impl Declared {
+    /// What a manifest records of an object's layers: its compression, its encryption (and to
+    /// whom), and which checksum of the stored bytes.
+    pub fn recorded(
+        compression: Compression,
+        encryption: Option<&crate::encryption::Encryption>,
+        stored_checksum: Option<ChecksumKind>,
+    ) -> Declared {
+        Declared {
+            compression: Some(compression),
+            encrypted: Some(encryption.is_some()),
+            recipients: encryption.map(|e| e.recipients.clone()),
+            stored_checksum,
+        }
+    }
+
     fn stored_checksum(&self, encrypted: bool) -> ChecksumKind {
         self.stored_checksum
             .unwrap_or(ChecksumKind::for_new_object(encrypted))

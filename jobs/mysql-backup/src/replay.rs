@@ -319,12 +319,11 @@ async fn fetch_piece(store: &Store, piece: &Piece, identity: Option<&Identity>) 
         detail,
     };
     let download = store.download(&piece.key).await?;
-    let declared = Declared {
-        compression: Some(m.compression),
-        encrypted: Some(m.encryption.is_some()),
-        recipients: m.encryption.as_ref().map(|e| e.recipients.clone()),
-        stored_checksum: m.stored_checksum().ok().map(|c| c.kind),
-    };
+    let declared = Declared::recorded(
+        m.compression,
+        m.encryption.as_ref(),
+        m.stored_checksum().ok().map(|c| c.kind),
+    );
     let mut reader = ObjectReader::open(download, &declared, identity, &url)
         .await
         .map_err(|e| corrupted(e.to_string()))?;

@@ -380,14 +380,15 @@ async fn open_verified(
             );
         }
     }
-    let declared = Declared {
-        compression: manifest.map(|m| m.compression),
-        encrypted: manifest.map(|m| m.encryption.is_some()),
-        recipients: manifest
-            .and_then(|m| m.encryption.as_ref())
-            .map(|e| e.recipients.clone()),
-        stored_checksum: manifest.map(|m| m.stored_checksum().kind),
-    };
+    let declared = manifest
+        .map(|m| {
+            Declared::recorded(
+                m.compression,
+                m.encryption.as_ref(),
+                Some(m.stored_checksum().kind),
+            )
+        })
+        .unwrap_or_default();
     let reader = ObjectReader::open(download, &declared, identity, &part.url)
         .await
         .map_err(|e| read_error(e, &corrupted))?;

@@ -125,11 +125,7 @@ async fn archive_lag_and_restore_to_a_point() {
         .expect("garage (e2e/install-deps.sh)");
     let (s3_args, env) = garage.cli_args();
     let dir = tempfile::tempdir().unwrap();
-    let (secret, public) = backup_storage::encryption::Identity::generate();
-    let identity = dir.path().join("key.txt");
-    std::fs::write(&identity, secret).unwrap();
-    let recipients = dir.path().join("recipients.txt");
-    std::fs::write(&recipients, format!("{public}\n")).unwrap();
+    let (identity, recipients) = age_key_files(dir.path());
     let bucket = format!("s3://{}/bench", garage.bucket);
 
     let server = Mariadb::fresh(1);

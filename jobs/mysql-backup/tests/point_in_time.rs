@@ -37,11 +37,7 @@ struct Archive {
 impl Archive {
     fn new() -> Archive {
         let dir = tempfile::tempdir().unwrap();
-        let (secret, public) = backup_storage::encryption::Identity::generate();
-        let identity = dir.path().join("key.txt");
-        std::fs::write(&identity, secret).unwrap();
-        let recipients = dir.path().join("recipients.txt");
-        std::fs::write(&recipients, format!("{public}\n")).unwrap();
+        let (identity, recipients) = age_key_files(dir.path());
         let binlogs_dir = dir.path().join("binlogs");
         Archive {
             backups: format!("file://{}/backups/", dir.path().display()),

@@ -108,14 +108,11 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
     source.write_sample();
     let expected = source.sample_digest();
     let dir = tempfile::tempdir().unwrap();
-    let (secret, public) = backup_storage::encryption::Identity::generate();
+    let (identity, recipients) = age_key_files(dir.path());
+    let public = std::fs::read_to_string(&recipients).unwrap().trim().to_string();
     let (stranger, _) = backup_storage::encryption::Identity::generate();
-    let identity = dir.path().join("key.txt");
-    std::fs::write(&identity, secret).unwrap();
     let wrong = dir.path().join("stranger.txt");
     std::fs::write(&wrong, stranger).unwrap();
-    let recipients = dir.path().join("recipients.txt");
-    std::fs::write(&recipients, format!("{public}\n")).unwrap();
     let object = dir.path().join("nightly/shop.xbstream.zst.age");
     let url = format!("file://{}", object.display());
 

@@ -33,12 +33,11 @@ impl SegmentReader {
         let url = store.location(key).to_string();
         let download = store.download(key).await?;
         let declared = match &manifest {
-            Some(m) => Declared {
-                compression: Some(m.compression),
-                encrypted: Some(m.encryption.is_some()),
-                recipients: m.encryption.as_ref().map(|e| e.recipients.clone()),
-                stored_checksum: m.stored_checksum().ok().map(|c| c.kind),
-            },
+            Some(m) => Declared::recorded(
+                m.compression,
+                m.encryption.as_ref(),
+                m.stored_checksum().ok().map(|c| c.kind),
+            ),
             None => Declared::default(),
         };
         let reader = ObjectReader::open(download, &declared, identity, &url).await?;

@@ -243,6 +243,17 @@ fn tail(path: &Path) -> String {
 
 pub use testbed::cli::Run;
 
+/// A new age key pair in `dir`: the identity file `key.txt` (the private key) and the
+/// recipients file `recipients.txt` (its public key), as a user keeps them.
+pub fn age_key_files(dir: &Path) -> (PathBuf, PathBuf) {
+    let (secret, public) = backup_storage::encryption::Identity::generate();
+    let identity = dir.join("key.txt");
+    std::fs::write(&identity, secret).unwrap();
+    let recipients = dir.join("recipients.txt");
+    std::fs::write(&recipients, format!("{public}\n")).unwrap();
+    (identity, recipients)
+}
+
 /// The binary with a clean AWS environment, the test passwords in the environment, plus `env`.
 pub fn command(args: &[String], env: &[(String, String)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_mysql-backup"));
