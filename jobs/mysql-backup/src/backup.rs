@@ -137,7 +137,20 @@ pub async fn backup_choosing(
     if let Some(because) = &full_because {
         tracing::warn!("taking a full backup, not an incremental: {because}");
     }
-    let manifest = backup(profile, db, &taking, store, key, options, &origin).await?;
+    let manifest = match backup(profile, db, &taking, store, key, options, &origin).await {
+        // Stored nothing: taken again, whole (the newest backup then continues the GTIDs).
+        Err(Error::NotContinuing(detail)) => {
+            tracing::warn!("taking a full backup after all: {detail}");
+            full_because = Some(FullBecause::GtidsDoNotContinue { detail });
+            let (full, _) = take(tool_options, None, here.as_ref());
+            let origin = Origin {
+                base: None,
+                ..origin
+            };
+            backup(profile, db, &full, store, key, options, &origin).await?
+        }
+        done => done?,
+    };
     record_backup_end(tool_options, here.as_ref(), manifest.backup.to_lsn);
     Ok((manifest, full_because))
 }

@@ -210,6 +210,11 @@ pub enum FullBecause {
     NotAnEndHere {
         lsn: u64,
     },
+    /// The incremental was taken, but its GTIDs do not continue the base's (see
+    /// [`gtid_continues`]): taken again as a full backup.
+    GtidsDoNotContinue {
+        detail: String,
+    },
 }
 
 impl fmt::Display for FullBecause {
@@ -239,6 +244,7 @@ impl fmt::Display for FullBecause {
                 f,
                 "the source's data dir never ended a backup at the chain's LSN {lsn}: it was rewound (a volume snapshot restored?)"
             ),
+            FullBecause::GtidsDoNotContinue { detail } => write!(f, "{detail}"),
             FullBecause::OtherDataDir { chain, source } => write!(
                 f,
                 "the source's data dir (lineage {source}) is not the one the chain was taken from (lineage {chain}): re-cloned, restored, or another server"

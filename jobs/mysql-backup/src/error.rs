@@ -43,6 +43,10 @@ pub enum Error {
     #[error("incremental backup refused: {0}")]
     Incremental(String),
 
+    /// The source's GTIDs do not continue the base's: `backup`/`pull` take a full backup instead.
+    #[error("incremental backup refused: {0}")]
+    NotContinuing(String),
+
     #[error("the backup chain cannot be restored: {0}")]
     ChainBroken(#[from] crate::chain::ChainError),
 
@@ -82,7 +86,7 @@ pub enum Error {
     AuthRejected { peer: String },
 
     #[error(
-        "peer {peer} closed the connection on the request: a mysql-backup serve older than this client, which takes only full backups"
+        "peer {peer} hung up on the request without an answer: a mysql-backup serve older than this client (which takes only full backups), or one that stopped"
     )]
     RequestRefused { peer: String },
 

@@ -211,30 +211,35 @@ async fn check_base(
     key: &str,
     origin: &Origin,
     metadata: &BackupMetadata,
-) -> std::result::Result<(), String> {
+) -> Result<()> {
     let Some(base) = &origin.base else {
         return Ok(());
     };
     if origin.lineage.as_ref() != Some(&base.lineage) {
-        return Err(format!(
+        return Err(Error::Incremental(format!(
             "the source's data dir lineage {:?} is not the base's {}",
             origin.lineage.as_ref().map(|l| l.to_string()),
             base.lineage
-        ));
+        )));
     }
     chain::gtid_continues(
         base.gtid.as_deref(),
         metadata.binlog.as_ref().and_then(|b| b.gtid.as_deref()),
-    )?;
+    )
+    .map_err(Error::NotContinuing)?;
     if IncrementalOf::name_beside(key, &base.key).is_none() {
-        return Err(format!("the base {} is not beside {key}", base.key));
+        return Err(Error::Incremental(format!(
+            "the base {} is not beside {key}",
+            base.key
+        )));
     }
     for needed in [base.key.clone(), manifest_key(&base.key)] {
-        match store.head(&needed).await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Err(format!("its base {needed} was deleted while it ran")),
-            Err(e) => return Err(format!("cannot check its base {needed}: {e}")),
-        }
+        let gone = match store.head(&needed).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => format!("its base {needed} was deleted while it ran"),
+            Err(e) => format!("cannot check its base {needed}: {e}"),
+        };
+        return Err(Error::Incremental(gone));
     }
     Ok(())
 }
@@ -263,11 +268,11 @@ impl Finished {
     ) -> Result<Manifest> {
         let checked = match chain::check_stream(&origin.taken(), &self.metadata) {
             Ok(()) => check_base(store, key, origin, &self.metadata).await,
-            Err(e) => Err(e),
+            Err(e) => Err(Error::Incremental(e)),
         };
         if let Err(e) = checked {
             abort(self.upload).await;
-            return Err(Error::Incremental(e));
+            return Err(e);
         }
         let info = self.upload.commit().await?;
         let manifest = Manifest {

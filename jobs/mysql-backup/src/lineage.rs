@@ -93,7 +93,9 @@ pub fn record_end(datadir: &Path, lineage: &Lineage, lsn: u64) -> Result<()> {
 /// Written to a temporary name, synced, renamed.
 fn write(datadir: &Path, lineage: &Lineage, ends: &[u64]) -> Result<()> {
     let path = datadir.join(LINEAGE_FILE);
-    let temporary = datadir.join(format!("{LINEAGE_FILE}.new"));
+    // Its own temporary name: a `backup` and a `serve` on one data dir may write at once.
+    let suffix: u64 = rand::random();
+    let temporary = datadir.join(format!("{LINEAGE_FILE}.{suffix:016x}.new"));
     let mut text = format!("{lineage}\n");
     for lsn in ends {
         text.push_str(&format!("backup-end {lsn}\n"));

@@ -152,6 +152,33 @@ pub async fn pull(
 ) -> Result<(Manifest, Option<String>)> {
     let (base, client_because) = chain::split(choice);
     let client_because = client_because.map(|b| b.to_string());
+    let pulled = pull_once(addr, token, remote, profile, store, key, options, base).await;
+    match pulled {
+        // Stored nothing: pulled again, whole (the newest backup then continues the GTIDs).
+        Err(Error::NotContinuing(detail)) => {
+            tracing::warn!("pulling a full backup after all: {detail}");
+            let (manifest, _) =
+                pull_once(addr, token, remote, profile, store, key, options, None).await?;
+            Ok((manifest, Some(detail)))
+        }
+        Ok((manifest, None)) => Ok((manifest, client_because)),
+        done => done,
+    }
+}
+
+/// One `pull`: an incremental on `base` when given and the source takes it. Returns why a full
+/// backup was taken when an incremental was asked for.
+#[allow(clippy::too_many_arguments)]
+async fn pull_once(
+    addr: &str,
+    token: &[u8],
+    remote: &RemoteOptions,
+    profile: &ToolProfile,
+    store: &Store,
+    key: &str,
+    options: &IngestOptions,
+    base: Option<Base>,
+) -> Result<(Manifest, Option<String>)> {
     let request = match &base {
         Some(b) => Request::Incremental(b.request()),
         None => Request::Full,
@@ -204,14 +231,14 @@ pub async fn pull(
     };
     let full_because = match (&request, &origin.base) {
         _ if refused => Some(format!(
-            "{addr} refused the incremental request (a mysql-backup serve older than this client)"
+            "{addr} hung up on the incremental request without an answer (a mysql-backup serve older than this client?)"
         )),
         (Request::Incremental(_), None) => Some(
             summary
                 .full_because
                 .unwrap_or_else(|| format!("{addr} did not say why it took a full backup")),
         ),
-        _ => client_because,
+        _ => None,
     };
     if let Some(because) = &full_because {
         tracing::warn!("took a full backup, not an incremental: {because}");

@@ -243,4 +243,23 @@ async fn a_chain_of_incrementals_restores_each_moment_row_by_row() {
             && deleted[4].ends_with("1-full"),
         "{pruned}"
     );
+
+    // The server's binlog GTIDs start again (RESET MASTER): an incremental would not continue
+    // its base's history as recorded, so the night's backup is taken again, whole, naming why.
+    source.sql("RESET MASTER;");
+    let after_reset = backup(&source, "6-after-reset").await;
+    assert_eq!(after_reset["format"], "mysql-backup/v1", "{after_reset}");
+    assert!(
+        after_reset["fullBecause"]
+            .as_str()
+            .unwrap()
+            .contains("does not continue the base's"),
+        "{after_reset}"
+    );
+    let (server, _) = restored(
+        &args(&["restore", "--from", &key("6-after-reset")]),
+        work.path(),
+    )
+    .await;
+    assert_eq!(orders(&server), orders(&source));
 }

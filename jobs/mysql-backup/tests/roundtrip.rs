@@ -109,7 +109,10 @@ async fn an_encrypted_backup_restores_only_with_its_identity() {
     let expected = source.sample_digest();
     let dir = tempfile::tempdir().unwrap();
     let (identity, recipients) = age_key_files(dir.path());
-    let public = std::fs::read_to_string(&recipients).unwrap().trim().to_string();
+    let public = std::fs::read_to_string(&recipients)
+        .unwrap()
+        .trim()
+        .to_string();
     let (stranger, _) = backup_storage::encryption::Identity::generate();
     let wrong = dir.path().join("stranger.txt");
     std::fs::write(&wrong, stranger).unwrap();

@@ -16,33 +16,38 @@ use testbed::kube::KubeTestbed;
 
 use super::{COUNT, IMAGES, RESTORE, ROWS, doc, eventually, job_succeeded, rows_before};
 
-/// The restarts of mysql-0's `binlogs` container so far.
-async fn archiver_restarts(pods: &Api<Pod>) -> i32 {
+/// mysql-0's `binlogs` container: its restarts so far and its container ID (without the
+/// runtime's `containerd://`).
+async fn archiver_container(pods: &Api<Pod>) -> (i32, String) {
     let pod = pods.get("mysql-0").await.unwrap();
-    pod.status
+    let status = pod
+        .status
         .and_then(|s| s.container_statuses)
         .unwrap_or_default()
         .into_iter()
         .find(|c| c.name == "binlogs")
-        .map_or(0, |c| c.restart_count)
+        .expect("mysql-0 has a binlogs container");
+    let id = status.container_id.unwrap_or_default();
+    let id = id.rsplit("://").next().unwrap_or_default().to_string();
+    assert!(!id.is_empty(), "the binlogs container has no ID yet");
+    (status.restart_count, id)
 }
 
-/// SIGKILLs the `binlogs` sidecar's archiver on mysql-0 (a process of this machine: the bed's
-/// kubelet runs its containers here; the replicas' sidecars only sleep), then waits until the
-/// kubelet has restarted it. Nothing lets it finish a piece or say goodbye.
+/// SIGKILLs the `binlogs` sidecar's archiver on mysql-0, then waits until the kubelet has
+/// restarted it. Nothing lets it finish a piece or say goodbye. The process is found on this
+/// machine (the bed's kubelet runs its containers here) by the container's ID in its cgroup,
+/// so no other pod's archiver is touched.
 pub async fn kill_archiver(pods: &Api<Pod>) {
-    let before = archiver_restarts(pods).await;
+    let (before, id) = archiver_container(pods).await;
     let mut killed = 0;
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
+        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        if args.iter().any(|a| a.ends_with(b"mysql-backup"))
-            && args.contains(&&b"archive-binlogs"[..])
-            && args.contains(&&b"/var/lib/mysql"[..])
-        {
+        if cgroup.contains(&id) && args.contains(&&b"archive-binlogs"[..]) {
             let status = std::process::Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status()
@@ -53,7 +58,7 @@ pub async fn kill_archiver(pods: &Api<Pod>) {
     }
     assert_eq!(
         killed, 1,
-        "one archiver (mysql-0's sidecar) runs on the bed"
+        "one archiver process in container {id} on this machine (the bed's kubelet runs here)"
     );
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
