@@ -19,12 +19,7 @@ use crate::manifest::{Manifest, manifest_key};
 /// How many manifests [`Catalog::read`] fetches at once.
 const MANIFEST_FETCHES: usize = 8;
 
-/// One complete backup.
-#[derive(Debug, Clone)]
-pub struct Backup {
-    pub key: String,
-    pub manifest: Manifest,
-}
+pub use crate::manifest::Backup;
 
 /// The prefix's objects and the manifests that parsed, keyed by the object they describe.
 pub struct Catalog {

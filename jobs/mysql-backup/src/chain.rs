@@ -11,41 +11,13 @@
 use std::fmt;
 
 use crate::binlog::GtidState;
-use crate::catalog::Backup;
+pub use crate::error::ChainError;
 use crate::lineage::Lineage;
-use crate::manifest::IncrementalOf;
+use crate::manifest::{Backup, IncrementalOf};
 use crate::metadata::BackupMetadata;
 
 /// What the checkpoints file says of an incremental backup.
 pub const INCREMENTAL_TYPE: &str = "incremental";
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChainError {
-    #[error(
-        "{backup} builds on {base}, which is not a complete backup (deleted, or its manifest is missing)"
-    )]
-    MissingBase { backup: String, base: String },
-    #[error(
-        "{backup} was not taken from the data dir its base {base} was taken from (lineage {found}, the base's {expected})"
-    )]
-    OtherDataDir {
-        backup: String,
-        base: String,
-        found: String,
-        expected: String,
-    },
-    #[error("{backup} starts at LSN {from}, but its base {base} ends at LSN {base_to}")]
-    LsnGap {
-        backup: String,
-        base: String,
-        from: String,
-        base_to: String,
-    },
-    #[error("{backup} completed before its base {base}")]
-    BaseNotOlder { backup: String, base: String },
-    #[error("the chain of {backup} is longer than {MAX_CHAIN} backups (its manifests loop)")]
-    TooLong { backup: String },
-}
 
 /// More links than any chain `--max-incrementals` allows: manifests (edited, or with equal
 /// times) that loop.
@@ -55,6 +27,7 @@ pub const MAX_CHAIN: usize = 1000;
 pub fn check_length(walked: &[Backup]) -> Result<(), ChainError> {
     match walked.first() {
         Some(first) if walked.len() > MAX_CHAIN => Err(ChainError::TooLong {
+            limit: MAX_CHAIN,
             backup: first.key.clone(),
         }),
         _ => Ok(()),
@@ -143,6 +116,7 @@ pub fn resolve<'a>(
         chain.push(current);
         if chain.len() > MAX_CHAIN {
             return Err(ChainError::TooLong {
+                limit: MAX_CHAIN,
                 backup: backup.key.clone(),
             });
         }

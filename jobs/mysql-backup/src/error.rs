@@ -48,7 +48,7 @@ pub enum Error {
     NotContinuing(String),
 
     #[error("the backup chain cannot be restored: {0}")]
-    ChainBroken(#[from] crate::chain::ChainError),
+    ChainBroken(#[from] ChainError),
 
     #[error("the backup stream is incomplete: {0}")]
     Incomplete(String),
@@ -158,4 +158,33 @@ impl Error {
     pub fn is_identity_problem(&self) -> bool {
         matches!(self, Error::Encryption(e) if e.is_identity_problem())
     }
+}
+
+/// Why a chain of incremental backups cannot be restored (the rules of `crate::chain`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    #[error(
+        "{backup} builds on {base}, which is not a complete backup (deleted, or its manifest is missing)"
+    )]
+    MissingBase { backup: String, base: String },
+    #[error(
+        "{backup} was not taken from the data dir its base {base} was taken from (lineage {found}, the base's {expected})"
+    )]
+    OtherDataDir {
+        backup: String,
+        base: String,
+        found: String,
+        expected: String,
+    },
+    #[error("{backup} starts at LSN {from}, but its base {base} ends at LSN {base_to}")]
+    LsnGap {
+        backup: String,
+        base: String,
+        from: String,
+        base_to: String,
+    },
+    #[error("{backup} completed before its base {base}")]
+    BaseNotOlder { backup: String, base: String },
+    #[error("the chain of {backup} is longer than {limit} backups (its manifests loop)")]
+    TooLong { backup: String, limit: usize },
 }

@@ -74,6 +74,13 @@ pub struct Manifest {
     pub runner: String,
 }
 
+/// One complete backup: an object and the manifest beside it that records its size.
+#[derive(Debug, Clone)]
+pub struct Backup {
+    pub key: String,
+    pub manifest: Manifest,
+}
+
 /// The "directory" of a key: everything up to and including its last `/` (empty without one).
 pub fn key_directory(key: &str) -> &str {
     key.rfind('/').map_or("", |i| &key[..=i])
