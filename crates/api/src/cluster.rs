@@ -374,6 +374,11 @@ pub struct MembershipChange {
     /// node was lost), instead of deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_claim: Option<bool>,
+    /// The EtcdRestore (uid) the cluster's data came from when the change was recorded: the
+    /// cluster's `etcd.database.coreos.com/restored-by` annotation then. A change recorded
+    /// before a later restore handed the cluster over means nothing and is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_by: Option<String>,
 }
 
 /// Cluster phase (coreos's values). `""`: not looked at yet. `Creating`: the seed member is being

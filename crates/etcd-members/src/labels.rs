@@ -32,6 +32,12 @@ pub const NOTHING_RAN: &str = "none";
 /// On an EtcdCluster: the EtcdRestore (name) that was deleted after it had begun replacing the
 /// cluster's members. The cluster stays paused; the paused status says so and how to go on.
 pub const ABANDONED_RESTORE_ANNOTATION: &str = "etcd.database.coreos.com/abandoned-restore";
+/// On an EtcdCluster: the EtcdRestore (uid) that last handed the cluster over, set by the
+/// restore operator with the unpause (and never removed; a later restore replaces it). A
+/// membership change the cluster operator recorded before it (`status.membershipChange`,
+/// which names the value it saw) means nothing for the restored data and is dropped: the
+/// hand-over needs no write to the cluster operator's status.
+pub const RESTORED_BY_ANNOTATION: &str = "etcd.database.coreos.com/restored-by";
 /// On a replaced member's claim, instead of [`CLUSTER_LABEL`]: the cluster it was detached from
 /// by a restore (with `spec.oldVolumes: Keep`; no longer one of the cluster's claims).
 pub const DETACHED_LABEL: &str = "etcd.database.coreos.com/detached-from";

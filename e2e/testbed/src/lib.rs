@@ -24,6 +24,7 @@ pub mod procstat;
 pub mod proxy;
 pub mod rbac;
 pub mod reference_docs;
+pub mod status_writers;
 mod tls;
 
 use std::collections::BTreeSet;

@@ -16,7 +16,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use operator_runtime::reconcile_errors;
-use operator_runtime::status_apply;
 
 use crate::adopt;
 use crate::context::warn;
@@ -26,6 +25,7 @@ use crate::execute::execute;
 use crate::observe::{self};
 use crate::quorum_loss;
 use crate::status;
+use crate::status_writer::StatusWriter;
 use crate::upgrade;
 use etcd_members::access::Access;
 use etcd_members::build::{self};
@@ -62,9 +62,10 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // change), nor a restore's hand-over (a status written from it would bring back the
     // membership change the hand-over cleared), nor a spec changed since it was validated.
     let cluster = Arc::new(clusters.get_status(&name).await?);
+    let writer = StatusWriter::new(ctx.client.clone(), &cluster);
     if cluster.spec.is_paused() {
         let status = status::paused(&cluster);
-        patch_status(&clusters, &name, Some(&cluster), &status).await?;
+        writer.report(status, Some(&cluster)).await?;
         return Ok(Action::await_change());
     }
     // Validate, then dereference the TLS Secrets: bad input gets a condition and a Warning,
@@ -73,14 +74,15 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let target = match validate(&cluster) {
         Ok(target) => target,
         Err(problem) => {
-            return report_invalid(&ctx, &cluster, &problem, Action::await_change()).await;
+            return report_invalid(&ctx, &writer, &cluster, &problem, Action::await_change()).await;
         }
     };
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
     let client_tls = match tls::dereference(&secrets, &ns, &TlsSecrets::of(&cluster.spec)).await? {
         Dereferenced::Ready(client_tls) => client_tls,
         Dereferenced::Missing(problem) => {
-            return report_invalid(&ctx, &cluster, &problem, Action::requeue(MISSING_SECRET)).await;
+            let then = Action::requeue(MISSING_SECRET);
+            return report_invalid(&ctx, &writer, &cluster, &problem, then).await;
         }
     };
 
@@ -158,7 +160,17 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let planned = plan(&names, cluster.spec.size as usize, &observed);
     let step = arbitration::membership_turn(failed.is_some(), planned);
     tracing::debug!(cluster = %name, ?step, ?failed, "planned");
-    let mut outcome = execute(&ctx, &cluster, &target, &access, &pods, &live_claims, &step).await;
+    let mut outcome = execute(
+        &ctx,
+        &writer,
+        &cluster,
+        &target,
+        &access,
+        &pods,
+        &live_claims,
+        &step,
+    )
+    .await;
     let planned_upgrade = observed
         .members
         .as_ref()
@@ -177,8 +189,17 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
         databases,
     };
     let now = chrono::Utc::now();
-    let defrag =
-        defrag::reconcile(&ctx, &cluster, &access, &pods, &view, may_defragment, now).await;
+    let defrag = defrag::reconcile(
+        &ctx,
+        &writer,
+        &cluster,
+        &access,
+        &pods,
+        &view,
+        may_defragment,
+        now,
+    )
+    .await;
     // A lost quorum: recovered automatically when spec.quorumLoss says so (its rules decide).
     // An API error here is said in the condition, not allowed to stop the report.
     let recovery = match &step {
@@ -204,14 +225,15 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     if let Some(recovery) = recovery {
         status::add_to_available(&mut report, &recovery);
     }
-    let last_round = defrag.status.as_ref().and_then(|d| d.last_round.as_ref());
+    let round = writer.defragmentation();
+    let last_round = round.as_ref().and_then(|d| d.last_round.as_ref());
     if let Some(condition) = status::defragmented(&cluster, last_round) {
         report.conditions.get_or_insert_default().push(condition);
     }
     ctx.metrics
         .observe(&ns, &name, cluster.spec.size, &observed, &step);
     announce(&ctx, &cluster, &report).await;
-    patch_status(&clusters, &name, None, &report).await?;
+    writer.report(report, None).await?;
     outcome?;
     defrag.result?;
     Ok(Action::requeue(
@@ -250,45 +272,15 @@ async fn announce(ctx: &Context, cluster: &EtcdCluster, new_status: &EtcdCluster
 /// Bad input: a condition and a Warning, nothing else touched.
 async fn report_invalid(
     ctx: &Context,
+    writer: &StatusWriter,
     cluster: &EtcdCluster,
     problem: &str,
     then: Action,
 ) -> Result<Action, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let status = status::invalid(cluster, problem);
     announce(ctx, cluster, &status).await;
-    patch_status(&clusters, &cluster.name_any(), Some(cluster), &status).await?;
+    writer.report(status, Some(cluster)).await?;
     Ok(then)
-}
-
-/// Writes the status by server-side apply. With `unchanged_since` (a cluster as read), only if
-/// nothing changed the cluster since that read (its resource version is the precondition): a
-/// status that repeats the recorded membership change as read must not write it back over a
-/// restore's hand-over that cleared it in between; the conflict is retried from a fresh read.
-/// Applies `status` (server-side) under [`MANAGER`]: the whole status it owns, so a field it
-/// leaves out is removed. `unchanged_since`: only if the cluster is still as read.
-async fn patch_status(
-    api: &Api<EtcdCluster>,
-    name: &str,
-    unchanged_since: Option<&EtcdCluster>,
-    status: &EtcdClusterStatus,
-) -> Result<(), Error> {
-    let mut body = status_apply::body::<EtcdCluster, _>(status);
-    // The membership change is recorded by a merge patch (see `execute`), whose manager keeps
-    // owning the field: left out here it would stay, so a finished change is written as null.
-    body["status"]["membershipChange"] =
-        serde_json::to_value(&status.membership_change).unwrap_or_default();
-    if let Some(read) = unchanged_since {
-        body["metadata"] = serde_json::json!({"resourceVersion": read.resource_version()});
-    }
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }
 
 /// Retries a failed reconcile after a delay that grows with each failure of that cluster

@@ -23,18 +23,13 @@ use etcd_cluster::defrag::{
     DEFRAGMENTED, DefragStep, FAILED, MemberDb, ROUND_FAILED, RoundState, Thresholds, UNCONFIRMED,
     next_step,
 };
-use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
 use crate::context::{Context, Error, event};
 use crate::metrics::MemberLabels;
 use crate::observe::{self, Database, EtcdView, MemberPod};
+use crate::status_writer::StatusWriter;
 use etcd_members::access::Access;
-
-/// Field manager of `status.defragmentation`: the round is written by itself (before a member
-/// is defragmented, and after each step), never by the cluster's status report, so neither
-/// write undoes the other.
-pub const MANAGER: &str = "etcd-operator-defragmentation";
 
 /// etcd's default backend quota (`--quota-backend-bytes`), for members that do not report theirs.
 pub const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
@@ -50,8 +45,10 @@ pub struct Outcome {
 
 /// One step of the defragmentation of `cluster`, and its record in status. `may_run`:
 /// membership has converged and no upgrade is under way.
+#[allow(clippy::too_many_arguments)]
 pub async fn reconcile(
     ctx: &Context,
+    writer: &StatusWriter,
     cluster: &EtcdCluster,
     access: &Access,
     pods: &[MemberPod],
@@ -59,41 +56,22 @@ pub async fn reconcile(
     may_run: bool,
     now: DateTime<Utc>,
 ) -> Outcome {
-    let mut outcome = step_round(ctx, cluster, access, pods, view, may_run, now).await;
-    let previous = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.defragmentation.as_ref());
-    if outcome.status.as_ref() != previous
+    let mut outcome = step_round(ctx, writer, cluster, access, pods, view, may_run, now).await;
+    // Written when it changed since the last write (the round's record before a member, or
+    // the status as read).
+    if outcome.status != writer.defragmentation()
         && let Some(status) = &outcome.status
-        && let Err(e) = apply(ctx, cluster, status).await
+        && let Err(e) = writer.record_defragmentation(status.clone()).await
     {
         outcome.result = outcome.result.and(Err(e));
     }
     outcome
 }
 
-/// Writes `status.defragmentation` under [`MANAGER`].
-async fn apply(ctx: &Context, cluster: &EtcdCluster, status: &DefragStatus) -> Result<(), Error> {
-    let clusters: Api<EtcdCluster> =
-        Api::namespaced(ctx.client.clone(), &cluster.namespace().unwrap_or_default());
-    let body = serde_json::json!({
-        "apiVersion": "etcd.database.coreos.com/v1beta2",
-        "kind": "EtcdCluster",
-        "status": {"defragmentation": status},
-    });
-    clusters
-        .patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-    Ok(())
-}
-
+#[allow(clippy::too_many_arguments)]
 async fn step_round(
     ctx: &Context,
+    writer: &StatusWriter,
     cluster: &EtcdCluster,
     access: &Access,
     pods: &[MemberPod],
@@ -198,7 +176,7 @@ async fn step_round(
             round.current_started = Some(now.to_rfc3339());
             round.current_size_before = Some(db(member).size);
             status.round = Some(round.clone());
-            match defragment(ctx, cluster, access, pods, &status, member, timeout).await {
+            match defragment(writer, cluster, access, pods, &status, member, timeout).await {
                 // The member was not recorded (nor asked): it is not left as under way.
                 Err(e) => {
                     round.current = None;
@@ -366,7 +344,7 @@ fn has_alarm(view: &EtcdView, alarm: &str) -> bool {
 /// could not be reached, or refused); `None` when the call was cut short (the member may still
 /// be at it).
 async fn defragment(
-    ctx: &Context,
+    writer: &StatusWriter,
     cluster: &EtcdCluster,
     access: &Access,
     pods: &[MemberPod],
@@ -374,7 +352,7 @@ async fn defragment(
     member: &str,
     timeout: Duration,
 ) -> Result<Option<Result<i64, String>>, Error> {
-    apply(ctx, cluster, status).await?;
+    writer.record_defragmentation(status.clone()).await?;
     let mut client = match connect(access, pods, member).await {
         Ok(client) => client,
         Err(e) => return Ok(Some(Err(format!("could not reach it: {e}")))),

@@ -14,6 +14,7 @@ use crate::context::{Context, Error};
 use crate::context::{event, ignore_missing, warn};
 use crate::observe::{self, ClaimRecord, MemberPod};
 use crate::status;
+use crate::status_writer::StatusWriter;
 use etcd_members::access::Access;
 use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels;
@@ -23,8 +24,10 @@ use etcd_members::spread::MemberData;
 /// Executes one step. Steps that change membership record their intent in status first.
 /// `target` is the version the validated spec names; `claims` are the data claims by member,
 /// with what they record about their data.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute(
     ctx: &Context,
+    writer: &StatusWriter,
     cluster: &EtcdCluster,
     target: &EtcdVersion,
     access: &Access,
@@ -44,23 +47,9 @@ pub(crate) async fn execute(
         (version, from)
     };
     let ns = cluster.namespace().unwrap_or_default();
-    let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    // A merge patch of this one field: a server-side apply of it alone would drop every other
-    // status field this manager owns (phase among them) until the report is written.
+    // Recorded by the one status writer, before etcd is called.
     let record = |intent: Option<Intent>| {
-        let clusters = clusters.clone();
-        async move {
-            let patch =
-                serde_json::json!({"status": {"membershipChange": intent.map(status::change)}});
-            clusters
-                .patch_status(
-                    &cluster.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map(|_| ())
-        }
+        writer.record_membership_change(intent.map(|intent| status::change(cluster, intent)))
     };
     match step {
         MembershipStep::Seed { member } => {

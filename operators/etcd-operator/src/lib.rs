@@ -16,4 +16,5 @@ pub mod rbac;
 pub mod runner;
 pub mod scope;
 pub mod status;
+pub mod status_writer;
 pub mod upgrade;

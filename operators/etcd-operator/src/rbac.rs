@@ -8,7 +8,7 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     // main.rs: the watch behind the controller.
     ("etcd.database.coreos.com", "etcdclusters", "list"),
     ("etcd.database.coreos.com", "etcdclusters", "watch"),
-    // controller.rs patch_status / record: server-side apply of status; the fresh read of the
+    // status_writer.rs: server-side apply of status (its one writer); the fresh read of the
     // recorded change at the start of each reconcile.
     ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     ("etcd.database.coreos.com", "etcdclusters/status", "get"),

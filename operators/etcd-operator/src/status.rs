@@ -25,19 +25,27 @@ use crate::observe::MemberPod;
 
 /// The change recorded in status, as the planner's intent.
 pub fn intent(cluster: &EtcdCluster) -> Option<Intent> {
+    intent_of(recorded_change(cluster)?)
+}
+
+/// The membership change recorded in status, unless a restore handed the cluster over since it
+/// was recorded (the data it was about is gone): see [`labels::RESTORED_BY_ANNOTATION`].
+pub fn recorded_change(cluster: &EtcdCluster) -> Option<&MembershipChange> {
     let change = cluster.status.as_ref()?.membership_change.as_ref()?;
-    intent_of(change)
+    (change.restored_by.as_ref() == restored_by(cluster).as_ref()).then_some(change)
+}
+
+/// The restore the cluster's data came from (its annotation), if any.
+fn restored_by(cluster: &EtcdCluster) -> Option<String> {
+    cluster
+        .annotations()
+        .get(labels::RESTORED_BY_ANNOTATION)
+        .cloned()
 }
 
 /// Seconds since the recorded change was recorded (its `started` time), when known.
 pub fn intent_age_seconds(cluster: &EtcdCluster) -> Option<u64> {
-    let started = cluster
-        .status
-        .as_ref()?
-        .membership_change
-        .as_ref()?
-        .started
-        .as_deref()?;
+    let started = recorded_change(cluster)?.started.as_deref()?;
     let started = chrono::DateTime::parse_from_rfc3339(started).ok()?;
     let age = chrono::Utc::now()
         .signed_duration_since(started)
@@ -95,18 +103,22 @@ fn intent_after(step: &MembershipStep, before: &Option<Intent>) -> Option<Intent
 /// change.
 fn change_record(cluster: &EtcdCluster, intent: &Option<Intent>) -> Option<MembershipChange> {
     let intent = intent.as_ref()?;
-    let previous = cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.membership_change.clone());
+    let previous = recorded_change(cluster).cloned();
     if let Some(previous) = previous.filter(|p| intent_of(p).as_ref() == Some(intent)) {
         return Some(previous);
     }
-    Some(change(intent.clone()))
+    Some(change(cluster, intent.clone()))
 }
 
-/// A new record of `intent`, started now.
-pub fn change(intent: Intent) -> MembershipChange {
+/// A new record of `intent` for `cluster`, started now.
+pub fn change(cluster: &EtcdCluster, intent: Intent) -> MembershipChange {
+    MembershipChange {
+        restored_by: restored_by(cluster),
+        ..change_of(intent)
+    }
+}
+
+fn change_of(intent: Intent) -> MembershipChange {
     let started = Some(chrono::Utc::now().to_rfc3339());
     match intent {
         Intent::Seed { member } => MembershipChange {
@@ -133,6 +145,7 @@ pub fn change(intent: Intent) -> MembershipChange {
             reason: Some(reason),
             started,
             keep_claim: keep_claim.then_some(true),
+            restored_by: None,
         },
     }
 }
@@ -585,7 +598,7 @@ pub fn paused(cluster: &EtcdCluster) -> EtcdClusterStatus {
         control_paused: Some(true),
         observed_generation: cluster.metadata.generation,
         conditions: Some(vec![condition(cluster, false, reason, &message)]),
-        membership_change: previous.membership_change,
+        membership_change: recorded_change(cluster).cloned(),
         ..Default::default()
     }
 }
@@ -605,7 +618,7 @@ pub fn invalid(cluster: &EtcdCluster, problem: &str) -> EtcdClusterStatus {
             Progressing::InvalidSpec,
             &message,
         )]),
-        membership_change: previous.membership_change,
+        membership_change: recorded_change(cluster).cloned(),
         ..Default::default()
     }
 }
@@ -882,5 +895,74 @@ mod tests {
             None,
             &Ok::<(), String>(()),
         )
+    }
+
+    /// A cluster with `annotation` as its restored-by annotation and a recorded removal made
+    /// when the annotation was `recorded_under`.
+    fn with_recorded_removal(
+        annotation: Option<&str>,
+        recorded_under: Option<&str>,
+    ) -> EtcdCluster {
+        let annotations = match annotation {
+            Some(uid) => json!({labels::RESTORED_BY_ANNOTATION: uid}),
+            None => json!({}),
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns", "generation": 1, "annotations": annotations},
+            "spec": {"size": 3},
+            "status": {"phase": "Running", "membershipChange": {
+                "action": "Remove", "member": "c-1", "memberID": "a1", "reason": "scale down",
+                "started": "2026-11-30T00:00:00Z", "restoredBy": recorded_under,
+            }},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn when_a_restore_handed_the_cluster_over_after_a_change_was_recorded_the_change_is_dropped() {
+        let stale = with_recorded_removal(Some("restore-2"), None);
+        assert_eq!(intent(&stale), None);
+        assert_eq!(intent_age_seconds(&stale), None);
+        // Nor carried on by the paused or invalid status.
+        assert_eq!(paused(&stale).membership_change, None);
+        assert_eq!(invalid(&stale, "bad").membership_change, None);
+        let older_restore = with_recorded_removal(Some("restore-2"), Some("restore-1"));
+        assert_eq!(intent(&older_restore), None);
+    }
+
+    #[test]
+    fn when_the_change_was_recorded_on_the_same_data_it_is_resumed() {
+        let removal = Intent::Remove {
+            member: Some("c-1".into()),
+            id: 0xa1,
+            reason: "scale down".into(),
+            keep_claim: false,
+        };
+        for (annotation, recorded) in [(None, None), (Some("restore-1"), Some("restore-1"))] {
+            let cluster = with_recorded_removal(annotation, recorded);
+            assert_eq!(intent(&cluster), Some(removal.clone()), "{annotation:?}");
+            assert!(paused(&cluster).membership_change.is_some());
+        }
+    }
+
+    #[test]
+    fn a_new_change_names_the_restore_the_data_came_from() {
+        let cluster = with_recorded_removal(Some("restore-1"), Some("restore-1"));
+        let change = change(
+            &cluster,
+            Intent::Add {
+                member: "c-3".into(),
+            },
+        );
+        assert_eq!(change.restored_by.as_deref(), Some("restore-1"));
+        let never_restored = with_recorded_removal(None, None);
+        let change = super::change(
+            &never_restored,
+            Intent::Add {
+                member: "c-3".into(),
+            },
+        );
+        assert_eq!(change.restored_by, None);
     }
 }

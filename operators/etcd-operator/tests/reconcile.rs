@@ -105,20 +105,13 @@ async fn expect_status(api: &mut MockApi, obj: &Value) -> Value {
 /// The seed: intent recorded, then its claim and pod, an event, the status.
 async fn expect_seed(api: &mut MockApi, obj: &EtcdCluster) {
     let obj = serde_json::to_value(obj).unwrap();
-    let record = api
-        .expect_call(
-            Method::PATCH,
-            &format!("{CLUSTER}/status"),
-            StatusCode::OK,
-            |_| obj.clone(),
-        )
-        .await;
+    // By the one status writer: an apply of the whole status under the operator's manager.
+    let record = expect_status(api, &obj).await;
     assert_eq!(
-        record.body["status"]["membershipChange"]["action"], "Seed",
-        "{:?}",
-        record.body
+        record["status"]["membershipChange"]["action"], "Seed",
+        "{record}"
     );
-    assert_eq!(record.body["status"]["membershipChange"]["member"], "c-0");
+    assert_eq!(record["status"]["membershipChange"]["member"], "c-0");
     let claim = api
         .expect_call(
             Method::POST,
@@ -256,9 +249,17 @@ async fn a_spec_made_invalid_after_the_cache_saw_it_is_reported_not_planned() {
     expect_invalid_spec_reported(cached, fresh, "latest").await;
 }
 
-/// A restore's hand-over clears the recorded membership change (the one from before the
-/// disaster) just before it unpauses the cluster. A paused reconcile writes its status from the
-/// cluster read fresh, and only if it did not change since: never the cache's old record.
+/// The status apply `body` says there is no membership change: as null, not left out (an
+/// earlier version's merge patch may still own the field, so an apply that left it out would
+/// leave it as it was).
+fn written_as_none(body: &Value) -> bool {
+    body["status"]
+        .as_object()
+        .is_some_and(|s| s.get("membershipChange") == Some(&Value::Null))
+}
+
+/// A paused reconcile writes its status from the cluster read fresh, and only if it did not
+/// change since: never the cache's old record (one a restore's hand-over made stale).
 #[tokio::test]
 async fn a_paused_status_never_writes_back_a_membership_change_a_hand_over_cleared() {
     let (ctx, mut api) = context(Scope::new(false));
@@ -269,15 +270,26 @@ async fn a_paused_status_never_writes_back_a_membership_change_a_hand_over_clear
     let task = run(cached, &ctx);
     expect_fresh_read(&mut api, &fresh).await;
     let status = expect_status(&mut api, &fresh).await;
-    // Written as null, not left out: the record's merge patch keeps owning the field, so an
-    // apply that left it out would leave it as it was.
-    assert!(
-        status["status"]
-            .as_object()
-            .is_some_and(|s| s.get("membershipChange") == Some(&Value::Null)),
-        "{status}"
-    );
+    assert!(written_as_none(&status), "{status}");
     assert_eq!(status["metadata"]["resourceVersion"], "8", "{status}");
+    assert_eq!(task.await.unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
+/// Read fresh just after a restore's hand-over: the record from before the disaster names no
+/// restore while the cluster now says `restored-by`: it is written as null, not kept (the
+/// restore operator does not write this status; the record's restore tells it apart).
+#[tokio::test]
+async fn a_membership_change_recorded_before_a_restore_handed_the_cluster_over_is_dropped() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let before = json!({"membershipChange": {"action": "Seed", "member": "c-0", "started": "2026-11-24T00:00:00Z"}});
+    let mut fresh = serde_json::to_value(cluster(json!({"paused": true}), Some(before))).unwrap();
+    fresh["metadata"]["annotations"] =
+        json!({"etcd.database.coreos.com/restored-by": "restore-uid-2"});
+    let task = run(serde_json::from_value(fresh.clone()).unwrap(), &ctx);
+    expect_fresh_read(&mut api, &fresh).await;
+    let status = expect_status(&mut api, &fresh).await;
+    assert!(written_as_none(&status), "{status}");
     assert_eq!(task.await.unwrap(), Action::await_change());
     api.expect_silence().await;
 }

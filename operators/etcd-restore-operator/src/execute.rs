@@ -6,7 +6,7 @@ use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::quorum_loss::{MADE_FOR_ANNOTATION, MADE_FOR_QUORUM_LOSS};
 use etcd_members::build::{self, Bootstrap};
-use etcd_members::labels::ABANDONED_RESTORE_ANNOTATION;
+use etcd_members::labels::{ABANDONED_RESTORE_ANNOTATION, RESTORED_BY_ANNOTATION};
 use etcd_members::origin;
 use etcd_members::spread::MemberData;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
@@ -241,14 +241,13 @@ pub(crate) async fn execute(
                 ..recorded
             };
             apply_records(&restores, &name, &records).await?;
-            // The record of a membership change from before the disaster means nothing now.
-            let patch = json!({"status": {"membershipChange": null}});
-            clusters
-                .patch_status(&cluster_name, &PatchParams::default(), &merge(patch))
-                .await?;
+            // One patch: unpaused and marked as this restore's data at once, so the cluster
+            // operator never acts on a membership change it recorded before the disaster (it
+            // drops a record that names another restore; its status is its own to write).
             let patch = json!({
                 "metadata": {"annotations": {
                     RESTORE_ANNOTATION: null, PAUSED_BY_RESTORE_ANNOTATION: null,
+                    RESTORED_BY_ANNOTATION: uid,
                 }},
                 "spec": {"paused": false},
             });

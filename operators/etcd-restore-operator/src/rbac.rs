@@ -16,14 +16,14 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("etcd.database.coreos.com", "etcdrestores/status", "get"),
     ("etcd.database.coreos.com", "etcdrestores/status", "patch"),
     // controller.rs: the cluster restored: read, created from spec.newCluster, paused and
-    // unpaused (spec.paused and the restore annotation), its stale membership record cleared.
+    // unpaused (spec.paused, the restore annotation, the restored-by annotation at hand-over;
+    // never its status, which is the EtcdCluster operator's alone).
     // main.rs: watched, so the restore goes on as soon as its operator reports the pause.
     ("etcd.database.coreos.com", "etcdclusters", "get"),
     ("etcd.database.coreos.com", "etcdclusters", "list"),
     ("etcd.database.coreos.com", "etcdclusters", "watch"),
     ("etcd.database.coreos.com", "etcdclusters", "create"),
     ("etcd.database.coreos.com", "etcdclusters", "patch"),
-    ("etcd.database.coreos.com", "etcdclusters/status", "patch"),
     // source: backupRef reads the EtcdBackup's newest verified backup.
     ("etcd.database.coreos.com", "etcdbackups", "get"),
     // controller.rs: the restore pods (created, listed, their fetch logs) and the member

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use testbed::Garage;
 use testbed::cluster::{assert_leader_and_no_refusals, converged, deploy_manifests, host_address};
 use testbed::kube::{KubeTestbed, wait_until};
+use testbed::status_writers::StatusWriters;
 
 const OPERATORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/coreos");
@@ -226,6 +227,9 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
                 "labelSelector": {"matchLabels": {"etcd_cluster": CLUSTER}}}}]}}});
     let cluster: EtcdCluster = serde_json::from_value(cluster).unwrap();
     let clusters: Api<EtcdCluster> = Api::namespaced(kube.client.clone(), &ns);
+    // Every writer of the cluster's status from its creation on: membership changes, the
+    // restore and its hand-over, the scale-up after it.
+    let status_writers = StatusWriters::watch(clusters.clone(), CLUSTER);
     clusters
         .create(&PostParams::default(), &cluster)
         .await
@@ -568,6 +572,12 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
         .unwrap()
         .count();
     assert_eq!(count as usize, KEYS);
+    // One writer of the cluster's status throughout: the cluster operator, under one field
+    // manager (the hand-over went through the cluster's annotations).
+    assert_eq!(
+        status_writers.seen(),
+        BTreeSet::from(["etcd-operator".to_string()])
+    );
 
     assert_leader_and_no_refusals(
         &kube.kubeconfig,

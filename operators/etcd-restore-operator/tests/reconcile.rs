@@ -448,24 +448,21 @@ async fn a_hand_over_recorded_before_a_crash_is_finished_without_asking_etcd_aga
     let world = handed_over(held_cluster());
     let reconcile = run(world.restore.clone(), &ctx);
     world.serve(&mut api).await;
-    // Recorded again (idempotent), then the cluster's stale record cleared, then unpaused.
+    // Recorded again (idempotent), then the cluster unpaused and marked as this restore's data
+    // in one patch; never a write to the cluster's status (the cluster operator's alone).
     let record = expect_records(&mut api, &world.restore).await;
     assert_eq!(record.body["status"]["plan"]["handedOver"], true);
-    let cluster = held_cluster();
-    let clear = api
-        .expect_call(
-            Method::PATCH,
-            &format!("{CLUSTER}/status"),
-            StatusCode::OK,
-            |_| cluster,
-        )
-        .await;
-    assert_eq!(clear.body, json!({"status": {"membershipChange": null}}));
     let cluster = held_cluster();
     let unpause = api
         .expect_call(Method::PATCH, CLUSTER, StatusCode::OK, |_| cluster)
         .await;
     assert_eq!(unpause.body["spec"]["paused"], false);
+    let uid = &world.restore["metadata"]["uid"];
+    assert!(uid.is_string(), "{uid}");
+    assert_eq!(
+        &unpause.body["metadata"]["annotations"]["etcd.database.coreos.com/restored-by"],
+        uid
+    );
     assert!(unpause.body["metadata"]["annotations"]["etcd.database.coreos.com/restore"].is_null());
     expect_report(&mut api, &world.restore).await;
     reconcile.await.unwrap();

@@ -15,6 +15,8 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
         _report,
         _operator,
     } = running_cluster_at("defrag", "3.5.33").await;
+    let status_writers =
+        testbed::status_writers::StatusWriters::watch(clusters.clone(), "example-etcd-cluster");
     let members = member_pods(&kube, &ns).await;
     let mut client = member_client(&kube, &ns, &members[0]).await;
     // Live data, so that each member's defragmentation (which copies it) lasts long enough for
@@ -69,6 +71,11 @@ async fn defragments_one_member_at_a_time_leader_last_while_a_client_writes() {
     .cloned()
     .unwrap();
     assert_eq!(condition.status, "True");
+    // The round was recorded by the cluster's one status writer, not a manager of its own.
+    assert_eq!(
+        status_writers.seen(),
+        std::collections::BTreeSet::from(["etcd-operator".to_string()])
+    );
 }
 
 /// Out of space: a cluster with a small quota is written until etcd raises `NOSPACE` and refuses

@@ -1,0 +1,163 @@
+//! The one writer of an EtcdCluster's status. Three stages of a reconcile write it: execute
+//! records a membership change before etcd is called, defragmentation records its round before
+//! a member is defragmented, and the report ends the reconcile. Each write is a server-side
+//! apply of the whole status, typed, under the operator's one field manager ([`MANAGER`]): a
+//! manager's apply must carry every field it owns (the API server drops the ones it leaves
+//! out), so the writer keeps the status as last written and each stage replaces its own part
+//! of it. The restore operator never writes this status: its hand-over is an annotation (see
+//! [`etcd_members::labels::RESTORED_BY_ANNOTATION`]).
+
+use std::sync::Mutex;
+
+use backup_api::{DefragStatus, EtcdCluster, EtcdClusterStatus, MembershipChange};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use operator_runtime::status_apply;
+
+use crate::context::{Error, MANAGER};
+
+pub struct StatusWriter {
+    api: Api<EtcdCluster>,
+    name: String,
+    /// The status as last written (at first: as read at the start of the reconcile).
+    written: Mutex<EtcdClusterStatus>,
+}
+
+impl StatusWriter {
+    /// A writer for `cluster`, as read fresh at the start of the reconcile.
+    pub fn new(client: kube::Client, cluster: &EtcdCluster) -> Self {
+        StatusWriter {
+            api: Api::namespaced(client, &cluster.namespace().unwrap_or_default()),
+            name: cluster.name_any(),
+            written: Mutex::new(cluster.status.clone().unwrap_or_default()),
+        }
+    }
+
+    /// Records the membership change about to be made (`None`: none is in flight).
+    pub async fn record_membership_change(
+        &self,
+        change: Option<MembershipChange>,
+    ) -> Result<(), Error> {
+        self.write(|s| s.membership_change = change, None).await
+    }
+
+    /// Records the defragmentation round.
+    pub async fn record_defragmentation(&self, round: DefragStatus) -> Result<(), Error> {
+        self.write(|s| s.defragmentation = Some(round), None).await
+    }
+
+    /// Writes the reconcile's report: every field but the defragmentation round, which keeps
+    /// what the defragmentation stage recorded. With `unchanged_since` (the cluster as read),
+    /// only if the cluster did not change since (a conflict otherwise, retried from a new read).
+    pub async fn report(
+        &self,
+        report: EtcdClusterStatus,
+        unchanged_since: Option<&EtcdCluster>,
+    ) -> Result<(), Error> {
+        let write = |s: &mut EtcdClusterStatus| {
+            *s = EtcdClusterStatus {
+                defragmentation: s.defragmentation.take(),
+                ..report
+            }
+        };
+        self.write(write, unchanged_since).await
+    }
+
+    /// The defragmentation round as last written.
+    pub fn defragmentation(&self) -> Option<DefragStatus> {
+        self.lock().defragmentation.clone()
+    }
+
+    /// Applies the status as last written with `change`, and keeps it as written only once the
+    /// API server took it (a stage that failed to record must not see its record reported).
+    async fn write(
+        &self,
+        change: impl FnOnce(&mut EtcdClusterStatus),
+        unchanged_since: Option<&EtcdCluster>,
+    ) -> Result<(), Error> {
+        let mut status = self.lock().clone();
+        change(&mut status);
+        self.apply(&status, unchanged_since).await?;
+        *self.lock() = status;
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EtcdClusterStatus> {
+        // Poisoned only by a panic between two plain assignments: the status is whole.
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn apply(
+        &self,
+        status: &EtcdClusterStatus,
+        unchanged_since: Option<&EtcdCluster>,
+    ) -> Result<(), Error> {
+        let mut body = body(status);
+        if let Some(read) = unchanged_since {
+            body["metadata"] = serde_json::json!({"resourceVersion": read.resource_version()});
+        }
+        let params = PatchParams::apply(MANAGER).force();
+        self.api
+            .patch_status(&self.name, &params, &Patch::Apply(&body))
+            .await?;
+        Ok(())
+    }
+}
+
+/// The apply's body. The membership change and the defragmentation round are written as null
+/// when there is none, not left out: earlier versions wrote them under other managers (a merge
+/// patch, `etcd-operator-defragmentation`), which would keep owning a field left out, so it
+/// would stay as it was.
+fn body(status: &EtcdClusterStatus) -> serde_json::Value {
+    let mut body = status_apply::body::<EtcdCluster, _>(status);
+    let written = &mut body["status"];
+    if status.membership_change.is_none() {
+        written["membershipChange"] = serde_json::Value::Null;
+    }
+    if status.defragmentation.is_none() {
+        written["defragmentation"] = serde_json::Value::Null;
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use backup_api::DefragRound;
+    use serde_json::json;
+
+    #[test]
+    fn when_nothing_is_in_flight_the_body_says_null_rather_than_leaving_the_fields_out() {
+        let body = body(&EtcdClusterStatus::default());
+        assert_eq!(body["apiVersion"], "etcd.database.coreos.com/v1beta2");
+        assert_eq!(body["kind"], "EtcdCluster");
+        let status = body["status"].as_object().unwrap();
+        assert_eq!(status.get("membershipChange"), Some(&json!(null)));
+        assert_eq!(status.get("defragmentation"), Some(&json!(null)));
+    }
+
+    #[test]
+    fn when_a_change_and_a_round_are_recorded_the_body_carries_them() {
+        let status = EtcdClusterStatus {
+            membership_change: Some(MembershipChange {
+                action: "Add".into(),
+                member: Some("c-3".into()),
+                ..Default::default()
+            }),
+            defragmentation: Some(DefragStatus {
+                round: Some(DefragRound {
+                    started: "2026-11-30T00:00:00Z".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let body = body(&status);
+        assert_eq!(body["status"]["membershipChange"]["member"], "c-3");
+        assert_eq!(
+            body["status"]["defragmentation"]["round"]["started"],
+            "2026-11-30T00:00:00Z"
+        );
+    }
+}
