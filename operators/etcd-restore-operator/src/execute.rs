@@ -58,12 +58,7 @@ pub(crate) async fn execute(
         }
         // Success: the run-once pods go, and with them the fetched snapshots on the nodes'
         // scratch space (a copy of the database per member).
-        RestoreStep::Succeed { .. } => {
-            let plan = restore
-                .status
-                .as_ref()
-                .and_then(|s| s.plan.clone())
-                .unwrap_or_default();
+        RestoreStep::Succeed { plan, .. } => {
             for member in &plan.members {
                 delete(&pod_api, &pods::restore_pod_name(member)).await?;
             }
@@ -165,13 +160,13 @@ pub(crate) async fn execute(
                 detach(&claim_api, &cluster_name, claim, &uid).await?;
             }
         }
-        RestoreStep::RestoreMembers(members) => {
+        RestoreStep::RestoreMembers {
+            plan,
+            version,
+            members,
+        } => {
             let cluster = the_cluster()?;
             let source = source.ok_or_else(|| not_as_planned("a fetch without a source"))?;
-            let plan = recorded_plan(restore)?;
-            // Checked by the planner before this step; an edited status is refused here.
-            let version = EtcdVersion::parse_supported(&plan.version)
-                .map_err(|e| not_as_planned(&format!("the recorded plan's version: {e}")))?;
             for member in members {
                 if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
                     create(&claim_api, &claim).await?;
@@ -181,8 +176,8 @@ pub(crate) async fn execute(
                     restore,
                     cluster,
                     member,
-                    &plan,
-                    &version,
+                    plan,
+                    version,
                     &ctx.backup_image,
                     source,
                     &sibling_nodes,
@@ -190,9 +185,8 @@ pub(crate) async fn execute(
                 create(&pod_api, &pod).await?;
             }
         }
-        RestoreStep::JoinClaims(members) => {
+        RestoreStep::JoinClaims { plan, members } => {
             let cluster = the_cluster()?;
-            let plan = recorded_plan(restore)?;
             for member in members {
                 if let Some(patch) = pods::join_patch(cluster, member, &plan.version) {
                     claim_api
@@ -201,9 +195,8 @@ pub(crate) async fn execute(
                 }
             }
         }
-        RestoreStep::StartMembers(members) => {
+        RestoreStep::StartMembers { plan, members } => {
             let cluster = the_cluster()?;
-            let plan = recorded_plan(restore)?;
             let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
             let apply = PatchParams::apply(MANAGER).force();
             for service in build::services(cluster) {
@@ -228,11 +221,17 @@ pub(crate) async fn execute(
                 origin::make_member_pod(&pod_api, &ctx.proof, &pod).await?;
             }
         }
-        RestoreStep::HandOver { revision, contents } => {
+        RestoreStep::HandOver {
+            plan,
+            revision,
+            contents,
+        } => {
             // Recorded first: once handed over, the cluster is the operator's and is never
             // paused again by this restore.
-            let mut plan = recorded_plan(restore)?;
-            plan.handed_over = Some(true);
+            let plan = RestorePlan {
+                handed_over: Some(true),
+                ..plan.clone()
+            };
             let recorded = status::Records::of(restore);
             let records = status::Records {
                 plan: Some(plan),
@@ -262,15 +261,6 @@ pub(crate) async fn execute(
         }
     }
     Ok(())
-}
-
-/// The plan in status: steps after `RecordPlan` are planned only with it.
-pub(crate) fn recorded_plan(restore: &EtcdRestore) -> Result<RestorePlan, Error> {
-    restore
-        .status
-        .as_ref()
-        .and_then(|s| s.plan.clone())
-        .ok_or_else(|| not_as_planned("a step of the plan without a recorded plan"))
 }
 
 fn not_as_planned(what: &str) -> Error {

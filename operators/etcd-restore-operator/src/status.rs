@@ -78,21 +78,23 @@ pub fn describe(step: &RestoreStep) -> (&'static str, String) {
                 c.join(", ")
             ),
         ),
-        RestoreStep::RestoreMembers(m) => (
+        RestoreStep::RestoreMembers { members: m, .. } => (
             "RestoringMembers",
             format!(
                 "fetching, verifying and restoring the snapshot into {} (the old members still run)",
                 m.join(", ")
             ),
         ),
-        RestoreStep::JoinClaims(c) => (
+        RestoreStep::JoinClaims { members: c, .. } => (
             "JoiningVolumes",
             format!(
                 "giving the restored volumes {} to the cluster",
                 c.join(", ")
             ),
         ),
-        RestoreStep::StartMembers(m) => ("StartingMembers", format!("starting {}", m.join(", "))),
+        RestoreStep::StartMembers { members: m, .. } => {
+            ("StartingMembers", format!("starting {}", m.join(", ")))
+        }
         RestoreStep::RestartMembers(m) => (
             "RestartingMembers",
             format!(
@@ -110,7 +112,7 @@ pub fn describe(step: &RestoreStep) -> (&'static str, String) {
             "DeletingOldVolumes",
             format!("deleting the replaced members' volumes {}", c.join(", ")),
         ),
-        RestoreStep::Succeed { revision } => (
+        RestoreStep::Succeed { revision, .. } => (
             "Succeeded",
             format!("every member is healthy and serves revision {revision} or above"),
         ),
@@ -321,7 +323,10 @@ mod tests {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
         let status = value(report(
             &restore(),
-            &RestoreStep::Succeed { revision: 7 },
+            &RestoreStep::Succeed {
+                plan: RestorePlan::default(),
+                revision: 7,
+            },
             RestorePhase::Succeeded,
             now,
         ));
@@ -340,7 +345,10 @@ mod tests {
             revision_bumped: Some(false),
             ..Default::default()
         });
-        let step = RestoreStep::Succeed { revision: 7 };
+        let step = RestoreStep::Succeed {
+            plan: RestorePlan::default(),
+            revision: 7,
+        };
         let status = value(report(&r, &step, RestorePhase::Succeeded, now));
         let message = status["conditions"][0]["message"].as_str().unwrap();
         assert!(message.contains("revision is not bumped"), "{message}");

@@ -266,13 +266,13 @@ pub fn phase_of(step: &RestoreStep, observed: &RestoreObserved) -> RestorePhase 
         RestoreStep::Fail { .. } => RestorePhase::Failed,
         RestoreStep::Succeed { .. } => RestorePhase::Succeeded,
         RestoreStep::Done => observed.phase.unwrap_or(RestorePhase::Pending),
-        RestoreStep::RestoreMembers(_)
+        RestoreStep::RestoreMembers { .. }
         | RestoreStep::Discard { .. }
         | RestoreStep::RecordSnapshot(_)
         | RestoreStep::DeleteOldPods(_)
         | RestoreStep::DetachClaims(_)
-        | RestoreStep::JoinClaims(_)
-        | RestoreStep::StartMembers(_) => RestorePhase::Restoring,
+        | RestoreStep::JoinClaims { .. }
+        | RestoreStep::StartMembers { .. } => RestorePhase::Restoring,
         RestoreStep::HandOver { .. }
         | RestoreStep::DeleteOldClaims(_)
         | RestoreStep::RestartMembers(_)
@@ -630,7 +630,14 @@ mod tests {
         o.cluster = Some(cluster());
         o.plan = Some(recorded_plan());
         // Old member c-1 still runs: the new members are restored first, beside it.
-        assert_eq!(plan(&names(), &o), RestoreStep::RestoreMembers(members()));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::RestoreMembers {
+                plan: o.plan.clone().unwrap(),
+                version: planned_version(&o),
+                members: members()
+            }
+        );
         assert_eq!(phase_of(&plan(&names(), &o), &o), RestorePhase::Restoring);
         let mut o = restoring(PodRun::Running);
         assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
@@ -640,7 +647,11 @@ mod tests {
         o.staged_claims.remove("c-3");
         assert_eq!(
             plan(&names(), &o),
-            RestoreStep::RestoreMembers(vec!["c-3".into()])
+            RestoreStep::RestoreMembers {
+                plan: o.plan.clone().unwrap(),
+                version: planned_version(&o),
+                members: vec!["c-3".into()]
+            }
         );
         // Under a pod that ran, its restore is lost: the restore fails with the cause and gives
         // the cluster back, instead of waiting for a member that cannot start.
@@ -984,10 +995,22 @@ mod tests {
         o.claims.clear();
         o.detached_claims = ["c-1".to_string()].into();
         o.detached_by_this = o.detached_claims.clone();
-        assert_eq!(plan(&names(), &o), RestoreStep::JoinClaims(members()));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::JoinClaims {
+                plan: o.plan.clone().unwrap(),
+                members: members()
+            }
+        );
         o.staged_claims.clear();
         o.claims = members().into_iter().collect();
-        assert_eq!(plan(&names(), &o), RestoreStep::StartMembers(members()));
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::StartMembers {
+                plan: o.plan.clone().unwrap(),
+                members: members()
+            }
+        );
         // A restored claim, or a restore pod, deleted before its member started: the cluster
         // stays paused.
         o.claims.remove("c-3");
@@ -1006,7 +1029,10 @@ mod tests {
         o.member_pods.insert("c-2".into(), false);
         assert_eq!(
             plan(&names(), &o),
-            RestoreStep::StartMembers(members()[1..].to_vec())
+            RestoreStep::StartMembers {
+                plan: o.plan.clone().unwrap(),
+                members: members()[1..].to_vec()
+            }
         );
         // A failure once the old members were stopped keeps the cluster paused.
         o.restore_pods.insert(
@@ -1055,6 +1081,7 @@ mod tests {
         assert_eq!(
             plan(&names(), &o),
             RestoreStep::HandOver {
+                plan: o.plan.clone().unwrap(),
                 revision: bumped,
                 contents: None
             }
@@ -1066,6 +1093,7 @@ mod tests {
         assert_eq!(
             plan(&names(), &o),
             RestoreStep::HandOver {
+                plan: o.plan.clone().unwrap(),
                 revision: bumped,
                 contents: None
             }
@@ -1078,7 +1106,10 @@ mod tests {
         o.delete_old_volumes = false;
         assert_eq!(
             plan(&names(), &o),
-            RestoreStep::Succeed { revision: bumped }
+            RestoreStep::Succeed {
+                plan: o.plan.clone().unwrap(),
+                revision: bumped
+            }
         );
         o.phase = Some(RestorePhase::Succeeded);
         assert_eq!(plan(&names(), &o), RestoreStep::Done);
@@ -1217,6 +1248,7 @@ mod tests {
         assert_eq!(
             plan(&names(), &o),
             RestoreStep::HandOver {
+                plan: o.plan.clone().unwrap(),
                 revision: bumped,
                 contents: Some(served(300, "c0"))
             }
@@ -1389,7 +1421,10 @@ mod tests {
         o.member_pods_going.clear();
         assert_eq!(
             plan(&names(), &o),
-            RestoreStep::StartMembers(vec!["c-3".into()])
+            RestoreStep::StartMembers {
+                plan: o.plan.clone().unwrap(),
+                members: vec!["c-3".into()]
+            }
         );
     }
 
@@ -1435,7 +1470,13 @@ mod tests {
         );
         o.detached_claims.remove("c-1");
         o.detached_by_this.remove("c-1");
-        assert_eq!(plan(&names(), &o), RestoreStep::Succeed { revision: 600 });
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::Succeed {
+                plan: o.plan.clone().unwrap(),
+                revision: 600
+            }
+        );
     }
 
     fn answered_by(o: &RestoreObserved) -> &'static str {
@@ -1623,5 +1664,10 @@ mod tests {
             .chain(["hand_over"])
             .collect();
         assert_eq!(named, ordered, "one world per rule, in the rules' order");
+    }
+
+    /// The version of the plan recorded in `o`.
+    fn planned_version(o: &RestoreObserved) -> EtcdVersion {
+        EtcdVersion::parse_supported(&o.plan.as_ref().unwrap().version).unwrap()
     }
 }

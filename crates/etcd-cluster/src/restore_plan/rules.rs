@@ -235,6 +235,7 @@ pub fn handed_over(s: &Situation) -> Option<RestoreStep> {
     if s.held() {
         // The key space checked stays recorded.
         return Some(RestoreStep::HandOver {
+            plan: plan.clone(),
             revision,
             contents: None,
         });
@@ -249,7 +250,10 @@ pub fn handed_over(s: &Situation) -> Option<RestoreStep> {
     if !leftovers.is_empty() {
         return Some(RestoreStep::DeleteOldClaims(leftovers));
     }
-    Some(RestoreStep::Succeed { revision })
+    Some(RestoreStep::Succeed {
+        plan: plan.clone(),
+        revision,
+    })
 }
 
 /// When a planned member's restore pod failed before the member started, then the restore
@@ -476,7 +480,14 @@ pub fn members_to_restore(s: &Situation) -> Option<RestoreStep> {
     if let Some((reason, problem)) = &s.observed.source_problem {
         return s.fail(*reason, problem);
     }
-    Some(RestoreStep::RestoreMembers(to_restore))
+    let plan = s.plan()?;
+    // Parsed by `the_version_is_not_run` before: a version that does not parse failed there.
+    let version = EtcdVersion::parse_supported(&plan.version).ok()?;
+    Some(RestoreStep::RestoreMembers {
+        plan: plan.clone(),
+        version,
+        members: to_restore,
+    })
 }
 
 /// When restore pods still run, then the restore waits for them.
@@ -540,7 +551,10 @@ pub fn old_claims_attached(s: &Situation) -> Option<RestoreStep> {
 /// When restored claims are still staged, then they join the cluster.
 pub fn restored_claims_staged(s: &Situation) -> Option<RestoreStep> {
     let to_join = s.members_where(|m| s.observed.staged_claims.contains(m));
-    (!to_join.is_empty()).then_some(RestoreStep::JoinClaims(to_join))
+    (!to_join.is_empty()).then_some(RestoreStep::JoinClaims {
+        plan: s.plan()?.clone(),
+        members: to_join,
+    })
 }
 
 /// When a planned member's old pod is being deleted, then it is made once that pod is gone.
@@ -555,7 +569,10 @@ pub fn an_old_pod_is_going(s: &Situation) -> Option<RestoreStep> {
 /// When restored members have no pod, then their pods are made.
 pub fn members_to_start(s: &Situation) -> Option<RestoreStep> {
     let to_start = s.members_where(|m| !s.started(m));
-    (!to_start.is_empty()).then_some(RestoreStep::StartMembers(to_start))
+    (!to_start.is_empty()).then_some(RestoreStep::StartMembers {
+        plan: s.plan()?.clone(),
+        members: to_start,
+    })
 }
 
 /// When restored members' pods ended and will not run again, then they are started again on
@@ -663,7 +680,12 @@ pub fn key_space_not_as_recorded(s: &Situation) -> Option<RestoreStep> {
 
 /// No rule answered: every restored member is a healthy voter at the snapshot's revision and
 /// serves the recorded key space (when there is one to compare), so the cluster is handed over.
+/// (A plan is recorded by then: the rules before record one. Without one nothing is handed
+/// over: the restore waits, saying so.)
 pub fn hand_over(s: &Situation) -> RestoreStep {
+    let Some(plan) = s.plan() else {
+        return wait("no plan is recorded to hand over".into());
+    };
     let observed = s.observed;
     let want = wanted_revision(observed);
     let health = observed.health.as_ref();
@@ -675,6 +697,7 @@ pub fn hand_over(s: &Situation) -> RestoreStep {
         key_space_to_check(observed.expected.as_ref(), snapshot, bumped)
     });
     RestoreStep::HandOver {
+        plan: plan.clone(),
         revision,
         contents: checked.and(health.and_then(|h| h.contents.clone())),
     }

@@ -3,8 +3,10 @@
 
 use super::failure::RestoreFailure;
 use super::recorded::{KeySpace, RestorePlan, VerifiedSnapshot};
+use crate::EtcdVersion;
 
-/// The restore's next step. Every step is safe to repeat.
+/// The restore's next step. Every step is safe to repeat. A step on the restore's members
+/// carries the recorded plan it acts on, so carrying it out looks nothing up again.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RestoreStep {
     /// Nothing more to do (succeeded or failed before).
@@ -37,7 +39,12 @@ pub enum RestoreStep {
     RecordPlan(RestorePlan),
     /// Create each member's claim (the restore's own until joined) and restore pod, which
     /// fetches and verifies the snapshot and restores it onto the claim.
-    RestoreMembers(Vec<String>),
+    RestoreMembers {
+        plan: RestorePlan,
+        /// The plan's version, checked by an earlier rule.
+        version: EtcdVersion,
+        members: Vec<String>,
+    },
     /// Record the snapshot every member's fetch verified: the cluster may now be touched (so a
     /// later failure no longer unpauses it).
     RecordSnapshot(VerifiedSnapshot),
@@ -46,24 +53,33 @@ pub enum RestoreStep {
     /// Take old claims out of the cluster's selector (kept, labelled `detached-from`).
     DetachClaims(Vec<String>),
     /// Give the restored claims to the cluster (its labels, it as owner).
-    JoinClaims(Vec<String>),
+    JoinClaims {
+        plan: RestorePlan,
+        members: Vec<String>,
+    },
     /// Create the member pods (and Services) on the restored claims.
-    StartMembers(Vec<String>),
+    StartMembers {
+        plan: RestorePlan,
+        members: Vec<String>,
+    },
     /// Delete member pods that will not run again; they are started again on their claims.
     RestartMembers(Vec<String>),
     /// Restored members are not running, for a reason the kubelet gives: a Warning says why,
     /// and the restore keeps waiting (the cluster stays paused, the old volumes kept).
     MembersUnhealthy(String),
     /// Record the hand-over, the revision served and the key space checked against the
-    /// backup's record (when it was), then unpause the cluster, clear its stale membership
-    /// record and release the lock.
+    /// backup's record (when it was), then unpause the cluster, mark it as restored by this
+    /// restore and release the lock.
     HandOver {
+        plan: RestorePlan,
         revision: i64,
         contents: Option<KeySpace>,
     },
     /// Delete the detached claims of the replaced members (policy `Delete`).
     DeleteOldClaims(Vec<String>),
+    /// The run-once restore pods of the plan's members go (with their copies of the snapshot).
     Succeed {
+        plan: RestorePlan,
         revision: i64,
     },
 }
