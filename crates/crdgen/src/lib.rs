@@ -1,10 +1,10 @@
 //! The committed YAML form of the CRDs (`crds/*.yaml`): generated from the API types, with a
-//! drift test (`tests/drift.rs`). Apart from `backup-api` so that crate stays types-only.
+//! drift test (`tests/drift.rs`). Apart from `etcd-api` so that crate stays types-only.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
-const HEADER: &str = "# Generated from crates/api by `cargo run -p crdgen`. Do not edit.\n";
+const HEADER: &str = "# Generated from crates/etcd-api by `cargo run -p crdgen`. Do not edit.\n";
 
 /// The committed YAML form: a header comment, then keys in sorted order whatever serde_json's
 /// `preserve_order` feature says, so the output is stable.
@@ -15,7 +15,7 @@ pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
 
 /// `(file name, YAML)` for every CRD, e.g. `("etcdbackups.yaml", ...)`.
 pub fn crd_files() -> Vec<(String, String)> {
-    backup_api::crds()
+    etcd_api::crds()
         .iter()
         .map(|crd| (format!("{}.yaml", crd.spec.names.plural), crd_yaml(crd)))
         .collect()

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::{EtcdCluster, EtcdClusterSpec};
+use etcd_api::{EtcdCluster, EtcdClusterSpec};
 use etcd_cluster::checks::{self, Spelling};
 use etcd_cluster::naming::{CLIENT_PORT, PEER_PORT};
 use etcd_cluster::{ClusterNames, EtcdVersion};
@@ -304,7 +304,7 @@ const COMPACTION_VARIABLES: [&str; 2] = [
 fn member_env(
     mut env: Vec<EnvVar>,
     version: &str,
-    compaction: Option<&backup_api::AutoCompaction>,
+    compaction: Option<&etcd_api::AutoCompaction>,
 ) -> Vec<EnvVar> {
     let var = |name: &str, value: String| EnvVar {
         name: name.into(),
@@ -318,13 +318,13 @@ fn member_env(
         let (mode, retention) = match compaction {
             Some(c) => (c.mode, c.retention.clone()),
             None => (
-                backup_api::CompactionMode::Periodic,
-                backup_api::defrag::DEFAULT_COMPACTION_RETENTION.to_string(),
+                etcd_api::CompactionMode::Periodic,
+                etcd_api::defrag::DEFAULT_COMPACTION_RETENTION.to_string(),
             ),
         };
         let mode = match mode {
-            backup_api::CompactionMode::Periodic => "periodic",
-            backup_api::CompactionMode::Revision => "revision",
+            etcd_api::CompactionMode::Periodic => "periodic",
+            etcd_api::CompactionMode::Revision => "revision",
         };
         env.push(var(COMPACTION_VARIABLES[0], mode.into()));
         env.push(var(COMPACTION_VARIABLES[1], retention));

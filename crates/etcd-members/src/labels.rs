@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::EtcdClusterSpec;
+use etcd_api::EtcdClusterSpec;
 
 /// Labels coreos put on member pods and that select them; the restore controller's pods carry
 /// the same (the adoption contract).

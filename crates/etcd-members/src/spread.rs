@@ -17,7 +17,7 @@
 //! With one node every member fits (the skew of a single node is zero); with 3 members on 3
 //! nodes they land one per node; 5 members on 3 nodes land 2/2/1.
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;

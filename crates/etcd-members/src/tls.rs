@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::EtcdClusterSpec;
+use etcd_api::EtcdClusterSpec;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;

@@ -2,8 +2,8 @@
 //! it mounts. Every Secret is mounted as files; private keys are not world-readable (the pod's
 //! user reads them through its fsGroup).
 
-use backup_api::storage::LOCAL_PVC_MOUNT_PATH;
-use backup_api::{SseMode, client_tls};
+use etcd_api::storage::LOCAL_PVC_MOUNT_PATH;
+use etcd_api::{SseMode, client_tls};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
 };
@@ -310,7 +310,7 @@ mod tests {
         );
     }
     use crate::source::S3Access;
-    use backup_api::SecretKeyRef;
+    use etcd_api::SecretKeyRef;
 
     fn s3_source() -> Source {
         Source {

@@ -2,11 +2,11 @@
 //! newest verified backup of an EtcdBackup (an EtcdRestore's `backupRef`, an EtcdBackup's
 //! drill). Pure.
 
-use backup_api::storage::{
+use etcd_api::storage::{
     AbsSource, GcsSource, LOCAL_PVC_MOUNT_PATH, LocalSource, S3Path, S3ServerSideEncryption,
     S3Source, StorageType,
 };
-use backup_api::{
+use etcd_api::{
     BackupRecord, EtcdBackup, EtcdRestoreSpec, ExpectedBackup, KeySpace, PointInTime, SecretKeyRef,
 };
 use thiserror::Error;

@@ -6,7 +6,7 @@
 //! per-object retry backoff ([`backoff`]) with the reconcile-failure metric every `error_policy` uses
 //! ([`reconcile_errors`]); the cron schedules users give ([`cron`]), and the security settings of the pods they make
 //! ([`pod_security`]); the shape of the API calls each operator lists for its RBAC tests
-//! ([`rbac`]); volume and mount builders ([`volumes`]). Logging set-up is `backup_cli::init_logging`, shared
+//! ([`rbac`]); volume and mount builders ([`volumes`]). Logging set-up is `command_line::init_logging`, shared
 //! with the jobs.
 
 pub mod backoff;

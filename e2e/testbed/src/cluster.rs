@@ -269,8 +269,8 @@ impl Drop for FailureReport {
 }
 
 /// An EtcdCluster with `size` ready members whose operator reports `Progressing: Converged`.
-pub fn converged(size: usize) -> impl Fn(&backup_api::EtcdCluster) -> bool + Send + 'static {
-    move |c: &backup_api::EtcdCluster| {
+pub fn converged(size: usize) -> impl Fn(&etcd_api::EtcdCluster) -> bool + Send + 'static {
+    move |c: &etcd_api::EtcdCluster| {
         c.status.as_ref().is_some_and(|s| {
             s.members
                 .as_ref()
@@ -286,7 +286,7 @@ pub fn converged(size: usize) -> impl Fn(&backup_api::EtcdCluster) -> bool + Sen
 }
 
 /// An EtcdCluster whose operator reports `Available: QuorumLost`.
-pub fn quorum_lost(c: &backup_api::EtcdCluster) -> bool {
+pub fn quorum_lost(c: &etcd_api::EtcdCluster) -> bool {
     c.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()

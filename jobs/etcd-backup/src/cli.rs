@@ -1,10 +1,10 @@
 //! Command-line interface. The S3 flags, `--compress` and `--log-format` are the shared ones
-//! of `backup-cli`; S3 settings also come from the standard AWS environment.
+//! of `command-line`; S3 settings also come from the standard AWS environment.
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, StorageArgs};
 use clap::{Args, Parser, Subcommand};
+pub use command_line::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, StorageArgs};
 
 #[derive(Parser, Debug)]
 #[command(

@@ -33,15 +33,15 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
                 .is_some_and(|e| e.is_identity_problem())
             || e.downcast_ref::<PointInTimeError>()
                 .is_some_and(|e| e.is_identity_problem())
-            || e.downcast_ref::<backup_cli::KeyError>()
+            || e.downcast_ref::<command_line::KeyError>()
                 .is_some_and(|e| e.is_identity_problem())
     });
     if integrity {
-        backup_cli::EXIT_DATA_BAD
+        command_line::EXIT_DATA_BAD
     } else if identity {
-        backup_cli::EXIT_NO_USABLE_IDENTITY
+        command_line::EXIT_NO_USABLE_IDENTITY
     } else {
-        backup_cli::EXIT_FAILED
+        command_line::EXIT_FAILED
     }
 }
 
@@ -54,7 +54,7 @@ pub fn left_when_interrupted(command: &Command) -> String {
              whole before the signal",
             out.display()
         ),
-        _ => backup_cli::NOTHING_STORED.to_string(),
+        _ => command_line::NOTHING_STORED.to_string(),
     }
 }
 

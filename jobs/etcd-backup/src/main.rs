@@ -16,7 +16,7 @@ use cli::Cli;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    backup_cli::init_logging(cli.log_format, "warn");
+    command_line::init_logging(cli.log_format, "warn");
     // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored; a fetch removes
     // its partial file.
     let left = commands::left_when_interrupted(&cli.command);
@@ -24,9 +24,9 @@ async fn main() -> ExitCode {
     let result = if matches!(cli.command, cli::Command::Archive(_)) {
         commands::run(cli).await
     } else {
-        match backup_cli::until_interrupted(commands::run(cli)).await {
+        match command_line::until_interrupted(commands::run(cli)).await {
             Ok(result) => result,
-            Err(interrupt) => return backup_cli::exit_after(interrupt, &left).await,
+            Err(interrupt) => return command_line::exit_after(interrupt, &left).await,
         }
     };
     match result {

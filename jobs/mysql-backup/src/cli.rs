@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-pub use backup_cli::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, StorageArgs};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+pub use command_line::{CompressArg, EncryptArgs, IdentityArgs, LogFormat, Output, StorageArgs};
 
 #[derive(Parser, Debug)]
 #[command(

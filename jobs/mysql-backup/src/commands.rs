@@ -36,15 +36,15 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     let identity = err.chain().any(|e| {
         e.downcast_ref::<mysql_backup::Error>()
             .is_some_and(|e| e.is_identity_problem())
-            || e.downcast_ref::<backup_cli::KeyError>()
+            || e.downcast_ref::<command_line::KeyError>()
                 .is_some_and(|e| e.is_identity_problem())
     });
     if integrity {
-        backup_cli::EXIT_DATA_BAD
+        command_line::EXIT_DATA_BAD
     } else if identity {
-        backup_cli::EXIT_NO_USABLE_IDENTITY
+        command_line::EXIT_NO_USABLE_IDENTITY
     } else {
-        backup_cli::EXIT_FAILED
+        command_line::EXIT_FAILED
     }
 }
 
@@ -56,7 +56,7 @@ pub fn left_when_interrupted(command: &Command) -> &'static str {
             "a restore in progress was undone and the data dir is as it was, unless a warning \
              above says it stays marked incomplete (the next restore or clone clears it)"
         }
-        _ => backup_cli::NOTHING_STORED,
+        _ => command_line::NOTHING_STORED,
     }
 }
 
@@ -403,7 +403,7 @@ async fn restore_to_point(
     storage_args: &StorageArgs,
     from: &str,
     datadir: &Path,
-    identity: &backup_cli::IdentityArgs,
+    identity: &command_line::IdentityArgs,
     prepare: &PrepareArgs,
     args: &PointArgs,
 ) -> Result<()> {

@@ -14,12 +14,12 @@ use cli::Cli;
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // The operator's filter: the AWS SDK would log the access key ID at info.
-    backup_cli::init_logging(cli.log_format, backup_cli::DEFAULT_LOG_FILTER);
+    command_line::init_logging(cli.log_format, command_line::DEFAULT_LOG_FILTER);
     // SIGTERM/SIGINT drop the work: its upload aborts and nothing is stored.
     let left = commands::left_when_interrupted(&cli.command);
-    let result = match backup_cli::until_interrupted(commands::run(cli)).await {
+    let result = match command_line::until_interrupted(commands::run(cli)).await {
         Ok(result) => result,
-        Err(interrupt) => return backup_cli::exit_after(interrupt, left).await,
+        Err(interrupt) => return command_line::exit_after(interrupt, left).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

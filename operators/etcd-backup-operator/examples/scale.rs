@@ -14,8 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use backup_api::BackupSchedule;
 use chrono::{DateTime, Utc};
+use etcd_api::BackupSchedule;
 use etcd_backup_operator::in_flight::Runs;
 use etcd_backup_operator::schedule::{Due, History, Trigger, due};
 use futures::StreamExt;

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use backup_api::EtcdBackup;
+use etcd_api::EtcdBackup;
 use futures::StreamExt;
 use kube::Api;
 use kube::api::{ListParams, PostParams};

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backup_api::EtcdBackup;
 use backup_storage::{Location, Store, UploadOptions};
 use chrono::{DateTime, Utc};
+use etcd_api::EtcdBackup;
 use etcd_snapshot::changes::{ArchiveEvent, ArchiveOptions, SegmentLayers};
 use etcd_snapshot::{EtcdConnection, ObjectName, SaveOptions};
 use k8s_openapi::api::core::v1::Secret;
@@ -57,7 +57,7 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
     /// The `status.continuous` last written for it: newer than the cache may show, so a
     /// reconcile of a stale copy never counts from an older status.
-    written: Option<backup_api::ArchiveStatus>,
+    written: Option<etcd_api::ArchiveStatus>,
 }
 
 /// The archives this process runs, by EtcdBackup UID.
@@ -158,11 +158,11 @@ impl Archives {
     }
 
     /// The status last written for the archive of `uid`, and records a new one.
-    pub fn written(&self, uid: &str) -> Option<backup_api::ArchiveStatus> {
+    pub fn written(&self, uid: &str) -> Option<etcd_api::ArchiveStatus> {
         self.running().get(uid).and_then(|r| r.written.clone())
     }
 
-    pub fn record_written(&self, uid: &str, status: &backup_api::ArchiveStatus) {
+    pub fn record_written(&self, uid: &str, status: &etcd_api::ArchiveStatus) {
         if let Some(running) = self.running().get_mut(uid) {
             running.written = Some(status.clone());
         }

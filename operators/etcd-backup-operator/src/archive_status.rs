@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use backup_api::condition::{self, Condition};
-use backup_api::{
+use chrono::{DateTime, Utc};
+use etcd_api::condition::{self, Condition};
+use etcd_api::{
     ArchiveGap, ArchiveStatus, DEFAULT_SEGMENT_MAX_BYTES, DEFAULT_SEGMENT_SECONDS, EtcdBackup,
     EtcdBackupStatus,
 };
-use chrono::{DateTime, Utc};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_api::{BackupFailure, DeletionPolicy, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
+use etcd_api::{BackupFailure, DeletionPolicy, EtcdBackup, EtcdBackupStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -485,7 +485,7 @@ async fn report_invalid_object(invalid: &InvalidObject, ctx: &Context) -> Result
     let name = meta.name.clone().unwrap_or_default();
     let namespace = meta.namespace.clone().unwrap_or_default();
     let reference = ObjectReference {
-        api_version: Some(backup_api::API_VERSION.into()),
+        api_version: Some(etcd_api::API_VERSION.into()),
         kind: Some("EtcdBackup".into()),
         name: Some(name.clone()),
         namespace: Some(namespace.clone()),

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use backup_api::{DeletionPolicy, EtcdBackup};
 use chrono::{DateTime, Utc};
+use etcd_api::{DeletionPolicy, EtcdBackup};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use backup_api::EtcdBackup;
 use chrono::{DateTime, Utc};
+use etcd_api::EtcdBackup;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

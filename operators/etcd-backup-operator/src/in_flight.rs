@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use backup_api::EtcdBackupStatus;
 use chrono::{DateTime, Utc};
+use etcd_api::EtcdBackupStatus;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 

@@ -4,8 +4,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use backup_api::LocalVolumeRecord;
-use backup_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource};
+use etcd_api::LocalVolumeRecord;
+use etcd_api::storage::{LOCAL_PVC_MOUNT_PATH, LocalSource};
 
 /// The claim mounted in the operator pod, and where (`/var/lib/etcd-backup` in a pod; another
 /// directory for out-of-cluster runs and tests).

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use backup_cli::LogFormat;
 use clap::Parser;
+use command_line::LogFormat;
 use etcd_backup_operator::context::{Clock, Context, MANAGER};
 use etcd_backup_operator::in_flight::Runs;
 use etcd_backup_operator::local::LocalVolume;
@@ -28,7 +28,7 @@ struct Args {
     #[arg(long, env = "LOCAL_VOLUME_CLAIM")]
     local_volume_claim: Option<String>,
     /// Where that claim is mounted.
-    #[arg(long, env = "LOCAL_VOLUME_DIR", default_value = backup_api::storage::LOCAL_PVC_MOUNT_PATH)]
+    #[arg(long, env = "LOCAL_VOLUME_DIR", default_value = etcd_api::storage::LOCAL_PVC_MOUNT_PATH)]
     local_volume_dir: std::path::PathBuf,
     /// Seconds a deleted EtcdBackup with `deletionPolicy: Delete` waits for its missing S3
     /// Secret (e.g. deleted first with its namespace) before its backups are kept and the
@@ -56,7 +56,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    backup_cli::init_logging(args.log_format, backup_cli::DEFAULT_LOG_FILTER);
+    command_line::init_logging(args.log_format, command_line::DEFAULT_LOG_FILTER);
     let local_volume = match args.local_volume_claim.as_deref().filter(|c| !c.is_empty()) {
         Some(claim) => Some(
             LocalVolume::parse(claim, args.local_volume_dir.clone()).map_err(anyhow::Error::msg)?,

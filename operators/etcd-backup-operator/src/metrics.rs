@@ -182,7 +182,7 @@ impl Default for Metrics {
 }
 
 /// The series labels of `backup`.
-pub fn object_labels(backup: &backup_api::EtcdBackup) -> ObjectLabels {
+pub fn object_labels(backup: &etcd_api::EtcdBackup) -> ObjectLabels {
     use kube::ResourceExt;
     ObjectLabels {
         namespace: backup.namespace().unwrap_or_default(),

@@ -12,7 +12,7 @@ use crate::controller::{error_policy, reconcile};
 use crate::finalizer::FINALIZER;
 use crate::fixtures::*;
 
-fn guard(obj: backup_api::EtcdBackup) -> Arc<DeserializeGuard<backup_api::EtcdBackup>> {
+fn guard(obj: etcd_api::EtcdBackup) -> Arc<DeserializeGuard<etcd_api::EtcdBackup>> {
     Arc::new(DeserializeGuard(Ok(obj)))
 }
 
@@ -26,7 +26,7 @@ async fn without_calls(task: tokio::task::JoinHandle<Action>) -> Action {
 
 /// Reconciles in a task of its own, so the test can answer its API calls meanwhile.
 fn start(
-    obj: Arc<DeserializeGuard<backup_api::EtcdBackup>>,
+    obj: Arc<DeserializeGuard<etcd_api::EtcdBackup>>,
     ctx: &Arc<crate::context::Context>,
 ) -> tokio::task::JoinHandle<Action> {
     let ctx = ctx.clone();
@@ -418,7 +418,7 @@ async fn a_missing_s3_secret_releases_the_finalizer_after_the_bound() {
 }
 
 /// A Delete-policy EtcdBackup with our finalizer, deleted `seconds_ago`.
-fn deleted_since(spec: &serde_json::Value, seconds_ago: i64) -> backup_api::EtcdBackup {
+fn deleted_since(spec: &serde_json::Value, seconds_ago: i64) -> etcd_api::EtcdBackup {
     let mut obj = backup(spec.clone(), None);
     obj.metadata.finalizers = Some(vec![FINALIZER.into()]);
     let at = now() - chrono::Duration::seconds(seconds_ago);
@@ -427,7 +427,7 @@ fn deleted_since(spec: &serde_json::Value, seconds_ago: i64) -> backup_api::Etcd
 }
 
 /// The backups were kept (a `BackupsKept` Warning naming `cause`) and the finalizer released.
-async fn kept_and_released(api: &mut ApiServer, obj: &backup_api::EtcdBackup, cause: &str) {
+async fn kept_and_released(api: &mut ApiServer, obj: &etcd_api::EtcdBackup, cause: &str) {
     let event = api.expect_event().await;
     assert_eq!(
         (event["type"].as_str(), event["reason"].as_str()),
@@ -480,7 +480,7 @@ async fn a_deleted_object_that_does_not_parse_is_released_with_a_warning() {
                      "finalizers": [FINALIZER]},
         "spec": {"etcdEndpoints": ["http://e:2379"], "storageType": "Floppy"}
     });
-    let guarded: DeserializeGuard<backup_api::EtcdBackup> =
+    let guarded: DeserializeGuard<etcd_api::EtcdBackup> =
         serde_json::from_value(raw.clone()).unwrap();
     assert!(guarded.0.is_err());
     let task = tokio::spawn(reconcile(Arc::new(guarded), ctx.clone()));
@@ -533,7 +533,7 @@ async fn an_object_that_does_not_parse_is_reported_not_fatal() {
         "metadata": {"name": "b", "namespace": "ns", "uid": "uid-9", "generation": 1},
         "spec": {"etcdEndpoints": ["http://e:2379"], "storageType": "Floppy"}
     });
-    let guarded: DeserializeGuard<backup_api::EtcdBackup> =
+    let guarded: DeserializeGuard<etcd_api::EtcdBackup> =
         serde_json::from_value(raw.clone()).unwrap();
     assert!(guarded.0.is_err());
     let guarded = Arc::new(guarded);
@@ -742,7 +742,7 @@ async fn a_relist_forgets_objects_deleted_meanwhile() {
     let (ctx, _api) = context();
     for uid in ["kept", "gone"] {
         ctx.backoff.next_delay(uid);
-        let result = backup_api::EtcdBackupStatus::default();
+        let result = etcd_api::EtcdBackupStatus::default();
         ctx.runs.mark_finished(uid, now(), Some(result));
     }
     ctx.forget_unless(|uid| uid == "kept", |_| true);

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_api::EtcdBackup;
+use etcd_api::EtcdBackup;
 use futures::{StreamExt, TryStreamExt};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config, Controller};

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use backup_api::BackupSchedule;
 use chrono::{DateTime, Utc};
 use croner::Cron;
+use etcd_api::BackupSchedule;
 use operator_runtime::cron;
 pub use operator_runtime::cron::InvalidSchedule;
 

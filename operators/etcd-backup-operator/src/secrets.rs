@@ -3,17 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::client_tls;
-use backup_api::storage::{
-    AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, AbsSource, CA_SECRET_KEY, GcsSource,
-};
-use backup_api::{S3Source, SecretKeyRef, SseMode};
 use backup_storage::coreos_secrets::{self, SecretProblem};
 use backup_storage::encryption::Recipients;
 use backup_storage::{
     AzureCredentials, AzureOptions, CustomerKey, GcsCredentials, GcsOptions, S3Credentials,
     S3Options, ServerSideEncryption, StoreOptions,
 };
+use etcd_api::client_tls;
+use etcd_api::storage::{
+    AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY, AbsSource, CA_SECRET_KEY, GcsSource,
+};
+use etcd_api::{S3Source, SecretKeyRef, SseMode};
 use etcd_snapshot::TlsPem;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;

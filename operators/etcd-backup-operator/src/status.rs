@@ -1,12 +1,12 @@
 //! Status building, pure. Each function takes the previous status and returns the complete new
 //! one, because a server-side apply drops fields the manager stops sending.
 
-use backup_api::condition::{self, PROGRESSING, READY};
-use backup_api::{
+use chrono::{DateTime, Utc};
+use etcd_api::condition::{self, PROGRESSING, READY};
+use etcd_api::{
     BackupFailure, BackupRecord, Compression, EtcdBackup, EtcdBackupStatus, LocalVolumeRecord,
     RecordedContents,
 };
-use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 

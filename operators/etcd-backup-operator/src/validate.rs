@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use backup_api::storage::{AbsSource, GcsSource, LocalSource};
-use backup_api::{
+use etcd_api::storage::{AbsSource, GcsSource, LocalSource};
+use etcd_api::{
     BackupDrill, DeletionPolicy, EtcdBackupSpec, S3Path, S3Source, SecretKeyRef, SpecError,
     StorageType,
 };
@@ -168,8 +168,8 @@ pub fn build(spec: &EtcdBackupSpec) -> Result<BackupPlan, InvalidSpec> {
         target,
         client_tls_secret: spec.client_tls_secret.clone().filter(|s| !s.is_empty()),
         compression: match spec.compression() {
-            backup_api::Compression::None => Compression::None,
-            backup_api::Compression::Zstd => Compression::Zstd,
+            etcd_api::Compression::None => Compression::None,
+            etcd_api::Compression::Zstd => Compression::Zstd,
         },
         recipients_secret: spec
             .encryption
@@ -202,7 +202,7 @@ fn drill_plan(drill: &BackupDrill) -> Result<DrillPlan, InvalidSpec> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use backup_api::{BackupPolicy, EtcdBackup};
+    use etcd_api::{BackupPolicy, EtcdBackup};
 
     /// The coreos periodic example, as users write it.
     pub(crate) fn coreos_periodic() -> EtcdBackupSpec {
@@ -306,7 +306,7 @@ abs: {path: mycontainer/etcd.backup, absSecret: abs}
 
         let mut spec = coreos_periodic();
         spec.storage_type = StorageType::Gcs;
-        spec.gcs = Some(backup_api::storage::GcsSource {
+        spec.gcs = Some(etcd_api::storage::GcsSource {
             path: "no-object".into(),
             ..Default::default()
         });

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use backup_api::{DrillResult, EtcdBackup};
+use etcd_api::{DrillResult, EtcdBackup};
 use etcd_snapshot::{EtcdConnection, ObjectName, SaveOptions};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};

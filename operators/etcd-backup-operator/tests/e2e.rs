@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use backup_api::EtcdBackup;
+use etcd_api::EtcdBackup;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -1123,7 +1123,7 @@ async fn point_in_time(garage: &Garage, base: &str, revision: i64) -> std::path:
     out
 }
 
-fn continuous_status(backup: &EtcdBackup) -> backup_api::ArchiveStatus {
+fn continuous_status(backup: &EtcdBackup) -> etcd_api::ArchiveStatus {
     backup
         .status
         .as_ref()

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::EtcdBackupSpec;
 use backup_storage::Location;
+use etcd_api::EtcdBackupSpec;
 use etcd_backup_operator::execute::{self, delete_backups, run_backup};
 use etcd_backup_operator::local::LocalVolume;
 use etcd_backup_operator::retention::OWNER_METADATA_KEY;
@@ -562,7 +562,7 @@ async fn an_encrypted_backup_opens_only_with_its_identity() {
     let (secret, public) = backup_storage::encryption::Identity::generate();
     let identity = backup_storage::encryption::Identity::parse(&secret, "identity").unwrap();
     let mut plan = plan(&etcd, &garage, "etcd.backup", json!({}));
-    let key = backup_api::SecretKeyRef {
+    let key = etcd_api::SecretKeyRef {
         name: "backup-recipients".into(),
         key: "recipients.txt".into(),
     };

@@ -3,7 +3,7 @@
 //! manifests (namespace and image swapped, nothing else), backing up an etcd that itself runs
 //! as a pod, reached by the coreos example's Service name, to Garage on the bridge address.
 
-use backup_api::EtcdBackup;
+use etcd_api::EtcdBackup;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;

@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;

@@ -4,7 +4,7 @@
 //! controller, so that they are garbage-collected with it like the members it made itself.
 //! Nothing else about them changes: they are not restarted.
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use kube::Resource;
 use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backup_api::{EtcdCluster, EtcdClusterStatus};
+use etcd_api::{EtcdCluster, EtcdClusterStatus};
 
 use etcd_cluster::arbitration::{self, NextLook};
 use etcd_cluster::{

@@ -15,9 +15,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use backup_api::{DefragMember, DefragRound, DefragRoundResult, DefragStatus, EtcdCluster};
 use chrono::{DateTime, Utc};
 use croner::Cron;
+use etcd_api::{DefragMember, DefragRound, DefragRoundResult, DefragStatus, EtcdCluster};
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
 use etcd_cluster::defrag::{
     DEFRAGMENTED, DefragStep, FAILED, MemberDb, ROUND_FAILED, RoundState, Thresholds, UNCONFIRMED,

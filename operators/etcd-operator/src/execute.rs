@@ -1,7 +1,7 @@
 //! Carries out one membership step the planner chose: recording intent first for a change of
 //! membership, then the member pods, claims and Services, and etcd's member API.
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use backup_cli::LogFormat;
 use clap::Parser;
+use command_line::LogFormat;
 use etcd_members::origin::{KEY_REFRESH, ProofKey};
 use etcd_operator::context::{Context, MANAGER};
 use etcd_operator::metrics::Metrics;
@@ -29,7 +29,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    backup_cli::init_logging(args.log_format, "info");
+    command_line::init_logging(args.log_format, "info");
     let namespace = args.runtime.watch_namespace();
     if args.cluster_wide && namespace.is_some() {
         anyhow::bail!("--cluster-wide manages EtcdClusters in every namespace; drop --namespace");

@@ -4,8 +4,8 @@
 //! only ever one, and its existence is the record: an operator restarted after creating it
 //! finds it and makes no second one). The restore operator does the rest.
 
-use backup_api::cluster::DEFAULT_QUORUM_LOSS_AFTER_SECONDS;
-use backup_api::{
+use etcd_api::cluster::DEFAULT_QUORUM_LOSS_AFTER_SECONDS;
+use etcd_api::{
     BackupRef, EtcdCluster, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, FromSurvivor,
     QuorumLossRecovery, RestorePhase,
 };

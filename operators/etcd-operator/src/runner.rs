@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;

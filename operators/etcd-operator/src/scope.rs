@@ -3,7 +3,7 @@
 //! clusterwide` (in every namespace); any other operator only clusters without that annotation.
 //! Two deployments can so share a namespace without acting on the same cluster.
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use kube::ResourceExt;
 
 pub const SCOPE_ANNOTATION: &str = "etcd.database.coreos.com/scope";

@@ -4,7 +4,7 @@
 //! flight. Written by server-side apply, so every write carries the whole status this manager
 //! owns (a field left out would be removed).
 
-use backup_api::{
+use etcd_api::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterStatus, MembersStatus, MembershipChange,
 };
 use std::collections::BTreeMap;
@@ -627,7 +627,7 @@ pub fn invalid(cluster: &EtcdCluster, problem: &str) -> EtcdClusterStatus {
 /// Warning when it turns so) when it stopped.
 pub fn defragmented(
     cluster: &EtcdCluster,
-    last: Option<&backup_api::DefragRoundResult>,
+    last: Option<&etcd_api::DefragRoundResult>,
 ) -> Option<ClusterCondition> {
     let last = last?;
     let succeeded = last.result == "Succeeded";
@@ -733,7 +733,7 @@ mod tests {
             "spec": {"size": 3},
         }))
         .unwrap();
-        let round = |result: &str| backup_api::DefragRoundResult {
+        let round = |result: &str| etcd_api::DefragRoundResult {
             started: "2026-11-28T04:00:00Z".into(),
             finished: "2026-11-28T04:02:00Z".into(),
             result: result.into(),

@@ -9,7 +9,7 @@
 
 use std::sync::Mutex;
 
-use backup_api::{DefragStatus, EtcdCluster, EtcdClusterStatus, MembershipChange};
+use etcd_api::{DefragStatus, EtcdCluster, EtcdClusterStatus, MembershipChange};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use operator_runtime::status_apply;
@@ -123,7 +123,7 @@ fn body(status: &EtcdClusterStatus) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backup_api::DefragRound;
+    use etcd_api::DefragRound;
     use serde_json::json;
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcd_cluster::checks::Spelling;
 use etcd_cluster::upgrade::must_flush_log;

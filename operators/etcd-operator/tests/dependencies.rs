@@ -34,7 +34,7 @@ fn depends_on(tree: &str, package: &str) -> bool {
 #[test]
 fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
     let tree = normal_dependencies("etcd-operator");
-    assert!(depends_on(&tree, "backup-cli"), "{tree}");
+    assert!(depends_on(&tree, "command-line"), "{tree}");
     for forbidden in [
         "backup-storage",
         "aws-sdk-s3",
@@ -52,7 +52,7 @@ fn the_cluster_operator_links_no_storage_and_no_aws_sdk() {
 /// logic (the domain crates use the API's types, never the other way round).
 #[test]
 fn the_api_crate_depends_on_no_domain_crate() {
-    let tree = normal_dependencies("backup-api");
+    let tree = normal_dependencies("etcd-api");
     for domain in [
         "etcd-cluster",
         "etcd-members",
@@ -60,11 +60,11 @@ fn the_api_crate_depends_on_no_domain_crate() {
         "backup-storage",
         "fetch-pod",
         "operator-runtime",
-        "backup-cli",
+        "command-line",
     ] {
         assert!(
             !depends_on(&tree, domain),
-            "backup-api depends on {domain}:\n{tree}"
+            "etcd-api depends on {domain}:\n{tree}"
         );
     }
 }

@@ -5,7 +5,7 @@
 //! when the leader's pod is deleted, and the operator logged no refused request. (Checked:
 //! without `create` on pods in the Role, this test fails.)
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_operator::context::{self, Context};
 use etcd_operator::controller;

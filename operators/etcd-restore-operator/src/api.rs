@@ -1,7 +1,7 @@
 //! The API writes the restore's steps are made of: creating and deleting its objects, giving
 //! a cluster back, detaching a claim, and its two status applies.
 
-use backup_api::{EtcdCluster, EtcdRestore, EtcdRestoreStatus};
+use etcd_api::{EtcdCluster, EtcdRestore, EtcdRestoreStatus};
 use etcd_members::labels::{self, DETACHED_LABEL};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
+use etcd_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::quorum_loss::{MADE_FOR_ANNOTATION, MADE_FOR_QUORUM_LOSS};
 use etcd_members::build::{self, Bootstrap};

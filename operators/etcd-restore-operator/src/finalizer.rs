@@ -1,7 +1,7 @@
 //! The restore's finalizer: held from the moment it first holds its cluster, and what deleting
 //! it does (gives an untouched cluster back; leaves a touched one paused, marked and described).
 
-use backup_api::{EtcdCluster, EtcdRestore};
+use etcd_api::{EtcdCluster, EtcdRestore};
 use etcd_members::labels::ABANDONED_RESTORE_ANNOTATION;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;

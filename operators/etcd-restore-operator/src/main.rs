@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use backup_cli::LogFormat;
 use clap::Parser;
+use command_line::LogFormat;
 use etcd_members::origin::{KEY_REFRESH, ProofKey};
 use etcd_restore_operator::context::{Context, MANAGER};
 use etcd_restore_operator::metrics::Metrics;
@@ -45,7 +45,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    backup_cli::init_logging(args.log_format, "info");
+    command_line::init_logging(args.log_format, "info");
     let namespace = args.runtime.watch_namespace();
     let metrics = Arc::new(Metrics::default());
     let encode = {

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
-use backup_api::RestorePhase;
+use etcd_api::RestorePhase;
 use etcd_cluster::restore_plan::RestoreFailure;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use backup_api::{EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePlan};
+use etcd_api::{EtcdCluster, EtcdRestore, OldVolumesPolicy, RestorePlan};
 use etcd_members::access::Access;
 use etcd_members::build;
 use etcd_members::labels::{self, DETACHED_LABEL};
@@ -62,12 +62,12 @@ fn not_started_because(status: &PodStatus) -> String {
     }
 }
 
-/// What a container's exit code says, in `etcd-backup`'s exit codes (defined in backup-cli).
+/// What a container's exit code says, in `etcd-backup`'s exit codes (defined in command-line).
 fn tool_exit(code: i32) -> ToolExit {
     match u8::try_from(code) {
-        Ok(backup_cli::EXIT_DATA_BAD) => ToolExit::DataBad,
-        Ok(backup_cli::EXIT_NO_USABLE_IDENTITY) => ToolExit::NoUsableIdentity,
-        Ok(backup_cli::EXIT_FAILED) => ToolExit::Failed,
+        Ok(command_line::EXIT_DATA_BAD) => ToolExit::DataBad,
+        Ok(command_line::EXIT_NO_USABLE_IDENTITY) => ToolExit::NoUsableIdentity,
+        Ok(command_line::EXIT_FAILED) => ToolExit::Failed,
         _ => ToolExit::Other(code),
     }
 }

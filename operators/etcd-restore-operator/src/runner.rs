@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use backup_api::{EtcdCluster, EtcdRestore};
+use etcd_api::{EtcdCluster, EtcdRestore};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;

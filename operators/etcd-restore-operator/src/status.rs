@@ -1,8 +1,8 @@
 //! The EtcdRestore's status, built from the step just taken (pure). coreos's `succeeded` and
 //! `reason`, the phase, and `Ready`/`Progressing` conditions with `observedGeneration`.
 
-use backup_api::condition::{self, PROGRESSING, READY};
-use backup_api::{
+use etcd_api::condition::{self, PROGRESSING, READY};
+use etcd_api::{
     EtcdRestore, EtcdRestoreStatus, ExpectedBackup, KeySpace, RestorePhase, RestorePlan,
     VerifiedSnapshot,
 };
@@ -341,7 +341,7 @@ mod tests {
     fn a_revision_that_could_not_be_bumped_is_said() {
         let now: Timestamp = "2026-11-24T03:00:00Z".parse().unwrap();
         let mut r = restore();
-        r.status = Some(backup_api::EtcdRestoreStatus {
+        r.status = Some(etcd_api::EtcdRestoreStatus {
             revision_bumped: Some(false),
             ..Default::default()
         });
@@ -352,7 +352,7 @@ mod tests {
         let status = value(report(&r, &step, RestorePhase::Succeeded, now));
         let message = status["conditions"][0]["message"].as_str().unwrap();
         assert!(message.contains("revision is not bumped"), "{message}");
-        let plan = |version: &str| backup_api::RestorePlan {
+        let plan = |version: &str| etcd_api::RestorePlan {
             members: vec!["c-3".into()],
             token: "t".into(),
             version: version.into(),

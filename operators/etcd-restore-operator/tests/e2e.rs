@@ -12,8 +12,8 @@
 
 use std::collections::BTreeSet;
 
-use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore};
 use backup_storage::{Location, S3Options, Store};
+use etcd_api::{EtcdBackup, EtcdCluster, EtcdRestore};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -167,7 +167,7 @@ async fn failed_restore(kube: &KubeTestbed, ns: &str, s3: Value) -> String {
     let failed = |r: &EtcdRestore| {
         r.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(backup_api::RestorePhase::Failed))
+            .is_some_and(|s| s.phase == Some(etcd_api::RestorePhase::Failed))
     };
     let done = wait_until(&restores, CLUSTER, "the restore to fail", 180, failed)
         .await
@@ -397,7 +397,7 @@ async fn disaster_restore_from_s3_is_taken_over_by_the_cluster_operator() {
     let failed = |r: &EtcdRestore| {
         r.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(backup_api::RestorePhase::Failed))
+            .is_some_and(|s| s.phase == Some(etcd_api::RestorePhase::Failed))
     };
     let refused = wait_until(&restores, "older", "the older restore to fail", 180, failed)
         .await
@@ -1507,7 +1507,7 @@ async fn gcs_and_abs_backups_are_restored_in_pods() {
             b.status
                 .as_ref()
                 .and_then(|s| s.last_drill.as_ref())
-                .is_some_and(|d| d.result != backup_api::DrillResult::Running)
+                .is_some_and(|d| d.result != etcd_api::DrillResult::Running)
         };
         let name = backup.name_any();
         let done = wait_until(&backups, &name, "the backup and its drill", 300, drilled)
@@ -1518,7 +1518,7 @@ async fn gcs_and_abs_backups_are_restored_in_pods() {
         let drill = status.last_drill.unwrap();
         assert_eq!(
             drill.result,
-            backup_api::DrillResult::Succeeded,
+            etcd_api::DrillResult::Succeeded,
             "{name}: {drill:?}"
         );
     }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore};
+use etcd_api::{EtcdBackup, EtcdCluster, EtcdRestore};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

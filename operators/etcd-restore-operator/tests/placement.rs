@@ -2,7 +2,7 @@
 //! accepted by a real API server (server-side dry run): what the pure tests check for shape,
 //! the server checks for validity (a node field requirement takes exactly one value, say).
 
-use backup_api::{EtcdCluster, EtcdRestore, RestorePlan};
+use etcd_api::{EtcdCluster, EtcdRestore, RestorePlan};
 use etcd_restore_operator::pods::restore_pod;
 use fetch_pod::source::from_spec;
 use k8s_openapi::api::core::v1::Pod;

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use backup_api::EtcdRestore;
+use etcd_api::EtcdRestore;
 use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_restore_operator::context::{self, Context};
 use etcd_restore_operator::controller;

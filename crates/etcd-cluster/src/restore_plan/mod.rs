@@ -18,8 +18,8 @@ use crate::{ClusterNames, EtcdVersion};
 pub mod failure;
 pub mod fetch_report;
 pub mod observed;
-/// What a restore records in its status: API types (`backup_api`), used here.
-pub use backup_api::restore_record as recorded;
+/// What a restore records in its status: API types (`etcd_api`), used here.
+pub use etcd_api::restore_record as recorded;
 pub mod rules;
 pub mod step;
 pub mod survivor;

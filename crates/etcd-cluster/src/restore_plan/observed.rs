@@ -28,7 +28,7 @@ pub enum PodRun {
 }
 
 /// How a container of the `etcd-backup` image exited, as its exit code says (the operator
-/// that read the pod maps the code with `backup_cli::EXIT_*`, where the codes are defined).
+/// that read the pod maps the code with `command_line::EXIT_*`, where the codes are defined).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolExit {
     /// The data failed verification (corrupted, truncated, altered).

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore};
+use etcd_api::{EtcdBackup, EtcdCluster, EtcdRestore};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, PostParams};

@@ -19,9 +19,9 @@ pub mod verdict;
 
 use std::time::Duration;
 
-use backup_api::condition::{self, Condition};
-use backup_api::{DrillRecord, DrillResult, EtcdBackup, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
+use etcd_api::condition::{self, Condition};
+use etcd_api::{DrillRecord, DrillResult, EtcdBackup, EtcdBackupStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};

@@ -1,8 +1,8 @@
 //! Whether a drill is due, pure: from the drill plan and the status (the newest backup, the
 //! newest drill). A drill recorded as `Running` is watched, never started twice.
 
-use backup_api::{DrillRecord, DrillResult, EtcdBackupStatus};
 use chrono::{DateTime, Utc};
+use etcd_api::{DrillRecord, DrillResult, EtcdBackupStatus};
 
 use crate::schedule::Trigger;
 use crate::status::chrono_time;
@@ -68,7 +68,7 @@ pub fn next(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use backup_api::BackupDrill;
+    use etcd_api::BackupDrill;
     use std::time::Duration;
 
     fn at(s: &str) -> DateTime<Utc> {

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use backup_api::{BackupDrill, BackupRecord, EtcdBackup};
+use etcd_api::{BackupDrill, BackupRecord, EtcdBackup};
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::drill_restore_command;
 use fetch_pod::scratch::{ScratchMember, scratch_etcd_container, scratch_restore_container};

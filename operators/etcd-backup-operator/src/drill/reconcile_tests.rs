@@ -35,7 +35,7 @@ fn status(drill: Option<Value>) -> Value {
 }
 
 async fn reconciled(
-    obj: backup_api::EtcdBackup,
+    obj: etcd_api::EtcdBackup,
     ctx: &Arc<crate::context::Context>,
 ) -> tokio::task::JoinHandle<Action> {
     let ctx = ctx.clone();

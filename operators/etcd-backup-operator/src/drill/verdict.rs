@@ -2,7 +2,7 @@
 //! and the words for status and events, from the containers' exit codes and termination
 //! messages (`check` writes its JSON verdict there; the others' is the end of their log).
 
-use backup_api::DrillResult;
+use etcd_api::DrillResult;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use operator_runtime::events::truncate_note;
 use serde::Deserialize;
@@ -98,13 +98,13 @@ pub fn read(pod: &Pod) -> Option<Verdict> {
                     .filter(|(code, _)| *code != 0)
                 {
                     return Some(match (step, u8::try_from(code)) {
-                        ("fetch", Ok(backup_cli::EXIT_DATA_BAD)) => failed(
+                        ("fetch", Ok(command_line::EXIT_DATA_BAD)) => failed(
                             "BackupCorrupt",
                             format!(
                                 "the backup failed verification while it was fetched: {message}"
                             ),
                         ),
-                        ("fetch", Ok(backup_cli::EXIT_NO_USABLE_IDENTITY)) => failed(
+                        ("fetch", Ok(command_line::EXIT_NO_USABLE_IDENTITY)) => failed(
                             "NoUsableIdentity",
                             format!(
                                 "the backup could not be decrypted with the drill's identity \

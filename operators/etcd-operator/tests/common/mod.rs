@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -369,7 +369,7 @@ pub async fn missing_writes(
 pub async fn scheduled_round(
     clusters: &Api<EtcdCluster>,
     seconds: u64,
-) -> backup_api::DefragRoundResult {
+) -> etcd_api::DefragRoundResult {
     let patch = json!({"spec": {"defragmentation": {"schedule": "* * * * *", "minFreePercent": 10, "minFreeMiB": 1}}});
     clusters
         .patch(
@@ -387,7 +387,7 @@ pub async fn round_recorded(
     clusters: &Api<EtcdCluster>,
     what: &str,
     seconds: u64,
-) -> backup_api::DefragRoundResult {
+) -> etcd_api::DefragRoundResult {
     let done = wait_until(
         clusters,
         "example-etcd-cluster",

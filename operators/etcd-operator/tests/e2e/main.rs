@@ -7,7 +7,7 @@
 
 use std::process::{Command, Stdio};
 
-use backup_api::EtcdCluster;
+use etcd_api::EtcdCluster;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -124,7 +124,7 @@ fn condition_message(c: &EtcdCluster, type_: &str) -> Option<String> {
     condition(c, type_)?.message.clone()
 }
 
-fn condition<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a backup_api::ClusterCondition> {
+fn condition<'a>(c: &'a EtcdCluster, type_: &str) -> Option<&'a etcd_api::ClusterCondition> {
     c.status
         .as_ref()?
         .conditions

@@ -152,7 +152,7 @@ pub(super) async fn spread_cluster(
     after_seconds: i64,
 ) -> (Api<EtcdCluster>, BTreeMap<String, String>) {
     let mut cluster = example(3);
-    cluster.spec.member_replacement = Some(backup_api::MemberReplacement {
+    cluster.spec.member_replacement = Some(etcd_api::MemberReplacement {
         enabled: None,
         after_seconds: Some(after_seconds),
     });

@@ -6,7 +6,7 @@
 
 use super::three_nodes::{FaultTest, any_member_client, create_converged, member_on};
 use super::*;
-use backup_api::EtcdRestore;
+use etcd_api::EtcdRestore;
 use k8s_openapi::api::apps::v1::Deployment;
 use std::time::{Duration, Instant};
 

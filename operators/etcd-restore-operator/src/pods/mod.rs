@@ -24,7 +24,7 @@ pub use point_in_time::{POINT_CONTAINERS, REPORT_CONTAINER as POINT_REPORT_CONTA
 
 use std::collections::BTreeMap;
 
-use backup_api::{
+use etcd_api::{
     EtcdCluster, EtcdClusterSpec, EtcdRestore, NewCluster, PodPolicy, RestorePlan, ScratchMedium,
 };
 use etcd_cluster::EtcdVersion;
@@ -375,7 +375,7 @@ pub(crate) mod tests {
         );
         let mut plan = plan("3.6.16");
         plan.members = vec!["c-3".into()];
-        plan.survivor = Some(backup_api::Survivor {
+        plan.survivor = Some(etcd_api::Survivor {
             member: "c-2".into(),
             node: Some("node-a".into()),
             ..Default::default()
@@ -431,7 +431,7 @@ pub(crate) mod tests {
     fn a_restore_to_a_point_prepares_restores_serves_and_replays_before_the_member_restore() {
         let pod_for = |version: &str| {
             let mut restore = restore();
-            restore.spec.point_in_time = Some(backup_api::PointInTime {
+            restore.spec.point_in_time = Some(etcd_api::PointInTime {
                 revision: Some(41),
                 time: None,
                 cluster_id: Some("cdf818194e3a8c32".into()),
@@ -439,7 +439,7 @@ pub(crate) mod tests {
             let mut source = from_spec(&restore.spec).unwrap();
             source.url = "s3://bucket/etcd.backup".into();
             source.point = restore.spec.point_in_time.clone();
-            source.identity = Some(backup_api::SecretKeyRef {
+            source.identity = Some(etcd_api::SecretKeyRef {
                 name: "restore-key".into(),
                 key: "identity.txt".into(),
             });
@@ -531,12 +531,12 @@ pub(crate) mod tests {
              spec: {etcdCluster: {name: c}, backupStorageType: ABS, backupRef: {name: nightly}}",
         )
         .unwrap();
-        restore.spec.point_in_time = Some(backup_api::PointInTime {
+        restore.spec.point_in_time = Some(etcd_api::PointInTime {
             revision: Some(41),
             time: None,
             cluster_id: None,
         });
-        let backup: backup_api::EtcdBackup = serde_saphyr::from_str(
+        let backup: etcd_api::EtcdBackup = serde_saphyr::from_str(
             "apiVersion: etcd.database.coreos.com/v1beta2\nkind: EtcdBackup\n\
              metadata: {name: nightly}\n\
              spec: {etcdEndpoints: ['http://c-client:2379'], storageType: ABS,\n\
@@ -611,8 +611,8 @@ pub(crate) mod tests {
     #[test]
     fn an_encrypted_backup_is_fetched_with_the_identity_as_a_file_only() {
         let mut restore = restore();
-        restore.spec.decryption = Some(backup_api::RestoreDecryption {
-            identity_secret: backup_api::SecretKeyRef {
+        restore.spec.decryption = Some(etcd_api::RestoreDecryption {
+            identity_secret: etcd_api::SecretKeyRef {
                 name: "restore-key".into(),
                 key: "identity.txt".into(),
             },

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backup_api::{EtcdCluster, EtcdRestore};
+use etcd_api::{EtcdCluster, EtcdRestore};
 use etcd_members::{build, labels};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaim, Pod,

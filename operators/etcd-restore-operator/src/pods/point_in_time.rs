@@ -18,7 +18,7 @@
 //!
 //! The kubelet stops the sidecar once `restore` is done. The work volume is the node's disk.
 
-use backup_api::PointInTime;
+use etcd_api::PointInTime;
 use etcd_cluster::EtcdVersion;
 use etcd_cluster::restore::drill_restore_command;
 use etcd_snapshot::changes::REPLAY_MEMBER_FLAGS;

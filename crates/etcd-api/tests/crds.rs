@@ -1,7 +1,7 @@
 //! The CRDs are structural v1 CRDs as far as can be checked offline (the committed YAML is
 //! checked against the types by the `crdgen` crate's drift test).
 
-use backup_api::crds;
+use etcd_api::crds;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use backup_api::{EtcdBackup, EtcdCluster, EtcdRestore, client_tls, crds, storage};
+use etcd_api::{EtcdBackup, EtcdCluster, EtcdRestore, client_tls, crds, storage};
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -114,17 +114,17 @@ fn every_example_parses_strictly() {
             let what = format!("{} document {}", file.display(), i + 1);
             let kind = doc["kind"].as_str().unwrap_or_default();
             match (doc["apiVersion"].as_str().unwrap_or_default(), kind) {
-                (backup_api::API_VERSION, "EtcdBackup") => {
+                (etcd_api::API_VERSION, "EtcdBackup") => {
                     let b: EtcdBackup = round_trip(&doc, &what);
                     b.spec.validate().unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
-                (backup_api::API_VERSION, "EtcdRestore") => {
+                (etcd_api::API_VERSION, "EtcdRestore") => {
                     let r: EtcdRestore = round_trip(&doc, &what);
                     r.spec
                         .validate(&r.name_any())
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
-                (backup_api::API_VERSION, "EtcdCluster") => {
+                (etcd_api::API_VERSION, "EtcdCluster") => {
                     round_trip::<EtcdCluster>(&doc, &what);
                 }
                 ("v1", "Secret") => {
@@ -132,7 +132,7 @@ fn every_example_parses_strictly() {
                     recognised += 1;
                     continue;
                 }
-                (api, _) if api.starts_with(backup_api::GROUP) => {
+                (api, _) if api.starts_with(etcd_api::GROUP) => {
                     panic!("{what}: unknown {api} {kind}")
                 }
                 _ => continue,

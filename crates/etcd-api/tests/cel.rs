@@ -1,7 +1,7 @@
 //! The CRDs' CEL rules, evaluated offline with kube-cel: they compile, fit the cost budget, accept
 //! good objects and reject bad ones with the intended message.
 
-use backup_api::crds;
+use etcd_api::crds;
 use kube_cel::{CompiledSchema, ScopeContext, Validator, analyze_rule, compile_schema};
 use serde_json::{Value, json};
 
