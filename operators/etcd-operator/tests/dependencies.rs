@@ -115,3 +115,72 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
         problems.join("\n")
     );
 }
+
+/// The crate picture in docs/concepts/architecture.md ("## Crates") says what the manifests
+/// say: each workspace crate with the workspace crates it depends on (normal dependencies).
+#[test]
+fn the_architecture_page_shows_the_crates_as_they_depend() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let page = std::fs::read_to_string(root.join("docs/concepts/architecture.md")).unwrap();
+    let section = page
+        .split("\n## Crates\n")
+        .nth(1)
+        .expect("a Crates section");
+    let picture = section.split("```").nth(1).expect("a picture in it");
+    let shown: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = picture
+        .lines()
+        .filter_map(|line| line.split_once("->"))
+        .map(|(name, deps)| {
+            let deps = deps.split('(').next().unwrap_or_default();
+            let deps = deps
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .map(String::from)
+                .collect();
+            (name.trim().to_string(), deps)
+        })
+        .collect();
+    assert_eq!(shown, workspace_dependencies());
+}
+
+/// Each workspace crate and the workspace crates it depends on (normal dependencies).
+fn workspace_dependencies() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>>
+{
+    let output = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+            "--locked",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let packages = metadata["packages"].as_array().unwrap();
+    let ours: std::collections::BTreeSet<&str> =
+        packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .filter_map(|d| d["name"].as_str())
+                .filter(|d| ours.contains(d))
+                .map(String::from)
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
