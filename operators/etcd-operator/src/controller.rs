@@ -8,11 +8,13 @@ use etcd_api::{EtcdCluster, EtcdClusterStatus};
 
 use etcd_cluster::arbitration::{self, NextLook};
 use etcd_cluster::{
-    EtcdVersion, MembershipObserved, MembershipStep, failed_upgrade, plan, plan_upgrade, settled,
+    MembershipObserved, MembershipStep, failed_upgrade, plan, plan_upgrade, settled,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use operator_runtime::reconcile_errors;
@@ -27,6 +29,7 @@ use crate::quorum_loss;
 use crate::status;
 use crate::status_writer::StatusWriter;
 use crate::upgrade;
+use crate::validate;
 use etcd_members::access::Access;
 use etcd_members::build::{self};
 use etcd_members::labels;
@@ -41,12 +44,36 @@ const IDLE: Duration = Duration::from_secs(30);
 /// A Secret the spec names may be created after the cluster: look again soon.
 const MISSING_SECRET: Duration = Duration::from_secs(10);
 
-pub async fn reconcile(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let result = reconcile_once(cluster.clone(), ctx.clone()).await;
+/// The watch hands over every object, readable or not (`DeserializeGuard`): one that cannot be
+/// read is reported, and the others go on.
+pub async fn reconcile(
+    object: Arc<DeserializeGuard<EtcdCluster>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let result = match &object.0 {
+        Ok(cluster) => reconcile_once(Arc::new(cluster.clone()), ctx.clone()).await,
+        Err(invalid) => Ok(report_unreadable(&object, invalid, &ctx).await),
+    };
     if result.is_ok() {
-        ctx.backoff.forget(&cluster.uid().unwrap_or_default());
+        ctx.backoff.forget(&object.uid().unwrap_or_default());
     }
     result
+}
+
+/// A Warning (counted in its series when repeated), and nothing written to the status: its
+/// phase, recorded membership change and defragmentation round are not known, and a status
+/// written without them would lose them (a `Running` cluster read as never created).
+async fn report_unreadable(
+    object: &DeserializeGuard<EtcdCluster>,
+    invalid: &InvalidObject,
+    ctx: &Context,
+) -> Action {
+    let message = validate::unreadable(invalid);
+    tracing::warn!(name = %object.name_any(), %message, "unreadable EtcdCluster");
+    ctx.events
+        .warning(&object.object_ref(&()), "InvalidObject", &message)
+        .await;
+    Action::await_change()
 }
 
 async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -71,7 +98,7 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     // Validate, then dereference the TLS Secrets: bad input gets a condition and a Warning,
     // and nothing running is touched. A missing Secret is looked at again shortly (it may be
     // created after the cluster), an invalid spec only when the spec changes.
-    let target = match validate(&cluster) {
+    let target = match validate::spec(&cluster) {
         Ok(target) => target,
         Err(problem) => {
             return report_invalid(&ctx, &writer, &cluster, &problem, Action::await_change()).await;
@@ -245,21 +272,6 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     ))
 }
 
-/// Checks the spec this reconcile acts on; the target version it names. Everything after works
-/// with what this returns rather than parsing the spec again.
-fn validate(cluster: &EtcdCluster) -> Result<EtcdVersion, String> {
-    let size = cluster.spec.size;
-    if !(1..=7).contains(&size) {
-        return Err(format!("size {size} is outside 1..7"));
-    }
-    let target = EtcdVersion::parse_supported(cluster.spec.version()).map_err(|e| e.to_string())?;
-    if let Some(d) = &cluster.spec.defragmentation {
-        defrag::check_schedule(&d.schedule)?;
-    }
-    TlsSecrets::of(&cluster.spec).validate()?;
-    Ok(target)
-}
-
 /// A Warning for each condition that newly went bad (quorum lost, an invalid spec, a refused
 /// or failed upgrade, a new cause of degradation), once: not again on every reconcile while
 /// it stays so.
@@ -285,7 +297,11 @@ async fn report_invalid(
 
 /// Retries a failed reconcile after a delay that grows with each failure of that cluster
 /// (kube's default backoff: 0.8 s doubling to 30 s, with jitter), and starts over after a success.
-pub fn error_policy(cluster: Arc<EtcdCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    cluster: Arc<DeserializeGuard<EtcdCluster>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     reconcile_errors::retry(
         &*cluster,
         error,

@@ -18,3 +18,4 @@ pub mod scope;
 pub mod status;
 pub mod status_writer;
 pub mod upgrade;
+pub mod validate;

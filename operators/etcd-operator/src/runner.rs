@@ -9,6 +9,7 @@ use etcd_api::EtcdCluster;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::core::DeserializeGuard;
 use kube::runtime::{Controller, watcher};
 use operator_runtime::process;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +25,9 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let client = ctx.client.clone();
-    let (clusters, pods): (Api<EtcdCluster>, Api<Pod>) = match namespace {
+    // Guarded: an object this operator cannot read is handed to reconcile as such, rather than
+    // failing the watch of every cluster.
+    let (clusters, pods): (Api<DeserializeGuard<EtcdCluster>>, Api<Pod>) = match namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client, ns),
@@ -32,7 +35,7 @@ pub async fn run(
         None => (Api::all(client.clone()), Api::all(client)),
     };
     let forget = |ctx: Arc<Context>| {
-        move |gone: process::Gone<'_, EtcdCluster>| {
+        move |gone: process::Gone<'_, DeserializeGuard<EtcdCluster>>| {
             process::forget_gone(gone, &ctx.backoff, &*ctx.metrics)
         }
     };

@@ -11,6 +11,7 @@ use etcd_operator::controller;
 use etcd_operator::metrics::Metrics;
 use etcd_operator::scope::Scope;
 use http::{Method, StatusCode};
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use testbed::mock_api::{self, MockApi};
@@ -48,10 +49,15 @@ fn cluster(spec: Value, status: Option<Value>) -> EtcdCluster {
     serde_json::from_value(obj).unwrap()
 }
 
+/// A cluster as the watch hands it over: readable.
+fn guarded(cluster: EtcdCluster) -> Arc<DeserializeGuard<EtcdCluster>> {
+    Arc::new(DeserializeGuard(Ok(cluster)))
+}
+
 fn run(cluster: EtcdCluster, ctx: &Arc<Context>) -> tokio::task::JoinHandle<Action> {
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        controller::reconcile(Arc::new(cluster), ctx)
+        controller::reconcile(guarded(cluster), ctx)
             .await
             .expect("reconcile")
     })
@@ -294,6 +300,29 @@ async fn a_membership_change_recorded_before_a_restore_handed_the_cluster_over_i
     api.expect_silence().await;
 }
 
+/// An object this operator cannot read (here: a recovery named by a newer operator, after a
+/// downgrade) is handed over by the watch as such: a Warning that says why, no status written
+/// (its phase and records are not known), and nothing else; the other clusters go on.
+#[tokio::test]
+async fn a_cluster_that_cannot_be_read_gets_a_warning_and_nothing_else() {
+    let (ctx, mut api) = context(Scope::new(false));
+    let mut raw = serde_json::to_value(cluster(json!({}), None)).unwrap();
+    raw["spec"]["quorumLoss"] = json!({"recovery": "FromTheFuture"});
+    let unreadable: DeserializeGuard<EtcdCluster> = serde_json::from_value(raw).unwrap();
+    assert!(unreadable.0.is_err());
+    let task = tokio::spawn(controller::reconcile(Arc::new(unreadable), ctx.clone()));
+    let event = api.expect_event("ns").await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "InvalidObject");
+    assert_eq!(event["regarding"]["name"], "c");
+    assert!(
+        event["note"].as_str().unwrap().contains("FromTheFuture"),
+        "{event}"
+    );
+    assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+    api.expect_silence().await;
+}
+
 /// Changed between the read and the write: a conflict, retried from a new read, never forced.
 #[tokio::test]
 async fn a_paused_status_write_that_conflicts_is_retried_not_forced() {
@@ -301,7 +330,7 @@ async fn a_paused_status_write_that_conflicts_is_retried_not_forced() {
     let c = serde_json::to_value(cluster(json!({"paused": true}), None)).unwrap();
     let task = {
         let (c, ctx) = (serde_json::from_value(c.clone()).unwrap(), ctx.clone());
-        tokio::spawn(async move { controller::reconcile(Arc::new(c), ctx).await })
+        tokio::spawn(async move { controller::reconcile(guarded(c), ctx).await })
     };
     expect_fresh_read(&mut api, &c).await;
     let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
@@ -368,7 +397,7 @@ async fn a_member_is_never_started_on_an_existing_claim_that_is_not_the_clusters
     let obj = serde_json::to_value(&c).unwrap();
     let task = {
         let (c, ctx) = (c.clone(), ctx.clone());
-        tokio::spawn(async move { controller::reconcile(Arc::new(c), ctx).await })
+        tokio::spawn(async move { controller::reconcile(guarded(c), ctx).await })
     };
     expect_observation_of_an_empty_world(&mut api, &c).await;
     api.expect_call(
@@ -424,9 +453,9 @@ async fn a_member_is_never_started_on_an_existing_claim_that_is_not_the_clusters
 async fn failing_reconciles_back_off_per_cluster_and_start_over_after_a_success() {
     let (ctx, mut api) = context(Scope::new(false));
     let c = cluster(json!({"paused": true}), None);
-    let failing = Arc::new(c.clone());
+    let failing = guarded(c.clone());
     let error = context::Error::NoMember("the test");
-    let retry = |cluster: &Arc<EtcdCluster>| {
+    let retry = |cluster: &Arc<DeserializeGuard<EtcdCluster>>| {
         mock_api::requeue_seconds(&controller::error_policy(
             cluster.clone(),
             &error,
@@ -437,7 +466,7 @@ async fn failing_reconciles_back_off_per_cluster_and_start_over_after_a_success(
     // Another cluster backs off on its own.
     let mut other = c.clone();
     other.metadata.uid = Some("uid-2".into());
-    assert!(retry(&Arc::new(other)) <= 2.0);
+    assert!(retry(&guarded(other)) <= 2.0);
     // A reconcile that succeeds starts this cluster over.
     let value = serde_json::to_value(&c).unwrap();
     let task = run(c, &ctx);

@@ -3,26 +3,22 @@
 //! forget (the plan, the snapshot the members verified) is written to status before it is acted
 //! on.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_api::storage::{AWS_SECRET_CONFIG_KEY, AWS_SECRET_CREDENTIALS_KEY};
-use etcd_api::{
-    EtcdBackup, EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestorePhase, RestorePlan,
-};
+use etcd_api::{EtcdCluster, EtcdRestore, EtcdRestoreStatus, RestorePhase};
 use etcd_members::build::{self};
 use etcd_members::labels::{self};
 use etcd_members::origin;
-use etcd_members::tls::TlsSecrets;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use operator_runtime::reconcile_errors;
-use operator_runtime::tenant_credentials;
 
 use crate::api::{apply_records, apply_report, delete};
 use crate::context::{Context, Error};
@@ -30,10 +26,9 @@ use crate::execute::execute;
 use crate::finalizer::{abandon, let_go_of_finalizer};
 use crate::observe;
 use crate::status::{self, RESTORE_ANNOTATION};
-use etcd_cluster::naming::CLIENT_PORT;
+use crate::validate;
 use etcd_cluster::restore_plan;
-use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep, SourceProblem};
-use fetch_pod::source::{self, Source, SourceError};
+use etcd_cluster::restore_plan::{RestoreFailure, RestoreStep};
 
 /// Look again soon while something runs; at once after a step changed something: its own
 /// status write does not wake the controller (spec changes only), and every reconcile reads
@@ -43,22 +38,49 @@ const CHANGED: Duration = Duration::from_millis(50);
 const BUSY: Duration = Duration::from_secs(2);
 
 /// The restore a member pod's change may concern: the one named like its cluster.
-pub fn restore_of_member(pod: Pod) -> Option<ObjectRef<EtcdRestore>> {
+pub fn restore_of_member(pod: Pod) -> Option<ObjectRef<DeserializeGuard<EtcdRestore>>> {
     let cluster = pod.labels().get(labels::CLUSTER_LABEL)?;
     Some(ObjectRef::new(cluster).within(&pod.namespace()?))
 }
 
-/// The restore of a cluster (named like it) whose status or spec changed.
-pub fn restore_of_cluster(cluster: EtcdCluster) -> Option<ObjectRef<EtcdRestore>> {
+/// The restore of a cluster (named like it) whose status or spec changed; read or not (only its
+/// name counts: a cluster this operator cannot read must not stall the watch).
+pub fn restore_of_cluster(
+    cluster: DeserializeGuard<EtcdCluster>,
+) -> Option<ObjectRef<DeserializeGuard<EtcdRestore>>> {
     Some(ObjectRef::new(&cluster.name_any()).within(&cluster.namespace()?))
 }
 
-pub async fn reconcile(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let result = reconcile_once(restore.clone(), ctx.clone()).await;
+/// The watch hands over every restore, readable or not (`DeserializeGuard`): one that cannot be
+/// read is reported, and the others go on.
+pub async fn reconcile(
+    object: Arc<DeserializeGuard<EtcdRestore>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let result = match &object.0 {
+        Ok(restore) => reconcile_once(Arc::new(restore.clone()), ctx.clone()).await,
+        Err(invalid) => Ok(report_unreadable(&object, invalid, &ctx).await),
+    };
     if result.is_ok() {
-        ctx.backoff.forget(&restore.uid().unwrap_or_default());
+        ctx.backoff.forget(&object.uid().unwrap_or_default());
     }
     result
+}
+
+/// A Warning (counted in its series when repeated), and nothing else: its status is not
+/// written (the recorded plan and snapshot would be lost with its records), and a deletion
+/// keeps its finalizer (which cluster it holds is not known), said in the Warning.
+async fn report_unreadable(
+    object: &DeserializeGuard<EtcdRestore>,
+    invalid: &InvalidObject,
+    ctx: &Context,
+) -> Action {
+    let message = validate::unreadable(invalid, object.meta().deletion_timestamp.is_some());
+    tracing::warn!(name = %object.name_any(), %message, "unreadable EtcdRestore");
+    ctx.events
+        .warning(&object.object_ref(&()), "InvalidObject", &message)
+        .await;
+    Action::await_change()
 }
 
 async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -89,7 +111,7 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     // the plan: a backupRef's newest backup may change meanwhile), the cluster.
     let stored = match restore.spec.from_survivor {
         Some(_) => None,
-        None => Some(resolve_source(&ctx, &restore).await?),
+        None => Some(validate::source(&ctx, &restore).await?),
     };
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let cluster = clusters.get_opt(&cluster_name).await?;
@@ -98,7 +120,10 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
         Some(source) => source,
         None => match restore.spec.validate(&restore.name_any()) {
             Err(e) => Err((RestoreFailure::BadSource, e.to_string())),
-            Ok(()) => Ok(survivor_source(cluster.as_ref(), recorded.plan.as_ref())),
+            Ok(()) => Ok(validate::survivor_source(
+                cluster.as_ref(),
+                recorded.plan.as_ref(),
+            )),
         },
     };
     let source = source.map(|mut s| {
@@ -133,7 +158,7 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     // The survivor is chosen by the plan this step records: its snapshot is the source.
     let source = match &step {
         RestoreStep::RecordPlan(plan) if plan.survivor.is_some() => {
-            Ok(survivor_source(cluster.as_ref(), Some(plan)))
+            Ok(validate::survivor_source(cluster.as_ref(), Some(plan)))
         }
         _ => source,
     };
@@ -224,164 +249,6 @@ async fn reconcile_once(restore: Arc<EtcdRestore>, ctx: Arc<Context>) -> Result<
     })
 }
 
-/// A recovery from a survivor reads the snapshot of the member its plan chose, over the
-/// cluster's client URL of that member, with the cluster's operator Secret when its members
-/// serve clients over TLS.
-fn survivor_source(cluster: Option<&EtcdCluster>, plan: Option<&RestorePlan>) -> Source {
-    let survivor = plan.and_then(|p| p.survivor.as_ref());
-    let (Some(cluster), Some(survivor)) = (cluster, survivor) else {
-        return source::from_member("the surviving member, once chosen".into(), None);
-    };
-    let names = build::names(cluster);
-    let tls = TlsSecrets::of(&cluster.spec)
-        .operator
-        .filter(|_| names.client_tls);
-    // With TLS the name the certificates carry (coreos' `*.<cluster>.<ns>.svc`, without the
-    // cluster domain), as the operators' own clients check it.
-    let url = match tls {
-        Some(_) => format!(
-            "https://{}:{CLIENT_PORT}",
-            names.server_name(&survivor.member)
-        ),
-        None => names.client_url(&survivor.member),
-    };
-    source::from_member(url, tls)
-}
-
-fn bad_source(message: String) -> Result<Result<Source, SourceProblem>, Error> {
-    Ok(Err((RestoreFailure::BadSource, message)))
-}
-
-/// The snapshot's location, or what is wrong with it (a missing EtcdBackup or Secret is a
-/// failure of this restore, not an error of the operator).
-async fn resolve_source(
-    ctx: &Context,
-    restore: &EtcdRestore,
-) -> Result<Result<Source, SourceProblem>, Error> {
-    let ns = restore.namespace().unwrap_or_default();
-    if let Err(e) = restore.spec.validate(&restore.name_any()) {
-        return bad_source(e.to_string());
-    }
-    let source = match &restore.spec.backup_ref {
-        Some(backup) => {
-            let backups: Api<EtcdBackup> = Api::namespaced(ctx.client.clone(), &ns);
-            match backups.get_opt(&backup.name).await? {
-                None => {
-                    return bad_source(format!("EtcdBackup {} not found in {ns}", backup.name));
-                }
-                Some(b) => source::from_backup(&restore.spec, &b),
-            }
-        }
-        None => source::from_spec(&restore.spec),
-    };
-    let mut source = match source {
-        Ok(s) => s,
-        // An encrypted backup without an identity: the key is missing, not the backup.
-        Err(e @ SourceError::IdentityNeeded { .. }) => {
-            return Ok(Err((RestoreFailure::NoUsableIdentity, e.to_string())));
-        }
-        Err(e) => return bad_source(e.to_string()),
-    };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    // The identity is a private key: only its Secret's existence is checked (metadata), its
-    // data never reaches the operator; the fetch reads it from a mounted file.
-    if let Some(identity) = &source.identity
-        && secrets.get_metadata_opt(&identity.name).await?.is_none()
-    {
-        return bad_source(format!(
-            "Secret {} (spec.decryption.identitySecret) not found in {ns}",
-            identity.name
-        ));
-    }
-    // GCS and Azure: the coreos Secret must exist (its keys are read in the pod, from the
-    // mounted files); without a gcpSecret, only an operator that lends identities lets the pod
-    // use the node's.
-    match source.cloud.as_mut() {
-        Some(fetch_pod::CloudAccess::Gcs {
-            gcp_secret,
-            ambient,
-            endpoint,
-        }) => {
-            *ambient = ctx.allow_ambient_credentials;
-            match gcp_secret {
-                // The node's token never goes to an endpoint the tenant names.
-                None if endpoint.is_some() => {
-                    return bad_source(
-                        "gcs.gcpSecret is not set and gcs.endpoint is: an ambient identity is never sent to a custom endpoint".into(),
-                    );
-                }
-                Some(name) if secrets.get_metadata_opt(name).await?.is_none() => {
-                    return bad_source(format!("Secret {name} (gcs.gcpSecret) not found in {ns}"));
-                }
-                None if !ctx.allow_ambient_credentials => {
-                    return bad_source(
-                        "gcs.gcpSecret is not set, and the operator lends no identity (it was not started with --allow-ambient-credentials)".into(),
-                    );
-                }
-                _ => {}
-            }
-            return Ok(Ok(source));
-        }
-        Some(fetch_pod::CloudAccess::Azure { abs_secret, .. }) => {
-            if secrets.get_metadata_opt(abs_secret).await?.is_none() {
-                return bad_source(format!(
-                    "Secret {abs_secret} (abs.absSecret) not found in {ns}"
-                ));
-            }
-            return Ok(Ok(source));
-        }
-        None => {}
-    }
-    let Some(s3) = source.s3.as_mut() else {
-        return Ok(Ok(source));
-    };
-    s3.ambient = ctx.allow_ambient_credentials;
-    let aws = match &s3.aws_secret {
-        None => None,
-        Some(name) => match secrets.get_opt(name).await? {
-            None => return bad_source(format!("Secret {name} not found in {ns}")),
-            Some(secret) => Some((name.as_str(), secret.data.unwrap_or_default())),
-        },
-    };
-    for secret in s3.ca_secret.iter() {
-        if secrets.get_opt(secret).await?.is_none() {
-            return bad_source(format!("Secret {secret} not found in {ns}"));
-        }
-    }
-    // Like the identity, the SSE-C key is only mounted: its data never reaches the operator.
-    let sse_c = s3
-        .server_side_encryption
-        .as_ref()
-        .and_then(|sse| sse.customer_key_secret.as_ref());
-    if let Some(key) = sse_c
-        && secrets.get_metadata_opt(&key.name).await?.is_none()
-    {
-        return bad_source(format!(
-            "Secret {} (s3.serverSideEncryption.customerKeySecret) not found in {ns}",
-            key.name
-        ));
-    }
-    // The backup operator's rules for what a tenant's object may read S3 with.
-    let text = |data: &BTreeMap<String, k8s_openapi::ByteString>, key: &str| {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-    };
-    let files = aws.as_ref().map(|(name, data)| {
-        (
-            *name,
-            text(data, AWS_SECRET_CREDENTIALS_KEY),
-            text(data, AWS_SECRET_CONFIG_KEY),
-        )
-    });
-    let checked = files
-        .as_ref()
-        .map(|(name, credentials, config)| (*name, credentials.as_deref(), config.as_deref()));
-    if let Err(e) = tenant_credentials::check(checked, ctx.allow_ambient_credentials) {
-        return bad_source(e.to_string());
-    }
-    Ok(Ok(source))
-}
-
 /// An event per step that acts, a Warning when the restore fails.
 async fn announce(ctx: &Context, restore: &EtcdRestore, step: &RestoreStep) {
     let reference = restore.object_ref(&());
@@ -417,7 +284,11 @@ fn report_seconds(report: &EtcdRestoreStatus) -> f64 {
 
 /// Retries a failed reconcile after a delay that grows with each failure of that restore
 /// (kube's default backoff: 0.8 s doubling to 30 s, with jitter), and starts over after a success.
-pub fn error_policy(restore: Arc<EtcdRestore>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    restore: Arc<DeserializeGuard<EtcdRestore>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     reconcile_errors::retry(
         &*restore,
         error,
@@ -445,13 +316,24 @@ mod tests {
         let unlabelled: Pod =
             serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "ns"}})).unwrap();
         assert_eq!(restore_of_member(unlabelled), None);
-        let cluster: EtcdCluster = serde_json::from_value(json!({
+        let cluster: DeserializeGuard<EtcdCluster> = serde_json::from_value(json!({
             "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
             "metadata": {"name": "c", "namespace": "ns"}, "spec": {"size": 3},
         }))
         .unwrap();
         assert_eq!(
             restore_of_cluster(cluster),
+            Some(ObjectRef::new("c").within("ns"))
+        );
+        // One this operator cannot read wakes its restore all the same.
+        let unreadable: DeserializeGuard<EtcdCluster> = serde_json::from_value(json!({
+            "apiVersion": "etcd.database.coreos.com/v1beta2", "kind": "EtcdCluster",
+            "metadata": {"name": "c", "namespace": "ns"}, "spec": {"size": "three"},
+        }))
+        .unwrap();
+        assert!(unreadable.0.is_err());
+        assert_eq!(
+            restore_of_cluster(unreadable),
             Some(ObjectRef::new("c").within("ns"))
         );
     }

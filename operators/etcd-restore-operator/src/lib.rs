@@ -4,7 +4,8 @@
 //! verifies the backup) while the old members still run, record the verified snapshot, stop and
 //! detach the old members (their volumes are kept), start the new ones, wait until all are
 //! healthy with the data, hand the cluster back to the EtcdCluster operator. Each reconcile
-//! reads the world again, so a restart resumes. Here: `controller` (reconcile) runs `observe`
+//! reads the world again, so a restart resumes. Here: `controller` (reconcile) runs `validate`
+//! (the spec and its source) -> `observe`
 //! (the world) -> the step machine -> `execute` (with `finalizer` and the `api` writes) ->
 //! `status` (typed, server-side apply); `pods` builds the restore's own objects.
 
@@ -19,3 +20,4 @@ pub mod pods;
 pub mod rbac;
 pub mod runner;
 pub mod status;
+mod validate;

@@ -11,6 +11,7 @@ use etcd_api::{EtcdCluster, EtcdRestore};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::core::DeserializeGuard;
 use kube::runtime::{Controller, watcher};
 use operator_runtime::process;
 use tokio_util::sync::CancellationToken;
@@ -26,8 +27,13 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let client = ctx.client.clone();
-    let (restores, pods, clusters): (Api<EtcdRestore>, Api<Pod>, Api<EtcdCluster>) = match namespace
-    {
+    // Guarded: an object this operator cannot read is handed over as such, rather than failing
+    // the watch of every restore (or every cluster).
+    let (restores, pods, clusters): (
+        Api<DeserializeGuard<EtcdRestore>>,
+        Api<Pod>,
+        Api<DeserializeGuard<EtcdCluster>>,
+    ) = match namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
@@ -40,7 +46,7 @@ pub async fn run(
         ),
     };
     let forget = |ctx: Arc<Context>| {
-        move |gone: process::Gone<'_, EtcdRestore>| {
+        move |gone: process::Gone<'_, DeserializeGuard<EtcdRestore>>| {
             process::forget_gone(gone, &ctx.backoff, &*ctx.metrics)
         }
     };

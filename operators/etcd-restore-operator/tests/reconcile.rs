@@ -12,6 +12,7 @@ use etcd_restore_operator::context::{self, Context};
 use etcd_restore_operator::controller;
 use etcd_restore_operator::metrics::Metrics;
 use http::{Method, StatusCode};
+use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use testbed::mock_api::{self, MockApi};
@@ -229,11 +230,16 @@ impl World {
     }
 }
 
+/// A restore as the watch hands it over: readable.
+fn guarded(restore: EtcdRestore) -> Arc<DeserializeGuard<EtcdRestore>> {
+    Arc::new(DeserializeGuard(Ok(restore)))
+}
+
 fn run(restore: Value, ctx: &Arc<Context>) -> tokio::task::JoinHandle<Action> {
     let ctx = ctx.clone();
     let restore: EtcdRestore = serde_json::from_value(restore).unwrap();
     tokio::spawn(async move {
-        controller::reconcile(Arc::new(restore), ctx)
+        controller::reconcile(guarded(restore), ctx)
             .await
             .expect("reconcile")
     })
@@ -1291,7 +1297,7 @@ async fn a_pod_that_passes_for_a_restored_member_is_refused() {
     let reconcile = {
         let restore: EtcdRestore = serde_json::from_value(world.restore.clone()).unwrap();
         let ctx = ctx.clone();
-        tokio::spawn(async move { controller::reconcile(Arc::new(restore), ctx).await })
+        tokio::spawn(async move { controller::reconcile(guarded(restore), ctx).await })
     };
     world.serve(&mut api).await;
     for service in ["c", "c-client"] {
@@ -1379,12 +1385,12 @@ async fn only_claims_this_restore_detached_are_deleted() {
 async fn failing_reconciles_back_off_per_restore_and_start_over_after_a_success() {
     let (ctx, mut api) = context();
     let finished = restore(json!({"phase": "Succeeded"}));
-    let failing: Arc<EtcdRestore> = Arc::new(serde_json::from_value(finished.clone()).unwrap());
+    let failing = guarded(serde_json::from_value(finished.clone()).unwrap());
     let error = context::Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
         "etcdrestores \"c\" is forbidden",
         "Forbidden",
     ))));
-    let retry = |restore: &Arc<EtcdRestore>| {
+    let retry = |restore: &Arc<DeserializeGuard<EtcdRestore>>| {
         mock_api::requeue_seconds(&controller::error_policy(
             restore.clone(),
             &error,
@@ -1395,7 +1401,7 @@ async fn failing_reconciles_back_off_per_restore_and_start_over_after_a_success(
     // Another restore backs off on its own.
     let mut other = finished.clone();
     other["metadata"]["uid"] = json!("r-uid-2");
-    assert!(retry(&Arc::new(serde_json::from_value(other).unwrap())) <= 2.0);
+    assert!(retry(&guarded(serde_json::from_value(other).unwrap())) <= 2.0);
     // A reconcile that succeeds (a finished restore: nothing to do) starts this one over.
     let task = run(finished, &ctx);
     assert_eq!(task.await.unwrap(), Action::await_change());
@@ -1415,8 +1421,7 @@ async fn refused_once(
 ) {
     let restore: EtcdRestore = serde_json::from_value(world.restore.clone()).unwrap();
     let ctx = ctx.clone();
-    let reconcile =
-        tokio::spawn(async move { controller::reconcile(Arc::new(restore), ctx).await });
+    let reconcile = tokio::spawn(async move { controller::reconcile(guarded(restore), ctx).await });
     world.serve(api).await;
     let refusal = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "the server is restarting", "reason": "InternalError", "code": 500});
@@ -1482,4 +1487,31 @@ async fn a_success_whose_clean_up_fails_is_retried_not_recorded() {
     assert_eq!(status["phase"], "Succeeded");
     reconcile.await.unwrap();
     api.expect_silence().await;
+}
+
+/// A restore this operator cannot read (a field of a newer version, after a downgrade) is
+/// handed over by the watch as such: a Warning that says why and nothing else (its records are
+/// not rewritten); being deleted, it keeps its finalizer and the Warning says what to do.
+#[tokio::test]
+async fn a_restore_that_cannot_be_read_gets_a_warning_and_nothing_else() {
+    for deleting in [false, true] {
+        let (ctx, mut api) = context();
+        let mut raw = restore(json!({}));
+        raw["spec"]["oldVolumes"] = json!("Shred");
+        if deleting {
+            raw["metadata"]["deletionTimestamp"] = json!("2026-11-30T00:00:00Z");
+            raw["metadata"]["finalizers"] = json!(["etcd.database.coreos.com/restore-release"]);
+        }
+        let unreadable: DeserializeGuard<EtcdRestore> = serde_json::from_value(raw).unwrap();
+        assert!(unreadable.0.is_err());
+        let task = tokio::spawn(controller::reconcile(Arc::new(unreadable), ctx.clone()));
+        let event = api.expect_event("ns").await;
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["reason"], "InvalidObject");
+        let note = event["note"].as_str().unwrap();
+        assert!(note.contains("Shred"), "{note}");
+        assert_eq!(note.contains("its deletion waits"), deleting, "{note}");
+        assert_eq!(task.await.unwrap().unwrap(), Action::await_change());
+        api.expect_silence().await;
+    }
 }
