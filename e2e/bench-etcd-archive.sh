@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 e2e/install-deps.sh >/dev/null
 cargo build --release --locked -p etcd-backup
-cargo build --locked -p testbed --bin bench-etcd-archive
+cargo build --locked -p bench --bin bench-etcd-archive
 exec target/debug/bench-etcd-archive --etcd-backup target/release/etcd-backup "$@"

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 e2e/install-deps.sh >/dev/null
-cargo build --release --locked -p etcd-backup -p testbed --bin etcd-backup --bin bench-etcd-save
+cargo build --release --locked -p etcd-backup -p bench --bin etcd-backup --bin bench-etcd-save
 exec target/release/bench-etcd-save --etcd-backup target/release/etcd-backup "$@"

@@ -55,7 +55,7 @@ e2e/cluster/build.sh --demo >/dev/null
 # unit), and the demo measures nothing. Release images and the benchmarks use the release profile.
 stage "next: the operators, the CLI and the demo (cargo build, debug profile)"
 cargo build --locked -p etcd-backup -p etcd-backup-operator -p etcd-operator \
-  -p etcd-restore-operator -p testbed --bin etcd-backup --bin etcd-backup-operator \
+  -p etcd-restore-operator -p demo -p testbed --bin etcd-backup --bin etcd-backup-operator \
   --bin etcd-operator --bin etcd-restore-operator --bin demo --bin bed-agent
 stage "next: the demo (bed, operators, cluster, backups, disaster, restore)"
 # The bed's MySQL images need MariaDB's packages, which the demo does not install.

@@ -22,7 +22,7 @@ etcd_releases=(v3.5.33 v3.6.16 v3.7.3)
 # tests run clusters whose upgrade must be refused. (3.5.21: the Go module proxy this project
 # builds from serves every module of it; of the later 3.5 patches tried, none.)
 etcd_refused_patches=(v3.5.21 v3.6.10)
-# The etcd of the demo's cluster (e2e/testbed/src/bin/demo.rs names it): `build.sh --demo`
+# The etcd of the demo's cluster (e2e/demo/src/main.rs names it): `build.sh --demo`
 # builds it and the control plane's etcd only.
 demo_etcd_release=v3.7.3
 # Kubernetes 1.36 and later need containerd 2; 1.35 runs on it too.

@@ -4,7 +4,9 @@
 //! (`e2e/apiserver/`). Each fixture gets free ports and its own temporary directory, so tests
 //! run in parallel; dropping a fixture kills its process and removes its files (the Kubernetes
 //! test bed is shared per test process, see [`kube`](crate::kube)). `e2e/install-deps.sh`
-//! installs the servers; `e2e/cluster/build.sh` builds the Kubernetes ones.
+//! installs the servers; `e2e/cluster/build.sh` builds the Kubernetes ones. The mock API of the
+//! reconcile tests, the repository checks, the demo and the benchmark drivers are crates of
+//! their own beside this one (`e2e/mock-api`, `e2e/repo-checks`, `e2e/demo`, `e2e/bench`).
 
 pub mod cli;
 pub mod cluster;
@@ -17,13 +19,9 @@ pub mod image;
 pub mod kube;
 pub mod kustomize;
 pub mod logs;
-pub mod mock_api;
-pub mod module_graph;
 pub mod nodes;
 pub mod procstat;
 pub mod proxy;
-pub mod rbac;
-pub mod reference_docs;
 pub mod status_writers;
 mod tls;
 

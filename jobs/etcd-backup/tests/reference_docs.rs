@@ -5,7 +5,7 @@ use std::path::Path;
 
 #[test]
 fn every_flag_is_documented() {
-    testbed::reference_docs::check_flags(
+    repo_checks::reference_docs::check_flags(
         Path::new(env!("CARGO_BIN_EXE_etcd-backup")),
         "etcd-backup-cli.md",
     );

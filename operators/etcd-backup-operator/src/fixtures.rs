@@ -1,4 +1,4 @@
-//! The mock API server (`testbed::mock_api`) with EtcdBackup fixtures: each test states the
+//! The mock API server (`mock_api`) with EtcdBackup fixtures: each test states the
 //! calls it expects, in order, with their bodies checked.
 
 use std::sync::Arc;
@@ -21,7 +21,7 @@ pub fn now() -> DateTime<Utc> {
 
 /// A context whose client talks to the returned mock server, with the clock fixed at [`NOW`].
 pub fn context() -> (Arc<Context>, ApiServer) {
-    let (client, api) = testbed::mock_api::pair();
+    let (client, api) = mock_api::pair();
     let clock: Clock = Arc::new(now);
     let runs = Runs::new(2, CancellationToken::new());
     let mut ctx = Context::new(
@@ -62,8 +62,8 @@ pub fn one_shot_spec() -> Value {
     })
 }
 
-pub use testbed::mock_api::Call;
-use testbed::mock_api::MockApi;
+pub use mock_api::Call;
+use mock_api::MockApi;
 
 /// The mock API server with the EtcdBackup helpers.
 pub struct ApiServer(MockApi);

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use etcd_backup_operator::rbac::{LEASE_CALLS, NAMESPACED_CALLS};
+use repo_checks::rbac::{self, grants, of_kind, set};
 use serde_json::Value;
-use testbed::rbac::{self, grants, of_kind, set};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")

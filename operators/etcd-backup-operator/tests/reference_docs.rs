@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use testbed::reference_docs::{check_flags, check_metrics};
+use repo_checks::reference_docs::{check_flags, check_metrics};
 
 #[test]
 fn every_flag_is_documented() {

@@ -103,7 +103,8 @@ fn no_crate_has_an_import_cycle_between_its_modules() {
             if !src.is_dir() {
                 continue;
             }
-            let cycles = testbed::module_graph::cycles(&testbed::module_graph::of_crate(&src));
+            let cycles =
+                repo_checks::module_graph::cycles(&repo_checks::module_graph::of_crate(&src));
             if !cycles.is_empty() {
                 problems.push(format!("{}: {cycles:?}", entry.path().display()));
             }

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use etcd_operator::rbac::{CLUSTER_CALLS, NAMESPACED_CALLS, OWN_NAMESPACE_CALLS};
+use repo_checks::rbac::{self, grants, of_kind, set};
 use serde_json::Value;
-use testbed::rbac::{self, grants, of_kind, set};
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")

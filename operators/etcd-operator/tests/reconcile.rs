@@ -1,4 +1,4 @@
-//! Reconcile flows against a mock API server (`testbed::mock_api`): the calls, their order and
+//! Reconcile flows against a mock API server (`mock_api`): the calls, their order and
 //! their bodies. The order is the point for crash safety: a membership change's intent is
 //! recorded before anything is created. Real member pods are in `e2e.rs`.
 
@@ -13,8 +13,8 @@ use etcd_operator::scope::Scope;
 use http::{Method, StatusCode};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
+use mock_api::{self, MockApi};
 use serde_json::{Value, json};
-use testbed::mock_api::{self, MockApi};
 
 const CLUSTER: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdclusters/c";
 

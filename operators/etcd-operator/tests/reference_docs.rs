@@ -9,7 +9,7 @@ use etcd_operator::conditions::{
     Available, ConditionReason, DataPersistent, Defragmented, Degraded, Progressing,
     VersionSupported,
 };
-use testbed::reference_docs::{
+use repo_checks::reference_docs::{
     check_flags, check_labels_and_annotations, check_metrics, check_named_in_doc, page_path,
     section_rows,
 };

@@ -1,4 +1,4 @@
-//! Reconcile against a mock API server (`testbed::mock_api`): the calls, their order and their
+//! Reconcile against a mock API server (`mock_api`): the calls, their order and their
 //! bodies, for a restore resumed at each step after an operator restart. The order is the point:
 //! the plan, the verified snapshot and the hand-over are recorded before they are acted on, and
 //! nothing of the cluster is touched before every member's fetch verified the backup. Real pods
@@ -14,8 +14,8 @@ use etcd_restore_operator::metrics::Metrics;
 use http::{Method, StatusCode};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
+use mock_api::{self, MockApi};
 use serde_json::{Value, json};
-use testbed::mock_api::{self, MockApi};
 
 const NS: &str = "/api/v1/namespaces/ns";
 const RESTORE: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcdrestores/c";

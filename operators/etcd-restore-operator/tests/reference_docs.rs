@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use etcd_cluster::restore_plan::RestoreFailure;
-use testbed::reference_docs::{
+use repo_checks::reference_docs::{
     check_flags, check_metrics, check_named_in_doc, check_named_in_section,
 };
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::kustomize::root;
+use testbed::kustomize::root;
 
 /// A long flag as `--help` lists it.
 #[derive(Debug, Default, Clone)]

@@ -18,7 +18,7 @@ pub fn docs(deploy_dir: &Path, variant: &str) -> Vec<Value> {
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         out.extend(
-            crate::yaml_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+            testbed::yaml_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
         );
     }
     out
@@ -115,8 +115,8 @@ pub fn assert_all_in_one_grants(
     cluster_calls: &[(&str, &str, &str)],
 ) {
     for variant in ["namespaced", "cluster-wide"] {
-        let dir = crate::kustomize::root().join("deploy").join(variant);
-        let docs = crate::kustomize::render(&dir).unwrap_or_else(|e| panic!("{e:#}"));
+        let dir = testbed::kustomize::root().join("deploy").join(variant);
+        let docs = testbed::kustomize::render(&dir).unwrap_or_else(|e| panic!("{e:#}"));
         let roles = bound_roles(&docs, account, "RoleBinding", "Role");
         let cluster_roles = bound_roles(&docs, account, "ClusterRoleBinding", "ClusterRole");
         assert_eq!(roles.len(), 1, "{variant}: {account}");
