@@ -1,11 +1,10 @@
 //! `backup`: runs the tool beside the server and stores its stream.
 
-use backup_storage::Store;
 use tokio::io::AsyncReadExt;
 
 use crate::chain::{self, Base, FullBecause, IncrementalRequest, SourceDataDir, Taken};
 use crate::credentials::DbConnection;
-use crate::ingest::{Ingest, IngestOptions, Origin};
+use crate::ingest::{Destination, Ingest, Origin};
 use crate::lineage;
 use crate::manifest::Manifest;
 use crate::profile::{BackupToolOptions, ToolProfile};
@@ -114,9 +113,7 @@ pub async fn backup_choosing(
     profile: &ToolProfile,
     db: &DbConnection,
     tool_options: &BackupToolOptions,
-    store: &Store,
-    key: &str,
-    options: &IngestOptions,
+    to: Destination<'_>,
     choice: Option<std::result::Result<Base, FullBecause>>,
 ) -> Result<(Manifest, Option<FullBecause>)> {
     let here = source_data_dir(tool_options);
@@ -137,7 +134,7 @@ pub async fn backup_choosing(
     if let Some(because) = &full_because {
         tracing::warn!("taking a full backup, not an incremental: {because}");
     }
-    let manifest = match backup(profile, db, &taking, store, key, options, &origin).await {
+    let manifest = match backup(profile, db, &taking, to, &origin).await {
         // Stored nothing: taken again, whole (the newest backup then continues the GTIDs).
         Err(Error::NotContinuing(detail)) => {
             tracing::warn!("taking a full backup after all: {detail}");
@@ -147,7 +144,7 @@ pub async fn backup_choosing(
                 base: None,
                 ..origin
             };
-            backup(profile, db, &full, store, key, options, &origin).await?
+            backup(profile, db, &full, to, &origin).await?
         }
         done => done?,
     };
@@ -161,13 +158,11 @@ pub async fn backup(
     profile: &ToolProfile,
     db: &DbConnection,
     tool_options: &BackupToolOptions,
-    store: &Store,
-    key: &str,
-    options: &IngestOptions,
+    to: Destination<'_>,
     origin: &Origin,
 ) -> Result<Manifest> {
     let mut process = BackupProcess::start(profile, db, tool_options)?;
-    let mut ingest = Ingest::start(store, key, options).await?;
+    let mut ingest = Ingest::start(to.store, to.key, to.options).await?;
     let mut buf = vec![0u8; READ_BUFFER];
     let streamed: Result<()> = async {
         loop {
@@ -199,5 +194,7 @@ pub async fn backup(
         bytes = finished.stored_bytes(),
         "stream complete, committing"
     );
-    finished.commit(store, key, profile.family, origin).await
+    finished
+        .commit(to.store, to.key, profile.family, origin)
+        .await
 }

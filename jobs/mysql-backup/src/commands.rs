@@ -10,7 +10,7 @@ use mysql_backup::binlog_archive::Archive;
 use mysql_backup::catalog::Catalog;
 use mysql_backup::chain::{self, Base, FullBecause};
 use mysql_backup::credentials::DbConnection;
-use mysql_backup::ingest::IngestOptions;
+use mysql_backup::ingest::{Destination, IngestOptions};
 use mysql_backup::manifest::{Manifest, manifest_key};
 use mysql_backup::point_in_time::{self, Point};
 use mysql_backup::profile::{BackupToolOptions, Family, ToolProfile};
@@ -80,9 +80,11 @@ pub async fn run(cli: Cli) -> Result<()> {
                 &profile,
                 &db_connection(&db)?,
                 &tool_options(&tool),
-                &storage,
-                &location.key(),
-                &ingest_options(&store)?,
+                Destination {
+                    store: &storage,
+                    key: &location.key(),
+                    options: &ingest_options(&store)?,
+                },
                 choice,
             )
             .await?;
@@ -125,9 +127,11 @@ pub async fn run(cli: Cli) -> Result<()> {
                 &token(&auth)?,
                 &remote_options(&remote),
                 &profile,
-                &storage,
-                &location.key(),
-                &ingest_options(&store)?,
+                Destination {
+                    store: &storage,
+                    key: &location.key(),
+                    options: &ingest_options(&store)?,
+                },
                 choice,
             )
             .await?;

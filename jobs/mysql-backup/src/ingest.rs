@@ -21,6 +21,14 @@ use crate::profile::Family;
 use crate::xbstream::{Parser, StreamSummary};
 use crate::{Error, Result};
 
+/// Where a backup goes: the store, the key, and how the stream is written there.
+#[derive(Clone, Copy)]
+pub struct Destination<'a> {
+    pub store: &'a Store,
+    pub key: &'a str,
+    pub options: &'a IngestOptions,
+}
+
 #[derive(Debug, Clone)]
 pub struct IngestOptions {
     pub compression: Compression,

@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use backup_storage::Store;
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
@@ -12,7 +11,7 @@ use crate::chain::IncrementalRequest;
 use crate::chain::{self, Base, FullBecause};
 use crate::datadir::{self, Staging, State};
 use crate::extract::Extraction;
-use crate::ingest::{Ingest, IngestOptions, Origin};
+use crate::ingest::{Destination, Ingest, Origin};
 use crate::lineage::Lineage;
 use crate::manifest::Manifest;
 use crate::metadata::BackupMetadata;
@@ -139,26 +138,22 @@ impl RemoteStream {
 /// `choice` (an incremental asked for), the source is asked for an incremental on the chosen
 /// base; it takes a full backup when its data dir is not the base's. Returns the manifest and
 /// why a full backup was taken when an incremental was asked for.
-#[allow(clippy::too_many_arguments)]
 pub async fn pull(
     addr: &str,
     token: &[u8],
     remote: &RemoteOptions,
     profile: &ToolProfile,
-    store: &Store,
-    key: &str,
-    options: &IngestOptions,
+    to: Destination<'_>,
     choice: Option<std::result::Result<Base, FullBecause>>,
 ) -> Result<(Manifest, Option<String>)> {
     let (base, client_because) = chain::split(choice);
     let client_because = client_because.map(|b| b.to_string());
-    let pulled = pull_once(addr, token, remote, profile, store, key, options, base).await;
+    let pulled = pull_once(addr, token, remote, profile, to, base).await;
     match pulled {
         // Stored nothing: pulled again, whole (the newest backup then continues the GTIDs).
         Err(Error::NotContinuing(detail)) => {
             tracing::warn!("pulling a full backup after all: {detail}");
-            let (manifest, _) =
-                pull_once(addr, token, remote, profile, store, key, options, None).await?;
+            let (manifest, _) = pull_once(addr, token, remote, profile, to, None).await?;
             Ok((manifest, Some(detail)))
         }
         Ok((manifest, None)) => Ok((manifest, client_because)),
@@ -168,15 +163,12 @@ pub async fn pull(
 
 /// One `pull`: an incremental on `base` when given and the source takes it. Returns why a full
 /// backup was taken when an incremental was asked for.
-#[allow(clippy::too_many_arguments)]
 async fn pull_once(
     addr: &str,
     token: &[u8],
     remote: &RemoteOptions,
     profile: &ToolProfile,
-    store: &Store,
-    key: &str,
-    options: &IngestOptions,
+    to: Destination<'_>,
     base: Option<Base>,
 ) -> Result<(Manifest, Option<String>)> {
     let request = match &base {
@@ -190,7 +182,7 @@ async fn pull_once(
         }
         connected => (connected?, false),
     };
-    let mut ingest = Ingest::start(store, key, options).await?;
+    let mut ingest = Ingest::start(to.store, to.key, to.options).await?;
     let received: Result<Summary> = async {
         loop {
             match stream.next().await? {
@@ -244,7 +236,9 @@ async fn pull_once(
         tracing::warn!("took a full backup, not an incremental: {because}");
     }
     let finished = ingest.finish().await?;
-    let manifest = finished.commit(store, key, profile.family, &origin).await?;
+    let manifest = finished
+        .commit(to.store, to.key, profile.family, &origin)
+        .await?;
     Ok((manifest, full_because))
 }
 
