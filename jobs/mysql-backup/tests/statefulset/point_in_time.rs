@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, LogParams};
 use serde_json::{Value, json};
@@ -16,16 +16,21 @@ use testbed::kube::KubeTestbed;
 
 use super::{COUNT, IMAGES, RESTORE, ROWS, doc, eventually, job_succeeded, rows_before};
 
-/// mysql-0's `binlogs` container: its restarts so far and its container ID (without the
-/// runtime's `containerd://`).
-async fn archiver_container(pods: &Api<Pod>) -> (i32, String) {
+/// The status of mysql-0's `binlogs` container, as the API server has it now.
+async fn archiver_status(pods: &Api<Pod>) -> Option<ContainerStatus> {
     let pod = pods.get("mysql-0").await.unwrap();
-    let status = pod
-        .status
+    pod.status
         .and_then(|s| s.container_statuses)
         .unwrap_or_default()
         .into_iter()
         .find(|c| c.name == "binlogs")
+}
+
+/// mysql-0's `binlogs` container: its restarts so far and its container ID (without the
+/// runtime's `containerd://`).
+async fn archiver_container(pods: &Api<Pod>) -> (i32, String) {
+    let status = archiver_status(pods)
+        .await
         .expect("mysql-0 has a binlogs container");
     let id = status.container_id.unwrap_or_default();
     let id = id.rsplit("://").next().unwrap_or_default().to_string();
@@ -62,13 +67,8 @@ pub async fn kill_archiver(pods: &Api<Pod>) {
     );
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let pod = pods.get("mysql-0").await.unwrap();
-        let running = pod
-            .status
-            .and_then(|s| s.container_statuses)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| c.name == "binlogs")
+        let running = archiver_status(pods)
+            .await
             .is_some_and(|c| c.restart_count > before && c.state.and_then(|s| s.running).is_some());
         if running {
             return;
