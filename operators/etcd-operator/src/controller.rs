@@ -50,6 +50,10 @@ pub async fn reconcile(
     object: Arc<DeserializeGuard<EtcdCluster>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    // Another operator's cluster (scope annotation), or on its way out: hands off, read or not.
+    if !ctx.scope.manages(&*object) || object.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let result = match &object.0 {
         Ok(cluster) => reconcile_once(Arc::new(cluster.clone()), ctx.clone()).await,
         Err(invalid) => Ok(report_unreadable(&object, invalid, &ctx).await),
@@ -80,10 +84,6 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    // Another operator's cluster (scope annotation), or on its way out: hands off.
-    if !ctx.scope.manages(&cluster) || cluster.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
     // Everything below works on the cluster read fresh, not on the cache: the cache may not
     // have this process's own last write yet (planning without it would repeat or undo that
     // change), nor a restore's hand-over (a status written from it would bring back the

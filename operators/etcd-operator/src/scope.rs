@@ -3,7 +3,6 @@
 //! clusterwide` (in every namespace); any other operator only clusters without that annotation.
 //! Two deployments can so share a namespace without acting on the same cluster.
 
-use etcd_api::EtcdCluster;
 use kube::ResourceExt;
 
 pub const SCOPE_ANNOTATION: &str = "etcd.database.coreos.com/scope";
@@ -19,7 +18,8 @@ impl Scope {
         Scope { cluster_wide }
     }
 
-    pub fn manages(&self, cluster: &EtcdCluster) -> bool {
+    /// Whether this operator manages `cluster` (read or not: the annotation is metadata).
+    pub fn manages(&self, cluster: &impl kube::Resource) -> bool {
         let annotated = cluster
             .annotations()
             .get(SCOPE_ANNOTATION)
@@ -31,6 +31,7 @@ impl Scope {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use etcd_api::EtcdCluster;
 
     fn cluster(annotation: Option<&str>) -> EtcdCluster {
         let mut c = EtcdCluster::new("a", Default::default());

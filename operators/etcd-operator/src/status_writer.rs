@@ -7,11 +7,11 @@
 //! of it. The restore operator never writes this status: its hand-over is an annotation (see
 //! [`etcd_members::labels::RESTORED_BY_ANNOTATION`]).
 
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 
 use etcd_api::{DefragStatus, EtcdCluster, EtcdClusterStatus, MembershipChange};
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::{CustomResourceExt, ResourceExt};
 use operator_runtime::status_apply;
 
 use crate::context::{Error, MANAGER};
@@ -104,20 +104,51 @@ impl StatusWriter {
     }
 }
 
-/// The apply's body. The membership change and the defragmentation round are written as null
-/// when there is none, not left out: earlier versions wrote them under other managers (a merge
-/// patch, `etcd-operator-defragmentation`), which would keep owning a field left out, so it
-/// would stay as it was.
+/// The apply's body. The membership change and the defragmentation round, and every field in
+/// them, are written as null when there is none, not left out: earlier versions wrote them
+/// under other managers (a merge patch, `etcd-operator-defragmentation`), which keep owning
+/// what they wrote, and a field left out by this apply but owned by another manager stays as
+/// it was (a round long over still under way, a removal's `keepClaim` carried to the next).
 fn body(status: &EtcdClusterStatus) -> serde_json::Value {
     let mut body = status_apply::body::<EtcdCluster, _>(status);
     let written = &mut body["status"];
-    if status.membership_change.is_none() {
-        written["membershipChange"] = serde_json::Value::Null;
-    }
-    if status.defragmentation.is_none() {
-        written["defragmentation"] = serde_json::Value::Null;
+    for field in ["membershipChange", "defragmentation"] {
+        match written.get_mut(field) {
+            Some(part) => with_nulls(part, &status_schema()["properties"][field]),
+            None => written[field] = serde_json::Value::Null,
+        }
     }
     body
+}
+
+/// The schema of the EtcdCluster's status in its CRD: what the API server checks applies
+/// against (every optional field in it is nullable).
+fn status_schema() -> &'static serde_json::Value {
+    static SCHEMA: LazyLock<serde_json::Value> = LazyLock::new(|| {
+        let crd = serde_json::to_value(EtcdCluster::crd()).unwrap_or_default();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"].clone()
+    });
+    &SCHEMA
+}
+
+/// Says "none" for each property `schema` has and `value` leaves out, down through nested
+/// objects: null where the schema allows it, an empty list for a list (the schema refuses a
+/// null there; an apply replaces a list whole, so it is not gone into).
+fn with_nulls(value: &mut serde_json::Value, schema: &serde_json::Value) {
+    let (Some(object), Some(properties)) =
+        (value.as_object_mut(), schema["properties"].as_object())
+    else {
+        return;
+    };
+    for (name, property) in properties {
+        if let Some(inner) = object.get_mut(name) {
+            with_nulls(inner, property);
+        } else if property["nullable"] == true {
+            object.insert(name.clone(), serde_json::Value::Null);
+        } else if property["type"] == "array" {
+            object.insert(name.clone(), serde_json::json!([]));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -159,5 +190,59 @@ mod tests {
             body["status"]["defragmentation"]["round"]["started"],
             "2026-11-30T00:00:00Z"
         );
+        // What they leave out is said as null, down to the fields of the round.
+        let change = body["status"]["membershipChange"].as_object().unwrap();
+        for field in ["keepClaim", "memberID", "reason", "restoredBy"] {
+            assert_eq!(change.get(field), Some(&json!(null)), "{field}: {body}");
+        }
+        let defragmentation = body["status"]["defragmentation"].as_object().unwrap();
+        assert_eq!(
+            defragmentation.get("lastRound"),
+            Some(&json!(null)),
+            "{body}"
+        );
+        let round = body["status"]["defragmentation"]["round"]
+            .as_object()
+            .unwrap();
+        for field in ["current", "currentStarted", "currentSizeBefore"] {
+            assert_eq!(round.get(field), Some(&json!(null)), "{field}: {body}");
+        }
+        // A list the schema does not let be null is said empty.
+        assert_eq!(round.get("done"), Some(&json!([])), "{body}");
+        // Lists are not gone into, and the rest of the status is as it was.
+        assert!(body["status"].get("phase").is_none(), "{body}");
+    }
+
+    /// The API server refuses a null where the CRD's schema does not allow one (the status
+    /// write then fails, and every later one: a defragmentation round never starts).
+    #[test]
+    fn every_null_written_is_one_the_schema_allows() {
+        fn check(value: &serde_json::Value, schema: &serde_json::Value, path: &str) {
+            let Some(object) = value.as_object() else {
+                return;
+            };
+            for (name, inner) in object {
+                let property = &schema["properties"][name];
+                let path = format!("{path}.{name}");
+                assert!(!property.is_null(), "{path} is not in the schema");
+                if inner.is_null() {
+                    assert_eq!(property["nullable"], true, "{path}: null refused");
+                }
+                check(inner, property, &path);
+            }
+        }
+        for status in [
+            EtcdClusterStatus::default(),
+            EtcdClusterStatus {
+                membership_change: Some(MembershipChange::default()),
+                defragmentation: Some(DefragStatus {
+                    round: Some(DefragRound::default()),
+                    last_round: Some(Default::default()),
+                }),
+                ..Default::default()
+            },
+        ] {
+            check(&body(&status)["status"], status_schema(), "status");
+        }
     }
 }

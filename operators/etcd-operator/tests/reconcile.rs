@@ -323,6 +323,30 @@ async fn a_cluster_that_cannot_be_read_gets_a_warning_and_nothing_else() {
     api.expect_silence().await;
 }
 
+/// Unreadable, and another operator's (the scope annotation) or being deleted: not a word from
+/// this one (the operator that manages it, perhaps a newer one, may read it).
+#[tokio::test]
+async fn an_unreadable_cluster_of_another_scope_or_being_deleted_is_left_alone() {
+    for (annotations, deleted) in [
+        (
+            json!({"etcd.database.coreos.com/scope": "clusterwide"}),
+            None,
+        ),
+        (json!({}), Some("2026-11-30T00:00:00Z")),
+    ] {
+        let (ctx, mut api) = context(Scope::new(false));
+        let mut raw = serde_json::to_value(cluster(json!({}), None)).unwrap();
+        raw["spec"]["quorumLoss"] = json!({"recovery": "FromTheFuture"});
+        raw["metadata"]["annotations"] = annotations;
+        raw["metadata"]["deletionTimestamp"] = json!(deleted);
+        let unreadable: DeserializeGuard<EtcdCluster> = serde_json::from_value(raw).unwrap();
+        assert!(unreadable.0.is_err());
+        let reconcile = controller::reconcile(Arc::new(unreadable), ctx.clone());
+        assert_eq!(reconcile.await.unwrap(), Action::await_change());
+        api.expect_silence().await;
+    }
+}
+
 /// Changed between the read and the write: a conflict, retried from a new read, never forced.
 #[tokio::test]
 async fn a_paused_status_write_that_conflicts_is_retried_not_forced() {
