@@ -86,8 +86,8 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     // Everything below works on the cluster read fresh, not on the cache: the cache may not
     // have this process's own last write yet (planning without it would repeat or undo that
-    // change), nor a restore's hand-over (a status written from it would bring back the
-    // membership change the hand-over cleared), nor a spec changed since it was validated.
+    // change), nor a restore's hand-over (its `restored-by` annotation, which makes a change
+    // recorded before it stale), nor a spec changed since it was validated.
     let cluster = Arc::new(clusters.get_status(&name).await?);
     let writer = StatusWriter::new(ctx.client.clone(), &cluster);
     if cluster.spec.is_paused() {

@@ -36,9 +36,10 @@ pub const DEFAULT_QUOTA: i64 = 2 * 1024 * 1024 * 1024;
 /// A `NOSPACE` alarm starts a round at once, but not again sooner than this after the last.
 const NOSPACE_RETRY: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
-/// What a reconcile did to the round: the status to report, and whether to look again soon.
+/// What a reconcile did to the round: the round as it leaves it (recorded through the status
+/// writer when it changed), and whether to look again soon.
 pub struct Outcome {
-    pub status: Option<DefragStatus>,
+    status: Option<DefragStatus>,
     pub busy: bool,
     pub result: Result<(), Error>,
 }
