@@ -133,6 +133,23 @@ remove_host_leftovers() {
   return 0
 }
 
+# Removes DIR, which this script made: its marker last, so that a removal that fails half-way
+# (a mount still busy under it) leaves a DIR the next stop still knows it may remove, instead of
+# a nameless leftover that grows with every run's images. What could not be removed is said.
+remove_bed_dir() {
+  local dir=$1 entry failed=0
+  for entry in "$dir"/* "$dir"/.[!.]*; do
+    [[ -e $entry && $entry != "$dir/.made-by-up.sh" ]] || continue
+    rm -rf "$entry" 2>/dev/null || failed=1
+  done
+  if ((failed)); then
+    log "could not remove all of $dir (still mounted: $(mount | grep -c " $dir/")); kept for the next stop"
+    return 0
+  fi
+  rm -f "$dir/.made-by-up.sh"
+  rmdir "$dir" 2>/dev/null || log "$dir is not empty after its removal: kept"
+}
+
 stop() {
   local dir=$1 name pid
   [[ -d $dir ]] || return 0
@@ -271,7 +288,7 @@ case ${1:-} in
     remove_dir=0
     [[ -f $dir/users/.rm ]] && remove_dir=1
     stop "$dir"
-    if ((remove_dir)) && [[ -f $dir/.made-by-up.sh ]]; then rm -rf "$dir"; fi
+    if ((remove_dir)) && [[ -f $dir/.made-by-up.sh ]]; then remove_bed_dir "$dir"; fi
     exit 0
     ;;
   --watch-pid)

@@ -10,10 +10,14 @@
 //! - [`tls`]: the TLS Secrets of a cluster, mounted into members and used to reach them.
 //! - [`origin`]: the proof that a pod was made by this operator (or a restore of it).
 //! - [`access`]: connecting to a member through its pod IP.
+//! - [`claims`]: the claims of the watched namespaces from a watch, and the one way the
+//!   operators write a claim (each write awaited in that cache; [`claim_ledger`] has the rules).
 //! - [`rbac`]: the API calls in the operator's own namespace that making member pods needs.
 
 pub mod access;
 pub mod build;
+pub mod claim_ledger;
+pub mod claims;
 pub mod labels;
 pub mod origin;
 pub mod rbac;

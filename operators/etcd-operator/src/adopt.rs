@@ -53,17 +53,11 @@ pub async fn adopt(
             adopted.push(format!("pod {name}"));
         }
     }
-    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim_api = ctx.claims.api(&ns);
     for claim in claims {
         if let Some(owners) = adopted_owners(&claim.metadata, &controller) {
             let name = claim.name_any();
-            claim_api
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch(owners)),
-                )
-                .await?;
+            claim_api.patch(&name, &Patch::Merge(patch(owners))).await?;
             adopted.push(format!("claim {name}"));
         }
     }

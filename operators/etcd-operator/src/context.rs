@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use etcd_api::EtcdCluster;
-use kube::Resource;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::{Resource, ResourceExt};
 use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
 use operator_runtime::reconcile_errors::ReconcileError;
@@ -12,6 +13,8 @@ use thiserror::Error;
 
 use crate::metrics::Metrics;
 use crate::scope::Scope;
+use etcd_members::claims::Claims;
+use etcd_members::labels::RESTORED_BY_ANNOTATION;
 use etcd_members::origin::{self, ProofKey};
 
 pub const MANAGER: &str = "etcd-operator";
@@ -55,6 +58,8 @@ pub struct Context {
     pub backoff: PerObject,
     /// Proves the member pods it makes, and checks those it finds.
     pub proof: ProofKey,
+    /// The claims, from a watch; every claim write goes through it.
+    pub claims: Claims,
 }
 
 impl Context {
@@ -64,6 +69,7 @@ impl Context {
         metrics: Arc<Metrics>,
         scope: Scope,
         proof: ProofKey,
+        claims: Claims,
     ) -> Context {
         Context {
             events: Events::new(client.clone(), MANAGER, instance),
@@ -72,7 +78,24 @@ impl Context {
             scope,
             backoff: PerObject::default(),
             proof,
+            claims,
         }
+    }
+
+    /// Every claim of `cluster`'s namespace (see `etcd_members::claims`). Listed live on its
+    /// first reconcile and the first after its spec or its restore hand-over changed: another
+    /// actor (a restore handing over, a user) may have changed claims just before it changed
+    /// the cluster, and the claim watch is not ordered with the cluster's. From the cache
+    /// otherwise.
+    pub async fn claims_of(
+        &self,
+        cluster: &EtcdCluster,
+    ) -> Result<Vec<PersistentVolumeClaim>, kube::Error> {
+        let restored_by = cluster.annotations().get(RESTORED_BY_ANNOTATION);
+        let look = format!("{:?} {restored_by:?}", cluster.metadata.generation);
+        let uid = cluster.uid().unwrap_or_default();
+        let namespace = cluster.namespace().unwrap_or_default();
+        self.claims.for_object(&namespace, &uid, look).await
     }
 }
 

@@ -10,7 +10,7 @@ use etcd_cluster::arbitration::{self, NextLook};
 use etcd_cluster::{
     MembershipObserved, MembershipStep, failed_upgrade, plan, plan_upgrade, settled,
 };
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -133,11 +133,9 @@ async fn reconcile_once(cluster: Arc<EtcdCluster>, ctx: Arc<Context>) -> Result<
     let (pods, foreign_pods) = origin::members_by_origin(&pod_api, &ctx.proof, labelled).await?;
     // Every claim of the namespace: this cluster's, and the names of the others named like its
     // members (detached by a restore, left by an earlier cluster of this name, a user's), which
-    // new members must not take.
-    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
+    // new members must not take. From the cache once it shows this operator's own writes (see
+    // claims.rs); live after the spec or a restore's hand-over changed.
+    let claims = ctx.claims_of(&cluster).await?;
     let (claims, taken) = observe::split_claims(&names, claims);
     adopt::adopt(&ctx, &cluster, &pods, &claims).await?;
     let pods = observe::member_pods(&pods);

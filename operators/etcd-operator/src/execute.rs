@@ -6,9 +6,9 @@ use etcd_client::MemberAddOptions;
 use std::collections::BTreeMap;
 
 use etcd_cluster::{EtcdVersion, Intent, MembershipStep, starting_version};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, Preconditions};
 
 use crate::context::{Context, Error};
 use crate::context::{event, ignore_missing, warn};
@@ -181,7 +181,6 @@ pub(crate) async fn execute(
             // volumes) is not touched; the delete fails and the next reconcile sees it detached.
             let deleted = match claims.get(member) {
                 Some(claim) => {
-                    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
                     let unchanged = DeleteParams {
                         preconditions: Some(Preconditions {
                             uid: claim.uid.clone(),
@@ -189,7 +188,11 @@ pub(crate) async fn execute(
                         }),
                         ..Default::default()
                     };
-                    ignore_missing(api.delete(&claim.name, &unchanged).await.map(|_| ()))?;
+                    let api = ctx.claims.api(&ns);
+                    ignore_missing(
+                        api.delete(&claim.name, claim.uid.as_deref(), &unchanged)
+                            .await,
+                    )?;
                     "pod and claim"
                 }
                 None => "pod",
@@ -233,8 +236,8 @@ async fn create_member(
     // Whom the member runs as follows its claim's data (see build::run_as); no claim: emptyDir.
     let mut claimed = None;
     if let Some(claim) = build::claim(cluster, member, version) {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-        match claims.create(&PostParams::default(), &claim).await {
+        let claims = ctx.claims.api(&ns);
+        match claims.create(&claim).await {
             Ok(made) => claimed = Some(made),
             // Made by an earlier run of this step, or not this cluster's: then the member is
             // not started on it (it holds other data: a detached volume, a user's claim).
@@ -283,7 +286,7 @@ async fn detach_claim(
     member: &str,
 ) -> Result<String, Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let api = ctx.claims.api(&ns);
     let node = pods
         .iter()
         .find(|p| p.name == member)
@@ -307,8 +310,7 @@ async fn detach_claim(
             "ownerReferences": owners,
         }
     });
-    api.patch(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    api.patch(&claim.name, &Patch::Merge(patch)).await?;
     Ok(node)
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Parser;
 use command_line::LogFormat;
+use etcd_members::claims::{CATCH_UP_WAIT, Claims};
 use etcd_members::origin::{KEY_REFRESH, ProofKey};
 use etcd_operator::context::{Context, MANAGER};
 use etcd_operator::metrics::Metrics;
@@ -54,7 +55,10 @@ async fn main() -> Result<()> {
         let (proof, client, namespace) = (proof.clone(), client.clone(), own_namespace.clone());
         async move { proof.refresh_forever(client, namespace, KEY_REFRESH).await }
     });
-    let ctx = Arc::new(Context::new(client, identity, metrics, scope, proof));
+    let (claims, claim_feed) = Claims::new(client.clone(), CATCH_UP_WAIT);
+    let ctx = Arc::new(Context::new(
+        client, identity, metrics, scope, proof, claims,
+    ));
     tracing::info!(
         namespace = namespace.unwrap_or("<all>"),
         cluster_wide = args.cluster_wide,
@@ -65,6 +69,7 @@ async fn main() -> Result<()> {
         ctx,
         namespace,
         args.runtime.watch_selector(),
+        claim_feed,
         process.stop.clone(),
     );
     // On a lost Lease the controller is dropped, reconciles in flight with it, instead of

@@ -26,9 +26,11 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "patch"),
     // origin.rs: a pod found under the name of a member being made is read to see whose it is.
     ("", "pods", "get"),
-    // controller.rs: member claims (patched by upgrade.rs and adopt.rs); get: whose is a
-    // claim that already exists under a new member's name.
+    // claims.rs: member claims, watched for the cache, listed when it is behind, written
+    // (by execute.rs, upgrade.rs and adopt.rs) only through it; get: whose is a claim that
+    // already exists under a new member's name.
     ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "watch"),
     ("", "persistentvolumeclaims", "get"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "delete"),

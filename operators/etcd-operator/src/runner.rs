@@ -1,4 +1,4 @@
-//! Wires the controller: EtcdClusters (one namespace or all, optionally only those matching a
+//! Wires the controller and the claim cache's watch: EtcdClusters (one namespace or all, optionally only those matching a
 //! label selector; spec changes only, so the operator's own status writes do not trigger
 //! reconciles) and their member pods feed reconcile; a deleted cluster's retry state and series
 //! go with it.
@@ -16,15 +16,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::controller::{error_policy, reconcile};
+use etcd_members::claims::ClaimFeed;
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<&str>,
     selector: Option<&str>,
+    claim_feed: ClaimFeed,
     stop: CancellationToken,
 ) {
     let client = ctx.client.clone();
+    // The claim cache's watch, as long as the controller runs.
+    let watching_claims = tokio::spawn(claim_feed.run(client.clone(), namespace.map(String::from)));
     // Guarded: an object this operator cannot read is handed to reconcile as such, rather than
     // failing the watch of every cluster.
     let (clusters, pods): (Api<DeserializeGuard<EtcdCluster>>, Api<Pod>) = match namespace {
@@ -36,6 +40,7 @@ pub async fn run(
     };
     let forget = |ctx: Arc<Context>| {
         move |gone: process::Gone<'_, DeserializeGuard<EtcdCluster>>| {
+            ctx.claims.forget(&gone);
             process::forget_gone(gone, &ctx.backoff, &*ctx.metrics)
         }
     };
@@ -55,4 +60,5 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
+    watching_claims.abort();
 }

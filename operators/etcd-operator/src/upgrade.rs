@@ -12,7 +12,7 @@ use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use etcd_cluster::checks::Spelling;
 use etcd_cluster::upgrade::must_flush_log;
 use etcd_cluster::{ContainerFailure, DataRan, EtcdVersion, PodState, PodVersion, UpgradeStep};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -86,7 +86,7 @@ pub async fn record_ran(
     pods: &[MemberPod],
     claims: &mut BTreeMap<String, ClaimRecord>,
 ) -> Result<(), Error> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace(cluster));
+    let api = ctx.claims.api(&namespace(cluster));
     for pod in pods {
         let (Some(ran), Some(claim)) = (&pod.ran, claims.get_mut(&pod.name)) else {
             continue;
@@ -101,7 +101,7 @@ pub async fn record_ran(
         }
         let patch = json!({"metadata": {"annotations": {VERSION_RAN_ANNOTATION: ran}}});
         ignore_missing(
-            api.patch(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&claim.name, &Patch::Merge(patch))
                 .await
                 .map(|_| ()),
         )?;
@@ -213,11 +213,11 @@ pub async fn settle(ctx: &Context, cluster: &EtcdCluster, members: &[String]) ->
     let forget = json!({"metadata": {"annotations": {UPGRADED_FROM_ANNOTATION: null}}});
     let params = PatchParams::default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims = ctx.claims.api(&ns);
     for member in members {
         ignore_missing(
             claims
-                .patch(member, &params, &Patch::Merge(&forget))
+                .patch(member, &Patch::Merge(forget.clone()))
                 .await
                 .map(|_| ()),
         )?;
@@ -242,12 +242,12 @@ async fn move_pod(
     from: Value,
 ) -> Result<(), Error> {
     let ns = namespace(cluster);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims = ctx.claims.api(&ns);
     // Both annotations on the claim too: a pod deleted meanwhile comes back as it was moved.
     let record = json!({"metadata": {"annotations": {VERSION_ANNOTATION: version, UPGRADED_FROM_ANNOTATION: from}}});
     ignore_missing(
         claims
-            .patch(member, &PatchParams::default(), &Patch::Merge(&record))
+            .patch(member, &Patch::Merge(record))
             .await
             .map(|_| ()),
     )?;

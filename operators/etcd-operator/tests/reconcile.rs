@@ -3,8 +3,10 @@
 //! recorded before anything is created. Real member pods are in `e2e.rs`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_api::EtcdCluster;
+use etcd_members::claims::Claims;
 use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_operator::context::{self, Context};
 use etcd_operator::controller;
@@ -21,7 +23,16 @@ const CLUSTER: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcd
 fn context(scope: Scope) -> (Arc<Context>, MockApi) {
     let (client, api) = mock_api::pair();
     let metrics = Arc::new(Metrics::default());
-    let ctx = Context::new(client, Some("test-pod".into()), metrics, scope, test_key());
+    // A claim cache whose watch never ran: every claim read is a list (the calls below).
+    let (claims, _unfed) = Claims::new(client.clone(), Duration::ZERO);
+    let ctx = Context::new(
+        client,
+        Some("test-pod".into()),
+        metrics,
+        scope,
+        test_key(),
+        claims,
+    );
     (Arc::new(ctx), api)
 }
 

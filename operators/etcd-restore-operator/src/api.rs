@@ -2,6 +2,7 @@
 //! a cluster back, detaching a claim, and its two status applies.
 
 use etcd_api::{EtcdCluster, EtcdRestore, EtcdRestoreStatus};
+use etcd_members::claims::ClaimApi;
 use etcd_members::labels::{self, DETACHED_LABEL};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -47,7 +48,7 @@ pub(crate) async fn release(
 /// old member on it) and without the cluster as owner (so deleting the cluster does not delete
 /// it). Its data is untouched.
 pub(crate) async fn detach(
-    claims: &Api<PersistentVolumeClaim>,
+    claims: &ClaimApi<'_>,
     cluster: &str,
     claim: &str,
     uid: &str,
@@ -68,10 +69,25 @@ pub(crate) async fn detach(
             "ownerReferences": owners,
         }
     });
-    claims
-        .patch(claim, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
+    claims.patch(claim, &Patch::Merge(patch)).await?;
     Ok(())
+}
+
+/// Creates `claim` through the claim cache (which then waits for it); one made by an earlier
+/// run of this step is taken as made.
+pub(crate) async fn create_claim(
+    claims: &ClaimApi<'_>,
+    claim: &PersistentVolumeClaim,
+) -> Result<(), Error> {
+    created(claim, claims.create(claim).await.map(|_| ()))
+}
+
+/// Deletes claim `name` through the claim cache (which then waits for its deletion).
+pub(crate) async fn delete_claim(claims: &ClaimApi<'_>, name: &str) -> Result<(), Error> {
+    match claims.delete(name, None, &DeleteParams::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 pub(crate) async fn create<K>(api: &Api<K>, object: &K) -> Result<(), Error>
@@ -82,8 +98,19 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    match api.create(&PostParams::default(), object).await {
-        Ok(_) => Ok(()),
+    created(
+        object,
+        api.create(&PostParams::default(), object).await.map(|_| ()),
+    )
+}
+
+/// What the creation of `object` came to.
+fn created<K: Resource<DynamicType = ()>>(
+    object: &K,
+    result: Result<(), kube::Error>,
+) -> Result<(), Error> {
+    match result {
+        Ok(()) => Ok(()),
         // Made by an earlier run of this step (the step is repeated after a restart).
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Err(Error::Refused {

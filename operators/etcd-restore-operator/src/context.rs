@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use etcd_members::claims::Claims;
 use etcd_members::origin::ProofKey;
 use operator_runtime::backoff::PerObject;
 use operator_runtime::events::Events;
@@ -64,6 +65,8 @@ pub struct Context {
     /// Proves the member pods it makes (the EtcdCluster operator takes only proven pods for
     /// members), and checks those it finds.
     pub proof: ProofKey,
+    /// The claims, from a watch; every claim write goes through it.
+    pub claims: Claims,
 }
 
 impl Context {
@@ -73,6 +76,7 @@ impl Context {
         metrics: Arc<Metrics>,
         backup_image: String,
         proof: ProofKey,
+        claims: Claims,
     ) -> Context {
         Context {
             events: Events::new(client.clone(), MANAGER, instance),
@@ -83,6 +87,7 @@ impl Context {
             allow_ambient_credentials: false,
             start_deadline: START_DEADLINE,
             proof,
+            claims,
         }
     }
 }

@@ -9,13 +9,15 @@ use etcd_members::build::{self, Bootstrap};
 use etcd_members::labels::{ABANDONED_RESTORE_ANNOTATION, RESTORED_BY_ANNOTATION};
 use etcd_members::origin;
 use etcd_members::spread::MemberData;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use operator_runtime::pod_security::RunAs;
 use serde_json::json;
 
-use crate::api::{apply_records, create, delete, detach, force_delete, release};
+use crate::api::{
+    apply_records, create, create_claim, delete, delete_claim, detach, force_delete, release,
+};
 use crate::context::{Context, Error, MANAGER};
 use crate::finalizer::hold_until_released;
 use crate::pods;
@@ -39,7 +41,7 @@ pub(crate) async fn execute(
     let restores: Api<EtcdRestore> = Api::namespaced(ctx.client.clone(), &ns);
     let clusters: Api<EtcdCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim_api = ctx.claims.api(&ns);
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let merge = |value: serde_json::Value| Patch::Merge(value);
     // The cluster a step acts on: the planner plans those steps only with one.
@@ -79,7 +81,7 @@ pub(crate) async fn execute(
                 delete(&pod_api, &pods::restore_pod_name(pod)).await?;
             }
             for claim in claims {
-                delete(&claim_api, claim).await?;
+                delete_claim(&claim_api, claim).await?;
             }
         }
         RestoreStep::RecordSnapshot(snapshot) => {
@@ -169,7 +171,7 @@ pub(crate) async fn execute(
             let source = source.ok_or_else(|| not_as_planned("a fetch without a source"))?;
             for member in members {
                 if let Some(claim) = pods::staged_claim(restore, cluster, member, &plan.version) {
-                    create(&claim_api, &claim).await?;
+                    create_claim(&claim_api, &claim).await?;
                 }
                 let sibling_nodes = pods::sibling_nodes(restore_nodes, member);
                 let (pod, _) = pods::restore_pod(
@@ -189,9 +191,7 @@ pub(crate) async fn execute(
             let cluster = the_cluster()?;
             for member in members {
                 if let Some(patch) = pods::join_patch(cluster, member, &plan.version) {
-                    claim_api
-                        .patch(member, &PatchParams::default(), &merge(patch))
-                        .await?;
+                    claim_api.patch(member, &merge(patch)).await?;
                 }
             }
         }
@@ -256,7 +256,7 @@ pub(crate) async fn execute(
         }
         RestoreStep::DeleteOldClaims(old) => {
             for claim in old {
-                delete(&claim_api, claim).await?;
+                delete_claim(&claim_api, claim).await?;
             }
         }
     }

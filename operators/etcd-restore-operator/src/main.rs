@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Parser;
 use command_line::LogFormat;
+use etcd_members::claims::{CATCH_UP_WAIT, Claims};
 use etcd_members::origin::{KEY_REFRESH, ProofKey};
 use etcd_restore_operator::context::{Context, MANAGER};
 use etcd_restore_operator::metrics::Metrics;
@@ -66,7 +67,8 @@ async fn main() -> Result<()> {
         let (proof, client, namespace) = (proof.clone(), client.clone(), own_namespace.clone());
         async move { proof.refresh_forever(client, namespace, KEY_REFRESH).await }
     });
-    let mut ctx = Context::new(client, identity, metrics, args.backup_image, proof);
+    let (claims, claim_feed) = Claims::new(client.clone(), CATCH_UP_WAIT);
+    let mut ctx = Context::new(client, identity, metrics, args.backup_image, proof, claims);
     ctx.allow_ambient_credentials = args.allow_ambient_credentials;
     ctx.start_deadline = Duration::from_secs(args.restore_pod_start_deadline_seconds);
     let ctx = Arc::new(ctx);
@@ -76,6 +78,7 @@ async fn main() -> Result<()> {
         ctx,
         namespace,
         args.runtime.watch_selector(),
+        claim_feed,
         process.stop.clone(),
     );
     // On a lost Lease the controller is dropped, reconciles in flight with it, instead of

@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::context::{Context, Error};
 use crate::pods;
-use crate::status::RESTORE_ANNOTATION;
+use crate::status::{RESTORE_ANNOTATION, Records};
 use etcd_cluster::restore_plan::{
     self, ClusterView, Health, KeySpace, MemberProblem, MemberStatus, NOT_STARTED, PodRun,
     RestoreFailure, RestoreObserved, ToolExit,
@@ -330,7 +330,6 @@ pub async fn world(
     let cluster_name = restore.spec.etcd_cluster.name.clone();
     let recorded = restore.status.clone().unwrap_or_default();
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let claim_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let members = ListParams::default().labels(&labels::label_selector(&cluster_name));
     // Only the pods the operators made count as members (a pod that passes for one is not
     // asked whether the restored data is served).
@@ -343,8 +342,16 @@ pub async fn world(
         .collect();
     // Every claim of the namespace, read once (one consistent view): the cluster's, those
     // detached from it earlier, those made for restores of this name and not yet given to the
-    // cluster, and the names a new member must not take, whoever's claims they are.
-    let every_claim = claim_api.list(&ListParams::default()).await?.items;
+    // cluster, and the names a new member must not take, whoever's claims they are. Listed
+    // live when the restore's recorded step changed (the first look at a step), from the claim
+    // cache while it waits within one (see `etcd_members::claims`).
+    let look = format!(
+        "{:?} {}",
+        restore.metadata.generation,
+        serde_json::to_string(&Records::of(restore)).unwrap_or_default()
+    );
+    let uid = restore.uid().unwrap_or_default();
+    let every_claim = ctx.claims.for_object(&ns, &uid, look).await?;
     let labelled = |labels: BTreeMap<String, String>| {
         let selector = Selector::from_iter(labels);
         every_claim

@@ -38,10 +38,13 @@ pub const NAMESPACED_CALLS: &[ApiCall] = &[
     ("", "pods", "get"),
     ("", "pods", "patch"),
     ("", "pods/log", "get"),
-    // controller.rs: member claims: listed, new ones created (the restore's), joined to the
-    // cluster, old ones read and detached (patch); staged ones deleted when a failed restore
-    // gives the cluster back, old ones after success (policy Delete).
+    // etcd_members::claims: member claims, watched for the cache and listed when it is behind
+    // or the restore's step changed; execute.rs writes them only through it: new ones created
+    // (the restore's), joined to the cluster, old ones read and detached (patch); staged ones
+    // deleted when a failed restore gives the cluster back, old ones after success (policy
+    // Delete).
     ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumeclaims", "watch"),
     ("", "persistentvolumeclaims", "get"),
     ("", "persistentvolumeclaims", "create"),
     ("", "persistentvolumeclaims", "patch"),

@@ -3,7 +3,8 @@
 //! reconciles) feed reconcile, and so do the restore's own pods, the cluster it restores (its
 //! operator reporting the pause) and that cluster's member pods (turning ready): an EtcdRestore
 //! is named like its cluster, so its waits end when the world changes, not at the next requeue.
-//! A deleted restore's retry state and series go with it.
+//! The claim cache's watch runs beside it. A deleted restore's retry state and series go with
+//! it.
 
 use std::sync::Arc;
 
@@ -18,15 +19,19 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
 use crate::controller::{error_policy, reconcile, restore_of_cluster, restore_of_member};
+use etcd_members::claims::ClaimFeed;
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<&str>,
     selector: Option<&str>,
+    claim_feed: ClaimFeed,
     stop: CancellationToken,
 ) {
     let client = ctx.client.clone();
+    // The claim cache's watch, as long as the controller runs.
+    let watching_claims = tokio::spawn(claim_feed.run(client.clone(), namespace.map(String::from)));
     // Guarded: an object this operator cannot read is handed over as such, rather than failing
     // the watch of every restore (or every cluster).
     let (restores, pods, clusters): (
@@ -47,6 +52,7 @@ pub async fn run(
     };
     let forget = |ctx: Arc<Context>| {
         move |gone: process::Gone<'_, DeserializeGuard<EtcdRestore>>| {
+            ctx.claims.forget(&gone);
             process::forget_gone(gone, &ctx.backoff, &*ctx.metrics)
         }
     };
@@ -74,4 +80,5 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
+    watching_claims.abort();
 }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use etcd_api::EtcdRestore;
+use etcd_members::claims::Claims;
 use etcd_members::origin::{PROOF_ANNOTATION, ProofKey, UNPROVEN_GATE};
 use etcd_restore_operator::context::{self, Context};
 use etcd_restore_operator::controller;
@@ -24,12 +25,15 @@ const CLUSTER: &str = "/apis/etcd.database.coreos.com/v1beta2/namespaces/ns/etcd
 fn context() -> (Arc<Context>, MockApi) {
     let (client, api) = mock_api::pair();
     let metrics = Arc::new(Metrics::default());
+    // A claim cache whose watch never ran: every claim read is a list (the calls below).
+    let (claims, _unfed) = Claims::new(client.clone(), std::time::Duration::ZERO);
     let ctx = Context::new(
         client,
         Some("test-pod".into()),
         metrics,
         "backup:dev".into(),
         test_key(),
+        claims,
     );
     (Arc::new(ctx), api)
 }

@@ -276,7 +276,9 @@ pub fn a_member_could_not_be_restored(s: &Situation) -> Option<RestoreStep> {
     s.fail(reason, &message)
 }
 
-/// Why member `member`'s restore pod failed, from its failed container and exit code.
+/// Why member `member`'s restore pod failed, from its failed container and exit code: before
+/// the snapshot is recorded nothing of the cluster was touched, and the container says which
+/// part failed (the point-in-time preparation, the fetch); after it, the old volumes are kept.
 fn member_failure(
     observed: &RestoreObserved,
     member: &str,
@@ -284,84 +286,104 @@ fn member_failure(
     exit: Option<ToolExit>,
     message: &str,
 ) -> (RestoreFailure, String) {
-    let url = &observed.source_url;
     let untouched = "no member or volume of the cluster was touched";
-    use ToolExit::{DataBad, Failed, NoUsableIdentity};
-    match (&observed.snapshot, container, exit) {
-        (None, NOT_STARTED, _) => (
-            RestoreFailure::PodNotStarted,
-            format!(
-                "member {member}'s restore pod did not start, so nothing was fetched or \
-                 restored; {untouched}: {message}"
-            ),
-        ),
-        (None, "prepare" | "replay", Some(DataBad)) => (
-            RestoreFailure::BackupInvalid,
-            format!(
-                "a backup or archived segment under {url} failed verification in member \
-                 {member}'s restore to the point; {untouched}: {message}"
-            ),
-        ),
-        (None, "prepare" | "replay", Some(NoUsableIdentity)) => (
-            RestoreFailure::NoUsableIdentity,
-            format!(
-                "member {member}'s restore to the point could not decrypt the backups under \
-                 {url} with the identity named (spec.decryption); {untouched}: {message}"
-            ),
-        ),
-        (None, "prepare" | "replay", Some(Failed)) => (
-            RestoreFailure::PointNotReached,
-            format!(
-                "member {member}'s restore to the point did not reach it from the backups and \
-                 archive under {url}; {untouched}: {message}"
-            ),
-        ),
-        (None, "scratch-restore" | "scratch-etcd", _) => (
-            RestoreFailure::PointNotReached,
-            format!(
-                "member {member}'s scratch member, into which the archive is replayed, failed; \
-                 {untouched}: {message}"
-            ),
-        ),
-        (None, "fetch", Some(DataBad)) => (
-            RestoreFailure::BackupInvalid,
-            format!(
-                "the backup {url} failed verification in member {member}'s fetch; {untouched}: \
-                 {message}"
-            ),
-        ),
-        (None, "fetch", Some(NoUsableIdentity)) => (
-            RestoreFailure::NoUsableIdentity,
-            format!(
-                "member {member}'s fetch could not decrypt the backup {url} with the identity \
-                 named (spec.decryption); {untouched}: {message}"
-            ),
-        ),
-        (None, "fetch", Some(Failed)) => (
-            RestoreFailure::BackupInvalid,
-            format!(
-                "member {member}'s fetch could not read the backup {url}; {untouched}: {message}"
-            ),
-        ),
-        // Killed (a memory limit, with `scratchMedium: Memory` the snapshot counts against
-        // it; an eviction) or stopped: nothing was said about the backup itself.
-        (None, "fetch", _) => (
-            RestoreFailure::FetchFailed,
-            format!(
-                "member {member}'s fetch of {url} was stopped before it finished, so the backup \
-                 was neither read whole nor judged; {untouched}: {message}"
-            ),
-        ),
-        (None, _, _) => (
-            RestoreFailure::RestoreFailed,
-            format!("restoring member {member} failed; {untouched}: {message}"),
-        ),
-        (Some(_), _, _) => (
+    if observed.snapshot.is_some() {
+        return (
             RestoreFailure::RestoreFailed,
             format!(
                 "restoring member {member} failed; the cluster stays paused and the old volumes \
                  are kept; delete and re-create the EtcdRestore to retry (that deletes its pods: \
                  save their logs first): {message}"
+            ),
+        );
+    }
+    let url = &observed.source_url;
+    let (failure, what) = match container {
+        NOT_STARTED => (
+            RestoreFailure::PodNotStarted,
+            format!(
+                "member {member}'s restore pod did not start, so nothing was fetched or restored"
+            ),
+        ),
+        "prepare" | "replay" | "scratch-restore" | "scratch-etcd" => {
+            point_failure(url, member, container, exit)
+        }
+        "fetch" => fetch_failure(url, member, exit),
+        _ => (
+            RestoreFailure::RestoreFailed,
+            format!("restoring member {member} failed"),
+        ),
+    };
+    (failure, format!("{what}; {untouched}: {message}"))
+}
+
+/// A failed container of the restore to a point in time (its preparation from the backups and
+/// archive under `url`, or the scratch member the archive is replayed into).
+fn point_failure(
+    url: &str,
+    member: &str,
+    container: &str,
+    exit: Option<ToolExit>,
+) -> (RestoreFailure, String) {
+    use ToolExit::{DataBad, NoUsableIdentity};
+    match (container, exit) {
+        ("scratch-restore" | "scratch-etcd", _) => (
+            RestoreFailure::PointNotReached,
+            format!("member {member}'s scratch member, into which the archive is replayed, failed"),
+        ),
+        (_, Some(DataBad)) => (
+            RestoreFailure::BackupInvalid,
+            format!(
+                "a backup or archived segment under {url} failed verification in member \
+                 {member}'s restore to the point"
+            ),
+        ),
+        (_, Some(NoUsableIdentity)) => (
+            RestoreFailure::NoUsableIdentity,
+            format!(
+                "member {member}'s restore to the point could not decrypt the backups under \
+                 {url} with the identity named (spec.decryption)"
+            ),
+        ),
+        (_, Some(ToolExit::Failed)) => (
+            RestoreFailure::PointNotReached,
+            format!(
+                "member {member}'s restore to the point did not reach it from the backups and \
+                 archive under {url}"
+            ),
+        ),
+        (_, None | Some(ToolExit::Other(_))) => (
+            RestoreFailure::RestoreFailed,
+            format!("restoring member {member} failed"),
+        ),
+    }
+}
+
+/// A failed fetch of the backup `url` in member `member`'s restore pod.
+fn fetch_failure(url: &str, member: &str, exit: Option<ToolExit>) -> (RestoreFailure, String) {
+    match exit {
+        Some(ToolExit::DataBad) => (
+            RestoreFailure::BackupInvalid,
+            format!("the backup {url} failed verification in member {member}'s fetch"),
+        ),
+        Some(ToolExit::NoUsableIdentity) => (
+            RestoreFailure::NoUsableIdentity,
+            format!(
+                "member {member}'s fetch could not decrypt the backup {url} with the identity \
+                 named (spec.decryption)"
+            ),
+        ),
+        Some(ToolExit::Failed) => (
+            RestoreFailure::BackupInvalid,
+            format!("member {member}'s fetch could not read the backup {url}"),
+        ),
+        // Killed (a memory limit, with `scratchMedium: Memory` the snapshot counts against
+        // it; an eviction) or stopped: nothing was said about the backup itself.
+        None | Some(ToolExit::Other(_)) => (
+            RestoreFailure::FetchFailed,
+            format!(
+                "member {member}'s fetch of {url} was stopped before it finished, so the backup \
+                 was neither read whole nor judged"
             ),
         ),
     }
