@@ -15,6 +15,7 @@ use etcd_restore_operator::metrics::Metrics;
 use http::{Method, StatusCode};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
+use kube::runtime::watcher::Event;
 use mock_api::{self, MockApi};
 use serde_json::{Value, json};
 
@@ -172,6 +173,14 @@ fn base64(text: &str) -> String {
 const STATIC_KEYS: &str = "[default]\naws_access_key_id = GKtest\naws_secret_access_key = secret\n";
 
 impl World {
+    fn every_claim(&self) -> Vec<Value> {
+        [&self.claims, &self.others, &self.staged]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     async fn serve(&self, api: &mut MockApi) {
         self.serve_with_aws(api, aws_secret(&[("credentials", STATIC_KEYS)]))
             .await;
@@ -179,16 +188,28 @@ impl World {
 
     /// Serves the observation with `aws` as the restore's `awsSecret`.
     async fn serve_with_aws(&self, api: &mut MockApi, aws: Value) {
-        self.serve_from(api, None, aws).await;
+        self.serve_from(api, None, aws, true).await;
+    }
+
+    /// Serves the observation with the claims read from the claim cache (no list).
+    async fn serve_claims_from_cache(&self, api: &mut MockApi) {
+        let aws = aws_secret(&[("credentials", STATIC_KEYS)]);
+        self.serve_from(api, None, aws, false).await;
     }
 
     /// Serves the observation of a `backupRef` restore, its EtcdBackup being `backup`.
     async fn serve_with_backup(&self, api: &mut MockApi, backup: Value) {
         let aws = aws_secret(&[("credentials", STATIC_KEYS)]);
-        self.serve_from(api, Some(backup), aws).await;
+        self.serve_from(api, Some(backup), aws, true).await;
     }
 
-    async fn serve_from(&self, api: &mut MockApi, backup: Option<Value>, aws: Value) {
+    async fn serve_from(
+        &self,
+        api: &mut MockApi,
+        backup: Option<Value>,
+        aws: Value,
+        claims_listed: bool,
+    ) {
         let restore = self.restore.clone();
         api.expect_call(
             Method::GET,
@@ -218,15 +239,12 @@ impl World {
         assert!(pods.query.contains("etcd_cluster%3Dc"), "{}", pods.query);
         // Every claim of the namespace, in one list: the cluster's, the detached ones and the
         // staged ones are told apart by their labels.
-        let every_claim = [&self.claims, &self.others, &self.staged]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
-        let every = api
-            .expect_list(&format!("{NS}/persistentvolumeclaims"), every_claim)
-            .await;
-        assert!(!every.query.contains("labelSelector"), "{}", every.query);
+        if claims_listed {
+            let every = api
+                .expect_list(&format!("{NS}/persistentvolumeclaims"), self.every_claim())
+                .await;
+            assert!(!every.query.contains("labelSelector"), "{}", every.query);
+        }
         let own = api
             .expect_list(&format!("{NS}/pods"), self.own_pods.clone())
             .await;
@@ -707,6 +725,56 @@ async fn while_one_member_still_restores_nothing_is_read_or_touched() {
             .contains("1 of 3 members"),
         "{report}"
     );
+    reconcile.await.unwrap();
+    api.expect_silence().await;
+}
+
+#[tokio::test]
+async fn while_a_step_waits_claims_come_from_the_cache_and_a_changed_restore_lists_them_again() {
+    let (client, mut api) = mock_api::pair();
+    let (claims, mut feed) = Claims::new(client.clone(), std::time::Duration::from_millis(300));
+    let metrics = Arc::new(Metrics::default());
+    let ctx = Context::new(
+        client,
+        None,
+        metrics,
+        "backup:dev".into(),
+        test_key(),
+        claims,
+    );
+    let ctx = Arc::new(ctx);
+    let mut world = restoring([
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Succeeded"}),
+        json!({"phase": "Running"}),
+    ]);
+    // The claims as the API server has them (uid, resourceVersion), and the watch shows them.
+    for (i, claim) in world.claims.iter_mut().chain(&mut world.staged).enumerate() {
+        claim["metadata"]["uid"] = json!(format!("claim-uid-{i}"));
+        claim["metadata"]["resourceVersion"] = json!("5");
+    }
+    feed.apply(&Event::Init);
+    for claim in world.every_claim() {
+        feed.apply(&Event::InitApply(serde_json::from_value(claim).unwrap()));
+    }
+    feed.apply(&Event::InitDone);
+    let wait = |world: &World, ctx: &Arc<Context>| run(world.restore.clone(), ctx);
+    // Its first look lists them.
+    let reconcile = wait(&world, &ctx);
+    world.serve(&mut api).await;
+    expect_report_alone(&mut api, &world.restore).await;
+    reconcile.await.unwrap();
+    // Still waiting in the same step: from the cache.
+    let reconcile = wait(&world, &ctx);
+    world.serve_claims_from_cache(&mut api).await;
+    let report = expect_report_alone(&mut api, &world.restore).await;
+    assert!(report.to_string().contains("1 of 3 members"), "{report}");
+    reconcile.await.unwrap();
+    // Its spec changed: listed again.
+    world.restore["metadata"]["generation"] = json!(2);
+    let reconcile = wait(&world, &ctx);
+    world.serve(&mut api).await;
+    expect_report_alone(&mut api, &world.restore).await;
     reconcile.await.unwrap();
     api.expect_silence().await;
 }
