@@ -8,7 +8,7 @@
 //! it or something newer. A relist whose list was requested after the version was awaited holds
 //! it or something newer too.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// A claim: namespace and name.
@@ -71,7 +71,14 @@ pub struct Ledger {
     relisting: Vec<(Key, Version)>,
     seen: HashMap<Key, Vec<(Instant, Version)>>,
     awaited: Vec<Awaited>,
+    /// Namespaces where a write may have happened without an answer (a timeout, a lost
+    /// connection): read live until a live read saw what it did.
+    distrusted: HashSet<String>,
+    last_expiry: Option<Instant>,
 }
+
+/// How often [`Ledger::expire`] looks (it scans everything seen).
+const EXPIRY_EVERY: Duration = Duration::from_secs(10);
 
 impl Ledger {
     /// The watch saw a claim created, changed or deleted.
@@ -96,13 +103,19 @@ impl Ledger {
     /// until then; those the relist does not have were deleted before its list.
     pub fn relist_done(&mut self, before: Vec<(Key, String)>, now: Instant) {
         let relisted = std::mem::take(&mut self.relisting);
-        for (key, uid) in before {
-            let still = relisted
-                .iter()
-                .any(|(k, v)| *k == key && matches!(v, Version::Live { uid: u, .. } if *u == uid));
-            if !still {
-                self.saw(key, Version::Deleted { uid }, now);
-            }
+        let still: HashSet<(&Key, &str)> = relisted
+            .iter()
+            .filter_map(|(key, version)| match version {
+                Version::Live { uid, .. } => Some((key, uid.as_str())),
+                Version::Deleted { .. } => None,
+            })
+            .collect();
+        let gone: Vec<(Key, String)> = before
+            .into_iter()
+            .filter(|(key, uid)| !still.contains(&(key, uid.as_str())))
+            .collect();
+        for (key, uid) in gone {
+            self.saw(key, Version::Deleted { uid }, now);
         }
         for (key, version) in relisted {
             self.saw(key, version, now);
@@ -110,6 +123,22 @@ impl Ledger {
         let relists_begun = self.relists_begun;
         self.awaited.retain(|a| a.relists_begun >= relists_begun);
         self.synced = true;
+    }
+
+    /// A write in `namespace` may have happened without its answer: the namespace is read live
+    /// until [`Ledger::read_live`].
+    pub fn distrust(&mut self, namespace: &str) {
+        self.distrusted.insert(namespace.to_string());
+    }
+
+    /// `namespace` was listed live (what that list saw is awaited separately).
+    pub fn read_live(&mut self, namespace: &str) {
+        self.distrusted.remove(namespace);
+    }
+
+    /// Whether the watch has completed a list: before, the cache holds nothing to wait for.
+    pub fn synced(&self) -> bool {
+        self.synced
     }
 
     /// The cache must show `want` for `key` before it is read again. `current`: what the cache
@@ -133,12 +162,22 @@ impl Ledger {
     /// Whether the cache may be read for `namespace`: it holds every claim, and every version
     /// awaited there.
     pub fn caught_up(&self, namespace: &str) -> bool {
-        self.synced && !self.awaited.iter().any(|a| a.key.0 == namespace)
+        self.synced
+            && !self.distrusted.contains(namespace)
+            && !self.awaited.iter().any(|a| a.key.0 == namespace)
     }
 
     /// Forgets versions seen long ago, and gives up versions awaited too long (returned, to be
     /// logged): a watch that has not shown a version for that long is not waited for any more.
+    /// Looks at most every few seconds.
     pub fn expire(&mut self, now: Instant) -> Vec<(Key, Want)> {
+        if self
+            .last_expiry
+            .is_some_and(|last| now.duration_since(last) < EXPIRY_EVERY)
+        {
+            return Vec::new();
+        }
+        self.last_expiry = Some(now);
         self.seen.retain(|_, seen| {
             seen.retain(|(at, _)| now.duration_since(*at) < REMEMBERED);
             !seen.is_empty()
@@ -308,6 +347,16 @@ mod tests {
         assert!(ledger.caught_up("ns"));
         // And a later wait for it is met by what was seen.
         ledger.expect(key("a"), gone("u1"), None, now);
+        assert!(ledger.caught_up("ns"));
+    }
+
+    #[test]
+    fn when_a_write_went_unanswered_the_namespace_waits_for_a_live_read() {
+        let mut ledger = synced();
+        ledger.distrust("ns");
+        assert!(!ledger.caught_up("ns"));
+        assert!(ledger.caught_up("other"));
+        ledger.read_live("ns");
         assert!(ledger.caught_up("ns"));
     }
 

@@ -95,9 +95,11 @@ impl Claims {
             cached.sort_by_key(|c| c.name_any());
             return Ok(cached);
         }
+        // What the cache holds before the list: only what differs from it is awaited after.
+        let before = self.cached_versions(namespace);
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
         let listed = api.list(&ListParams::default()).await?.items;
-        self.await_listed(namespace, &listed);
+        self.await_listed(namespace, &before, &listed);
         Ok(listed)
     }
 
@@ -150,8 +152,17 @@ impl Claims {
         loop {
             // Asked for before the look, so that a change between the two is not missed.
             let changed = self.changed.notified();
-            if self.lock().caught_up(namespace) {
-                return true;
+            {
+                let mut ledger = self.lock();
+                log_expired(ledger.expire(Instant::now()));
+                if ledger.caught_up(namespace) {
+                    return true;
+                }
+                // A watch that has not listed yet (starting, or not allowed to watch) is not
+                // waited for.
+                if !ledger.synced() {
+                    return false;
+                }
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 tracing::debug!(namespace, "claim cache behind: listing claims");
@@ -160,26 +171,58 @@ impl Claims {
         }
     }
 
-    /// The cache is read again only once it has seen what a live list saw: every claim listed,
-    /// and the deletion of those it holds that the list did not have.
-    fn await_listed(&self, namespace: &str, listed: &[PersistentVolumeClaim]) {
+    /// The uid and version of each claim of `namespace` the cache holds.
+    fn cached_versions(&self, namespace: &str) -> HashMap<Key, Version> {
+        self.store
+            .state()
+            .iter()
+            .filter(|c| c.namespace().as_deref() == Some(namespace))
+            .filter_map(|c| Some((key_of(c), live_version(c)?)))
+            .collect()
+    }
+
+    /// The cache is read again only once it has seen what a live list saw, where that differs
+    /// from what it held before the list (`before`): every claim listed in another version, and
+    /// the deletion of those it held that the list did not have. A claim made or changed after
+    /// the list is not awaited: the watch shows it anyway, and no later version is waited for.
+    fn await_listed(
+        &self,
+        namespace: &str,
+        before: &HashMap<Key, Version>,
+        listed: &[PersistentVolumeClaim],
+    ) {
         let now = Instant::now();
         let mut ledger = self.lock();
+        ledger.read_live(namespace);
+        let mut listed_keys = HashMap::new();
         for claim in listed {
-            if let Some(version) = live_version(claim) {
-                let want = want_of(&version);
-                self.expect(&mut ledger, key_of(claim), want, now);
+            let Some(version) = live_version(claim) else {
+                continue;
+            };
+            let key = key_of(claim);
+            if before.get(&key) != Some(&version) {
+                self.expect(&mut ledger, key.clone(), want_of(&version), now);
+            }
+            listed_keys.insert(key, version);
+        }
+        for (key, version) in before {
+            let Version::Live { uid, .. } = version else {
+                continue;
+            };
+            let still =
+                matches!(listed_keys.get(key), Some(Version::Live { uid: u, .. }) if u == uid);
+            if !still {
+                let want = Want::Gone { uid: uid.clone() };
+                self.expect(&mut ledger, key.clone(), want, now);
             }
         }
-        for cached in self.store.state() {
-            let cached_uid = cached.uid();
-            let in_list = listed.iter().any(|c| c.uid() == cached_uid);
-            if cached.namespace().as_deref() == Some(namespace)
-                && !in_list
-                && let Some(uid) = cached_uid
-            {
-                self.expect(&mut ledger, key_of(&cached), Want::Gone { uid }, now);
-            }
+    }
+
+    /// A write in `namespace` failed without an answer from the API server (a timeout, a lost
+    /// connection): it may have happened, so the namespace is read live next time.
+    fn unanswered(&self, namespace: &str, error: &kube::Error) {
+        if !matches!(error, kube::Error::Api(_)) {
+            self.lock().distrust(namespace);
         }
     }
 
@@ -229,7 +272,7 @@ impl ClaimApi<'_> {
         &self,
         claim: &PersistentVolumeClaim,
     ) -> Result<PersistentVolumeClaim, kube::Error> {
-        let made = self.api.create(&PostParams::default(), claim).await?;
+        let made = self.answered(self.api.create(&PostParams::default(), claim).await)?;
         self.claims.wrote(&made);
         Ok(made)
     }
@@ -239,7 +282,7 @@ impl ClaimApi<'_> {
         name: &str,
         patch: &Patch<Value>,
     ) -> Result<PersistentVolumeClaim, kube::Error> {
-        let patched = self.api.patch(name, &PatchParams::default(), patch).await?;
+        let patched = self.answered(self.api.patch(name, &PatchParams::default(), patch).await)?;
         self.claims.wrote(&patched);
         Ok(patched)
     }
@@ -253,35 +296,74 @@ impl ClaimApi<'_> {
         uid: Option<&str>,
         params: &DeleteParams,
     ) -> Result<(), kube::Error> {
-        let answer = self.api.delete(name, params).await?;
+        let answer = self.answered(self.api.delete(name, params).await)?;
         if let Some(terminating) = answer.as_ref().left() {
             self.claims.wrote(terminating);
             return Ok(());
         }
-        // Gone at once: the API server names the deleted object's uid in its answer.
-        let deleted = answer
+        // Gone at once: the API server names the deleted claim's uid in its answer; else the
+        // one the caller meant, else the one the cache holds under that name.
+        let named = answer
             .right()
             .and_then(|status| status.details)
             .map(|details| details.uid)
             .filter(|uid| !uid.is_empty());
-        match uid.map(String::from).or(deleted) {
+        let cached = || {
+            let key = (self.namespace.clone(), name.to_string());
+            match self.claims.cached_versions(&self.namespace).remove(&key) {
+                Some(Version::Live { uid, .. }) => Some(uid),
+                _ => None,
+            }
+        };
+        match named.or(uid.map(String::from)).or_else(cached) {
             Some(uid) => self.claims.deleted(&self.namespace, name, uid),
-            None => tracing::warn!(claim = name, "a claim deleted without a uid is not awaited"),
+            // Not known which claim went: the namespace is read live next time.
+            None => self.claims.lock().distrust(&self.namespace),
         }
         Ok(())
     }
 
-    /// A read by name, live (a claim found under a new member's name).
+    /// A read by name, live (a claim found under a new member's name): the cache waits for
+    /// what it returned, which the operator is about to act on.
     pub async fn get(&self, name: &str) -> Result<PersistentVolumeClaim, kube::Error> {
-        self.api.get(name).await
+        let claim = self.api.get(name).await?;
+        self.claims.wrote(&claim);
+        Ok(claim)
     }
 
     pub async fn get_opt(&self, name: &str) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
-        self.api.get_opt(name).await
+        let claim = self.api.get_opt(name).await?;
+        if let Some(claim) = &claim {
+            self.claims.wrote(claim);
+        }
+        Ok(claim)
+    }
+
+    /// A write's result; one that failed without an answer may still have happened.
+    fn answered<T>(&self, result: Result<T, kube::Error>) -> Result<T, kube::Error> {
+        if let Err(error) = &result {
+            self.claims.unanswered(&self.namespace, error);
+        }
+        result
+    }
+}
+
+/// The claim watch's task: stopped when this is dropped (with the controller it serves, also
+/// when a lost Lease drops the controller).
+pub struct ClaimWatch(tokio::task::JoinHandle<()>);
+
+impl Drop for ClaimWatch {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 impl ClaimFeed {
+    /// Runs [`ClaimFeed::run`] in a task of its own, until the returned guard is dropped.
+    pub fn spawn(self, client: Client, namespace: Option<String>) -> ClaimWatch {
+        ClaimWatch(tokio::spawn(self.run(client, namespace)))
+    }
+
     /// Watches the claims of `namespace` (or of all) until the process ends.
     pub async fn run(mut self, client: Client, namespace: Option<String>) {
         let api: Api<PersistentVolumeClaim> = match namespace {
@@ -334,13 +416,17 @@ impl ClaimFeed {
                     ledger.relist_done(before, now);
                 }
             }
-            for (key, want) in ledger.expire(now) {
-                tracing::warn!(namespace = %key.0, claim = %key.1, ?want, "the claim watch never showed this version: no longer waited for");
-            }
+            log_expired(ledger.expire(now));
             // The cache changes with the ledger held: a read sees both or neither.
             self.writer.apply_watcher_event(event);
         }
         self.changed.notify_waiters();
+    }
+}
+
+fn log_expired(expired: Vec<(Key, Want)>) {
+    for (key, want) in expired {
+        tracing::warn!(namespace = %key.0, claim = %key.1, ?want, "the claim watch never showed this version: no longer waited for");
     }
 }
 

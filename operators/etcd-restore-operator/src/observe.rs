@@ -343,12 +343,14 @@ pub async fn world(
     // Every claim of the namespace, read once (one consistent view): the cluster's, those
     // detached from it earlier, those made for restores of this name and not yet given to the
     // cluster, and the names a new member must not take, whoever's claims they are. Listed
-    // live when the restore's recorded step changed (the first look at a step), from the claim
-    // cache while it waits within one (see `etcd_members::claims`).
+    // live when the restore's spec or recorded step, or the cluster (its operator reporting
+    // the pause, after which it writes no claim), changed since the last look; from the claim
+    // cache while nothing did (see `etcd_members::claims`).
     let look = format!(
-        "{:?} {}",
+        "{:?} {} {:?}",
         restore.metadata.generation,
-        serde_json::to_string(&Records::of(restore)).unwrap_or_default()
+        serde_json::to_string(&Records::of(restore)).unwrap_or_default(),
+        cluster.map(|c| (c.uid(), c.resource_version())),
     );
     let uid = restore.uid().unwrap_or_default();
     let every_claim = ctx.claims.for_object(&ns, &uid, look).await?;

@@ -31,7 +31,7 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     // The claim cache's watch, as long as the controller runs.
-    let watching_claims = tokio::spawn(claim_feed.run(client.clone(), namespace.map(String::from)));
+    let _watching_claims = claim_feed.spawn(client.clone(), namespace.map(String::from));
     // Guarded: an object this operator cannot read is handed over as such, rather than failing
     // the watch of every restore (or every cluster).
     let (restores, pods, clusters): (
@@ -80,5 +80,4 @@ pub async fn run(
             std::future::ready(())
         })
         .await;
-    watching_claims.abort();
 }

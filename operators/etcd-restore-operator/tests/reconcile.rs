@@ -730,7 +730,8 @@ async fn while_one_member_still_restores_nothing_is_read_or_touched() {
 }
 
 #[tokio::test]
-async fn while_a_step_waits_claims_come_from_the_cache_and_a_changed_restore_lists_them_again() {
+async fn while_a_step_waits_claims_come_from_the_cache_and_a_changed_restore_or_cluster_lists_them()
+{
     let (client, mut api) = mock_api::pair();
     let (claims, mut feed) = Claims::new(client.clone(), std::time::Duration::from_millis(300));
     let metrics = Arc::new(Metrics::default());
@@ -769,6 +770,12 @@ async fn while_a_step_waits_claims_come_from_the_cache_and_a_changed_restore_lis
     world.serve_claims_from_cache(&mut api).await;
     let report = expect_report_alone(&mut api, &world.restore).await;
     assert!(report.to_string().contains("1 of 3 members"), "{report}");
+    reconcile.await.unwrap();
+    // The cluster changed (its operator reported the pause): listed again.
+    world.cluster["metadata"]["resourceVersion"] = json!("8");
+    let reconcile = wait(&world, &ctx);
+    world.serve(&mut api).await;
+    expect_report_alone(&mut api, &world.restore).await;
     reconcile.await.unwrap();
     // Its spec changed: listed again.
     world.restore["metadata"]["generation"] = json!(2);
