@@ -301,14 +301,15 @@ esac
 [[ $# == 1 && $1 != -* ]] || usage
 
 [[ $(id -u) == 0 ]] || die "the bed needs root (bridge, iptables, mounts, cgroups): run it as root"
-# --rm deletes DIR only if this script made it.
-[[ -e $1 ]] || { mkdir -p "$1" && touch "$1/.made-by-up.sh"; }
-mkdir -p /run/lock
-dir=$(cd "$1" && pwd)
 
 # One start at a time on this machine; a running bed in DIR is joined instead.
+mkdir -p /run/lock
 exec 8>"$machine_lock"
 flock 8
+# --rm deletes DIR only if this script made it. Looked at under the lock: a stop that holds it
+# (the watcher of an earlier bed in DIR) may be removing DIR right now, marker and all.
+[[ -e $1 ]] || { mkdir -p "$1" && touch "$1/.made-by-up.sh"; }
+dir=$(cd "$1" && pwd)
 add_user() {
   [[ -n $watch_pid ]] || return 0
   mkdir -p "$dir/users" && touch "$dir/users/$watch_pid"

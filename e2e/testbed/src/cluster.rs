@@ -70,10 +70,21 @@ fn binaries_dir() -> Result<PathBuf> {
 
 /// Starts (or joins) the bed for this test run; returns its kubeconfig.
 pub(crate) async fn start() -> Result<PathBuf> {
-    let user = std::os::unix::process::parent_id().to_string();
+    let user = bed_user();
     let mut args = vec![OsString::from("--watch-pid"), user.into(), "--rm".into()];
     args.push(bed_dir().into_os_string());
     kubeconfig_printed(&run_up_sh(&args).await?)
+}
+
+/// The process whose life the bed follows (it is stopped once that process is gone):
+/// `BED_USER_PID` when set (a test that runs a binary of its own, such as the demo, passes its
+/// test runner's, so the bed outlives that test for the next ones), else this process's parent
+/// (cargo, for a test binary).
+fn bed_user() -> String {
+    std::env::var("BED_USER_PID")
+        .ok()
+        .filter(|pid| pid.parse::<u32>().is_ok())
+        .unwrap_or_else(|| std::os::unix::process::parent_id().to_string())
 }
 
 /// Runs `e2e/cluster/up.sh` with `args` (images from this build's binaries); its stdout, or an
