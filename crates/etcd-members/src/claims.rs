@@ -247,11 +247,16 @@ impl Claims {
     }
 
     fn expect(&self, ledger: &mut Ledger, key: Key, want: Want, now: Instant) {
-        let current = self
-            .store
-            .get(&reflector::ObjectRef::new(&key.1).within(&key.0))
-            .and_then(|c| live_version(&c));
+        let current = self.cached(&key);
         ledger.expect(key, want, current.as_ref(), now);
+    }
+
+    /// The version of claim `key` the cache holds.
+    fn cached(&self, key: &Key) -> Option<Version> {
+        let claim = self
+            .store
+            .get(&reflector::ObjectRef::new(&key.1).within(&key.0))?;
+        live_version(&claim)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
@@ -308,12 +313,12 @@ impl ClaimApi<'_> {
             .and_then(|status| status.details)
             .map(|details| details.uid)
             .filter(|uid| !uid.is_empty());
-        let cached = || {
-            let key = (self.namespace.clone(), name.to_string());
-            match self.claims.cached_versions(&self.namespace).remove(&key) {
-                Some(Version::Live { uid, .. }) => Some(uid),
-                _ => None,
-            }
+        let cached = || match self
+            .claims
+            .cached(&(self.namespace.clone(), name.to_string()))
+        {
+            Some(Version::Live { uid, .. }) => Some(uid),
+            _ => None,
         };
         match named.or(uid.map(String::from)).or_else(cached) {
             Some(uid) => self.claims.deleted(&self.namespace, name, uid),

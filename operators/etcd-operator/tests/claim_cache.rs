@@ -73,14 +73,66 @@ fn versions(claims: &[PersistentVolumeClaim]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A cluster's first look lists its claims (live), whatever the cache holds.
-async fn first_look(ctx: &Arc<Context>, api: &mut MockApi, c: &EtcdCluster, items: Vec<Value>) {
+/// A read that lists the claims (live), answered with `items`; what it returns.
+async fn first_look(
+    ctx: &Arc<Context>,
+    api: &mut MockApi,
+    c: &EtcdCluster,
+    items: Vec<Value>,
+) -> Vec<PersistentVolumeClaim> {
     let read = {
         let (ctx, c) = (ctx.clone(), c.clone());
         tokio::spawn(async move { ctx.claims_of(&c).await.unwrap() })
     };
     api.expect_list(CLAIMS, items).await;
-    read.await.unwrap();
+    read.await.unwrap()
+}
+
+/// The operator deletes claim c-0 (`uid`: the claim it means, if it says), and the API server
+/// answers that c-0 (uid u0) is gone.
+async fn delete_c0(ctx: &Arc<Context>, api: &mut MockApi, uid: Option<&'static str>) {
+    let delete = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let api = ctx.claims.api("ns");
+            api.delete("c-0", uid, &DeleteParams::default()).await
+        })
+    };
+    api.expect_call(
+        Method::DELETE,
+        &format!("{CLAIMS}/c-0"),
+        StatusCode::OK,
+        |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": "c-0", "kind": "persistentvolumeclaims", "uid": "u0"}}),
+    )
+    .await;
+    delete.await.unwrap().unwrap();
+}
+
+/// The operator records on claim c-0 the version its member ran (what keeps data from an
+/// older etcd), the API server answering `answer`.
+async fn record_version_ran(
+    ctx: &Arc<Context>,
+    api: &mut MockApi,
+    answer: Value,
+) -> Result<PersistentVolumeClaim, kube::Error> {
+    let patch = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let record = json!({"metadata": {"annotations": {"etcd.version.ran": "3.6.0"}}});
+            ctx.claims
+                .api("ns")
+                .patch("c-0", &Patch::Merge(record))
+                .await
+        })
+    };
+    api.expect_call(
+        Method::PATCH,
+        &format!("{CLAIMS}/c-0"),
+        StatusCode::OK,
+        |_| answer,
+    )
+    .await;
+    patch.await.unwrap()
 }
 
 #[tokio::test]
@@ -170,24 +222,9 @@ async fn when_the_watch_does_not_show_the_operators_write_in_time_the_claims_are
     listed(&mut feed, &[claim("c-0", "u0", "5")]);
     first_look(&ctx, &mut api, &c, vec![claim_json("c-0", "u0", "5")]).await;
     // The version record of an upgraded member (what keeps data from an older etcd).
-    let patch = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            let record = json!({"metadata": {"annotations": {"etcd.version.ran": "3.6.0"}}});
-            ctx.claims
-                .api("ns")
-                .patch("c-0", &Patch::Merge(record))
-                .await
-        })
-    };
-    api.expect_call(
-        Method::PATCH,
-        &format!("{CLAIMS}/c-0"),
-        StatusCode::OK,
-        |_| claim_json("c-0", "u0", "6"),
-    )
-    .await;
-    patch.await.unwrap().unwrap();
+    record_version_ran(&ctx, &mut api, claim_json("c-0", "u0", "6"))
+        .await
+        .unwrap();
     // The cache still holds version 5: the plan gets the list's version 6.
     let read = {
         let (ctx, c) = (ctx.clone(), c.clone());
@@ -204,30 +241,9 @@ async fn when_the_operator_deleted_a_claim_the_cache_is_read_only_once_it_shows_
     let c = cluster(2, None);
     listed(&mut feed, &[claim("c-0", "u0", "5")]);
     first_look(&ctx, &mut api, &c, vec![claim_json("c-0", "u0", "5")]).await;
-    let delete = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            ctx.claims
-                .api("ns")
-                .delete("c-0", Some("u0"), &DeleteParams::default())
-                .await
-        })
-    };
-    api.expect_call(
-        Method::DELETE,
-        &format!("{CLAIMS}/c-0"),
-        StatusCode::OK,
-        |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": "c-0", "kind": "persistentvolumeclaims", "uid": "u0"}}),
-    )
-    .await;
-    delete.await.unwrap().unwrap();
+    delete_c0(&ctx, &mut api, Some("u0")).await;
     // Not yet shown: listed (the list no longer has it).
-    let read = {
-        let (ctx, c) = (ctx.clone(), c.clone());
-        tokio::spawn(async move { ctx.claims_of(&c).await.unwrap() })
-    };
-    api.expect_list(CLAIMS, vec![]).await;
-    assert!(read.await.unwrap().is_empty());
+    assert!(first_look(&ctx, &mut api, &c, vec![]).await.is_empty());
     // Shown: from the cache, without it.
     feed.apply(&Event::Delete(claim("c-0", "u0", "5")));
     assert!(ctx.claims_of(&c).await.unwrap().is_empty());
@@ -241,21 +257,7 @@ async fn when_a_deleted_claim_is_named_only_by_the_api_servers_answer_its_deleti
     listed(&mut feed, &[claim("c-0", "u0", "5")]);
     first_look(&ctx, &mut api, &c, vec![claim_json("c-0", "u0", "5")]).await;
     // As the restore operator deletes: by name.
-    let delete = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            let api = ctx.claims.api("ns");
-            api.delete("c-0", None, &DeleteParams::default()).await
-        })
-    };
-    api.expect_call(
-        Method::DELETE,
-        &format!("{CLAIMS}/c-0"),
-        StatusCode::OK,
-        |_| json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": "c-0", "kind": "persistentvolumeclaims", "uid": "u0"}}),
-    )
-    .await;
-    delete.await.unwrap().unwrap();
+    delete_c0(&ctx, &mut api, None).await;
     first_look(&ctx, &mut api, &c, vec![]).await;
     feed.apply(&Event::Delete(claim("c-0", "u0", "5")));
     assert!(ctx.claims_of(&c).await.unwrap().is_empty());
@@ -268,25 +270,9 @@ async fn when_a_write_gets_no_usable_answer_the_next_read_lists() {
     let c = cluster(2, None);
     listed(&mut feed, &[claim("c-0", "u0", "5")]);
     first_look(&ctx, &mut api, &c, vec![claim_json("c-0", "u0", "5")]).await;
-    let patch = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            let record = json!({"metadata": {"annotations": {"etcd.version.ran": "3.6.0"}}});
-            ctx.claims
-                .api("ns")
-                .patch("c-0", &Patch::Merge(record))
-                .await
-        })
-    };
     // The patch may have been applied; its answer is lost (here: not JSON).
-    api.expect_call(
-        Method::PATCH,
-        &format!("{CLAIMS}/c-0"),
-        StatusCode::OK,
-        |_| json!("cut off"),
-    )
-    .await;
-    assert!(patch.await.unwrap().is_err());
+    let patched = record_version_ran(&ctx, &mut api, json!("cut off")).await;
+    assert!(patched.is_err());
     // Listed, though the cache shows everything awaited; then the cache again.
     first_look(&ctx, &mut api, &c, vec![claim_json("c-0", "u0", "5")]).await;
     ctx.claims_of(&c).await.unwrap();
