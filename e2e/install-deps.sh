@@ -13,8 +13,8 @@ demo=0
 [[ ${1:-} == --demo ]] && demo=1
 
 # etcd 3.4 (server, etcdctl); protoc and the well-known .proto files (libprotobuf-dev) for
-# etcd-client's build; GNU time for the benchmark.
-packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev time)
+# etcd-client's build; GNU time for the benchmark; jq for test.sh's list of test targets.
+packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev time jq)
 # MariaDB server and mariadb-backup for the MySQL runner's tests (the tests start their own
 # servers on temporary data dirs; the packaged service is not used).
 ((demo)) || packages+=(mariadb-server mariadb-backup mariadb-client)

@@ -7,10 +7,12 @@ use std::process::Command;
 
 #[test]
 fn the_demo_runs_the_whole_product() {
-    // The bed follows cargo's life, not this test's: the tests after this one keep it.
-    let cargo = std::os::unix::process::parent_id().to_string();
+    // The bed follows the life of this test's runner (e2e/test.sh's BED_USER_PID, or cargo), not
+    // this test's: the tests after this one keep it.
+    let runner = std::env::var("BED_USER_PID")
+        .unwrap_or_else(|_| std::os::unix::process::parent_id().to_string());
     let output = Command::new(env!("CARGO_BIN_EXE_demo"))
-        .env("BED_USER_PID", cargo)
+        .env("BED_USER_PID", runner)
         .output()
         .expect("run the demo");
     let stdout = String::from_utf8_lossy(&output.stdout);

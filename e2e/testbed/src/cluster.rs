@@ -173,6 +173,11 @@ impl KubeTestbed {
     /// the machine's kubelet bed (`e2e/cluster/up.sh`), started or joined on the first call and
     /// shared by every test process of this `cargo test` run. See [`crate::cluster`].
     pub async fn with_kubelet() -> Result<KubeTestbed> {
+        // e2e/test.sh's lane of the tests that need no bed (up.sh refuses it too; this also
+        // covers a cluster named by KUBECONFIG).
+        if let Some(reason) = std::env::var("BED_REFUSED").ok().filter(|r| !r.is_empty()) {
+            bail!("this test needs the kubelet bed, which is refused here: {reason}");
+        }
         if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) {
             return KubeTestbed::start().await;
         }

@@ -39,6 +39,16 @@ pub fn zone_of(index: usize) -> String {
     format!("zone-{}", (b'a' + (index % 3) as u8) as char)
 }
 
+/// `program` run in node `node`'s network namespace (`e2e/cluster/node.sh`'s `in_node`): what
+/// the node itself reaches, such as its own pods while it is cut off from the others.
+pub fn in_node(node: &str, program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("nsenter");
+    command
+        .arg(format!("--net=/run/netns/ebsbed-{node}"))
+        .arg(program);
+    command
+}
+
 /// A running bed of several nodes.
 pub struct NodesBed {
     pub dir: PathBuf,

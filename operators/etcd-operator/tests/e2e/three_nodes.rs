@@ -186,6 +186,8 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
     let operator = Operator::start(&kube, &ns);
     let (clusters, on) = spread_cluster(&kube, &ns, 20).await;
     let lost = on["node-c"].clone();
+    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
+    let lost_pod = pods.get(&lost).await.unwrap();
     let writer = Writer::start(&kube, &ns, "while-node-lost").await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
 
@@ -298,7 +300,6 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
     // node-c powered on again: Ready, and still no trace of the old member.
     test.bed.node_up("node-c").await.unwrap();
     test.bed.wait_node("node-c", true, 180).await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
     wait_until(
         &clusters,
         "example-etcd-cluster",
@@ -311,7 +312,65 @@ async fn a_lost_nodes_member_is_replaced_on_another_node_with_nothing_lost() {
     assert!(pods.get_opt(&lost).await.unwrap().is_none());
     let members = client.member_list().await.unwrap();
     assert_eq!(members.members().len(), 3);
+
+    // The other order: the old member's etcd runs again on its data before anything deletes
+    // its pod. etcd itself refuses it.
+    assert_removed_member_refused_by_etcd(&pods, &lost_pod, "node-c").await;
+    let members = client.member_list().await.unwrap();
+    let names: Vec<&str> = members.members().iter().map(|m| m.name()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert!(!names.contains(&lost.as_str()), "{names:?}");
     kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// The removed member's etcd, started again on its own data (its kept claim, its pod's spec
+/// and arguments, on its node: what a pod the operator had not deleted would run once its
+/// node came back), is refused by the cluster: it stops, saying it was removed, and never
+/// turns ready. Run once (restart policy Never): its exit is the answer.
+async fn assert_removed_member_refused_by_etcd(pods: &Api<Pod>, old: &Pod, node: &str) {
+    let name = format!("{}-revived", old.name_any());
+    let mut spec = old.spec.clone().expect("a pod spec");
+    spec.node_name = Some(node.to_string());
+    spec.restart_policy = Some("Never".into());
+    // Without the member's labels: the operator does not see it, only etcd answers.
+    let revived = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        ..Default::default()
+    };
+    pods.create(&PostParams::default(), &revived).await.unwrap();
+    let mut ever_ready = false;
+    let started = Instant::now();
+    let phase = loop {
+        let pod = pods.get(&name).await.unwrap();
+        ever_ready |= testbed::cluster::pod_ready(&pod);
+        let phase = testbed::cluster::pod_phase(&pod).to_string();
+        if phase == "Succeeded" || phase == "Failed" {
+            break phase;
+        }
+        assert!(
+            started.elapsed().as_secs() < 180,
+            "{name} still {phase} after 180 s: {:?}",
+            pod.status
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    let log = pods
+        .logs(&name, &kube::api::LogParams::default())
+        .await
+        .unwrap();
+    assert!(
+        log.contains("permanently removed from the cluster"),
+        "{name} ended {phase} without etcd's refusal in its log:\n{log}"
+    );
+    assert!(!ever_ready, "{name} turned ready:\n{log}");
+    eprintln!(
+        "the removed member's etcd, started again on its data: refused by the cluster ({phase})"
+    );
+    pods.delete(&name, &DeleteParams::default()).await.unwrap();
 }
 
 /// Node node-b cut off (partition) with its member running, for less than the grace: it turns
@@ -365,6 +424,8 @@ async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
         "writes stopped during the partition: {first} -> {later}"
     );
 
+    assert_cut_off_member_serves_no_linearizable_read_or_write(&pods, &cut, "node-b").await;
+
     test.bed.heal("node-b").await.unwrap();
     test.bed.wait_node("node-b", true, 180).await.unwrap();
     wait_until(
@@ -397,6 +458,61 @@ async fn a_node_cut_off_for_less_than_the_grace_replaces_nothing() {
         .any(|e| e.reason.as_deref() == Some("MemberRemoved"));
     assert!(!removed, "a member was removed");
     kube.delete_namespace(&ns).await.unwrap();
+}
+
+/// No split brain, seen from inside the cut-off node (the only place that still reaches its
+/// member): the member runs and answers a serializable read from its own data (the positive
+/// signal that the refusals below are etcd's, not an unreachable pod), but refuses a
+/// linearizable read and a write, which need a leader it cannot reach.
+async fn assert_cut_off_member_serves_no_linearizable_read_or_write(
+    pods: &Api<Pod>,
+    member: &str,
+    node: &str,
+) {
+    let ip = testbed::cluster::pod_ip(pods, member).await;
+    let etcdctl = |args: &'static [&'static str]| {
+        let mut command = testbed::nodes::in_node(node, testbed::etcd_tool("etcdctl"));
+        command
+            .arg(format!("--endpoints=http://{ip}:2379"))
+            .arg("--command-timeout=5s")
+            .args(args);
+        async move {
+            let out = command.output().await.expect("run etcdctl in the node");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), text)
+        }
+    };
+    let (served, text) = etcdctl(&[
+        "get",
+        "while-node-cut/",
+        "--prefix",
+        "--count-only",
+        "--write-out=fields",
+        "--consistency=s",
+    ])
+    .await;
+    let count = text
+        .lines()
+        .find_map(|l| l.strip_prefix("\"Count\" : "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(
+        served && count.is_some_and(|n| n > 0),
+        "{member}, cut off, should answer a serializable read with the writes it holds: {text}"
+    );
+    let (served, text) = etcdctl(&["get", "while-node-cut/", "--prefix", "--consistency=l"]).await;
+    assert!(
+        !served,
+        "{member}, cut off, served a linearizable read: {text}"
+    );
+    let (served, text) = etcdctl(&["put", "written-on-the-cut-side", "split-brain"]).await;
+    assert!(!served, "{member}, cut off, took a write: {text}");
+    eprintln!(
+        "{member} on cut-off {node}: serializable read answered, linearizable read and write refused"
+    );
 }
 
 /// `kubectl ARGS` on the bed, off the runtime's threads (a drain waits); whether it succeeded
