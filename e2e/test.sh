@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test on this machine: installs what the tests need (etcd, Garage, MariaDB, ...),
 # builds Kubernetes (1.37, or KUBE_VERSION=1.35), etcd and containerd from their Go modules (once;
-# cached), builds the workspace's tests, then runs them in two lanes at once:
+# cached), builds the tests that use the kubelet bed, then runs the tests in two lanes at once:
 #
 # - the bed lane: the test targets that use the kubelet bed (BED_TARGETS below), one after
 #   another, on the one-node bed; then the tests on a bed of three nodes (ignored in a plain run:
 #   `cargo test --workspace -- --ignored three_nodes`) on a bed of their own (one bed runs per
 #   machine). The bed follows this script's life (BED_USER_PID), so it starts once per phase.
 # - the other lane: `cargo clippy -D warnings` (in a target dir of its own, so neither lane's
-#   cargo waits for the other's build lock), then every other test target, the unit tests and
-#   the doc tests, with the bed refused (BED_REFUSED: up.sh then fails at once, saying so): a
+#   cargo waits for the other's build lock), then builds and runs every other test target, the
+#   unit tests and the doc tests, with the bed refused (BED_REFUSED: up.sh then fails at once, saying so): a
 #   test that needs the bed but is missing from BED_TARGETS fails loudly instead of running
 #   beside the bed lane unseen.
 #
@@ -33,14 +33,28 @@ BED_TARGETS=(demo e2e in_cluster defrag_bench helm_chart drill cronjob statefuls
 started=$SECONDS
 stamp() { printf 'test.sh: %s (%d min %02d s)\n' "$*" $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) >&2; }
 
-e2e/install-deps.sh
-cargo fmt --all --check
-[[ -n ${KUBECONFIG:-} ]] || e2e/cluster/build.sh
-stamp "building the tests"
-cargo test --workspace --locked --no-run
-
 # `--test NAME` for each NAME given.
 test_filters() { printf -- '--test\n%s\n' "$@"; }
+
+e2e/install-deps.sh
+cargo fmt --all --check
+if [[ -z ${KUBECONFIG:-} ]]; then
+  e2e/cluster/build.sh
+  # The MySQL images' Debian trees (mmdebstrap; cached) beside the build, not in the bed's
+  # first start: about 3 min on a new machine, mostly downloads and dpkg.
+  roots_dir=$(mktemp -d "${TMPDIR:-/tmp}/test-sh-roots.XXXXXX")
+  e2e/cluster/images.sh --debian-roots "$roots_dir" &
+  roots_pid=$!
+fi
+# What the bed lane runs (and the binaries its images hold); the other lane builds the rest
+# while the bed lane runs.
+stamp "building the bed lane's tests"
+mapfile -t bed_filters < <(test_filters "${BED_TARGETS[@]}")
+cargo test --workspace --locked --no-run "${bed_filters[@]}"
+if [[ -n ${roots_pid:-} ]]; then
+  wait "$roots_pid" || stamp "the Debian trees failed (above); the bed's start makes them again"
+  rm -rf "$roots_dir"
+fi
 
 # The names of the workspace's test targets not in BED_TARGETS.
 bedless_targets() {
@@ -79,8 +93,7 @@ trap 'kill -- "-$bedless_pid" 2>/dev/null || true' EXIT
 
 export BED_USER_PID=$$
 stamp "bed lane: the tests on the one-node bed"
-mapfile -t filters < <(test_filters "${BED_TARGETS[@]}")
-cargo test --workspace --locked --no-fail-fast "${filters[@]}" || failed+=("the one-node bed tests")
+cargo test --workspace --locked --no-fail-fast "${bed_filters[@]}" || failed+=("the one-node bed tests")
 if [[ -n ${KUBECONFIG:-} ]]; then
   echo "test.sh: KUBECONFIG is set: the three_nodes tests (they take nodes down) are not run" >&2
 else

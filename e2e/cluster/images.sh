@@ -22,6 +22,9 @@
 #   images.sh SOCKET[,SOCKET...] WORKDIR [BINDIR]
 #                                        into each containerd (one per node) at SOCKET; BINDIR
 #                                        defaults to the workspace's target/debug
+#   images.sh --debian-roots WORKDIR     only makes the MySQL images' Debian trees (cached), so
+#                                        e2e/test.sh makes them beside its build rather than in
+#                                        the bed's first start (about 3 min on a new machine)
 #
 # The etcd images hold the program, the shared libraries `ldd` lists for it,
 # busybox as /bin/sh, /etc/passwd with root and nonroot (65532), nsswitch.conf and the CA bundle.
@@ -30,7 +33,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.sh
 source "$here/versions.sh"
-[[ $# == 2 || $# == 3 ]] || { echo "usage: $0 SOCKET[,SOCKET...] WORKDIR [BINDIR]" >&2; exit 2; }
+roots_only=0
+[[ ${1:-} == --debian-roots && $# == 2 ]] && { roots_only=1; set -- "" "$2"; }
+[[ $# == 2 || $# == 3 ]] || { echo "usage: $0 SOCKET[,SOCKET...] WORKDIR [BINDIR] | --debian-roots WORKDIR" >&2; exit 2; }
 IFS=, read -r -a sockets <<<"$1"
 work=$2 bindir=${3:-${CARGO_TARGET_DIR:-$here/../../target}/debug}
 
@@ -132,6 +137,20 @@ debian_rootfs() {
   tar -C "$root" -xf "$cache"
 }
 
+# The MySQL images' Debian packages (see mysql_images below).
+mysql_backup_packages=(mariadb-backup mariadb-server-core mariadb-client ca-certificates)
+mariadb_fixture_packages=(mariadb-server mariadb-client mariadb-backup)
+ncat_clone_packages=(mariadb-backup mariadb-client ncat)
+if ((roots_only)); then
+  started=$SECONDS
+  debian_rootfs mysql-backup "$work/rootfs/mysql-backup" "" "${mysql_backup_packages[@]}"
+  debian_rootfs mariadb-fixture "$work/rootfs/mariadb-fixture" mysql "${mariadb_fixture_packages[@]}"
+  debian_rootfs ncat-clone "$work/rootfs/ncat-clone" mysql "${ncat_clone_packages[@]}"
+  rm -rf "$work/rootfs"
+  log "the MySQL images' Debian trees are ready ($((SECONDS - started)) s)"
+  exit 0
+fi
+
 mkdir -p "$work/oci"
 started=$SECONDS
 
@@ -180,7 +199,7 @@ done
 # MariaDB's packages nor mmdebstrap), no MySQL image is made: they serve only mysql-backup's tests.
 mysql_images() {
   root=$work/rootfs/mysql-backup
-  debian_rootfs mysql-backup "$root" "" mariadb-backup mariadb-server-core mariadb-client ca-certificates
+  debian_rootfs mysql-backup "$root" "" "${mysql_backup_packages[@]}"
   install -D -m 0755 "$bindir/mysql-backup" "$root/usr/local/bin/mysql-backup"
   import_image mysql-backup dev "$root" 65532:65532 /usr/local/bin/mysql-backup
 
@@ -191,7 +210,7 @@ mysql_images() {
   # MARIADB_ROOT_PASSWORD[_FILE] and /docker-entrypoint-initdb.d, `healthcheck.sh --connect`).
   # Listening on every address, as the official image does (Debian's default binds 127.0.0.1).
   root=$work/rootfs/mariadb-fixture
-  debian_rootfs mariadb-fixture "$root" mysql mariadb-server mariadb-client mariadb-backup
+  debian_rootfs mariadb-fixture "$root" mysql "${mariadb_fixture_packages[@]}"
   install -D -m 0755 "$here/mariadb-fixture/docker-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
   install -D -m 0755 "$here/mariadb-fixture/healthcheck.sh" "$root/usr/local/bin/healthcheck.sh"
   sed -i 's/^bind-address/#&/' "$root/etc/mysql/mariadb.conf.d/50-server.cnf"
@@ -202,7 +221,7 @@ mysql_images() {
   # the Kubernetes tutorial's replicated MySQL: `mariadb-backup --stream | ncat` on the source,
   # `ncat | mbstream -x`, `--prepare` and the client for CHANGE MASTER on the new replica.
   root=$work/rootfs/ncat-clone
-  debian_rootfs ncat-clone "$root" mysql mariadb-backup mariadb-client ncat
+  debian_rootfs ncat-clone "$root" mysql "${ncat_clone_packages[@]}"
   import_image ncat-clone bench "$root" 999:999 /bin/bash
 }
 if [[ ${BED_MYSQL_IMAGES:-1} == 0 ]]; then
