@@ -13,15 +13,14 @@ use backup_storage::encryption::Encryption;
 use backup_storage::stored_checksum::StoredChecksum;
 use backup_storage::{MANIFEST_SUFFIX, Store, manifest_key};
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 
 use crate::binlog::{Gtid, GtidState};
 use crate::compress::Compression;
 use crate::error::Result;
+use crate::manifest_fetch::fetch_manifests;
 
 pub const PIECE_FORMAT: &str = "mysql-backup-binlog/v1";
-const MANIFEST_FETCHES: usize = 8;
 
 /// What is recorded of one archived piece.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -239,26 +238,20 @@ impl Archive {
         let objects = store.list(prefix).await?;
         let sizes: BTreeMap<&str, u64> = objects.iter().map(|o| (o.key.as_str(), o.size)).collect();
         let pruned = pruned_dirs(&objects);
-        let fetches = objects.iter().filter_map(|object| {
-            let described = object.key.strip_suffix(MANIFEST_SUFFIX)?.to_string();
-            let (dir, _) = described.rsplit_once('/')?;
-            if pruned.contains(&format!("{dir}/")) {
-                return None;
-            }
-            Some(async move {
-                let bytes = store.get_small(&object.key).await?;
-                Ok::<_, backup_storage::StorageError>((described, bytes))
-            })
-        });
-        let mut fetched = stream::iter(fetches).buffered(MANIFEST_FETCHES);
+        // A piece lies in its file's directory, which must not be pruned.
+        let in_kept_dir = |described: &str| {
+            described
+                .rsplit_once('/')
+                .is_some_and(|(dir, _)| !pruned.contains(&format!("{dir}/")))
+        };
         let mut pieces = Vec::new();
-        while let Some((key, bytes)) = fetched.try_next().await? {
-            let Some(bytes) = bytes else { continue };
+        for (key, bytes) in fetch_manifests(store, &objects, in_kept_dir).await? {
             match PieceManifest::parse(&bytes) {
                 // A piece counts only with its object of the recorded size.
-                Ok(m) if sizes.get(key.as_str()) == Some(&m.stored_bytes) => {
-                    pieces.push(Piece { key, manifest: m })
-                }
+                Ok(m) if sizes.get(key) == Some(&m.stored_bytes) => pieces.push(Piece {
+                    key: key.to_string(),
+                    manifest: m,
+                }),
                 Ok(_) => tracing::warn!(key, "piece without its object (or of another size)"),
                 Err(e) => tracing::warn!(key, "not a binlog piece manifest of ours: {e}"),
             }

@@ -9,15 +9,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use backup_storage::{MANIFEST_SUFFIX, ObjectInfo, Store};
-use futures::{StreamExt, TryStreamExt, stream};
-
 use crate::chain;
 use crate::error::Result;
 use crate::manifest::{Manifest, manifest_key};
-
-/// How many manifests [`Catalog::read`] fetches at once.
-const MANIFEST_FETCHES: usize = 8;
+use crate::manifest_fetch::fetch_manifests;
+use backup_storage::{MANIFEST_SUFFIX, ObjectInfo, Store};
 
 pub use crate::manifest::Backup;
 
@@ -127,31 +123,18 @@ impl Catalog {
     }
 }
 
-/// The manifests among `objects` that parse, keyed by the object they describe: small objects,
-/// one request each, [`MANIFEST_FETCHES`] at a time. Their results are taken in listing order,
-/// so the first fetch that fails is the error, as when they ran one after another.
+/// The manifests among `objects` that parse, keyed by the object they describe.
 async fn read_manifests(
     store: &Store,
     objects: &[ObjectInfo],
 ) -> Result<HashMap<String, Manifest>> {
-    let fetches = objects.iter().filter_map(|object| {
-        let described = object.key.strip_suffix(MANIFEST_SUFFIX)?;
-        Some(async move {
-            let bytes = store.get_small(&object.key).await?;
-            Ok::<_, backup_storage::StorageError>((object, described, bytes))
-        })
-    });
-    let mut fetched = stream::iter(fetches).buffered(MANIFEST_FETCHES);
     let mut manifests = HashMap::new();
-    while let Some((object, described, bytes)) = fetched.try_next().await? {
-        // None: deleted since the listing.
-        if let Some(bytes) = bytes {
-            match Manifest::parse(&bytes) {
-                Ok(m) => {
-                    manifests.insert(described.to_string(), m);
-                }
-                Err(e) => tracing::warn!(key = object.key, "not a manifest of ours: {e}"),
+    for (described, bytes) in fetch_manifests(store, objects, |_| true).await? {
+        match Manifest::parse(&bytes) {
+            Ok(m) => {
+                manifests.insert(described.to_string(), m);
             }
+            Err(e) => tracing::warn!(key = described, "not a manifest of ours: {e}"),
         }
     }
     Ok(manifests)

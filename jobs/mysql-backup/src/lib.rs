@@ -19,6 +19,7 @@ pub mod extract;
 pub mod ingest;
 pub mod lineage;
 pub mod manifest;
+mod manifest_fetch;
 pub mod metadata;
 pub mod point_in_time;
 pub mod profile;
