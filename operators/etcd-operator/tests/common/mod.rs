@@ -83,11 +83,50 @@ pub fn converged(size: usize) -> impl Fn(&EtcdCluster) -> bool + Send + 'static 
     }
 }
 
+/// How the tests' clients reach the members: plain HTTP, or HTTPS with the cluster's static
+/// certificates (`testbed::cluster::static_tls`) and the operators' client certificate.
+#[derive(Clone, Default)]
+pub struct Access {
+    tls: Option<etcd_client::ConnectOptions>,
+}
+
+impl Access {
+    /// Over TLS to the example cluster's members in `ns`: their server certificate names every
+    /// member (`*.example-etcd-cluster.<ns>.svc`), so one name checks them all.
+    pub fn tls(tls: &testbed::cluster::StaticTls, ns: &str) -> Access {
+        let any_member = "member";
+        let options = tls.client_options(any_member, "example-etcd-cluster", ns, true);
+        Access { tls: Some(options) }
+    }
+
+    /// The client URL of the member at `ip`.
+    pub fn url(&self, ip: &str) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{ip}:2379")
+    }
+
+    /// Connect options with `timeout` for each request.
+    pub fn options(&self, timeout: Duration) -> etcd_client::ConnectOptions {
+        self.tls.clone().unwrap_or_default().with_timeout(timeout)
+    }
+}
+
 /// A client for member pod `name`.
 pub async fn member_client(kube: &KubeTestbed, ns: &str, name: &str) -> etcd_client::Client {
+    member_client_with(kube, ns, name, &Access::default()).await
+}
+
+/// A client for member pod `name`, reached as `access` says.
+pub async fn member_client_with(
+    kube: &KubeTestbed,
+    ns: &str,
+    name: &str,
+    access: &Access,
+) -> etcd_client::Client {
     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), ns);
     let ip = testbed::cluster::pod_ip(&pods, name).await;
-    etcd_client::Client::connect([format!("http://{ip}:2379")], None)
+    let options = access.options(Duration::from_secs(5));
+    etcd_client::Client::connect([access.url(&ip)], Some(options))
         .await
         .unwrap()
 }
@@ -259,10 +298,15 @@ pub struct Writes {
 
 impl Writer {
     pub async fn start(kube: &KubeTestbed, ns: &str, key: &str) -> Writer {
+        Writer::start_with(kube, ns, key, Access::default()).await
+    }
+
+    /// A writer that reaches the members as `access` says.
+    pub async fn start_with(kube: &KubeTestbed, ns: &str, key: &str, access: Access) -> Writer {
         let connect = {
             let (kube, ns) = (kube.clone(), ns.to_string());
             move || {
-                let (kube, ns) = (kube.clone(), ns.clone());
+                let (kube, ns, access) = (kube.clone(), ns.clone(), access.clone());
                 async move {
                     let pods: Api<Pod> = Api::namespaced(kube.client.clone(), &ns);
                     let mut endpoints = Vec::new();
@@ -278,11 +322,10 @@ impl Writer {
                                 c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
                             });
                         if let Some(ip) = pod.status.and_then(|s| s.pod_ip).filter(|_| ready) {
-                            endpoints.push(format!("http://{ip}:2379"));
+                            endpoints.push(access.url(&ip));
                         }
                     }
-                    let options =
-                        etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(2));
+                    let options = access.options(Duration::from_secs(2));
                     etcd_client::Client::connect(endpoints, Some(options))
                         .await
                         .ok()

@@ -164,10 +164,19 @@ pub(super) async fn spread_cluster(
 
 /// A member of `ns`'s cluster, asked through the client of one that is up.
 pub(super) async fn any_member_client(kube: &KubeTestbed, ns: &str) -> etcd_client::Client {
+    any_member_client_with(kube, ns, &Access::default()).await
+}
+
+/// A member of `ns`'s cluster, reached as `access` says.
+pub(super) async fn any_member_client_with(
+    kube: &KubeTestbed,
+    ns: &str,
+    access: &Access,
+) -> etcd_client::Client {
     let on = member_on(kube, ns).await;
     let mut names: Vec<&String> = on.values().collect();
     names.sort();
-    member_client(kube, ns, names[0]).await
+    member_client_with(kube, ns, names[0], access).await
 }
 
 /// Node node-c powered off with its member on it: after the node is NotReady and the grace

@@ -1,10 +1,12 @@
 //! A lost zone on the bed of three nodes: two of three nodes powered off, quorum lost, and the
-//! cluster recovered from the surviving member (an EtcdRestore with `fromSurvivor`) with every
+//! cluster (TLS, or plain) recovered from the surviving member (an EtcdRestore with `fromSurvivor`) with every
 //! acknowledged write, by the EtcdCluster operator (a process here) and the restore operator
 //! (in the cluster, on the surviving node, from its image and shipped RBAC). Ignored in a plain
 //! `cargo test`; `e2e/test.sh` runs it with `-- --ignored three_nodes`.
 
-use super::three_nodes::{FaultTest, any_member_client, create_converged, member_on};
+use super::three_nodes::{
+    FaultTest, any_member_client, any_member_client_with, create_converged, member_on,
+};
 use super::*;
 use etcd_api::EtcdRestore;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -91,7 +93,8 @@ async fn writes_held(client: &mut etcd_client::Client, key: &str) -> usize {
         .count() as usize
 }
 
-/// Nodes node-b and node-c powered off one right after the other (a lost zone) while a client
+/// A cluster whose members serve peers and clients over TLS (coreos' static TLS Secrets), nodes
+/// node-b and node-c powered off one right after the other (a lost zone) while a client
 /// writes every 50 ms: the cluster says `Available=False/QuorumLost`. An EtcdRestore
 /// `fromSurvivor` chooses node-a's member (the only one that answers), restores its snapshot into
 /// a new one-member cluster at a revision moved forward, keeps every old claim, and the
@@ -108,19 +111,25 @@ async fn a_lost_zone_is_recovered_from_the_survivor_with_every_acknowledged_writ
     let (kube, ns) = (test.kube.clone(), test.ns.clone());
     let _operator = Operator::start(&kube, &ns);
     restore_operator_on(&kube, &ns, "node-a").await;
+    let tls = testbed::cluster::static_tls(&kube, &ns, CLUSTER, true).await;
+    let access = Access::tls(&tls, &ns);
     let mut cluster = example(3);
     cluster.spec.version = Some("3.6.16".into());
+    cluster.spec.tls = serde_json::from_value(json!({"static": {
+        "member": {"peerSecret": "etcd-peer-tls", "serverSecret": "etcd-server-tls"},
+        "operatorSecret": "etcd-client-tls"}}))
+    .unwrap();
     let clusters = create_converged(&kube, &ns, &cluster).await;
     let on = member_on(&kube, &ns).await;
     assert_eq!(on.len(), 3, "one member per node: {on:?}");
     let survivor = on["node-a"].clone();
     let old_members: Vec<String> = on.values().cloned().collect();
 
-    let writer = Writer::start(&kube, &ns, "zone").await;
+    let writer = Writer::start_with(&kube, &ns, "zone", access.clone()).await;
     // "The newest backup": what the cluster holds 2 s in; everything acknowledged after it is
     // what a restore from that backup would lose.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut client = any_member_client(&kube, &ns).await;
+    let mut client = any_member_client_with(&kube, &ns, &access).await;
     let held_by_backup = writes_held(&mut client, "zone").await;
     tokio::time::sleep(Duration::from_secs(20)).await;
 
@@ -168,7 +177,7 @@ async fn a_lost_zone_is_recovered_from_the_survivor_with_every_acknowledged_writ
     );
 
     // Writable again: the writer's next acknowledged writes go to the recovered member.
-    let mut client = member_client(&kube, &ns, &plan.members[0]).await;
+    let mut client = member_client_with(&kube, &ns, &plan.members[0], &access).await;
     let before = writes_held(&mut client, "zone").await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while writes_held(&mut client, "zone").await <= before {
@@ -227,12 +236,22 @@ async fn a_lost_zone_is_recovered_from_the_survivor_with_every_acknowledged_writ
     wait_until(&clusters, CLUSTER, "3 members again", 420, converged(3))
         .await
         .unwrap();
-    let mut client = any_member_client(&kube, &ns).await;
+    let mut client = any_member_client_with(&kube, &ns, &access).await;
     let members = client.member_list().await.unwrap();
     let names: Vec<&str> = members.members().iter().map(|m| m.name()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
     for old in &old_members {
         assert!(!names.contains(&old.as_str()), "{old} rejoined: {names:?}");
+    }
+    // Still TLS between the members and to clients after the recovery.
+    for member in members.members() {
+        let urls = member.peer_urls().iter().chain(member.client_urls());
+        assert!(
+            urls.clone().all(|u| u.starts_with("https://")),
+            "{}: {:?}",
+            member.name(),
+            urls.collect::<Vec<_>>()
+        );
     }
     let missing = missing_writes(&mut client, "zone", &writes.acknowledged).await;
     assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
