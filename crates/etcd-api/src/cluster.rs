@@ -113,6 +113,24 @@ pub struct QuorumLoss {
     /// The EtcdBackup, in this namespace, whose newest verified backup `FromBackup` restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_ref: Option<crate::restore::BackupRef>,
+    /// `NotRequired` (default): a lost member's node counts as down once it is not Ready (for
+    /// `afterSeconds`). `Required`: only once it is also fenced, known to be off: deleted from
+    /// the API, or tainted `node.kubernetes.io/out-of-service` (Kubernetes' non-graceful node
+    /// shutdown). Not Ready does not prove a node is off: lost members cut off from the
+    /// control plane but not from each other may still hold a quorum of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing: Option<QuorumLossFencing>,
+}
+
+/// Whether an automatic recovery waits for the lost members' nodes to be fenced.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum QuorumLossFencing {
+    /// Not Ready for `afterSeconds` is enough.
+    #[default]
+    NotRequired,
+    /// Each lost member's node must also be deleted or tainted
+    /// `node.kubernetes.io/out-of-service`.
+    Required,
 }
 
 /// What an automatic recovery from a lost quorum restores.

@@ -25,7 +25,7 @@ pub use backup::{
 pub use cluster::{
     ClusterCondition, ClusterPhase, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
     MemberReplacement, MemberSecret, MembersStatus, MembershipChange, PodPolicy, QuorumLoss,
-    QuorumLossRecovery, StaticTls, TlsPolicy,
+    QuorumLossFencing, QuorumLossRecovery, StaticTls, TlsPolicy,
 };
 pub use crd::crds;
 pub use defrag::{

@@ -12,11 +12,14 @@
 //! 4. [`a_lost_member_may_come_back`]: a member that does not answer has no node known to be
 //!    down (its node is Ready: it crash-loops, or is starting) or its node is only cordoned:
 //!    it may come back with its data, so nothing is done.
-//! 5. [`nodes_not_down_long_enough`]: the lost members' nodes have not been down for
+//! 5. [`a_lost_node_is_not_fenced`]: `fencing: Required` and a lost member's node is not known
+//!    to be off (neither deleted nor tainted `node.kubernetes.io/out-of-service`): wait for a
+//!    human or the cloud to say so.
+//! 6. [`nodes_not_down_long_enough`]: the lost members' nodes have not been down for
 //!    `afterSeconds` yet: wait.
-//! 6. [`no_survivor_to_recover_from`]: `FromSurvivor` with no member answering: nothing to
+//! 7. [`no_survivor_to_recover_from`]: `FromSurvivor` with no member answering: nothing to
 //!    recover from (a backup is the way, chosen by a human).
-//! 7. Otherwise: [`QuorumLossDecision::Recover`].
+//! 8. Otherwise: [`QuorumLossDecision::Recover`].
 
 use crate::plan::{MembershipObserved, NodeDown};
 
@@ -41,6 +44,8 @@ pub enum Recovery {
 pub struct QuorumLossObserved<'a> {
     pub recovery: Recovery,
     pub after_seconds: u64,
+    /// `spec.quorumLoss.fencing: Required`: the lost members' nodes must be known to be off.
+    pub fencing_required: bool,
     pub membership: &'a MembershipObserved,
     /// The EtcdRestore named like the cluster, when it exists.
     pub restore: Option<ExistingRestore>,
@@ -75,7 +80,7 @@ pub enum QuorumLossDecision {
 type Rule = fn(&QuorumLossObserved) -> Option<QuorumLossDecision>;
 
 /// The rules in the order they are asked.
-pub const RULES: [(&str, Rule); 6] = [
+pub const RULES: [(&str, Rule); 7] = [
     ("recovery_not_asked", recovery_not_asked),
     ("a_restore_runs", a_restore_runs),
     (
@@ -83,6 +88,7 @@ pub const RULES: [(&str, Rule); 6] = [
         the_automatic_recovery_failed,
     ),
     ("a_lost_member_may_come_back", a_lost_member_may_come_back),
+    ("a_lost_node_is_not_fenced", a_lost_node_is_not_fenced),
     ("nodes_not_down_long_enough", nodes_not_down_long_enough),
     ("no_survivor_to_recover_from", no_survivor_to_recover_from),
 ];
@@ -177,7 +183,33 @@ pub fn a_lost_member_may_come_back(observed: &QuorumLossObserved) -> Option<Quor
     ))
 }
 
-/// Rule 5: the lost members' nodes have not been down long enough.
+/// Rule 5: fencing is required and a lost member's node is not known to be off. A node that
+/// is only not Ready may still run its member: members cut off from the control plane but not
+/// from each other can keep a quorum of their own and acknowledge writes the recovery drops.
+pub fn a_lost_node_is_not_fenced(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
+    if !observed.fencing_required {
+        return None;
+    }
+    let nodes = &observed.membership.nodes_down;
+    let mut unfenced: Vec<&str> = lost_members(observed.membership)
+        .iter()
+        .filter_map(|m| nodes.get(m))
+        .filter(|n| !n.fenced)
+        .map(|n| n.node.as_str())
+        .collect();
+    unfenced.sort();
+    unfenced.dedup();
+    if unfenced.is_empty() {
+        return None;
+    }
+    leave(format!(
+        "spec.quorumLoss.fencing is Required: waiting for node(s) {} to be fenced (once powered \
+         off: delete the Node, or taint it node.kubernetes.io/out-of-service=nodeshutdown:NoExecute)",
+        unfenced.join(", ")
+    ))
+}
+
+/// Rule 6: the lost members' nodes have not been down long enough.
 pub fn nodes_not_down_long_enough(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
     let nodes = &observed.membership.nodes_down;
     let down_for = |n: &NodeDown| n.for_seconds.unwrap_or(u64::MAX);
@@ -197,7 +229,7 @@ pub fn nodes_not_down_long_enough(observed: &QuorumLossObserved) -> Option<Quoru
     })
 }
 
-/// Rule 6: nothing to recover from.
+/// Rule 7: nothing to recover from.
 pub fn no_survivor_to_recover_from(observed: &QuorumLossObserved) -> Option<QuorumLossDecision> {
     let none =
         observed.recovery == Recovery::FromSurvivor && answering(observed.membership).is_empty();
@@ -226,6 +258,7 @@ mod tests {
             node: node.into(),
             for_seconds: Some(400),
             cordoned: false,
+            fenced: false,
         };
         MembershipObserved {
             pods: ["c-0", "c-1", "c-2"]
@@ -269,6 +302,7 @@ mod tests {
         QuorumLossObserved {
             recovery,
             after_seconds: 300,
+            fencing_required: false,
             membership,
             restore: None,
         }
@@ -389,6 +423,45 @@ mod tests {
     }
 
     #[test]
+    fn when_fencing_is_required_then_it_waits_until_every_lost_node_is_known_to_be_off() {
+        let mut world = zone_lost();
+        fn required(world: &MembershipObserved) -> QuorumLossObserved<'_> {
+            let mut o = observed(world, Recovery::FromSurvivor);
+            o.fencing_required = true;
+            o
+        }
+        let o = required(&world);
+        assert_eq!(left_by(&o), Some("a_lost_node_is_not_fenced"));
+        let QuorumLossDecision::Leave { reason } = decide(&o) else {
+            panic!("recovered unfenced");
+        };
+        assert!(reason.contains("node-b, node-c"), "{reason}");
+        // One fenced: the other is still waited for, and named alone.
+        world.nodes_down.get_mut("c-1").unwrap().fenced = true;
+        let QuorumLossDecision::Leave { reason } = decide(&required(&world)) else {
+            panic!("recovered with node-c unfenced");
+        };
+        assert!(reason.contains("node(s) node-c "), "{reason}");
+        // Both fenced: recovered (after the delay, which still applies).
+        world.nodes_down.get_mut("c-2").unwrap().fenced = true;
+        assert!(matches!(
+            decide(&required(&world)),
+            QuorumLossDecision::Recover { .. }
+        ));
+        world.nodes_down.get_mut("c-2").unwrap().for_seconds = Some(5);
+        assert_eq!(
+            left_by(&required(&world)),
+            Some("nodes_not_down_long_enough")
+        );
+        // Not required (the default): not Ready for the delay is enough.
+        let world = zone_lost();
+        assert!(matches!(
+            decide(&observed(&world, Recovery::FromSurvivor)),
+            QuorumLossDecision::Recover { .. }
+        ));
+    }
+
+    #[test]
     fn when_no_member_answers_then_there_is_no_survivor_but_a_backup_may_be_restored() {
         let world = all_down();
         let o = observed(&world, Recovery::FromSurvivor);
@@ -410,6 +483,8 @@ mod tests {
         crash.nodes_down.remove("c-1");
         let mut early = zone_lost();
         early.nodes_down.get_mut("c-2").unwrap().for_seconds = Some(1);
+        let mut unfenced = observed(&world, Recovery::FromSurvivor);
+        unfenced.fencing_required = true;
         let silent = all_down();
         let mut restored = observed(&world, Recovery::FromSurvivor);
         restored.restore = existing("Restoring", true);
@@ -423,6 +498,7 @@ mod tests {
                 observed(&crash, Recovery::FromSurvivor),
                 Some("a_lost_member_may_come_back"),
             ),
+            (unfenced, Some("a_lost_node_is_not_fenced")),
             (
                 observed(&early, Recovery::FromSurvivor),
                 Some("nodes_not_down_long_enough"),

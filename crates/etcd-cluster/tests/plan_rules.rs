@@ -54,6 +54,7 @@ fn node_down(o: &mut MembershipObserved, member: &str, seconds: Option<u64>) {
             node: format!("node-{letter}"),
             for_seconds: seconds,
             cordoned: false,
+            fenced: seconds.is_none(),
         },
     );
 }

@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod coreos;
 pub mod emulators;
 mod etcd;
 mod garage;

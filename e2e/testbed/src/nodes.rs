@@ -112,9 +112,9 @@ impl NodesBed {
         Ok(())
     }
 
-    /// The bed to this test alone until the guard is dropped, with every node up, Ready and
-    /// schedulable (a test that failed before bringing its node back, or uncordoning it,
-    /// leaves it so: it is brought back here).
+    /// The bed to this test alone until the guard is dropped, with every node up, Ready,
+    /// schedulable and not tainted out-of-service (a test that failed before bringing its node
+    /// back, uncordoning or untainting it, leaves it so: it is brought back here).
     pub async fn exclusive(&self) -> Result<tokio::sync::MutexGuard<'static, ()>> {
         let guard = FAULTS.lock().await;
         let api: Api<Node> = Api::all(self.kube.client.clone());
@@ -126,6 +126,7 @@ impl NodesBed {
                 &kube::api::Patch::Merge(&schedulable),
             )
             .await?;
+            self.remove_out_of_service_taint(&api, node).await?;
             let state = std::fs::read_to_string(self.dir.join("nodes").join(node).join("state"))
                 .unwrap_or_default();
             match state.trim() {
@@ -136,6 +137,26 @@ impl NodesBed {
             self.wait_node(node, true, 180).await?;
         }
         Ok(guard)
+    }
+
+    /// Removes the taint `node.kubernetes.io/out-of-service` from `node` when it has it (a
+    /// strategic merge patch deleting the taint by its key: the others stay).
+    async fn remove_out_of_service_taint(&self, api: &Api<Node>, node: &str) -> Result<()> {
+        const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+        let found = api.get(node).await?;
+        let taints = found.spec.and_then(|s| s.taints).unwrap_or_default();
+        if !taints.iter().any(|t| t.key == OUT_OF_SERVICE) {
+            return Ok(());
+        }
+        let untaint = serde_json::json!({"spec": {"taints": [
+            {"key": OUT_OF_SERVICE, "$patch": "delete"}]}});
+        api.patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&untaint),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Waits until node `node` reports Ready `True` (`ready`) or anything else (not ready), for at

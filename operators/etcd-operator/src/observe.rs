@@ -307,13 +307,14 @@ pub fn nodes_down(
     placed
         .into_iter()
         .filter_map(|(member, node)| {
-            let down = |for_seconds, cordoned| NodeDown {
+            let down = |for_seconds, cordoned, fenced| NodeDown {
                 node: node.to_string(),
                 for_seconds,
                 cordoned,
+                fenced,
             };
             let Some(found) = nodes.iter().find(|n| n.name_any() == node) else {
-                return Some((member.to_string(), down(None, false)));
+                return Some((member.to_string(), down(None, false, true)));
             };
             let ready = found
                 .status
@@ -325,7 +326,10 @@ pub fn nodes_down(
                     .last_transition_time
                     .as_ref()
                     .map_or(0, |t| seconds_since(t.0.as_second()));
-                return Some((member.to_string(), down(Some(since), false)));
+                return Some((
+                    member.to_string(),
+                    down(Some(since), false, out_of_service(found)),
+                ));
             }
             let cordoned = found
                 .spec
@@ -336,9 +340,21 @@ pub fn nodes_down(
                 .iter()
                 .find(|p| p.name == member && p.state == PodState::Pending && p.node.is_none())?;
             let since = waiting.created.map_or(0, seconds_since);
-            cordoned.then(|| (member.to_string(), down(Some(since), true)))
+            cordoned.then(|| (member.to_string(), down(Some(since), true, false)))
         })
         .collect()
+}
+
+/// The taint of Kubernetes' non-graceful node shutdown: whoever sets it says the node is off.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// `node` carries [`OUT_OF_SERVICE_TAINT`] (with any value and effect).
+fn out_of_service(node: &Node) -> bool {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+    taints
+        .into_iter()
+        .flatten()
+        .any(|t| t.key == OUT_OF_SERVICE_TAINT)
 }
 
 /// Splits a namespace's claims into this cluster's (carrying its selector) and the names of the
@@ -607,6 +623,7 @@ mod tests {
                         node: "node-b".into(),
                         for_seconds: Some(100),
                         cordoned: false,
+                        fenced: false,
                     }
                 ),
                 (
@@ -615,6 +632,7 @@ mod tests {
                         node: "node-x".into(),
                         for_seconds: None,
                         cordoned: false,
+                        fenced: true,
                     }
                 ),
             ])
@@ -640,6 +658,7 @@ mod tests {
                 node: "node-a".into(),
                 for_seconds: Some(30),
                 cordoned: true,
+                fenced: false,
             })
         );
         let down = nodes_down(&pods, &claims, Some(&drained), now);
@@ -647,6 +666,20 @@ mod tests {
             !down.contains_key("c-0") && !down.contains_key("c-3"),
             "{down:?}"
         );
+
+        // node-b tainted out-of-service (said to be off): fenced, as the deleted node-x is.
+        let mut shut_down = nodes.clone();
+        shut_down[1].spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: OUT_OF_SERVICE_TAINT.into(),
+                value: Some("nodeshutdown".into()),
+                effect: "NoExecute".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let down = nodes_down(&pods, &claims, Some(&shut_down), now);
+        assert!(down["c-1"].fenced && down["c-2"].fenced, "{down:?}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use etcd_api::cluster::DEFAULT_QUORUM_LOSS_AFTER_SECONDS;
 use etcd_api::{
     BackupRef, EtcdCluster, EtcdClusterRef, EtcdRestore, EtcdRestoreSpec, FromSurvivor,
-    QuorumLossRecovery, RestorePhase,
+    OldVolumesPolicy, QuorumLossFencing, QuorumLossRecovery, RestorePhase,
 };
 use etcd_cluster::MembershipObserved;
 use etcd_cluster::quorum_loss::{
@@ -57,9 +57,11 @@ pub async fn reconcile(
         Recovery::None => None,
         _ => restores.get_opt(&name).await?.map(|r| existing(&r)),
     };
+    let fencing = cluster.spec.quorum_loss.as_ref().and_then(|q| q.fencing);
     let observed = QuorumLossObserved {
         recovery,
         after_seconds,
+        fencing_required: fencing == Some(QuorumLossFencing::Required),
         membership,
         restore,
     };
@@ -142,6 +144,9 @@ pub fn recovery_restore(cluster: &EtcdCluster, recovery: &Recovery) -> EtcdResto
     let name = cluster.name_any();
     let mut spec = EtcdRestoreSpec {
         etcd_cluster: EtcdClusterRef { name: name.clone() },
+        // The lost members' claims may hold writes made after the backup (or not yet on the
+        // survivor): no automatic recovery deletes them; a human does, once they are judged.
+        old_volumes: Some(OldVolumesPolicy::Keep),
         ..Default::default()
     };
     match recovery {
@@ -216,8 +221,11 @@ mod tests {
                 backup: "nightly".into(),
             },
         );
-        assert_eq!(backup.spec.backup_ref.unwrap().name, "nightly");
+        assert_eq!(backup.spec.backup_ref.as_ref().unwrap().name, "nightly");
         assert!(backup.spec.from_survivor.is_none());
+        // The lost members' claims are never deleted by an automatic recovery.
+        assert_eq!(backup.spec.old_volumes, Some(OldVolumesPolicy::Keep));
+        assert_eq!(backup.spec.validate("c"), Ok(()));
         assert_eq!(
             restore
                 .annotations()

@@ -152,6 +152,11 @@ pub(crate) async fn execute(
                 force_delete(&pod_api, pod).await?;
             }
         }
+        RestoreStep::ForceDeletePods(pods) => {
+            for pod in pods {
+                force_delete(&pod_api, pod).await?;
+            }
+        }
         RestoreStep::DeleteOldPods(pods) | RestoreStep::RestartMembers(pods) => {
             for pod in pods {
                 delete(&pod_api, pod).await?;

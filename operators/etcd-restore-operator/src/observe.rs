@@ -21,8 +21,8 @@ use crate::context::{Context, Error};
 use crate::pods;
 use crate::status::{RESTORE_ANNOTATION, Records};
 use etcd_cluster::restore_plan::{
-    self, ClusterView, Health, KeySpace, MemberProblem, MemberStatus, NOT_STARTED, PodRun,
-    RestoreFailure, RestoreObserved, ToolExit,
+    self, ClusterView, DELETION_OVERDUE_SECONDS, Health, KeySpace, MemberProblem, MemberStatus,
+    NOT_STARTED, PodRun, RestoreFailure, RestoreObserved, ToolExit,
 };
 
 /// Waiting reasons that will not clear up on their own: the pod has failed.
@@ -257,6 +257,15 @@ pub async fn health(access: &Access, members: &[(String, String)], read_at: Opti
     health
 }
 
+/// `pod`'s graceful deletion is overdue at `now`: its deletion timestamp (the end of its grace
+/// period) passed more than [`DELETION_OVERDUE_SECONDS`] ago and it is still there.
+fn deletion_overdue(pod: &Pod, now: Timestamp) -> bool {
+    pod.meta()
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| now.as_second() - t.0.as_second() > DELETION_OVERDUE_SECONDS)
+}
+
 /// What each member answers of its status (a recovery from a survivor): its term, committed
 /// index, revision, and whether it knows a leader. Members that do not answer in time (their
 /// node is down) are left out.
@@ -480,6 +489,11 @@ pub async fn world(
             .filter(|p| p.meta().deletion_timestamp.is_some())
             .map(|p| p.name_any())
             .collect(),
+        member_pods_overdue: member_pods
+            .iter()
+            .filter(|p| deletion_overdue(p, Timestamp::now()))
+            .map(|p| p.name_any())
+            .collect(),
         claims: claims
             .iter()
             .filter(|c| c.meta().deletion_timestamp.is_none())
@@ -621,6 +635,18 @@ mod tests {
 
     fn pod(status: &str) -> Pod {
         serde_saphyr::from_str(&format!("metadata: {{name: p}}\nstatus: {status}")).unwrap()
+    }
+
+    #[test]
+    fn a_pods_deletion_is_overdue_30_s_after_its_grace_period_ended() {
+        let going = |at: &str| -> Pod {
+            serde_saphyr::from_str(&format!("metadata: {{name: p, deletionTimestamp: '{at}'}}"))
+                .unwrap()
+        };
+        let now: Timestamp = "2026-11-30T10:01:00Z".parse().unwrap();
+        assert!(!deletion_overdue(&going("2026-11-30T10:00:31Z"), now));
+        assert!(deletion_overdue(&going("2026-11-30T10:00:29Z"), now));
+        assert!(!deletion_overdue(&pod("{phase: Running}"), now));
     }
 
     #[test]

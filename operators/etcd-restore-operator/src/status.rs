@@ -71,6 +71,14 @@ pub fn describe(step: &RestoreStep) -> (&'static str, String) {
                 p.join(", ")
             ),
         ),
+        RestoreStep::ForceDeletePods(p) => (
+            "DeletingStuckPods",
+            format!(
+                "deleting member pods {} at once: their graceful deletion is overdue (their \
+                 node does not confirm it: down?); the restored cluster's new ID keeps them out",
+                p.join(", ")
+            ),
+        ),
         RestoreStep::DetachClaims(c) => (
             "DetachingOldVolumes",
             format!(

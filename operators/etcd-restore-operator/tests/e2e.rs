@@ -125,8 +125,8 @@ async fn create_restore(restores: &Api<EtcdRestore>, s3: Value, spec: Value) {
         .unwrap();
 }
 
-/// The coreos AWS Secret `aws` for `garage`, then the coreos one-shot EtcdBackup to `key` in
-/// its bucket, with `spec` fields added; waits until it succeeded and returns it.
+/// The coreos one-shot EtcdBackup of the cluster to `key` in Garage's bucket, with `spec`
+/// fields set ([`testbed::coreos::one_shot_backup`]), once it succeeded.
 async fn backed_up(
     kube: &KubeTestbed,
     ns: &str,
@@ -134,26 +134,7 @@ async fn backed_up(
     key: &str,
     spec: Value,
 ) -> EtcdBackup {
-    let mut secret = example("aws-secret.yaml");
-    secret["stringData"] = garage.aws_secret("aws")["stringData"].clone();
-    let secret: Secret = serde_json::from_value(secret).unwrap();
-    Api::<Secret>::namespaced(kube.client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let mut backup = example("etcd-backup-oneshot.yaml");
-    backup["spec"]["s3"]["path"] = json!(format!("{}/{key}", garage.bucket));
-    backup["spec"]["s3"]["endpoint"] = json!(garage.endpoint);
-    backup["spec"]["s3"]["forcePathStyle"] = json!(true);
-    json_patch::merge(&mut backup["spec"], &spec);
-    let backups: Api<EtcdBackup> = Api::namespaced(kube.client.clone(), ns);
-    let backup: EtcdBackup = serde_json::from_value(backup).unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let succeeded = |b: &EtcdBackup| b.status.as_ref().is_some_and(|s| s.succeeded);
-    wait_until(&backups, &backup.name_any(), "the backup", 120, succeeded)
+    testbed::coreos::one_shot_backup(kube, ns, garage, key, spec)
         .await
         .unwrap()
 }

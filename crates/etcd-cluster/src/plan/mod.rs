@@ -116,6 +116,10 @@ pub struct NodeDown {
     /// back to it until it is uncordoned. Its claim is not kept when the member is replaced (a
     /// copy of data the other members hold, on a node that stays in service).
     pub cordoned: bool,
+    /// Known to be off: the Node object is gone, or it carries the taint
+    /// `node.kubernetes.io/out-of-service` (someone says it is shut down). What
+    /// `spec.quorumLoss.fencing: Required` waits for; not Ready alone does not prove it.
+    pub fenced: bool,
 }
 
 impl NodeDown {

@@ -27,8 +27,8 @@ pub mod survivor;
 pub use failure::RestoreFailure;
 use fetch_report::parse_verified;
 pub use observed::{
-    ClusterView, Health, MemberProblem, MemberStatus, NOT_STARTED, PodRun, RestoreObserved,
-    SourceProblem, ToolExit,
+    ClusterView, DELETION_OVERDUE_SECONDS, Health, MemberProblem, MemberStatus, NOT_STARTED,
+    PodRun, RestoreObserved, SourceProblem, ToolExit,
 };
 pub use recorded::{
     ExpectedBackup, KeySpace, RestorePhase, RestorePlan, Survivor, VerifiedSnapshot,
@@ -1398,6 +1398,39 @@ mod tests {
     }
 
     #[test]
+    fn when_an_old_pods_deletion_is_overdue_after_the_snapshot_then_it_is_deleted_at_once() {
+        // The old members' nodes are down (a lost zone): their pods' graceful deletion is never
+        // confirmed. Once the snapshot is recorded they are deleted at once, before and after
+        // the hand-over (the old claims' deletion and the cluster's operator wait on them).
+        let mut o = started();
+        o.member_pods_going.insert("c-0".into());
+        o.member_pods_overdue.insert("c-0".into());
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::ForceDeletePods(vec!["c-0".into()])
+        );
+        o.plan.as_mut().unwrap().handed_over = Some(true);
+        assert_eq!(
+            plan(&names(), &o),
+            RestoreStep::ForceDeletePods(vec!["c-0".into()])
+        );
+        // Before the snapshot is recorded, no pod of the cluster is the restore's to delete.
+        let mut early = restoring(PodRun::Running);
+        early.member_pods_overdue.insert("c-0".into());
+        assert!(
+            !matches!(plan(&names(), &early), RestoreStep::ForceDeletePods(_)),
+            "{:?}",
+            plan(&names(), &early)
+        );
+        // Going, not overdue: waited for.
+        o.member_pods_overdue.clear();
+        assert!(!matches!(
+            plan(&names(), &o),
+            RestoreStep::ForceDeletePods(_)
+        ));
+    }
+
+    #[test]
     fn a_member_pod_that_will_not_run_again_is_started_again_on_its_claim() {
         let mut o = started();
         assert!(matches!(plan(&names(), &o), RestoreStep::Wait { .. }));
@@ -1537,6 +1570,13 @@ mod tests {
             with(
                 &|o| o.member_statuses[0].has_leader = true,
                 survivor_recovery(),
+            ),
+        ));
+        worlds.push((
+            "a_pod_deletion_is_overdue",
+            with(
+                &|o| _ = o.member_pods_overdue.insert("c-0".into()),
+                started(),
             ),
         ));
         worlds.push((

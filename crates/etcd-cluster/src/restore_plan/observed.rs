@@ -6,6 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::recorded::{ExpectedBackup, KeySpace, RestorePhase, RestorePlan, VerifiedSnapshot};
 
+/// How long after its grace period a member pod's deletion counts as overdue: a kubelet that
+/// runs confirms it within seconds of the grace period's end.
+pub const DELETION_OVERDUE_SECONDS: i64 = 30;
+
 /// How a run-once restore pod is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodRun {
@@ -102,6 +106,10 @@ pub struct RestoreObserved {
     pub member_problems: BTreeMap<String, MemberProblem>,
     /// Member pods being deleted (not in `member_pods`).
     pub member_pods_going: BTreeSet<String>,
+    /// Those of them whose graceful deletion is overdue (its grace period ended more than
+    /// [`DELETION_OVERDUE_SECONDS`] ago): their node does not confirm it, being down or its
+    /// kubelet dead, and they would stay for ever.
+    pub member_pods_overdue: BTreeSet<String>,
     /// Its claims attached to it (same labels), not being deleted.
     pub claims: BTreeSet<String>,
     /// Claims detached from it earlier (by this or an earlier restore): their names stay taken.

@@ -96,7 +96,7 @@ impl Situation<'_> {
 type Rule = fn(&Situation) -> Option<RestoreStep>;
 
 /// The rules, in the order they are asked (see the module's documentation).
-pub const RULES: [(&str, Rule); 28] = [
+pub const RULES: [(&str, Rule); 29] = [
     ("finished", finished),
     ("a_failure_is_being_recorded", a_failure_is_being_recorded),
     ("the_source_cannot_be_read", the_source_cannot_be_read),
@@ -104,6 +104,7 @@ pub const RULES: [(&str, Rule); 28] = [
     ("the_cluster_keeps_no_data", the_cluster_keeps_no_data),
     ("the_version_is_not_run", the_version_is_not_run),
     ("the_quorum_is_not_lost", the_quorum_is_not_lost),
+    ("a_pod_deletion_is_overdue", a_pod_deletion_is_overdue),
     ("handed_over", handed_over),
     (
         "a_member_could_not_be_restored",
@@ -577,6 +578,17 @@ pub fn restored_claims_staged(s: &Situation) -> Option<RestoreStep> {
         plan: s.plan()?.clone(),
         members: to_join,
     })
+}
+
+/// When the snapshot is recorded and a member pod's graceful deletion is overdue (its node
+/// never confirms it: down, or its kubelet dead, as after a lost zone), then it is deleted at
+/// once. Without it the old pod stays for ever: its claim cannot be deleted, its name cannot
+/// be reused, and the EtcdCluster operator counts it as a member. Before the snapshot is
+/// recorded no pod of the cluster is this restore's to delete.
+pub fn a_pod_deletion_is_overdue(s: &Situation) -> Option<RestoreStep> {
+    s.observed.snapshot.as_ref()?;
+    let overdue: Vec<String> = s.observed.member_pods_overdue.iter().cloned().collect();
+    (!overdue.is_empty()).then_some(RestoreStep::ForceDeletePods(overdue))
 }
 
 /// When a planned member's old pod is being deleted, then it is made once that pod is gone.

@@ -50,6 +50,11 @@ pub enum RestoreStep {
     RecordSnapshot(VerifiedSnapshot),
     /// Delete old member pods (their claims keep the data).
     DeleteOldPods(Vec<String>),
+    /// Delete at once (grace period 0) member pods whose graceful deletion is overdue: their
+    /// node never confirms it (down, or its kubelet). Safe once the snapshot is recorded: the
+    /// restored cluster's new ID keeps an old member out, and a kubelet that comes back stops
+    /// a pod the API no longer has.
+    ForceDeletePods(Vec<String>),
     /// Take old claims out of the cluster's selector (kept, labelled `detached-from`).
     DetachClaims(Vec<String>),
     /// Give the restored claims to the cluster (its labels, it as owner).
