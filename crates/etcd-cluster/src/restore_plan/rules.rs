@@ -6,14 +6,17 @@
 //! 1. A finished restore does nothing; a failure being recorded, a source that cannot be read,
 //!    a missing or unfit cluster, or a version the operators do not run fail before anything
 //!    is touched; a recovery from a survivor is refused while the cluster has quorum.
-//! 2. After the hand-over, only the old volumes go (by policy), then success.
-//! 3. A member that could not be restored, or whose claim or restore pod was lost, fails the
+//! 2. Once the snapshot is recorded, a member pod whose deletion its node never confirms (the
+//!    node is down) is deleted at once, before and after the hand-over: it would hold its
+//!    claim and its name for ever.
+//! 3. After the hand-over, only the old volumes go (by policy), then success.
+//! 4. A member that could not be restored, or whose claim or restore pod was lost, fails the
 //!    restore; fetches that do not prove the backup fail it before the old members stop.
-//! 4. The cluster is held (paused by this restore, its operator let go) before a plan is
+//! 5. The cluster is held (paused by this restore, its operator let go) before a plan is
 //!    recorded, and the plan is recorded before any claim or pod is made.
-//! 5. Every member fetches, verifies and restores while the old members still run; only a
+//! 6. Every member fetches, verifies and restores while the old members still run; only a
 //!    snapshot every fetch verified is recorded, and only then do the old members stop.
-//! 6. The restored members start; they must all be healthy voters at the snapshot's revision,
+//! 7. The restored members start; they must all be healthy voters at the snapshot's revision,
 //!    serving the recorded key space, before the hand-over.
 
 use std::collections::BTreeSet;
