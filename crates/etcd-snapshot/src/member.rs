@@ -202,7 +202,27 @@ async fn connect(
     .await
 }
 
+/// Asks `endpoint` for its status, trying again while it cannot be reached (a refused or
+/// reset connection: a member restarting, or a Service whose routes are still being set up)
+/// until `timeout` has passed, as etcdctl's dial timeout does. Other failures (TLS, the
+/// answer) end it at once.
 async fn probe(endpoint: &str, tls: Option<TlsOptions>, timeout: Duration) -> Result<Member> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match probe_once(endpoint, tls.clone(), left).await {
+            Err(Error::Unreachable { .. }) if left > RETRY_PAUSE * 2 => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// The pause between two tries of an endpoint that cannot be reached.
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+async fn probe_once(endpoint: &str, tls: Option<TlsOptions>, timeout: Duration) -> Result<Member> {
     let call = async {
         let mut client = connect(endpoint, tls, timeout).await?;
         let status = client.status().await?;

@@ -36,3 +36,24 @@ async fn an_unknown_host_is_reported_unreachable() {
         other => panic!("expected Unreachable, got {:?}", other.map(|m| m.endpoint)),
     }
 }
+
+#[tokio::test]
+async fn a_member_that_refuses_connections_for_a_moment_is_tried_again_within_the_dial_timeout() {
+    let mut etcd = Etcd::start().await.unwrap();
+    let endpoint = etcd.endpoint.clone();
+    etcd.kill();
+    // Refused now, serving again about 2 s later: a member restarting, or a Service whose
+    // routes are still being set up when a backup starts.
+    let back = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        etcd.restart().await.unwrap();
+        etcd
+    });
+    let mut connection = EtcdConnection::new(vec![endpoint.clone()]);
+    connection.dial_timeout = Duration::from_secs(30);
+    let member = select_member(&connection)
+        .await
+        .unwrap_or_else(|e| panic!("{endpoint}: {e}"));
+    assert_eq!(member.endpoint, endpoint);
+    drop(back.await.unwrap());
+}
